@@ -1,0 +1,65 @@
+"""The FastAPI application: `create_app(settings)` wires resources, routes and error handling."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+
+import redis
+import redis.asyncio as aioredis
+from fastapi import FastAPI, Request, Response
+
+from control_plane.api import problems
+from control_plane.api.context import AppContext
+from control_plane.api.routes import billing, deployments, internal, jobs
+from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.services.dispatch import make_celery
+from control_plane.settings import Settings
+
+
+def create_app(settings: Settings) -> FastAPI:
+    engine = make_engine(settings.database_url)
+    ctx = AppContext(
+        settings=settings,
+        sessions=make_sessionmaker(engine),
+        redis=redis.Redis.from_url(settings.redis_url),
+        aredis=aioredis.Redis.from_url(settings.redis_url),
+        celery=make_celery(settings),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        await ctx.aredis.aclose()
+        ctx.redis.close()
+        engine.dispose()
+
+    app = FastAPI(
+        title="Serverless LLM platform",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Deploy safetensors models from object storage and call them; pay per second.",
+    )
+    app.state.ctx = ctx
+    problems.install(app)
+
+    @app.middleware("http")
+    async def limit_body(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > settings.max_request_bytes:
+            return problems.problem(
+                413, "too-large", "Payload Too Large",
+                f"request body is {length} bytes; the limit is {settings.max_request_bytes}",
+                request.url.path, limit_bytes=settings.max_request_bytes,
+            )
+        return await call_next(request)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    for module in (deployments, jobs, billing, internal):
+        app.include_router(module.router)
+    return app

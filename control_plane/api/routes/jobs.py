@@ -1,0 +1,206 @@
+"""Runs and jobs: sync (JSON or SSE) and async creation, reads, listing and cancel."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from control_plane.api.context import AppContext, Ctx, Db, Principal, now
+from control_plane.api.schemas import JobCreate, JobInput, RunRequest
+from control_plane.domain.states import JobKind, is_terminal
+from control_plane.errors import Unauthorized
+from control_plane.services import auth, deployments, events, jobs, webhooks
+from control_plane.services.dispatch import dispatch_job
+from worker.protocol import TERMINAL_EVENTS, EventType, job_cancel_key
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["jobs"])
+KEEPALIVE_EVERY_S = 10
+
+
+def _create(
+    ctx: AppContext,
+    authorization: str | None,
+    name: str,
+    job_input: JobInput,
+    kind: JobKind,
+    *,
+    webhook: str | None = None,
+    webhook_events: list[str] | None = None,
+    ttl_s: float | None = None,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Commit the job, then wake a worker; returns (job, tenant id). Runs in a thread."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    with ctx.sessions() as session:
+        who = auth.authenticate(session, authorization[7:].strip())
+        who.require("run")
+        dep = deployments.get(session, who.tenant_id, name)
+        if webhook:
+            webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
+        job, created = jobs.create(
+            session,
+            dep,
+            job_input.resolved(dep.spec.get("defaults") or {}),
+            kind,
+            now(),
+            webhook_url=webhook,
+            webhook_events=webhook_events,
+            ttl_s=ttl_s,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+        )
+        # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
+        session.commit()
+        public = jobs.to_public(job)
+        dep_id = dep.id
+        tenant_id = who.tenant_id
+    if created:
+        try:
+            events.publish(ctx.redis, public["id"], EventType.QUEUED, {"job_id": public["id"]})
+            dispatch_job(ctx.celery, dep_id, public["id"], kind)
+        except Exception:
+            # The row is committed; the reconciler re-sends wake-ups for pending jobs.
+            log.exception("wake-up for job %s failed; left for the reconciler", public["id"])
+    return public, tenant_id
+
+
+def _read(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
+    with ctx.sessions() as session:
+        return jobs.to_public(jobs.get(session, tenant_id, job_id))
+
+
+def _cancel(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
+    with ctx.sessions() as session:
+        job, changed = jobs.cancel(session, tenant_id, job_id, now())
+        session.commit()
+        public = jobs.to_public(job)
+    if changed:
+        ctx.redis.set(job_cancel_key(job_id), "1", ex=24 * 3600)
+        events.publish(ctx.redis, job_id, EventType.CANCELED, public)
+    return public
+
+
+@router.post("/v1/deployments/{name}/run", responses={202: {"description": "still running"}})
+async def run(
+    name: str,
+    body: RunRequest,
+    ctx: Ctx,
+    authorization: Annotated[str | None, Header()] = None,
+) -> Any:
+    job, tenant_id = await asyncio.to_thread(
+        _create, ctx, authorization, name, body.input, JobKind.SYNC
+    )
+    job_id = job["id"]
+    headers = {"X-Job-Id": job_id}
+    if body.stream:
+        headers["Cache-Control"] = "no-cache"
+        return StreamingResponse(
+            _sse(ctx, job_id, tenant_id), media_type="text/event-stream", headers=headers
+        )
+    wait_s = min(body.wait_s or ctx.settings.sync_wait_default_s, ctx.settings.sync_wait_max_s)
+    try:
+        async with asyncio.timeout(wait_s):
+            async for event, _ in events.follow(ctx.aredis, job_id):
+                if event in TERMINAL_EVENTS:
+                    break
+    except TimeoutError:
+        pass
+    final = await asyncio.to_thread(_read, ctx, job_id, tenant_id)
+    return JSONResponse(final, status_code=200 if is_terminal(final["status"]) else 202,
+                        headers=headers)
+
+
+async def _sse(ctx: AppContext, job_id: str, tenant_id: str) -> AsyncIterator[str]:
+    finished = False
+    idle_ticks = 0
+    try:
+        async for event, data in events.follow(ctx.aredis, job_id):
+            if event is None:
+                idle_ticks += 1
+                if idle_ticks % KEEPALIVE_EVERY_S == 0:
+                    yield ": keep-alive\n\n"
+                continue
+            yield f"event: {event.value}\ndata: {json.dumps(data)}\n\n"
+            if event in TERMINAL_EVENTS:
+                finished = True
+    finally:
+        if not finished:
+            # The client went away: cancel its job so the worker frees the slot (not awaited:
+            # this task is being cancelled itself).
+            asyncio.get_running_loop().run_in_executor(
+                None, _cancel_quietly, ctx, job_id, tenant_id
+            )
+
+
+def _cancel_quietly(ctx: AppContext, job_id: str, tenant_id: str) -> None:
+    try:
+        _cancel(ctx, job_id, tenant_id)
+    except Exception:
+        log.exception("cancel after disconnect failed for job %s", job_id)
+
+
+@router.post("/v1/deployments/{name}/jobs", status_code=202)
+async def create_job(
+    name: str,
+    body: JobCreate,
+    ctx: Ctx,
+    authorization: Annotated[str | None, Header()] = None,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
+) -> Any:
+    request_hash = hashlib.sha256(
+        json.dumps({"name": name, **body.model_dump()}, sort_keys=True).encode()
+    ).hexdigest()
+    job, _ = await asyncio.to_thread(
+        _create,
+        ctx,
+        authorization,
+        name,
+        body.input,
+        JobKind.ASYNC,
+        webhook=body.webhook,
+        webhook_events=body.webhook_events,
+        ttl_s=body.ttl_s,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )
+    return JSONResponse(job, status_code=202, headers={"X-Job-Id": job["id"]})
+
+
+@router.get("/v1/jobs/{job_id}")
+def get_job(job_id: str, session: Db, who: Principal) -> Any:
+    who.require("read")
+    job = jobs.to_public(jobs.get(session, who.tenant_id, job_id))
+    return JSONResponse(job, headers={"X-Job-Id": job_id})
+
+
+@router.get("/v1/jobs")
+def list_jobs(
+    session: Db,
+    who: Principal,
+    deployment: str | None = None,
+    status: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> Any:
+    who.require("read")
+    rows, next_cursor = jobs.list_(
+        session, who.tenant_id, deployment=deployment, status=status, limit=limit, cursor=cursor
+    )
+    return {"data": [jobs.to_public(j) for j in rows], "next_cursor": next_cursor}
+
+
+@router.post("/v1/jobs/{job_id}/cancel")
+def cancel_job(job_id: str, ctx: Ctx, who: Principal) -> Any:
+    who.require("run")
+    job = _cancel(ctx, job_id, who.tenant_id)
+    return JSONResponse(job, headers={"X-Job-Id": job_id})

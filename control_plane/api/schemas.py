@@ -1,0 +1,126 @@
+"""Pydantic shapes at the HTTP edge (requests). Responses are built by the services' to_public."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+MODEL_URI_RE = re.compile(r"^(s3://[^/]+/.*|file:///.+|hf://[^/]+/[^@]+(@.+)?|/.+)$")
+MAX_PROMPT_CHARS = 200_000
+
+
+class SamplingDefaults(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int | None = Field(None, ge=1, le=32_768)
+    temperature: float | None = Field(None, ge=0, le=5)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: list[str] | None = Field(None, max_length=8)
+
+
+class DeploymentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(description="lowercase letters, digits and '-', at most 63 characters")
+    model: str = Field(description="s3://bucket/prefix/, file:///path, hf://org/repo[@rev]")
+    accelerator: str = "cpu"
+    accelerator_count: int = Field(1, ge=1, le=8)
+    min_workers: int = Field(0, ge=0, le=64)
+    max_workers: int = Field(1, ge=1, le=64)
+    target_concurrency: int = Field(1, ge=1, le=256)
+    scaledown_window_s: float = Field(60.0, ge=0, le=86_400)
+    max_boot_s: float = Field(600.0, gt=0, le=3_600)
+    execution_timeout_s: float = Field(600.0, gt=0, le=86_400)
+    defaults: SamplingDefaults = Field(default_factory=SamplingDefaults)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError("must be lowercase letters, digits and '-', starting alphanumeric")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        if not MODEL_URI_RE.match(v):
+            raise ValueError("must be s3://bucket/prefix, file:///path, hf://org/repo or /path")
+        return v
+
+    @model_validator(mode="after")
+    def _bounds(self) -> DeploymentSpec:
+        if self.min_workers > self.max_workers:
+            raise ValueError(
+                f"min_workers ({self.min_workers}) exceeds max_workers ({self.max_workers})"
+            )
+        return self
+
+
+class JobInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    max_tokens: int | None = Field(None, ge=1, le=32_768)
+    temperature: float | None = Field(None, ge=0, le=5)
+    top_p: float | None = Field(None, gt=0, le=1)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    stop: list[str] | None = Field(None, max_length=8)
+
+    def resolved(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """The input with the deployment's defaults, then the platform's, filled in."""
+        out: dict[str, Any] = {"max_tokens": 64, "temperature": 0.0, "top_p": 1.0, "stop": []}
+        out.update({k: v for k, v in defaults.items() if v is not None})
+        out.update({k: v for k, v in self.model_dump().items() if v is not None})
+        return out
+
+
+class RunRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: JobInput
+    stream: bool = False
+    wait_s: float | None = Field(None, gt=0)
+
+
+class JobCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input: JobInput
+    webhook: str | None = Field(None, max_length=2_000)
+    webhook_events: list[str] = Field(default_factory=lambda: ["completed"])
+    ttl_s: float | None = Field(None, gt=0, le=7 * 86_400)
+
+    @field_validator("webhook_events")
+    @classmethod
+    def _events(cls, v: list[str]) -> list[str]:
+        allowed = {"started", "output", "completed"}
+        bad = sorted(set(v) - allowed)
+        if bad:
+            raise ValueError(f"unknown events {bad}; allowed: {sorted(allowed)}")
+        return v
+
+
+# Internal (worker → control plane) shapes.
+
+
+class WorkerStateReport(BaseModel):
+    state: str
+    at: float = Field(description="unix time of the transition, seconds")
+    reason: str | None = None
+
+
+class ClaimRequest(BaseModel):
+    worker_id: str
+
+
+class CompleteRequest(BaseModel):
+    worker_id: str
+    attempt: int
+    status: str
+    output: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    prompt_tokens: int | None = None
+    generated_tokens: int | None = None

@@ -1,0 +1,230 @@
+"""SQL records: the source of truth for tenants, deployments, jobs, workers and billing.
+
+The same models run on SQLite (embedded) and PostgreSQL. Schema changes go through Alembic
+(`control_plane/db/migrations`). Money is Decimal, stored exactly (see `DecimalText`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    Numeric,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime written to the database")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class DecimalText(TypeDecorator[Decimal]):
+    """Exact decimals: NUMERIC on PostgreSQL, text on SQLite (whose NUMERIC is a float)."""
+
+    impl = Numeric(24, 9)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(40))
+        return dialect.type_descriptor(Numeric(24, 9))
+
+    def process_bind_param(self, value: Decimal | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if not isinstance(value, Decimal):
+            raise TypeError(f"money and seconds must be Decimal, got {type(value).__name__}")
+        return str(value) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> Decimal | None:
+        return None if value is None else Decimal(str(value))
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    # Standard Webhooks signing secret (`whsec_...`) for this tenant's endpoints.
+    webhook_secret: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    # Public lookup part of the key; the secret part is only stored as a hash.
+    prefix: Mapped[str] = mapped_column(String(32), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(128))
+    # Space-separated scopes: admin deploy run read.
+    scopes: Mapped[str] = mapped_column(String(200))
+    name: Mapped[str] = mapped_column(String(200), default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Deployment(Base):
+    __tablename__ = "deployments"
+    __table_args__ = (
+        # One live deployment per name and tenant; deleted ones keep their rows for history.
+        Index(
+            "uq_deployments_live_name",
+            "tenant_id",
+            "name",
+            unique=True,
+            sqlite_where=text("deleted_at IS NULL"),
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    # Current version; every spec change appends a DeploymentVersion.
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class DeploymentVersion(Base):
+    __tablename__ = "deployment_versions"
+    __table_args__ = (UniqueConstraint("deployment_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"))
+    version: Mapped[int] = mapped_column(Integer)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        Index("ix_jobs_deployment_status", "deployment_id", "status"),
+        Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
+        UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_idempotency"),
+    )
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"))
+    deployment_name: Mapped[str] = mapped_column(String(100))
+    deployment_version: Mapped[int] = mapped_column(Integer)
+    # sync | async | batch: sync jobs are served first.
+    kind: Mapped[str] = mapped_column(String(10), default="async")
+    status: Mapped[str] = mapped_column(String(20), default="queued")
+    status_reason: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    input: Mapped[dict[str, Any]] = mapped_column(JSON)
+    output: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Fencing token: bumped on every claim; a report carrying an older attempt is refused.
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    worker_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    generated_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    webhook_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    webhook_events: Mapped[list[str] | None] = mapped_column(JSON, nullable=True)
+    webhook_status: Mapped[str] = mapped_column(String(20), default="none")
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    ttl_s: Mapped[float | None] = mapped_column(Numeric(12, 3, asdecimal=False), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Worker(Base):
+    __tablename__ = "workers"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"), index=True)
+    deployment_version: Mapped[int] = mapped_column(Integer)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    accelerator: Mapped[str] = mapped_column(String(20))
+    state: Mapped[str] = mapped_column(String(20), default="booting")
+    # When the current state (= billing phase) began.
+    state_since: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Why the provider started or stopped it (no_capacity, scale_down, crash, ...).
+    reason: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class BillingRecord(Base):
+    __tablename__ = "billing_records"
+    __table_args__ = (
+        # A segment can be written once: replays and redeliveries hit this constraint.
+        UniqueConstraint("worker_id", "start", name="uq_billing_worker_start"),
+        Index("ix_billing_tenant_start", "tenant_id", "start"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    worker_id: Mapped[str] = mapped_column(ForeignKey("workers.id"))
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"))
+    deployment_name: Mapped[str] = mapped_column(String(100))
+    deployment_version: Mapped[int] = mapped_column(Integer)
+    accelerator: Mapped[str] = mapped_column(String(20))
+    phase: Mapped[str] = mapped_column(String(20))
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    end: Mapped[datetime] = mapped_column(UTCDateTime)
+    seconds: Mapped[Decimal] = mapped_column(DecimalText)
+    rate_per_s: Mapped[Decimal] = mapped_column(DecimalText)
+    amount: Mapped[Decimal] = mapped_column(DecimalText)
+
+
+class WebhookDelivery(Base):
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    # Standard Webhooks message id: the same for every retry of one event.
+    msg_id: Mapped[str] = mapped_column(String(60))
+    event_type: Mapped[str] = mapped_column(String(40))
+    attempt: Mapped[int] = mapped_column(Integer)
+    status_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    delivered: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

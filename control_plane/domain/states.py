@@ -1,0 +1,39 @@
+"""Job states and the transitions allowed between them (DESIGN §4)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    # A worker is booting for the job; `status_reason` says why it waits (no_capacity, ...).
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    # Its ttl passed before it started.
+    EXPIRED = "expired"
+    # It ran past its execution limit.
+    TIMED_OUT = "timed_out"
+
+
+TERMINAL = frozenset(
+    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.EXPIRED, JobStatus.TIMED_OUT}
+)
+# NOTE: terminal states are final; a job leaves `running` only through a fenced report.
+PENDING = frozenset({JobStatus.QUEUED, JobStatus.STARTING})
+ACTIVE = PENDING | {JobStatus.RUNNING}
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL
+
+
+class JobKind(StrEnum):
+    """Priority class: sync before async before batch."""
+
+    SYNC = "sync"
+    ASYNC = "async"
+    BATCH = "batch"

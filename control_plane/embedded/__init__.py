@@ -1,0 +1,1 @@
+"""The embedded platform (`platform up`): every part real, on loopback, under one state dir."""

@@ -1,0 +1,37 @@
+"""`python -m control_plane.embedded up|down ...` (what `platform up` / `platform down` exec)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from control_plane.embedded.supervisor import down, up
+
+
+def default_state_dir() -> Path:
+    env = os.environ.get("PLATFORM_STATE_DIR")
+    return Path(env) if env else Path.home() / ".local" / "share" / "platform"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="platform")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pu = sub.add_parser("up", help="start the embedded platform")
+    pu.add_argument("--port", type=int, default=8000)
+    pu.add_argument("--state-dir", type=Path, default=None)
+    pu.add_argument("--detach", action="store_true")
+    pd = sub.add_parser("down", help="stop a detached embedded platform")
+    pd.add_argument("--state-dir", type=Path, default=None)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    state_dir = args.state_dir or default_state_dir()
+    if args.cmd == "up":
+        return up(state_dir, args.port, args.detach)
+    return down(state_dir)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

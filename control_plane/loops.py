@@ -1,0 +1,204 @@
+"""Control loops of the embedded platform: autoscaler (+ provider) and a small reconciler.
+
+`python -m control_plane.loops` runs them in one process that owns the local worker processes.
+Each tick reads state from SQL, asks the pure `decide()` what to do, and applies it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import redis
+from celery import Celery
+from sqlalchemy.orm import Session, sessionmaker
+
+from control_plane.db.models import Deployment, Job, Worker
+from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.domain.autoscaler import DeploymentLoad, ScalingPolicy, decide
+from control_plane.domain.states import PENDING
+from control_plane.providers.base import Provider, WorkerSpec
+from control_plane.providers.local import LocalProvider, worker_env
+from control_plane.services import deployments, events, jobs, workers
+from control_plane.services.dispatch import dispatch_job, make_celery
+from control_plane.settings import Settings
+from worker.protocol import EventType, WorkerState, deployment_queue
+
+log = logging.getLogger(__name__)
+# Pending jobs get a fresh wake-up this often (lost broker messages, broker restarts).
+REDISPATCH_EVERY_S = 30.0
+
+
+def policy_of(spec: dict[str, Any]) -> ScalingPolicy:
+    return ScalingPolicy(
+        min_workers=int(spec.get("min_workers", 0)),
+        max_workers=int(spec.get("max_workers", 1)),
+        target_concurrency=int(spec.get("target_concurrency", 1)),
+        scaledown_window_s=float(spec.get("scaledown_window_s", 60)),
+    )
+
+
+class AutoscalerLoop:
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: sessionmaker[Session],
+        r: redis.Redis,
+        celery: Celery,
+        provider: Provider,
+    ) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.redis = r
+        self.celery = celery
+        self.provider = provider
+        # deployment id → last time it had queued or running work (seen by this process).
+        self.last_demand: dict[str, datetime] = {}
+        self.last_redispatch = time.monotonic()
+
+    def tick(self, now: datetime) -> None:
+        with self.sessions() as session:
+            self._reap(session, now)
+            load = jobs.load_by_deployment(session)
+            for dep in deployments.list_live(session):
+                self._scale(session, dep, load.get(dep.id, (0, 0, None)), now)
+            self._stop_deleted(session)
+            session.commit()
+            if time.monotonic() - self.last_redispatch > REDISPATCH_EVERY_S:
+                self.last_redispatch = time.monotonic()
+                self._redispatch(session)
+
+    def _scale(
+        self, session: Session, dep: Deployment, load: tuple[int, int, datetime | None],
+        now: datetime,
+    ) -> None:
+        pending, running, _ = load
+        if pending or running:
+            self.last_demand[dep.id] = now
+        live = workers.live(session, dep.id)
+        active = [w for w in live if w.state != WorkerState.DRAINING]
+        last = self.last_demand.get(dep.id) or jobs.last_completed_at(session, dep.id)
+        decision = decide(
+            policy_of(dep.spec), DeploymentLoad(pending, running, len(active), last), now
+        )
+        if decision.desired > len(active):
+            for _ in range(decision.desired - len(active)):
+                self._start(session, dep, decision.reason, now)
+            session.commit()
+            for job_id in jobs.mark_starting(session, dep.id, "no_capacity"):
+                events.publish(self.redis, job_id, EventType.STARTING, {"reason": "no_capacity"})
+        elif decision.desired < len(active):
+            # Idle workers go first; a busy one drains (finishes its jobs) before exiting.
+            order = {WorkerState.IDLE: 0, WorkerState.BOOTING: 1, WorkerState.LOADING: 1,
+                     WorkerState.WARMING: 1, WorkerState.BUSY: 2}
+            victims = sorted(active, key=lambda w: order.get(WorkerState(w.state), 3))
+            for w in victims[: len(active) - decision.desired]:
+                log.info("scaling down worker %s of %s (%s)", w.id, dep.name, decision.reason)
+                w.reason = decision.reason
+                self.provider.stop(w.id)
+
+    def _start(self, session: Session, dep: Deployment, reason: str, now: datetime) -> Worker:
+        accelerator = str(dep.spec.get("accelerator", "cpu"))
+        w = workers.create(session, dep, accelerator, reason, now)
+        session.flush()
+        w.pid = self.provider.start(
+            WorkerSpec(
+                worker_id=w.id,
+                deployment_id=dep.id,
+                deployment_version=dep.version,
+                model_uri=str(dep.spec["model"]),
+                accelerator=accelerator,
+                queue=deployment_queue(dep.id),
+                max_concurrency=int(dep.spec.get("target_concurrency", 1)),
+            )
+        )
+        log.info("started worker %s for %s (%s)", w.id, dep.name, reason)
+        return w
+
+    def _reap(self, session: Session, now: datetime) -> None:
+        for exited in self.provider.reap():
+            w = session.get(Worker, exited.worker_id)
+            if w is None:
+                continue
+            if exited.returncode == 0:
+                workers.transition(session, self.settings, w.id, WorkerState.STOPPED, now, now)
+            else:
+                log.warning("worker %s exited with %d", w.id, exited.returncode)
+                workers.transition(
+                    session, self.settings, w.id, WorkerState.FAILED, now, now,
+                    reason=f"exit_{exited.returncode}",
+                )
+
+    def _stop_deleted(self, session: Session) -> None:
+        live_ids = {d.id for d in deployments.list_live(session)}
+        for w in workers.live(session):
+            if w.deployment_id not in live_ids and w.state != WorkerState.DRAINING:
+                w.reason = "deployment_deleted"
+                self.provider.stop(w.id)
+
+    def _redispatch(self, session: Session) -> None:
+        from sqlalchemy import select
+
+        rows = session.execute(
+            select(Job.id, Job.deployment_id, Job.kind).where(
+                Job.status.in_([s.value for s in PENDING])
+            )
+        ).all()
+        for job_id, dep_id, kind in rows:
+            dispatch_job(self.celery, dep_id, job_id, kind)
+
+    def shutdown(self) -> None:
+        now = datetime.now(UTC)
+        exited = self.provider.shutdown(timeout_s=10.0)
+        with self.sessions() as session:
+            for e in exited:
+                workers.transition(
+                    session, self.settings, e.worker_id, WorkerState.STOPPED, now, now,
+                    reason="platform_shutdown",
+                )
+            session.commit()
+
+
+def main() -> None:
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.log_level, format="%(asctime)s %(levelname)s loops %(name)s: %(message)s"
+    )
+    sessions = make_sessionmaker(make_engine(settings.database_url))
+    env = worker_env(
+        os.environ,
+        {
+            "PLATFORM_INTERNAL_URL": settings.internal_url,
+            "PLATFORM_WORKER_TOKEN": settings.worker_token.get_secret_value(),
+            "PLATFORM_REDIS_URL": settings.redis_url,
+            "PLATFORM_WORKER_THREADS": str(settings.worker_threads),
+        },
+    )
+    if settings.s3_endpoint_url:
+        env["AWS_ENDPOINT_URL"] = settings.s3_endpoint_url
+    env.setdefault("AWS_DEFAULT_REGION", settings.s3_region)
+    provider = LocalProvider(env, settings.state_dir / "logs" / "workers", settings.worker_python)
+    loop = AutoscalerLoop(
+        settings, sessions, redis.Redis.from_url(settings.redis_url), make_celery(settings), provider
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("autoscaler loop running every %.2fs", settings.autoscaler_interval_s)
+    while not stop.is_set():
+        try:
+            loop.tick(datetime.now(UTC))
+        except Exception:
+            log.exception("autoscaler tick failed")
+        stop.wait(settings.autoscaler_interval_s)
+    loop.shutdown()
+    log.info("autoscaler loop stopped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,105 @@
+"""Local provider: one worker process per accelerator (or the CPU), children of this process.
+
+Children get PR_SET_PDEATHSIG so that they die with the loop process even if it is killed
+with SIGKILL: the embedded platform never leaves orphans.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from control_plane.providers.base import Exited, WorkerSpec
+
+log = logging.getLogger(__name__)
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """preexec_fn: deliver SIGTERM to this child when its parent thread exits (Linux)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
+
+class LocalProvider:
+    def __init__(self, env: Mapping[str, str], log_dir: Path, python: str = "") -> None:
+        self._env = dict(env)
+        self._log_dir = log_dir
+        self._python = python or sys.executable
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        log_dir.mkdir(parents=True, exist_ok=True)
+
+    def start(self, spec: WorkerSpec) -> int | None:
+        cmd = [
+            self._python, "-m", "worker",
+            "--worker-id", spec.worker_id,
+            "--deployment-id", spec.deployment_id,
+            "--deployment-version", str(spec.deployment_version),
+            "--model", spec.model_uri,
+            "--accelerator", spec.accelerator,
+            "--queue", spec.queue,
+            "--max-concurrency", str(spec.max_concurrency),
+        ]  # fmt: skip
+        logfile = (self._log_dir / f"{spec.worker_id}.log").open("ab")
+        proc = subprocess.Popen(
+            cmd,
+            env=self._env,
+            stdin=subprocess.DEVNULL,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent,
+        )
+        logfile.close()
+        self._procs[spec.worker_id] = proc
+        log.info("started worker %s pid %d", spec.worker_id, proc.pid)
+        return proc.pid
+
+    def stop(self, worker_id: str) -> None:
+        proc = self._procs.get(worker_id)
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+
+    def reap(self) -> list[Exited]:
+        out = []
+        for worker_id, proc in list(self._procs.items()):
+            rc = proc.poll()
+            if rc is not None:
+                del self._procs[worker_id]
+                out.append(Exited(worker_id, rc))
+        return out
+
+    def shutdown(self, timeout_s: float) -> list[Exited]:
+        for worker_id in list(self._procs):
+            self.stop(worker_id)
+        deadline = time.monotonic() + timeout_s
+        while self._procs and time.monotonic() < deadline:
+            if all(p.poll() is not None for p in self._procs.values()):
+                break
+            time.sleep(0.05)
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        return self.reap()
+
+    def running(self) -> list[str]:
+        return [w for w, p in self._procs.items() if p.poll() is None]
+
+
+def worker_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in base.items() if not k.startswith("PLATFORM_")}
+    env.update(extra)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+__all__ = ["LocalProvider", "die_with_parent", "worker_env"]

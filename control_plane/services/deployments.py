@@ -1,0 +1,82 @@
+"""Deployments: named, versioned specs owned by a tenant."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from control_plane.db.models import Deployment, DeploymentVersion
+from control_plane.domain.ids import new_id
+from control_plane.errors import Conflict, NotFound
+
+
+def get(session: Session, tenant_id: str, name: str) -> Deployment:
+    row = session.scalars(
+        select(Deployment).where(
+            Deployment.tenant_id == tenant_id,
+            Deployment.name == name,
+            Deployment.deleted_at.is_(None),
+        )
+    ).first()
+    if row is None:
+        raise NotFound(f"deployment '{name}' does not exist", deployment=name)
+    return row
+
+
+def list_(session: Session, tenant_id: str) -> list[Deployment]:
+    return list(
+        session.scalars(
+            select(Deployment)
+            .where(Deployment.tenant_id == tenant_id, Deployment.deleted_at.is_(None))
+            .order_by(Deployment.name)
+        )
+    )
+
+
+def list_live(session: Session) -> list[Deployment]:
+    """Every live deployment of every tenant (for the autoscaler loop)."""
+    return list(session.scalars(select(Deployment).where(Deployment.deleted_at.is_(None))))
+
+
+def create(session: Session, tenant_id: str, spec: dict[str, Any], now: datetime) -> Deployment:
+    row = Deployment(
+        id=new_id("dep", now),
+        tenant_id=tenant_id,
+        name=spec["name"],
+        version=1,
+        spec=spec,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(row)
+    session.add(DeploymentVersion(deployment_id=row.id, version=1, spec=spec, created_at=now))
+    try:
+        session.flush()
+    except IntegrityError:
+        session.rollback()
+        raise Conflict(f"deployment '{spec['name']}' already exists; use PUT to update it") from None
+    return row
+
+
+def update(
+    session: Session, tenant_id: str, name: str, spec: dict[str, Any], now: datetime
+) -> Deployment:
+    """Replace the spec; a changed spec becomes a new version (jobs keep the one they got)."""
+    row = get(session, tenant_id, name)
+    if row.spec == spec:
+        return row
+    row.version += 1
+    row.spec = spec
+    row.updated_at = now
+    session.add(DeploymentVersion(deployment_id=row.id, version=row.version, spec=spec, created_at=now))
+    return row
+
+
+def delete(session: Session, tenant_id: str, name: str, now: datetime) -> Deployment:
+    row = get(session, tenant_id, name)
+    row.deleted_at = now
+    return row

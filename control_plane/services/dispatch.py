@@ -1,0 +1,39 @@
+"""Wake-up messages to workers through the Celery broker (DESIGN §5: the DB is the truth)."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from control_plane.settings import Settings
+from worker.protocol import BROKER_TRANSPORT_OPTIONS, RUN_JOB_TASK, deployment_queue
+
+# Celery priorities on Redis: lower number = served first (sync before async before batch).
+PRIORITY = {"sync": 0, "async": 3, "batch": 6}
+
+
+def make_celery(settings: Settings) -> Celery:
+    app = Celery("control_plane", broker=settings.redis_url, backend=None)
+    app.conf.update(
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_create_missing_queues=True,
+        task_ignore_result=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options=BROKER_TRANSPORT_OPTIONS,
+        task_serializer="json",
+        accept_content=["json"],
+        task_default_queue="platform.control",
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+def dispatch_job(app: Celery, deployment_id: str, job_id: str, kind: str) -> None:
+    """Send the wake-up for `job_id`; duplicates are harmless (claims are fenced)."""
+    app.send_task(
+        RUN_JOB_TASK,
+        kwargs={"job_id": job_id},
+        queue=deployment_queue(deployment_id),
+        priority=PRIORITY.get(kind, 3),
+    )

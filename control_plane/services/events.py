@@ -1,0 +1,55 @@
+"""Job event streams in Redis (one Stream per job): publish from anywhere, read for SSE."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis
+import redis.asyncio as aioredis
+
+from worker.protocol import (
+    JOB_EVENTS_MAXLEN,
+    JOB_EVENTS_TTL_S,
+    TERMINAL_EVENTS,
+    EventType,
+    job_events_key,
+)
+
+
+def publish(r: redis.Redis, job_id: str, event: EventType, data: dict[str, Any]) -> None:
+    key = job_events_key(job_id)
+    pipe = r.pipeline(transaction=False)
+    pipe.xadd(
+        key, {"type": event.value, "data": json.dumps(data)}, maxlen=JOB_EVENTS_MAXLEN
+    )
+    pipe.expire(key, JOB_EVENTS_TTL_S)
+    pipe.execute()
+
+
+async def follow(
+    r: aioredis.Redis, job_id: str, *, block_ms: int = 1000
+) -> AsyncIterator[tuple[EventType | None, dict[str, Any]]]:
+    """Yield a job's events from the first one, blocking for new ones, until a terminal one.
+
+    Yields `(None, {})` after each `block_ms` without events, so callers can send keep-alives.
+    The caller bounds the wait (it is an async generator: cancel or stop iterating).
+    """
+    key = job_events_key(job_id)
+    last_id = "0-0"
+    while True:
+        resp = await r.xread({key: last_id}, block=block_ms, count=256)
+        if not resp:
+            yield None, {}
+        for _stream, entries in resp or []:
+            for entry_id, fields in entries:
+                last_id = entry_id
+                event = EventType(_text(fields[b"type"]))
+                yield event, json.loads(_text(fields[b"data"]))
+                if event in TERMINAL_EVENTS:
+                    return
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v

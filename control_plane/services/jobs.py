@@ -1,0 +1,269 @@
+"""Jobs: create (committed before acknowledged), read, cancel, and the fenced worker reports.
+
+Fencing: a claim bumps `attempt`; `complete` only applies when the report carries the current
+attempt and the job is still running, so a stale attempt can never overwrite a newer one and a
+terminal state is final.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from control_plane.db.models import Deployment, Job
+from control_plane.domain.ids import new_id
+from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobStatus
+from control_plane.errors import Conflict, NotFound
+
+
+def create(
+    session: Session,
+    deployment: Deployment,
+    job_input: dict[str, Any],
+    kind: str,
+    now: datetime,
+    *,
+    webhook_url: str | None = None,
+    webhook_events: list[str] | None = None,
+    ttl_s: float | None = None,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> tuple[Job, bool]:
+    """Insert a queued job; returns (job, created). Same idempotency key + body → same job."""
+    if idempotency_key is not None:
+        existing = _by_idempotency_key(session, deployment.tenant_id, idempotency_key)
+        if existing is not None:
+            return _check_replay(existing, request_hash), False
+    job = Job(
+        id=new_id("job", now),
+        tenant_id=deployment.tenant_id,
+        deployment_id=deployment.id,
+        deployment_name=deployment.name,
+        deployment_version=deployment.version,
+        kind=kind,
+        status=JobStatus.QUEUED,
+        input=job_input,
+        webhook_url=webhook_url,
+        webhook_events=webhook_events,
+        webhook_status="pending" if webhook_url else "none",
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        ttl_s=ttl_s,
+        created_at=now,
+    )
+    session.add(job)
+    try:
+        session.flush()
+    except IntegrityError:
+        # A concurrent request with the same key won the race.
+        session.rollback()
+        existing = _by_idempotency_key(session, deployment.tenant_id, idempotency_key or "")
+        if existing is None:
+            raise
+        return _check_replay(existing, request_hash), False
+    return job, True
+
+
+def _by_idempotency_key(session: Session, tenant_id: str, key: str) -> Job | None:
+    return session.scalars(
+        select(Job).where(Job.tenant_id == tenant_id, Job.idempotency_key == key)
+    ).first()
+
+
+def _check_replay(existing: Job, request_hash: str | None) -> Job:
+    if existing.request_hash != request_hash:
+        raise Conflict(
+            "this Idempotency-Key was used with a different request body",
+            job_id=existing.id,
+        )
+    return existing
+
+
+def get(session: Session, tenant_id: str, job_id: str) -> Job:
+    job = session.get(Job, job_id)
+    # Another tenant's job is indistinguishable from a missing one.
+    if job is None or job.tenant_id != tenant_id:
+        raise NotFound(f"job '{job_id}' does not exist", job_id=job_id)
+    return job
+
+
+def list_(
+    session: Session,
+    tenant_id: str,
+    *,
+    deployment: str | None,
+    status: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[Job], str | None]:
+    """Newest first; the cursor is the last id of the previous page (ids sort by time)."""
+    q = select(Job).where(Job.tenant_id == tenant_id)
+    if deployment:
+        q = q.where(Job.deployment_name == deployment)
+    if status:
+        q = q.where(Job.status == status)
+    if cursor:
+        q = q.where(Job.id < cursor)
+    rows = list(session.scalars(q.order_by(Job.id.desc()).limit(limit + 1)))
+    next_cursor = rows[limit - 1].id if len(rows) > limit else None
+    return rows[:limit], next_cursor
+
+
+def cancel(session: Session, tenant_id: str, job_id: str, now: datetime) -> tuple[Job, bool]:
+    """Cancel unless already terminal; returns (job, changed)."""
+    job = get(session, tenant_id, job_id)
+    res = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_([s.value for s in ACTIVE]))
+        .values(status=JobStatus.CANCELED, completed_at=now, status_reason="canceled_by_user")
+    )
+    session.refresh(job)
+    return job, res.rowcount > 0  # type: ignore[attr-defined]
+
+
+def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job | None:
+    """Give a pending job to a worker as a new attempt; None if it is not claimable."""
+    job = session.get(Job, job_id)
+    if job is None or job.status not in PENDING:
+        return None
+    if job.ttl_s is not None and now > job.created_at + timedelta(seconds=float(job.ttl_s)):
+        session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.status.in_([s.value for s in PENDING]))
+            .values(status=JobStatus.EXPIRED, completed_at=now, status_reason="ttl_passed")
+        )
+        return None
+    res = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.status.in_([s.value for s in PENDING]))
+        .values(
+            status=JobStatus.RUNNING,
+            attempt=Job.attempt + 1,
+            worker_id=worker_id,
+            started_at=func.coalesce(Job.started_at, now),
+            status_reason=None,
+        )
+    )
+    if res.rowcount == 0:  # type: ignore[attr-defined]
+        return None
+    session.refresh(job)
+    return job
+
+
+def complete(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    status: JobStatus,
+    now: datetime,
+    *,
+    output: dict[str, Any] | None,
+    error: dict[str, Any] | None,
+    prompt_tokens: int | None,
+    generated_tokens: int | None,
+) -> Job:
+    """Apply a worker's final report if it belongs to the current attempt."""
+    if status not in TERMINAL:
+        raise ValueError(f"{status} is not a terminal status")
+    res = session.execute(
+        update(Job)
+        .where(Job.id == job_id, Job.attempt == attempt, Job.status == JobStatus.RUNNING)
+        .values(
+            status=status,
+            output=output,
+            error=error,
+            prompt_tokens=prompt_tokens,
+            generated_tokens=generated_tokens,
+            completed_at=now,
+        )
+    )
+    if res.rowcount == 0:  # type: ignore[attr-defined]
+        raise Conflict(f"attempt {attempt} of job '{job_id}' is no longer current", job_id=job_id)
+    job = session.get(Job, job_id)
+    assert job is not None
+    session.refresh(job)
+    return job
+
+
+def mark_starting(session: Session, deployment_id: str, reason: str) -> list[str]:
+    """Queued jobs of a deployment now wait on a booting worker; returns their ids."""
+    ids = list(
+        session.scalars(
+            select(Job.id).where(Job.deployment_id == deployment_id, Job.status == JobStatus.QUEUED)
+        )
+    )
+    if ids:
+        session.execute(
+            update(Job)
+            .where(Job.id.in_(ids), Job.status == JobStatus.QUEUED)
+            .values(status=JobStatus.STARTING, status_reason=reason)
+        )
+    return ids
+
+
+def load_by_deployment(session: Session) -> dict[str, tuple[int, int, datetime | None]]:
+    """deployment id → (pending jobs, running jobs, newest activity among active jobs)."""
+    rows = session.execute(
+        select(Job.deployment_id, Job.status, func.count(), func.max(Job.created_at))
+        .where(Job.status.in_([s.value for s in ACTIVE]))
+        .group_by(Job.deployment_id, Job.status)
+    ).all()
+    out: dict[str, tuple[int, int, datetime | None]] = {}
+    for dep_id, status, count, newest in rows:
+        pending, running, _ = out.get(dep_id, (0, 0, None))
+        if status == JobStatus.RUNNING:
+            running += count
+        else:
+            pending += count
+        out[dep_id] = (pending, running, newest)
+    return out
+
+
+def last_completed_at(session: Session, deployment_id: str) -> datetime | None:
+    value: datetime | None = session.scalar(
+        select(func.max(Job.completed_at)).where(Job.deployment_id == deployment_id)
+    )
+    return value
+
+
+def usage_of(job: Job) -> dict[str, Any]:
+    queue_s = exec_s = None
+    if job.started_at is not None:
+        queue_s = round((job.started_at - job.created_at).total_seconds(), 3)
+        if job.completed_at is not None:
+            exec_s = round((job.completed_at - job.started_at).total_seconds(), 3)
+    return {
+        "prompt_tokens": job.prompt_tokens,
+        "generated_tokens": job.generated_tokens,
+        "queue_s": queue_s,
+        "execution_s": exec_s,
+    }
+
+
+def to_public(job: Job) -> dict[str, Any]:
+    return {
+        "id": job.id,
+        "deployment": job.deployment_name,
+        "deployment_version": job.deployment_version,
+        "kind": job.kind,
+        "status": job.status,
+        "status_reason": job.status_reason,
+        "input": job.input,
+        "output": job.output,
+        "error": job.error,
+        "usage": usage_of(job),
+        "attempt": job.attempt,
+        "webhook": job.webhook_url,
+        "webhook_status": job.webhook_status,
+        "created_at": _iso(job.created_at),
+        "started_at": _iso(job.started_at),
+        "completed_at": _iso(job.completed_at),
+    }
+
+
+def _iso(dt: datetime | None) -> str | None:
+    return None if dt is None else dt.isoformat().replace("+00:00", "Z")

@@ -1,0 +1,133 @@
+"""Worker records and their phase transitions; each closed phase becomes a billing record."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from control_plane.db.models import BillingRecord, Deployment, Worker
+from control_plane.domain.billing_math import PHASE_OF_STATE, segment_cost
+from control_plane.domain.ids import new_id
+from control_plane.errors import NotFound
+from control_plane.settings import Settings
+from worker.protocol import WorkerState
+
+LIVE_STATES = frozenset(
+    {
+        WorkerState.BOOTING,
+        WorkerState.LOADING,
+        WorkerState.WARMING,
+        WorkerState.IDLE,
+        WorkerState.BUSY,
+    }
+)
+ENDED_STATES = frozenset({WorkerState.STOPPED, WorkerState.FAILED})
+
+
+def create(
+    session: Session, deployment: Deployment, accelerator: str, reason: str, now: datetime
+) -> Worker:
+    w = Worker(
+        id=new_id("wrk", now),
+        deployment_id=deployment.id,
+        deployment_version=deployment.version,
+        tenant_id=deployment.tenant_id,
+        accelerator=accelerator,
+        state=WorkerState.BOOTING,
+        state_since=now,
+        reason=reason,
+        started_at=now,
+    )
+    session.add(w)
+    return w
+
+
+def transition(
+    session: Session, settings: Settings, worker_id: str, state: WorkerState, at: datetime,
+    now: datetime, reason: str | None = None,
+) -> Worker:
+    """Move a worker to `state` at time `at`, closing the previous phase as a billing record.
+
+    Idempotent: a repeated or out-of-date report changes nothing; an ended worker stays ended.
+    """
+    w = session.get(Worker, worker_id)
+    if w is None:
+        raise NotFound(f"worker '{worker_id}' does not exist")
+    if w.state in ENDED_STATES or w.state == state:
+        return w
+    # Clamp the reported time into [phase start, now]: clocks of two processes differ a little.
+    at = min(max(at, w.state_since), now)
+    phase = PHASE_OF_STATE.get(w.state)
+    if phase is not None and at > w.state_since:
+        _write_segment(session, settings, w, phase, w.state_since, at)
+    w.state = state
+    w.state_since = at
+    if reason:
+        w.reason = reason
+    if state in ENDED_STATES:
+        w.stopped_at = at
+    return w
+
+
+def _write_segment(
+    session: Session, settings: Settings, w: Worker, phase: str, start: datetime, end: datetime
+) -> None:
+    dep = session.get(Deployment, w.deployment_id)
+    assert dep is not None
+    rate = settings.rate_per_s(w.accelerator)
+    cost = segment_cost(start, end, rate)
+    record = BillingRecord(
+        tenant_id=w.tenant_id,
+        worker_id=w.id,
+        deployment_id=w.deployment_id,
+        deployment_name=dep.name,
+        deployment_version=w.deployment_version,
+        accelerator=w.accelerator,
+        phase=phase,
+        start=start,
+        end=end,
+        seconds=cost.seconds,
+        rate_per_s=rate,
+        amount=cost.amount,
+    )
+    try:
+        with session.begin_nested():
+            session.add(record)
+    except IntegrityError:
+        # The same segment was already written (a replayed report): exactly once by constraint.
+        pass
+
+
+def live(session: Session, deployment_id: str | None = None) -> list[Worker]:
+    q = select(Worker).where(Worker.state.in_([s.value for s in LIVE_STATES | {WorkerState.DRAINING}]))
+    if deployment_id:
+        q = q.where(Worker.deployment_id == deployment_id)
+    return list(session.scalars(q))
+
+
+def list_for_tenant(
+    session: Session, tenant_id: str, deployment_id: str | None, limit: int = 100
+) -> list[Worker]:
+    q = select(Worker).where(Worker.tenant_id == tenant_id)
+    if deployment_id:
+        q = q.where(Worker.deployment_id == deployment_id)
+    return list(session.scalars(q.order_by(Worker.started_at.desc()).limit(limit)))
+
+
+def to_public(w: Worker, deployment_name: str) -> dict[str, Any]:
+    return {
+        "id": w.id,
+        "deployment": deployment_name,
+        "deployment_version": w.deployment_version,
+        "state": w.state,
+        "reason": w.reason,
+        "accelerator": w.accelerator,
+        "started_at": w.started_at.isoformat().replace("+00:00", "Z"),
+        "stopped_at": w.stopped_at.isoformat().replace("+00:00", "Z") if w.stopped_at else None,
+    }
+
+

@@ -1,0 +1,86 @@
+"""Settings of control-plane processes (env prefix `PLATFORM_`), built once at the entry point.
+
+Every variable is documented in docs/configuration.md. The object is frozen: derived runtime
+values live elsewhere, never patched in here.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Default price per second of worker time, per accelerator type (USD). Overridable with
+# PLATFORM_RATES_PER_S='{"cpu": "0.00002", "h100": "0.0011"}'.
+DEFAULT_RATES_PER_S: dict[str, Decimal] = {
+    "cpu": Decimal("0.000020"),
+    "a10g": Decimal("0.000306"),
+    "l4": Decimal("0.000222"),
+    "a100": Decimal("0.000694"),
+    "h100": Decimal("0.001097"),
+    "h200": Decimal("0.001250"),
+}
+
+
+class Settings(BaseSettings):
+    """Configuration of one control-plane process.
+
+    Example: `Settings(database_url="sqlite:///x.db", worker_token="...")`, or from the
+    environment: `PLATFORM_DATABASE_URL=postgresql+psycopg://... python -m control_plane.api`.
+    """
+
+    model_config = SettingsConfigDict(env_prefix="PLATFORM_", frozen=True, extra="ignore")
+
+    database_url: str = "sqlite:///platform.db"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    # None means AWS itself; the embedded default points this at `rclone serve s3`.
+    s3_endpoint_url: str | None = None
+    s3_region: str = "us-east-1"
+
+    api_host: str = "127.0.0.1"
+    api_port: int = 8000
+    # URL at which workers reach the control plane's internal endpoints.
+    internal_url: str = "http://127.0.0.1:8000"
+    # Shared secret of workers for /internal endpoints.
+    worker_token: SecretStr = SecretStr("")
+
+    state_dir: Path = Path(".state")
+
+    sync_wait_default_s: float = Field(60.0, gt=0)
+    sync_wait_max_s: float = Field(300.0, gt=0)
+    max_request_bytes: int = Field(1_000_000, gt=0)
+
+    # Webhook targets on private/loopback/link-local addresses are refused unless allowed.
+    webhook_allow_private: bool = False
+    # Delay before each retry of a failed delivery (seconds); jitter is added on top.
+    webhook_retry_schedule_s: tuple[float, ...] = (5, 30, 120, 600, 1800, 3600, 7200, 14400)
+    webhook_timeout_s: float = Field(10.0, gt=0)
+
+    autoscaler_interval_s: float = Field(0.5, gt=0)
+    provider: Literal["local"] = "local"
+    # Python interpreter used for local worker processes.
+    worker_python: str = ""
+    # Torch intra-op threads per local worker (0: torch's default).
+    worker_threads: int = Field(1, ge=0)
+
+    rates_per_s: dict[str, Decimal] = Field(default_factory=lambda: dict(DEFAULT_RATES_PER_S))
+
+    log_level: str = "INFO"
+
+    @field_validator("worker_token")
+    @classmethod
+    def _token_not_trivial(cls, v: SecretStr) -> SecretStr:
+        secret = v.get_secret_value()
+        if secret and len(secret) < 16:
+            raise ValueError("PLATFORM_WORKER_TOKEN must be at least 16 characters")
+        return v
+
+    def rate_per_s(self, accelerator: str) -> Decimal:
+        """Price of one second of a worker with this accelerator."""
+        try:
+            return self.rates_per_s[accelerator]
+        except KeyError:
+            raise ValueError(f"no rate configured for accelerator {accelerator!r}") from None

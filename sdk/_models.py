@@ -1,0 +1,161 @@
+"""Read-only views over the platform's JSON objects, shared by the sync and async clients.
+
+A view keeps the decoded JSON (`.raw`) and exposes the documented fields as properties, so a
+field the server adds later is still reachable through `.raw` without an SDK release.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Job states after which nothing changes any more (docs/api.md).
+TERMINAL_STATUSES = frozenset({"succeeded", "failed", "canceled", "expired", "timed_out"})
+
+
+class JobView:
+    """Fields of a `Job` (docs/api.md); `Job` and `AsyncJob` add the I/O methods."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self._raw = raw
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The job as the platform last sent it."""
+        return self._raw
+
+    @property
+    def id(self) -> str:
+        return str(self._raw.get("id", ""))
+
+    @property
+    def deployment(self) -> str | None:
+        return _opt_str(self._raw.get("deployment"))
+
+    @property
+    def status(self) -> str:
+        """queued | starting | running | succeeded | failed | canceled | expired | timed_out"""
+        return str(self._raw.get("status", ""))
+
+    @property
+    def status_reason(self) -> str | None:
+        """Why a job is `starting` (no_capacity, loading_weights, ...), when known."""
+        return _opt_str(self._raw.get("status_reason"))
+
+    @property
+    def output(self) -> dict[str, Any] | None:
+        """{"text": ..., "finish_reason": "stop" | "length" | "abort"} once succeeded."""
+        return _opt_dict(self._raw.get("output"))
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        """{"type": ..., "message": ...} when the job failed."""
+        return _opt_dict(self._raw.get("error"))
+
+    @property
+    def usage(self) -> dict[str, Any] | None:
+        """Token counts and seconds spent queued / executing."""
+        return _opt_dict(self._raw.get("usage"))
+
+    @property
+    def attempt(self) -> int:
+        value = self._raw.get("attempt")
+        return value if isinstance(value, int) else 0
+
+    @property
+    def webhook_status(self) -> str | None:
+        """none | pending | delivered | failed"""
+        return _opt_str(self._raw.get("webhook_status"))
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def text(self) -> str | None:
+        """The generated text, once the job succeeded."""
+        output = self.output
+        return _opt_str(output.get("text")) if output else None
+
+    def __repr__(self) -> str:
+        # NOTE: never the input or output: they hold prompts and generations (STYLE 15).
+        return f"{type(self).__name__}(id={self.id!r}, status={self.status!r})"
+
+
+# The fields of a DeploymentSpec (docs/api.md); the rest of a Deployment is server-made.
+SPEC_FIELDS = (
+    "name",
+    "model",
+    "accelerator",
+    "min_workers",
+    "max_workers",
+    "scaledown_window_s",
+    "max_boot_s",
+    "execution_timeout_s",
+    "defaults",
+)
+
+
+class Deployment:
+    """A deployment as the platform describes it: its spec, version and live workers.
+
+    Example:
+        dep = client.deployments.get("demo")
+        print(dep.version, dep.workers)      # 3 {"idle": 1}
+        client.deployments.update("demo", {**dep.spec, "max_workers": 2})
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self._raw = raw
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        return self._raw
+
+    @property
+    def name(self) -> str:
+        return str(self._raw.get("name", ""))
+
+    @property
+    def id(self) -> str | None:
+        return _opt_str(self._raw.get("id"))
+
+    @property
+    def model(self) -> str | None:
+        return _opt_str(self._raw.get("model"))
+
+    @property
+    def accelerator(self) -> str | None:
+        return _opt_str(self._raw.get("accelerator"))
+
+    @property
+    def version(self) -> int:
+        value = self._raw.get("version")
+        return value if isinstance(value, int) else 0
+
+    @property
+    def workers(self) -> dict[str, int]:
+        """Live workers by state, e.g. {"idle": 1, "busy": 2}."""
+        workers = self._raw.get("workers")
+        if not isinstance(workers, dict):
+            return {}
+        return {str(k): v for k, v in workers.items() if isinstance(v, int)}
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """Only the DeploymentSpec fields: what `deployments.update` takes back."""
+        return {k: self._raw[k] for k in SPEC_FIELDS if k in self._raw}
+
+    def __repr__(self) -> str:
+        return f"Deployment(name={self.name!r}, version={self.version})"
+
+
+def _opt_str(value: object) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _opt_dict(value: object) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None

@@ -1,0 +1,133 @@
+"""Server-sent events of a streamed run, decoded into text deltas (no I/O here).
+
+A run stream (docs/api.md) is: queued, starting*, running, output*, then one of completed /
+failed / canceled carrying the final Job. `StreamState` follows it line by line; the clients
+only read lines and act on what it says.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sdk._errors import PlatformError, job_failure
+from sdk._models import JobView
+
+TERMINAL_EVENTS = frozenset({"completed", "failed", "canceled"})
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSentEvent:
+    event: str  # the `event:` field; "message" when the server sent none
+    data: str  # the `data:` lines joined by "\n"
+    id: str | None  # the last `id:` seen, per the SSE spec
+
+
+class SSEDecoder:
+    """Incremental decoder for the text/event-stream format (WHATWG HTML, 9.2.6).
+
+    Feed it lines without their terminator; a blank line completes an event.
+    """
+
+    def __init__(self) -> None:
+        self._event = ""
+        self._data: list[str] = []
+        self._last_id: str | None = None
+
+    def feed(self, line: str) -> ServerSentEvent | None:
+        if not line:
+            return self._dispatch()
+        if line.startswith(":"):  # a comment: keep-alive
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self._last_id = value
+        # "retry" and unknown fields are ignored, as the spec says.
+        return None
+
+    def _dispatch(self) -> ServerSentEvent | None:
+        event, data = self._event or "message", self._data
+        self._event, self._data = "", []
+        if not data:
+            return None
+        return ServerSentEvent(event=event, data="\n".join(data), id=self._last_id)
+
+
+class StreamState:
+    """Where a run stream stands: the job id, the text streamed so far, the final job."""
+
+    def __init__(self, job_id: str | None) -> None:
+        self.job_id = job_id  # from X-Job-Id, else from the `queued` event
+        self.final: dict[str, Any] | None = None  # the Job of the terminal event
+        self._decoder = SSEDecoder()
+        self._seen: list[str] = []
+
+    @property
+    def done(self) -> bool:
+        return self.final is not None
+
+    @property
+    def seen_text(self) -> str:
+        return "".join(self._seen)
+
+    def feed_line(self, line: str) -> str | None:
+        """The text delta this line completes, if any; records the final job when it comes."""
+        event = self._decoder.feed(line)
+        if event is None or self.done:
+            return None
+        data = self._decode(event)
+        if event.event == "queued" and not self.job_id:
+            job_id = data.get("job_id")
+            self.job_id = job_id if isinstance(job_id, str) else None
+        elif event.event == "output":
+            delta = data.get("delta")
+            if isinstance(delta, str) and delta:
+                self._seen.append(delta)
+                return delta
+        elif event.event in TERMINAL_EVENTS:
+            final = dict(data)
+            if self.job_id and not final.get("id"):
+                final["id"] = self.job_id
+            # A `failed`/`canceled` event always ends the job that way, whatever it carries.
+            if event.event != "completed" and final.get("status") in (None, "succeeded"):
+                final["status"] = "failed" if event.event == "failed" else "canceled"
+            self.final = final
+        # starting / running / unknown events carry no text.
+        return None
+
+    def _decode(self, event: ServerSentEvent) -> dict[str, Any]:
+        try:
+            data = json.loads(event.data)
+        except json.JSONDecodeError as e:
+            raise PlatformError(
+                f"malformed {event.event!r} event in the run stream", job_id=self.job_id
+            ) from e
+        return data if isinstance(data, dict) else {}
+
+
+def remaining_text(seen: str, final_text: str, job_id: str) -> str:
+    """The part of a finished job's text that an interrupted stream did not deliver."""
+    if not final_text.startswith(seen):
+        raise PlatformError(
+            f"the stream of job {job_id} was interrupted and its final text does not continue "
+            "what was streamed; read the job's output instead",
+            job_id=job_id,
+        )
+    return final_text[len(seen) :]
+
+
+def settle(job: JobView, seen: str, *, recovered: bool) -> str:
+    """Raise unless the streamed job succeeded; else the text still owed to the reader.
+
+    Only a recovered stream (one that broke off, after which the job was polled to its end)
+    owes text: the final output minus what was already streamed.
+    """
+    if job.status != "succeeded":
+        raise job_failure(job)
+    return remaining_text(seen, job.text or "", job.id) if recovered else ""

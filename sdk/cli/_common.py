@@ -1,0 +1,121 @@
+"""What every command shares: the client, output (table / plain / JSON) and exit codes.
+
+Exit codes: 0 ok; 1 the user's mistake (bad input or flags, a 4xx, a model error);
+2 the platform's or the network's (5xx, connection refused, a job the platform failed).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NoReturn
+
+import click
+import typer
+
+from sdk import Client
+from sdk._errors import APIError, ModelError, PlatformError
+
+EXIT_OK = 0
+EXIT_USER = 1
+EXIT_PLATFORM = 2
+
+
+@dataclass
+class CliState:
+    """Options of the root command, handed to every subcommand through click's context."""
+
+    url: str | None = None  # --url; else the SDK's PLATFORM_URL / config file / default
+    api_key: str | None = None  # --api-key; likewise
+    # Extra Client(...) arguments: tests inject `transport`, `sleep`, `max_retries` here.
+    client_options: dict[str, Any] = field(default_factory=dict)
+
+
+def state() -> CliState:
+    obj = click.get_current_context().find_root().obj
+    return obj if isinstance(obj, CliState) else CliState()
+
+
+def client() -> Client:
+    """A Client configured from the root options (use it in a `with` block)."""
+    st = state()
+    try:
+        return Client(base_url=st.url, api_key=st.api_key, **st.client_options)
+    except PlatformError as e:  # an unreadable config file: the user's to fix
+        fail(e.message)
+
+
+def fail(message: str, code: int = EXIT_USER) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def exit_code(error: PlatformError) -> int:
+    """ModelError and 4xx are the user's; 5xx, connection failures and failed jobs the platform's."""
+    if isinstance(error, ModelError):
+        return EXIT_USER
+    if isinstance(error, APIError) and error.status < 500:
+        return EXIT_USER
+    return EXIT_PLATFORM
+
+
+def report(error: PlatformError) -> int:
+    """Print an SDK error for a person (stderr) and return the exit code it means."""
+    typer.echo(f"error: {error.message}", err=True)
+    if isinstance(error, APIError):
+        for item in error.errors:
+            typer.echo(f"  {item.get('field', '?')}: {item.get('message', '')}", err=True)
+    if error.job_id:
+        typer.echo(f"job: {error.job_id}", err=True)
+    return exit_code(error)
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def is_tty() -> bool:
+    return sys.stdout.isatty()
+
+
+def print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, default=str))
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """A rich table on a terminal; tab-separated lines (header first) when piped."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    if is_tty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*columns, box=None, header_style="bold")
+        for row in cells:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    typer.echo("\t".join(columns))
+    for row in cells:
+        typer.echo("\t".join(row))
+
+
+def print_fields(pairs: Sequence[tuple[str, Any]]) -> None:
+    """`key: value` lines, keys aligned."""
+    width = max((len(k) for k, _ in pairs), default=0)
+    for key, value in pairs:
+        typer.echo(f"{key + ':':<{width + 1}} {_cell(value)}")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        return " ".join(f"{k}={v}" for k, v in value.items()) or "-"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)
+
+
+def workers_summary(workers: dict[str, int]) -> str:
+    return " ".join(f"{state}={n}" for state, n in sorted(workers.items()) if n) or "none"

@@ -1,0 +1,51 @@
+"""`platform billing records`: where every second of worker time went, and what it cost."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Annotated, Any
+
+import typer
+
+from sdk.cli import _common
+
+app = typer.Typer(help="Billing: per-second records of worker time.", no_args_is_help=True)
+
+
+@app.command("records")
+def records(
+    deployment: Annotated[str | None, typer.Option(help="Only this deployment.")] = None,
+    worker: Annotated[str | None, typer.Option(help="Only this worker id.")] = None,
+    phase: Annotated[
+        str | None, typer.Option(help="Only this phase: boot, load, warm, busy, idle, drain.")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many records.", min=1)] = 100,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List billing records (one per worker phase) and their total.
+
+    \b
+    Example:
+        platform billing records --deployment demo --phase busy
+    """
+    with _common.client() as client:
+        rows = client.billing.records(
+            deployment=deployment, worker_id=worker, phase=phase, limit=limit
+        )
+    if as_json:
+        _common.print_json(rows)
+        return
+    columns = ("worker", "deployment", "phase", "start", "seconds", "rate_per_s", "amount")
+    _common.print_table(columns, [[r.get(c if c != "worker" else "worker_id") for c in columns] for r in rows])
+    typer.echo(f"total: {total_amount(rows)} over {len(rows)} records")
+
+
+def total_amount(rows: list[dict[str, Any]]) -> Decimal:
+    """Sum of the `amount` decimal strings. NOTE: Decimal, never float, for money."""
+    total = Decimal(0)
+    for row in rows:
+        try:
+            total += Decimal(str(row.get("amount", "0")))
+        except InvalidOperation:
+            continue
+    return total

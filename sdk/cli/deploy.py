@@ -1,0 +1,152 @@
+"""`platform deploy`: create or update a deployment from a manifest and/or flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from sdk._errors import NotFoundError
+from sdk._models import Deployment
+from sdk.cli import _common
+from sdk.cli.manifest import (
+    ManifestError,
+    Problem,
+    check_complete,
+    check_fields,
+    diff_specs,
+    load_manifest,
+)
+
+# Flag -> spec field, for flags that set one field each.
+_FLAG_FIELDS = {
+    "--name": "name",
+    "--model": "model",
+    "--accelerator": "accelerator",
+    "--min-workers": "min_workers",
+    "--max-workers": "max_workers",
+    "--scaledown-window": "scaledown_window_s",
+    "--max-boot": "max_boot_s",
+    "--execution-timeout": "execution_timeout_s",
+}
+
+
+def deploy(
+    manifest: Annotated[
+        Path | None,
+        typer.Argument(help="YAML manifest of DeploymentSpec fields.", show_default=False),
+    ] = None,
+    name: Annotated[str | None, typer.Option(help="Deployment name.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Weights: s3://bucket/prefix/, file:///path, hf://org/repo[@rev], /path."),
+    ] = None,
+    accelerator: Annotated[str | None, typer.Option(help="Hardware, e.g. cpu.")] = None,
+    min_workers: Annotated[int | None, typer.Option(help="Workers kept warm.")] = None,
+    max_workers: Annotated[int | None, typer.Option(help="Most workers at once.")] = None,
+    scaledown_window: Annotated[
+        float | None, typer.Option(help="Idle seconds before a worker stops.")
+    ] = None,
+    max_boot: Annotated[float | None, typer.Option(help="Seconds a worker may take to boot.")] = None,
+    execution_timeout: Annotated[
+        float | None, typer.Option(help="Seconds one job may run.")
+    ] = None,
+    max_tokens: Annotated[
+        int | None, typer.Option(help="Default max_tokens for inputs that leave it out.")
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what would change; change nothing.")
+    ] = False,
+) -> None:
+    """Create a deployment, or update it (flags override the manifest; fields left out keep
+    their current value). Shows the changes first; --dry-run stops there.
+
+    \b
+    Examples:
+        platform deploy deploy.yaml
+        platform deploy --name demo --model s3://models/demo/ --max-workers 2
+        platform deploy deploy.yaml --max-workers 4 --dry-run
+    """
+    flags: dict[str, Any] = {
+        "--name": name,
+        "--model": model,
+        "--accelerator": accelerator,
+        "--min-workers": min_workers,
+        "--max-workers": max_workers,
+        "--scaledown-window": scaledown_window,
+        "--max-boot": max_boot,
+        "--execution-timeout": execution_timeout,
+    }
+    given, where = _given_spec(manifest, flags)
+    if max_tokens is not None:
+        where["defaults.max_tokens"] = "--max-tokens"
+    problems = check_fields(given, where)
+    if max_tokens is not None and max_tokens < 1:
+        problems.append(Problem("defaults.max_tokens", "must be >= 1", "--max-tokens"))
+    if "name" not in given:
+        problems.append(Problem("name", "missing: give --name or a name in the manifest"))
+    _stop_on(problems)
+
+    deployment_name = str(given["name"])
+    with _common.client() as client:
+        try:
+            existing: Deployment | None = client.deployments.get(deployment_name)
+        except NotFoundError:
+            existing = None
+        old = existing.spec if existing else None
+        new = {**(old or {}), **given}
+        if max_tokens is not None:
+            new["defaults"] = {**(new.get("defaults") or {}), "max_tokens": max_tokens}
+        _stop_on(check_complete(new, creating=existing is None))
+
+        changes = diff_specs(old, new)
+        if existing is None:
+            typer.echo(f"create deployment {deployment_name!r}:")
+        elif changes:
+            typer.echo(f"update deployment {deployment_name!r} (version {existing.version}):")
+        else:
+            typer.echo(f"deployment {deployment_name!r} is up to date (version {existing.version})")
+            return
+        for line in changes:
+            typer.echo(f"  {line}")
+        if dry_run:
+            typer.echo("dry run: nothing changed")
+            return
+        if existing is None:
+            created = client.deployments.create(new)
+            typer.echo(f"created deployment {created.name!r} (version {created.version})")
+        else:
+            updated = client.deployments.update(deployment_name, new)
+            typer.echo(f"updated deployment {updated.name!r} (version {updated.version})")
+
+
+def _given_spec(
+    manifest: Path | None, flags: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, str | None]]:
+    """The fields the user gave and where each came from ("file:line" or "--flag")."""
+    given: dict[str, Any] = {}
+    where: dict[str, str | None] = {}
+    if manifest is not None:
+        try:
+            loaded = load_manifest(manifest)
+        except ManifestError as e:
+            _abort(e.problems)
+        given.update(loaded.spec)
+        where.update({field: f"{loaded.path}:{line}" for field, line in loaded.lines.items()})
+    for flag, value in flags.items():
+        if value is not None:
+            given[_FLAG_FIELDS[flag]] = value
+            where[_FLAG_FIELDS[flag]] = flag
+    return given, where
+
+
+def _stop_on(problems: list[Problem]) -> None:
+    if problems:
+        _abort(problems)
+
+
+def _abort(problems: list[Problem]) -> NoReturn:
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    raise typer.Exit(_common.EXIT_USER)

@@ -1,0 +1,107 @@
+"""`platform run`: call a deployment and print its output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Annotated, Any
+
+import typer
+
+from sdk._client import Stream
+from sdk._errors import JobFailed
+from sdk.cli import _common
+
+# Inputs that are text by definition: never parsed as JSON (`prompt=42` is the prompt "42").
+_TEXT_FIELDS = frozenset({"prompt"})
+
+
+def parse_inputs(pairs: Sequence[str]) -> dict[str, Any]:
+    """`key=value` pairs to a JobInput; a value is JSON when it parses as JSON, else a string.
+
+    >>> parse_inputs(["prompt=Hi", "max_tokens=16", 'stop=["."]', "seed=null"])
+    {'prompt': 'Hi', 'max_tokens': 16, 'stop': ['.'], 'seed': None}
+    """
+    result: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"--input {pair!r}: expected key=value, e.g. --input prompt=Hello")
+        if key in result:
+            raise ValueError(f"--input {key}: given twice")
+        if key in _TEXT_FIELDS:
+            result[key] = raw
+            continue
+        try:
+            result[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            result[key] = raw
+    return result
+
+
+def run(
+    deployment: Annotated[str, typer.Argument(help="Deployment name.", show_default=False)],
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input",
+            "-i",
+            help="An input field as key=value (repeatable); values that parse as JSON are JSON.",
+            show_default=False,
+        ),
+    ] = None,
+    stream: Annotated[
+        bool, typer.Option("--stream", help="Print the text as it is generated.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the whole job as JSON.")] = False,
+    timeout: Annotated[
+        float | None, typer.Option("--timeout", help="Seconds to wait for the result.")
+    ] = None,
+) -> None:
+    """Run a deployment on one input and print the generated text.
+
+    \b
+    Examples:
+        platform run demo --input prompt="Once upon a time" --input max_tokens=32
+        platform run demo -i prompt=Hi --stream
+        platform run demo -i prompt=Hi -i 'stop=["\\n"]' --json
+    """
+    if not inputs:
+        _common.fail("give the input, e.g. --input prompt=Hello")
+    if stream and as_json:
+        _common.fail("--stream and --json cannot be combined")
+    try:
+        job_input = parse_inputs(inputs)
+    except ValueError as e:
+        _common.fail(str(e))
+
+    with _common.client() as client:
+        if stream:
+            _stream(client.run(deployment, job_input, stream=True, timeout=timeout))
+        elif as_json:
+            job = client.run(deployment, job_input, wait=False, timeout=timeout)
+            try:
+                job.wait(timeout=timeout)
+            except JobFailed as e:
+                _common.print_json(e.job.raw)
+                raise
+            _common.print_json(job.raw)
+        else:
+            typer.echo(client.run(deployment, job_input, timeout=timeout))
+
+
+def _stream(deltas: Stream) -> None:
+    last = ""
+    try:
+        with deltas:
+            for delta in deltas:
+                typer.echo(delta, nl=False)  # click.echo flushes: text appears as it comes
+                last = delta
+    except KeyboardInterrupt:
+        if deltas.job_id:
+            typer.echo(f"\ninterrupted; the job goes on: {deltas.job_id}", err=True)
+        raise typer.Exit(130) from None
+    finally:
+        if last and not last.endswith("\n"):
+            typer.echo()

@@ -1,0 +1,239 @@
+"""Model configuration parsed from a Hugging Face ``config.json``.
+
+Only what the Llama-family decoder needs is kept, already validated, so the model code never
+looks at the raw dict. Unsupported architectures and options fail here, with the field named,
+rather than producing wrong tokens later.
+
+Example:
+
+    >>> cfg = ModelConfig.from_hf_dict(json.loads(Path("config.json").read_text()))
+    >>> cfg.num_key_value_heads, cfg.head_dim
+    (8, 128)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SUPPORTED_MODEL_TYPES = frozenset({"llama", "mistral"})
+SUPPORTED_DTYPES = frozenset({"float32", "float16", "bfloat16"})
+SUPPORTED_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
+
+
+@dataclass(frozen=True, slots=True)
+class RopeScaling:
+    """RoPE frequency scaling (HF ``rope_scaling`` / ``rope_parameters``); ``default`` never
+    appears here: no scaling is ``ModelConfig.rope_scaling is None``."""
+
+    # "linear" (position interpolation) or "llama3" (Llama 3.1 frequency-band scaling)
+    rope_type: str
+    # divisor applied to the (low-)frequencies
+    factor: float
+    # llama3 only: wavelength band boundaries, as fractions of the original context
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    # llama3 only: the context length the model was pre-trained with
+    original_max_position_embeddings: int = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Validated architecture of a Llama-family decoder (Llama, Mistral)."""
+
+    # "llama" or "mistral"
+    model_type: str
+    # number of rows of the embedding table and of the lm_head
+    vocab_size: int
+    # width of the residual stream
+    hidden_size: int
+    # width of the SwiGLU hidden layer
+    intermediate_size: int
+    # number of decoder layers
+    num_hidden_layers: int
+    # number of query heads
+    num_attention_heads: int
+    # number of key/value heads (== num_attention_heads: MHA, 1: MQA, else GQA)
+    num_key_value_heads: int
+    # width of one attention head (not always hidden_size // num_attention_heads)
+    head_dim: int
+    # epsilon of every RMSNorm
+    rms_norm_eps: float
+    # RoPE base
+    rope_theta: float
+    # longest sequence (prompt + generated) the positions support
+    max_position_embeddings: int
+    # lm_head shares the embedding matrix
+    tie_word_embeddings: bool
+    # dtype the checkpoint was saved in: "float32" | "float16" | "bfloat16"
+    torch_dtype: str
+    # beginning-of-sequence token, None if the model has none
+    bos_token_id: int | None
+    # tokens that end generation (may be empty)
+    eos_token_ids: tuple[int, ...]
+    # RoPE scaling, None for plain RoPE
+    rope_scaling: RopeScaling | None = None
+    # q/k/v/o projections carry a bias
+    attention_bias: bool = False
+    # Mistral sliding-window attention: a query sees at most this many keys (itself included)
+    sliding_window: int | None = None
+
+    @property
+    def num_kv_groups(self) -> int:
+        """Query heads sharing one key/value head."""
+        return self.num_attention_heads // self.num_key_value_heads
+
+    @classmethod
+    def from_hf_dict(cls, d: dict[str, Any]) -> ModelConfig:
+        """Parse a HF ``config.json`` dict; raise ValueError naming the offending field."""
+        model_type = d.get("model_type")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(
+                f"model_type: {model_type!r} is not supported "
+                f"(supported: {', '.join(sorted(SUPPORTED_MODEL_TYPES))})"
+            )
+        hidden_act = d.get("hidden_act", "silu")
+        if hidden_act != "silu":
+            raise ValueError(f"hidden_act: {hidden_act!r} is not supported (supported: 'silu')")
+        if d.get("mlp_bias"):
+            raise ValueError("mlp_bias: true is not supported")
+
+        vocab_size = _positive_int(d, "vocab_size")
+        hidden_size = _positive_int(d, "hidden_size")
+        intermediate_size = _positive_int(d, "intermediate_size")
+        num_hidden_layers = _positive_int(d, "num_hidden_layers")
+        num_attention_heads = _positive_int(d, "num_attention_heads")
+        max_position_embeddings = _positive_int(d, "max_position_embeddings")
+        num_key_value_heads = _positive_int(d, "num_key_value_heads", default=num_attention_heads)
+        if num_attention_heads % num_key_value_heads != 0:
+            raise ValueError(
+                f"num_key_value_heads: {num_key_value_heads} must divide "
+                f"num_attention_heads ({num_attention_heads})"
+            )
+        if d.get("head_dim") is None and hidden_size % num_attention_heads != 0:
+            raise ValueError(
+                f"head_dim: missing, and hidden_size ({hidden_size}) is not a multiple of "
+                f"num_attention_heads ({num_attention_heads})"
+            )
+        head_dim = _positive_int(d, "head_dim", default=hidden_size // num_attention_heads)
+        if head_dim % 2 != 0:
+            raise ValueError(f"head_dim: {head_dim} must be even (RoPE rotates pairs)")
+
+        rms_norm_eps = _positive_float(d, "rms_norm_eps", default=1e-6)
+        rope_params = d.get("rope_parameters") or {}
+        if not isinstance(rope_params, dict):
+            raise ValueError(f"rope_parameters: expected an object, got {rope_params!r}")
+        rope_theta = _positive_float(
+            {"rope_theta": d.get("rope_theta", rope_params.get("rope_theta"))},
+            "rope_theta",
+            default=10000.0,
+        )
+        # transformers 5 writes "rope_parameters" (with rope_theta inside); 4.x "rope_scaling".
+        rope_scaling = _parse_rope_scaling(d.get("rope_scaling") or rope_params)
+
+        torch_dtype = d.get("torch_dtype", d.get("dtype")) or "float32"
+        if torch_dtype not in SUPPORTED_DTYPES:
+            raise ValueError(
+                f"torch_dtype: {torch_dtype!r} is not supported "
+                f"(supported: {', '.join(sorted(SUPPORTED_DTYPES))})"
+            )
+
+        bos_token_id = d.get("bos_token_id")
+        if bos_token_id is not None and not _is_token_id(bos_token_id, vocab_size):
+            raise ValueError(f"bos_token_id: {bos_token_id!r} is not a token id < {vocab_size}")
+        eos = d.get("eos_token_id")
+        eos_list = [] if eos is None else [eos] if not isinstance(eos, list) else eos
+        if not all(_is_token_id(t, vocab_size) for t in eos_list):
+            raise ValueError(f"eos_token_id: {eos!r} is not a token id (or list) < {vocab_size}")
+
+        sliding_window = d.get("sliding_window")
+        if sliding_window is not None:
+            sliding_window = _positive_int(d, "sliding_window")
+            if sliding_window >= max_position_embeddings:
+                sliding_window = None  # never reached: plain causal attention
+
+        return cls(
+            model_type=model_type,
+            vocab_size=vocab_size,
+            hidden_size=hidden_size,
+            intermediate_size=intermediate_size,
+            num_hidden_layers=num_hidden_layers,
+            num_attention_heads=num_attention_heads,
+            num_key_value_heads=num_key_value_heads,
+            head_dim=head_dim,
+            rms_norm_eps=rms_norm_eps,
+            rope_theta=rope_theta,
+            max_position_embeddings=max_position_embeddings,
+            tie_word_embeddings=_bool(d, "tie_word_embeddings", default=False),
+            torch_dtype=torch_dtype,
+            bos_token_id=bos_token_id,
+            eos_token_ids=tuple(eos_list),
+            rope_scaling=rope_scaling,
+            attention_bias=_bool(d, "attention_bias", default=False),
+            sliding_window=sliding_window,
+        )
+
+
+def _parse_rope_scaling(raw: Any) -> RopeScaling | None:
+    if not isinstance(raw, dict):
+        raise ValueError(f"rope_scaling: expected an object, got {raw!r}")
+    rope_type = raw.get("rope_type", raw.get("type", "default"))
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ValueError(
+            f"rope_scaling: rope_type {rope_type!r} is not supported "
+            f"(supported: {', '.join(sorted(SUPPORTED_ROPE_TYPES))})"
+        )
+    if rope_type == "default":
+        return None
+    factor = _positive_float(raw, "factor", prefix="rope_scaling.")
+    if rope_type == "linear":
+        return RopeScaling(rope_type=rope_type, factor=factor)
+    return RopeScaling(
+        rope_type=rope_type,
+        factor=factor,
+        low_freq_factor=_positive_float(raw, "low_freq_factor", prefix="rope_scaling."),
+        high_freq_factor=_positive_float(raw, "high_freq_factor", prefix="rope_scaling."),
+        original_max_position_embeddings=_positive_int(
+            raw, "original_max_position_embeddings", prefix="rope_scaling."
+        ),
+    )
+
+
+_MISSING = object()
+
+
+def _positive_int(d: dict[str, Any], name: str, default: Any = _MISSING, prefix: str = "") -> int:
+    value = d.get(name)
+    if value is None:
+        if default is _MISSING:
+            raise ValueError(f"{prefix}{name}: missing from config.json")
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{prefix}{name}: expected an integer >= 1, got {value!r}")
+    return value
+
+
+def _positive_float(
+    d: dict[str, Any], name: str, default: Any = _MISSING, prefix: str = ""
+) -> float:
+    value = d.get(name)
+    if value is None:
+        if default is _MISSING:
+            raise ValueError(f"{prefix}{name}: missing from config.json")
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{prefix}{name}: expected a number > 0, got {value!r}")
+    return float(value)
+
+
+def _bool(d: dict[str, Any], name: str, default: bool) -> bool:
+    value = d.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
+def _is_token_id(value: Any, vocab_size: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < vocab_size

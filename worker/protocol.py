@@ -1,0 +1,104 @@
+"""Wire contract between the control plane and workers.
+
+Both sides import this module (it imports nothing heavy), so a name used on the wire is
+written once. Every Redis key of the platform is defined here (STYLE 7: one module for keys).
+
+Flow of one job:
+
+    control plane                         Redis / broker                      worker
+    ─────────────                         ──────────────                      ──────
+    commit job row (queued)
+    send_task(RUN_JOB_TASK, queue=deployment_queue(dep))  ──────────────▶  consume (ack late)
+                                                                           POST claim_path(job)
+    UPDATE job → running, attempt+1  ◀─────────────────────────────────────  (fenced by attempt)
+                                          XADD job_events_key(job) ◀──────  output deltas
+    UPDATE job → succeeded|failed    ◀─────────────────────────────────────  POST complete_path
+    XADD completed / failed, webhook task                                   ack the message
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+KEY_PREFIX = "platform"
+
+# Celery task name the control plane sends and workers consume (kombu, Celery protocol v2).
+RUN_JOB_TASK = "worker.run_job"
+
+# Broker transport options both producer and consumer must share: Redis has no native
+# priorities, so kombu keeps one list per priority step and polls them in order.
+BROKER_TRANSPORT_OPTIONS = {"priority_steps": list(range(10)), "queue_order_strategy": "priority"}
+
+# How long a job's event stream is kept after its last write.
+JOB_EVENTS_TTL_S = 24 * 3600
+# Cap on entries per job stream (approximate trim); deltas beyond it are still in the output.
+JOB_EVENTS_MAXLEN = 10_000
+# A worker refreshes its heartbeat every HEARTBEAT_INTERVAL_S; it expires after HEARTBEAT_TTL_S.
+HEARTBEAT_INTERVAL_S = 2.0
+HEARTBEAT_TTL_S = 10
+
+
+def deployment_queue(deployment_id: str) -> str:
+    """Broker queue that wakes the workers of one deployment."""
+    return f"{KEY_PREFIX}.deployment.{deployment_id}"
+
+
+def job_events_key(job_id: str) -> str:
+    """Redis Stream of a job's events (state changes and output deltas)."""
+    return f"{KEY_PREFIX}:job:{job_id}:events"
+
+
+def job_cancel_key(job_id: str) -> str:
+    """Set when a job is canceled; a worker polls it between steps and stops the job."""
+    return f"{KEY_PREFIX}:job:{job_id}:cancel"
+
+
+def worker_heartbeat_key(worker_id: str) -> str:
+    """JSON heartbeat of one worker (state, deployment, in-flight jobs), with a TTL."""
+    return f"{KEY_PREFIX}:worker:{worker_id}:heartbeat"
+
+
+def rate_limit_key(tenant_id: str, kind: str) -> str:
+    """Token bucket of one tenant for one kind of limit (requests, tokens)."""
+    return f"{KEY_PREFIX}:ratelimit:{tenant_id}:{kind}"
+
+
+class EventType(StrEnum):
+    """Types of entries in a job's event stream (the SSE event names)."""
+
+    QUEUED = "queued"
+    STARTING = "starting"
+    RUNNING = "running"
+    OUTPUT = "output"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+
+
+TERMINAL_EVENTS = frozenset({EventType.COMPLETED, EventType.FAILED, EventType.CANCELED})
+
+
+class WorkerState(StrEnum):
+    """Lifecycle of a worker process; each state is also a billing phase (boot..drain)."""
+
+    BOOTING = "booting"
+    LOADING = "loading"
+    WARMING = "warming"
+    IDLE = "idle"
+    BUSY = "busy"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+# Internal HTTP endpoints the worker calls on the control plane (bearer: the worker token).
+def claim_path(job_id: str) -> str:
+    return f"/internal/jobs/{job_id}/claim"
+
+
+def complete_path(job_id: str) -> str:
+    return f"/internal/jobs/{job_id}/complete"
+
+
+def worker_state_path(worker_id: str) -> str:
+    return f"/internal/workers/{worker_id}/state"

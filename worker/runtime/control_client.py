@@ -1,0 +1,66 @@
+"""HTTP client for the control plane's /internal endpoints, with retries.
+
+Reports must not be lost: a completion is retried with backoff for minutes; the control plane
+makes them idempotent (fenced by attempt), so a repeat is harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import httpx
+
+from worker.protocol import claim_path, complete_path, worker_state_path
+
+log = logging.getLogger(__name__)
+
+
+class ControlClient:
+    def __init__(self, base_url: str, token: str, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self._http = httpx.Client(
+            base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _post(self, path: str, body: dict[str, Any], *, deadline_s: float) -> httpx.Response:
+        delay = 0.2
+        give_up = time.monotonic() + deadline_s
+        while True:
+            try:
+                resp = self._http.post(path, json=body)
+                if resp.status_code < 500:
+                    return resp
+                log.warning("control plane answered %d on %s", resp.status_code, path)
+            except httpx.TransportError as exc:
+                log.warning("control plane unreachable on %s: %s", path, exc)
+            if time.monotonic() + delay > give_up:
+                raise RuntimeError(f"control plane did not accept {path} within {deadline_s}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def report_state(self, state: str, reason: str | None = None) -> None:
+        body = {"state": state, "at": time.time(), "reason": reason}
+        resp = self._post(worker_state_path(self.worker_id), body, deadline_s=60)
+        resp.raise_for_status()
+
+    def claim(self, job_id: str) -> dict[str, Any] | None:
+        resp = self._post(claim_path(job_id), {"worker_id": self.worker_id}, deadline_s=60)
+        if resp.status_code == 409:
+            return None
+        resp.raise_for_status()
+        data: dict[str, Any] = resp.json()
+        return data
+
+    def complete(self, job_id: str, attempt: int, status: str, **fields: Any) -> bool:
+        """True if accepted; False if the attempt was fenced off (canceled or superseded)."""
+        body = {"worker_id": self.worker_id, "attempt": attempt, "status": status, **fields}
+        resp = self._post(complete_path(job_id), body, deadline_s=600)
+        if resp.status_code == 409:
+            return False
+        resp.raise_for_status()
+        return True
