@@ -1,12 +1,12 @@
 """Exceptions of the control plane, mapped to problem+json in one place (`api/problems.py`).
 
-    ControlPlaneError
-     ├── NotFound          404  a resource of this tenant does not exist (or is another's)
-     ├── Conflict          409  state conflict: name taken, idempotency key reused, stale attempt
-     ├── InvalidRequest    422  input is well-formed JSON but not acceptable (names the field)
-     ├── Unauthorized      401  missing or unknown API key
-     ├── Forbidden         403  key lacks the scope
-     └── Unavailable       503  a dependency (Redis, broker) is down; nothing was accepted
+ControlPlaneError
+ ├── NotFound          404  a resource of this tenant does not exist (or is another's)
+ ├── Conflict          409  state conflict: name taken, idempotency key reused, stale attempt
+ ├── InvalidRequest    422  input is well-formed JSON but not acceptable (names the field)
+ ├── Unauthorized      401  missing or unknown API key
+ ├── Forbidden         403  key lacks the scope
+ └── Unavailable       503  a dependency (Redis, broker) is down; nothing was accepted
 """
 
 from __future__ import annotations

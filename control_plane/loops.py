@@ -74,7 +74,10 @@ class AutoscalerLoop:
                 self._redispatch(session)
 
     def _scale(
-        self, session: Session, dep: Deployment, load: tuple[int, int, datetime | None],
+        self,
+        session: Session,
+        dep: Deployment,
+        load: tuple[int, int, datetime | None],
         now: datetime,
     ) -> None:
         pending, running, _ = load
@@ -94,8 +97,13 @@ class AutoscalerLoop:
                 events.publish(self.redis, job_id, EventType.STARTING, {"reason": "no_capacity"})
         elif decision.desired < len(active):
             # Idle workers go first; a busy one drains (finishes its jobs) before exiting.
-            order = {WorkerState.IDLE: 0, WorkerState.BOOTING: 1, WorkerState.LOADING: 1,
-                     WorkerState.WARMING: 1, WorkerState.BUSY: 2}
+            order = {
+                WorkerState.IDLE: 0,
+                WorkerState.BOOTING: 1,
+                WorkerState.LOADING: 1,
+                WorkerState.WARMING: 1,
+                WorkerState.BUSY: 2,
+            }
             victims = sorted(active, key=lambda w: order.get(WorkerState(w.state), 3))
             for w in victims[: len(active) - decision.desired]:
                 log.info("scaling down worker %s of %s (%s)", w.id, dep.name, decision.reason)
@@ -130,7 +138,12 @@ class AutoscalerLoop:
             else:
                 log.warning("worker %s exited with %d", w.id, exited.returncode)
                 workers.transition(
-                    session, self.settings, w.id, WorkerState.FAILED, now, now,
+                    session,
+                    self.settings,
+                    w.id,
+                    WorkerState.FAILED,
+                    now,
+                    now,
                     reason=f"exit_{exited.returncode}",
                 )
 
@@ -158,7 +171,12 @@ class AutoscalerLoop:
         with self.sessions() as session:
             for e in exited:
                 workers.transition(
-                    session, self.settings, e.worker_id, WorkerState.STOPPED, now, now,
+                    session,
+                    self.settings,
+                    e.worker_id,
+                    WorkerState.STOPPED,
+                    now,
+                    now,
                     reason="platform_shutdown",
                 )
             session.commit()
@@ -184,7 +202,11 @@ def main() -> None:
     env.setdefault("AWS_DEFAULT_REGION", settings.s3_region)
     provider = LocalProvider(env, settings.state_dir / "logs" / "workers", settings.worker_python)
     loop = AutoscalerLoop(
-        settings, sessions, redis.Redis.from_url(settings.redis_url), make_celery(settings), provider
+        settings,
+        sessions,
+        redis.Redis.from_url(settings.redis_url),
+        make_celery(settings),
+        provider,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -37,7 +37,7 @@ def retry_delay_s(attempt: int, schedule: tuple[float, ...], rng: random.Random)
     return base * (1 + 0.25 * rng.random())
 
 
-@app.task(name=DELIVER_WEBHOOK_TASK, acks_late=True, reject_on_worker_lost=True)
+@app.task(name=DELIVER_WEBHOOK_TASK, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
 def deliver_webhook(job_id: str, event_type: str, msg_id: str, attempt: int) -> None:
     with _sessions() as session:
         job = session.get(Job, job_id)
@@ -62,8 +62,10 @@ def deliver_webhook(job_id: str, event_type: str, msg_id: str, attempt: int) -> 
     except InvalidRequest as exc:
         result = webhooks.DeliveryResult(None, str(exc), ok=False, gone=True)
 
-    delay = None if result.ok or result.gone else retry_delay_s(
-        attempt, settings.webhook_retry_schedule_s, random.Random()
+    delay = (
+        None
+        if result.ok or result.gone
+        else retry_delay_s(attempt, settings.webhook_retry_schedule_s, random.Random())
     )
     with _sessions() as session:
         session.add(
@@ -85,14 +87,21 @@ def deliver_webhook(job_id: str, event_type: str, msg_id: str, attempt: int) -> 
                 job.webhook_status = "failed"
         session.commit()
     log.info(
-        "webhook %s for job %s attempt %d: %s", event_type, job_id, attempt,
+        "webhook %s for job %s attempt %d: %s",
+        event_type,
+        job_id,
+        attempt,
         result.status_code or result.error,
     )
     if delay is not None:
         app.send_task(
             DELIVER_WEBHOOK_TASK,
-            kwargs={"job_id": job_id, "event_type": event_type, "msg_id": msg_id,
-                    "attempt": attempt + 1},
+            kwargs={
+                "job_id": job_id,
+                "event_type": event_type,
+                "msg_id": msg_id,
+                "attempt": attempt + 1,
+            },
             queue=CONTROL_QUEUE,
             countdown=delay,
         )

@@ -1,7 +1,7 @@
 """Weight loader: URI in, named tensors out. Knows nothing of models or the platform.
 
-    >>> from loader import load_checkpoint
-    >>> tensors = load_checkpoint("s3://models/demo/model.safetensors")
+>>> from loader import load_checkpoint
+>>> tensors = load_checkpoint("s3://models/demo/model.safetensors")
 """
 
 from __future__ import annotations

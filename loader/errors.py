@@ -1,11 +1,11 @@
 """Loader exceptions; every message names the URI (and the tensor when there is one).
 
-    LoaderError
-     ├── ObjectNotFound      the object or prefix does not exist
-     ├── AccessDenied        credentials refused
-     ├── CorruptCheckpoint   header unreadable, offsets out of range, truncated data
-     ├── UnsupportedDtype    a dtype this loader cannot map to torch
-     └── FetchError          the transfer failed (after retries)
+LoaderError
+ ├── ObjectNotFound      the object or prefix does not exist
+ ├── AccessDenied        credentials refused
+ ├── CorruptCheckpoint   header unreadable, offsets out of range, truncated data
+ ├── UnsupportedDtype    a dtype this loader cannot map to torch
+ └── FetchError          the transfer failed (after retries)
 """
 
 from __future__ import annotations

@@ -86,7 +86,7 @@ def load_safetensors(uri: str, source: Source) -> dict[str, torch.Tensor]:
     data_offset, entries, _ = parse_header(uri, source)
     data_len = source.size() - data_offset
     buffer = torch.empty(data_len, dtype=torch.uint8)
-    view = memoryview(buffer.numpy()).cast("B")
+    view = buffer.numpy().data.cast("B")
     for part_start in range(0, data_len, PART_BYTES):
         part_end = min(part_start + PART_BYTES, data_len)
         source.read_range_into(data_offset + part_start, view[part_start:part_end])
@@ -99,7 +99,8 @@ def load_safetensors(uri: str, source: Source) -> dict[str, torch.Tensor]:
             numel *= d
         if numel * itemsize != e.end - e.start:
             raise CorruptCheckpoint(
-                uri, f"shape {list(e.shape)} needs {numel * itemsize} bytes, has {e.end - e.start}",
+                uri,
+                f"shape {list(e.shape)} needs {numel * itemsize} bytes, has {e.end - e.start}",
                 e.name,
             )
         raw = buffer[e.start : e.end]

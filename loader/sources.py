@@ -69,7 +69,9 @@ def s3_client(options: S3Options | None = None) -> S3Client:
     from botocore.config import Config
 
     options = options or S3Options()
-    return boto3.client(
+    # A fresh session per client: credentials come from the environment at call time
+    # (boto3's default session would cache the first ones it saw).
+    return boto3.session.Session().client(
         "s3",
         endpoint_url=options.endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None,
         region_name=options.region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",

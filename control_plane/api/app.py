@@ -50,9 +50,12 @@ def create_app(settings: Settings) -> FastAPI:
         length = request.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > settings.max_request_bytes:
             return problems.problem(
-                413, "too-large", "Payload Too Large",
+                413,
+                "too-large",
+                "Payload Too Large",
                 f"request body is {length} bytes; the limit is {settings.max_request_bytes}",
-                request.url.path, limit_bytes=settings.max_request_bytes,
+                request.url.path,
+                limit_bytes=settings.max_request_bytes,
             )
         return await call_next(request)
 

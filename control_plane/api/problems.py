@@ -54,8 +54,9 @@ def install(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
-        return problem(422, "invalid-request", "Invalid Request", detail, request.url.path,
-                       errors=errors)
+        return problem(
+            422, "invalid-request", "Invalid Request", detail, request.url.path, errors=errors
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -67,5 +68,10 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
-        return problem(500, "internal", "Internal Server Error", "unexpected error; see server logs",
-                       request.url.path)
+        return problem(
+            500,
+            "internal",
+            "Internal Server Error",
+            "unexpected error; see server logs",
+            request.url.path,
+        )

@@ -20,7 +20,13 @@ class JobStatus(StrEnum):
 
 
 TERMINAL = frozenset(
-    {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELED, JobStatus.EXPIRED, JobStatus.TIMED_OUT}
+    {
+        JobStatus.SUCCEEDED,
+        JobStatus.FAILED,
+        JobStatus.CANCELED,
+        JobStatus.EXPIRED,
+        JobStatus.TIMED_OUT,
+    }
 )
 # NOTE: terminal states are final; a job leaves `running` only through a fenced report.
 PENDING = frozenset({JobStatus.QUEUED, JobStatus.STARTING})

@@ -76,7 +76,10 @@ class ManagedProcess:
 
 
 def spawn(
-    name: str, cmd: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None,
+    name: str,
+    cmd: Sequence[str],
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
 ) -> ManagedProcess:
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +127,9 @@ def redis_server_binary() -> str:
     return path
 
 
-def start_redis(data_dir: Path, port: int, log_path: Path, appendonly: bool = True) -> ManagedProcess:
+def start_redis(
+    data_dir: Path, port: int, log_path: Path, appendonly: bool = True
+) -> ManagedProcess:
     import redis
 
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -160,7 +165,11 @@ def rclone_binary() -> str:
 
 
 def start_s3(
-    root: Path, port: int, access_key: str, secret_key: str, log_path: Path,
+    root: Path,
+    port: int,
+    access_key: str,
+    secret_key: str,
+    log_path: Path,
     buckets: Sequence[str] = ("models",),
 ) -> ManagedProcess:
     """`rclone serve s3` over `root`: each top-level directory is a bucket."""

@@ -13,6 +13,7 @@ SIGINT/SIGTERM stop every child in reverse order; `STATE/platform.json` says whe
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -123,7 +124,10 @@ class Supervisor:
         s3_url = env.get("PLATFORM_S3_ENDPOINT_URL")
         if not s3_url:
             s3 = start_s3(
-                self.state_dir / "objects", free_port(), creds.s3_access_key, creds.s3_secret_key,
+                self.state_dir / "objects",
+                free_port(),
+                creds.s3_access_key,
+                creds.s3_secret_key,
                 self._log("s3"),
             )
             self.children.append(s3)
@@ -208,8 +212,10 @@ class Supervisor:
             dead = [c for c in self.children if not c.alive()]
             if dead:
                 for c in dead:
-                    print(f"{c.name} exited with {c.popen.returncode}; log {c.log_path}",
-                          file=sys.stderr)
+                    print(
+                        f"{c.name} exited with {c.popen.returncode}; log {c.log_path}",
+                        file=sys.stderr,
+                    )
                 rc = 1
                 break
         self.stop()
@@ -233,8 +239,10 @@ def banner(state: dict[str, Any]) -> str:
             f"  State:      {state['state_dir']}",
             "  Webhooks to loopback/private addresses are allowed (embedded default;"
             " set PLATFORM_WEBHOOK_ALLOW_PRIVATE=false to refuse them).",
-            "  Use it:     export PLATFORM_URL=" + state["url"]
-            + " PLATFORM_API_KEY=" + state["api_key"],
+            "  Use it:     export PLATFORM_URL="
+            + state["url"]
+            + " PLATFORM_API_KEY="
+            + state["api_key"],
         ]
     )
 
@@ -267,8 +275,9 @@ def _up_detached(state_dir: Path, port: int, timeout_s: float = 120.0) -> int:
     (state_dir / "logs").mkdir(parents=True, exist_ok=True)
     existing = read_state(state_dir)
     if existing and pid_alive(int(existing.get("pid", 0))):
-        print(f"the platform already runs from {state_dir} (pid {existing['pid']})",
-              file=sys.stderr)
+        print(
+            f"the platform already runs from {state_dir} (pid {existing['pid']})", file=sys.stderr
+        )
         return 1
     (state_dir / STATE_FILE).unlink(missing_ok=True)
     log_path = state_dir / "logs" / "platform.log"
@@ -285,13 +294,17 @@ def _up_detached(state_dir: Path, port: int, timeout_s: float = 120.0) -> int:
         state = read_state(state_dir)
         if state and state.get("pid") == proc.pid:
             print(banner(state), flush=True)
-            print(f"Running in the background (pid {proc.pid}); stop it with: "
-                  f"platform down --state-dir {state_dir}", flush=True)
+            print(
+                f"Running in the background (pid {proc.pid}); stop it with: "
+                f"platform down --state-dir {state_dir}",
+                flush=True,
+            )
             return 0
         if proc.poll() is not None:
             print(f"platform up failed; log {log_path}:", file=sys.stderr)
-            print("\n".join(log_path.read_text(errors="replace").splitlines()[-30:]),
-                  file=sys.stderr)
+            print(
+                "\n".join(log_path.read_text(errors="replace").splitlines()[-30:]), file=sys.stderr
+            )
             return 1
         time.sleep(0.1)
     proc.terminate()
@@ -323,7 +336,5 @@ def down(state_dir: Path, timeout_s: float = 90.0) -> int:
 
 
 def _reap_if_child(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass

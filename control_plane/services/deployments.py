@@ -58,7 +58,9 @@ def create(session: Session, tenant_id: str, spec: dict[str, Any], now: datetime
         session.flush()
     except IntegrityError:
         session.rollback()
-        raise Conflict(f"deployment '{spec['name']}' already exists; use PUT to update it") from None
+        raise Conflict(
+            f"deployment '{spec['name']}' already exists; use PUT to update it"
+        ) from None
     return row
 
 
@@ -72,7 +74,9 @@ def update(
     row.version += 1
     row.spec = spec
     row.updated_at = now
-    session.add(DeploymentVersion(deployment_id=row.id, version=row.version, spec=spec, created_at=now))
+    session.add(
+        DeploymentVersion(deployment_id=row.id, version=row.version, spec=spec, created_at=now)
+    )
     return row
 
 

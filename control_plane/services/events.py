@@ -21,9 +21,7 @@ from worker.protocol import (
 def publish(r: redis.Redis, job_id: str, event: EventType, data: dict[str, Any]) -> None:
     key = job_events_key(job_id)
     pipe = r.pipeline(transaction=False)
-    pipe.xadd(
-        key, {"type": event.value, "data": json.dumps(data)}, maxlen=JOB_EVENTS_MAXLEN
-    )
+    pipe.xadd(key, {"type": event.value, "data": json.dumps(data)}, maxlen=JOB_EVENTS_MAXLEN)
     pipe.expire(key, JOB_EVENTS_TTL_S)
     pipe.execute()
 
@@ -39,7 +37,7 @@ async def follow(
     key = job_events_key(job_id)
     last_id = "0-0"
     while True:
-        resp = await r.xread({key: last_id}, block=block_ms, count=256)
+        resp: Any = await r.xread({key: last_id}, block=block_ms, count=256)
         if not resp:
             yield None, {}
         for _stream, entries in resp or []:

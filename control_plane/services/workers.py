@@ -47,8 +47,13 @@ def create(
 
 
 def transition(
-    session: Session, settings: Settings, worker_id: str, state: WorkerState, at: datetime,
-    now: datetime, reason: str | None = None,
+    session: Session,
+    settings: Settings,
+    worker_id: str,
+    state: WorkerState,
+    at: datetime,
+    now: datetime,
+    reason: str | None = None,
 ) -> Worker:
     """Move a worker to `state` at time `at`, closing the previous phase as a billing record.
 
@@ -103,7 +108,9 @@ def _write_segment(
 
 
 def live(session: Session, deployment_id: str | None = None) -> list[Worker]:
-    q = select(Worker).where(Worker.state.in_([s.value for s in LIVE_STATES | {WorkerState.DRAINING}]))
+    q = select(Worker).where(
+        Worker.state.in_([s.value for s in LIVE_STATES | {WorkerState.DRAINING}])
+    )
     if deployment_id:
         q = q.where(Worker.deployment_id == deployment_id)
     return list(session.scalars(q))
@@ -129,5 +136,3 @@ def to_public(w: Worker, deployment_name: str) -> dict[str, Any]:
         "started_at": w.started_at.isoformat().replace("+00:00", "Z"),
         "stopped_at": w.stopped_at.isoformat().replace("+00:00", "Z") if w.stopped_at else None,
     }
-
-

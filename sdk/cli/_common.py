@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-import click
 import typer
 
 from sdk import Client
@@ -33,9 +33,17 @@ class CliState:
     client_options: dict[str, Any] = field(default_factory=dict)
 
 
+# Set by the root command's callback for the subcommand it runs. NOTE: a ContextVar rather
+# than click's current context, because typer >= 0.29 vendors its own copy of click.
+_state: ContextVar[CliState] = ContextVar("platform_cli_state")
+
+
+def set_state(value: CliState) -> None:
+    _state.set(value)
+
+
 def state() -> CliState:
-    obj = click.get_current_context().find_root().obj
-    return obj if isinstance(obj, CliState) else CliState()
+    return _state.get(CliState())
 
 
 def client() -> Client:
@@ -53,7 +61,7 @@ def fail(message: str, code: int = EXIT_USER) -> NoReturn:
 
 
 def exit_code(error: PlatformError) -> int:
-    """ModelError and 4xx are the user's; 5xx, connection failures and failed jobs the platform's."""
+    """ModelError and 4xx are the user's; 5xx, connection failures, failed jobs the platform's."""
     if isinstance(error, ModelError):
         return EXIT_USER
     if isinstance(error, APIError) and error.status < 500:

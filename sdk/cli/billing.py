@@ -35,8 +35,10 @@ def records(
     if as_json:
         _common.print_json(rows)
         return
-    columns = ("worker", "deployment", "phase", "start", "seconds", "rate_per_s", "amount")
-    _common.print_table(columns, [[r.get(c if c != "worker" else "worker_id") for c in columns] for r in rows])
+    keys = ("worker_id", "deployment", "phase", "start", "seconds", "rate_per_s", "amount")
+    _common.print_table(
+        ("worker", *keys[1:]), [tuple(row.get(key) for key in keys) for row in rows]
+    )
     typer.echo(f"total: {total_amount(rows)} over {len(rows)} records")
 
 

@@ -40,7 +40,9 @@ def deploy(
     name: Annotated[str | None, typer.Option(help="Deployment name.")] = None,
     model: Annotated[
         str | None,
-        typer.Option(help="Weights: s3://bucket/prefix/, file:///path, hf://org/repo[@rev], /path."),
+        typer.Option(
+            help="Weights: s3://bucket/prefix/, file:///path, hf://org/repo[@rev], /path."
+        ),
     ] = None,
     accelerator: Annotated[str | None, typer.Option(help="Hardware, e.g. cpu.")] = None,
     min_workers: Annotated[int | None, typer.Option(help="Workers kept warm.")] = None,
@@ -48,7 +50,9 @@ def deploy(
     scaledown_window: Annotated[
         float | None, typer.Option(help="Idle seconds before a worker stops.")
     ] = None,
-    max_boot: Annotated[float | None, typer.Option(help="Seconds a worker may take to boot.")] = None,
+    max_boot: Annotated[
+        float | None, typer.Option(help="Seconds a worker may take to boot.")
+    ] = None,
     execution_timeout: Annotated[
         float | None, typer.Option(help="Seconds one job may run.")
     ] = None,
@@ -59,8 +63,10 @@ def deploy(
         bool, typer.Option("--dry-run", help="Show what would change; change nothing.")
     ] = False,
 ) -> None:
-    """Create a deployment, or update it (flags override the manifest; fields left out keep
-    their current value). Shows the changes first; --dry-run stops there.
+    """Create or update a deployment.
+
+    Flags override the manifest; fields left out keep their current value. The changes are
+    shown first; --dry-run stops there.
 
     \b
     Examples:

@@ -9,8 +9,10 @@ import typer
 from sdk._models import Deployment
 from sdk.cli import _common
 
-app = typer.Typer(help="Look at and remove deployments (create them with `platform deploy`).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="List, show and delete deployments.",
+    no_args_is_help=True,
+)
 
 Name = Annotated[str, typer.Argument(help="Deployment name.", show_default=False)]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]

@@ -83,7 +83,10 @@ def describe(job: JobView) -> list[tuple[str, object]]:
         ("reason", job.status_reason),
         ("attempt", job.attempt),
         ("error", f"{error.get('type')}: {error.get('message')}" if error else None),
-        ("output", f"{len(text)} chars ({(job.output or {}).get('finish_reason')})" if text else None),
+        (
+            "output",
+            f"{len(text)} chars ({(job.output or {}).get('finish_reason')})" if text else None,
+        ),
         ("usage", job.usage),
         ("webhook", job.webhook_status),
         ("created", job.raw.get("created_at")),

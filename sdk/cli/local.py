@@ -37,11 +37,17 @@ def default_state_dir() -> Path:
 
 
 def up(
-    port: Annotated[int, typer.Option("--port", help="Port of the REST API.", min=1, max=65535)] = 8000,
+    port: Annotated[
+        int, typer.Option("--port", help="Port of the REST API.", min=1, max=65535)
+    ] = 8000,
     state_dir: StateDir = None,
-    detach: Annotated[bool, typer.Option("--detach", help="Start in the background and return.")] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", help="Start in the background and return.")
+    ] = False,
 ) -> None:
-    """Start the platform on this machine (API, queue, database, object store, workers).
+    """Start the platform on this machine.
+
+    Runs the API, queue, database, object store and workers as local processes.
 
     \b
     Example:
@@ -54,7 +60,9 @@ def up(
 
 
 def down(state_dir: StateDir = None) -> None:
-    """Stop the platform started by `platform up` (workers drain first).
+    """Stop the platform started by `platform up`.
+
+    Workers drain first: jobs they hold finish.
 
     \b
     Example:

@@ -20,9 +20,10 @@ def login(
         ),
     ],
 ) -> None:
-    """Save the URL and API key to the config file (mode 0600) that Client() reads.
+    """Save the URL and API key for later calls.
 
-    The file is $PLATFORM_CONFIG, else ~/.config/platform/config.json. PLATFORM_URL and
+    Writes them to the config file (mode 0600) that the CLI and Client() read:
+    $PLATFORM_CONFIG, else ~/.config/platform/config.json. PLATFORM_URL and
     PLATFORM_API_KEY, when set, still take precedence over it.
 
     \b

@@ -86,16 +86,20 @@ def load_manifest(path: Path) -> Manifest:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise ManifestError([Problem("manifest", f"cannot read it: {e.strerror or e}", source)])
+        raise ManifestError(
+            [Problem("manifest", f"cannot read it: {e.strerror or e}", source)]
+        ) from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"{source}:{mark.line + 1}" if mark else source
-        raise ManifestError([Problem("manifest", f"invalid YAML: {e.problem or e}", where)])
+        raise ManifestError(
+            [Problem("manifest", f"invalid YAML: {e.problem or e}", where)]
+        ) from None
     except yaml.YAMLError as e:
-        raise ManifestError([Problem("manifest", f"invalid YAML: {e}", source)])
+        raise ManifestError([Problem("manifest", f"invalid YAML: {e}", source)]) from None
     if not isinstance(data, dict) or not isinstance(root, yaml.MappingNode):
         line = f":{root.start_mark.line + 1}" if root is not None else ""
         raise ManifestError(
@@ -116,7 +120,9 @@ def _key_lines(
         path = prefix + str(key_node.value)
         line = key_node.start_mark.line + 1
         if path in lines:
-            problems.append(Problem(path, f"repeated (first on line {lines[path]})", f"{src}:{line}"))
+            problems.append(
+                Problem(path, f"repeated (first on line {lines[path]})", f"{src}:{line}")
+            )
         lines[path] = line
         if not prefix and isinstance(value_node, yaml.MappingNode):
             _key_lines(value_node, path + ".", lines, problems, src)
@@ -143,7 +149,9 @@ def check_fields(
                 path = f"defaults.{key}"
                 kind = DEFAULTS_TYPES.get(str(key))
                 if kind is None:
-                    problems.append(Problem(path, _unknown(str(key), DEFAULTS_TYPES), where.get(path)))
+                    problems.append(
+                        Problem(path, _unknown(str(key), DEFAULTS_TYPES), where.get(path))
+                    )
                 elif not _is(default, kind):
                     problems.append(
                         Problem(path, f"must be {kind}, got {_show(default)}", where.get(path))

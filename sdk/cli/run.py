@@ -47,6 +47,7 @@ def run(
         typer.Option(
             "--input",
             "-i",
+            metavar="KEY=VALUE",
             help="An input field as key=value (repeatable); values that parse as JSON are JSON.",
             show_default=False,
         ),

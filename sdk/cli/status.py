@@ -10,7 +10,7 @@ from sdk.cli import _common
 
 
 def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Show the platform's deployments and how many workers each has in each state.
+    """Show deployments and their workers by state.
 
     \b
     Example:

@@ -48,9 +48,7 @@ def _hf_model(kind: str, tmp_path: Path) -> Any:
         config = transformers.LlamaConfig(num_key_value_heads=2, **common)
         cls = transformers.LlamaForCausalLM
     elif kind == "mqa":
-        config = transformers.LlamaConfig(
-            num_key_value_heads=1, tie_word_embeddings=True, **common
-        )
+        config = transformers.LlamaConfig(num_key_value_heads=1, tie_word_embeddings=True, **common)
         cls = transformers.LlamaForCausalLM
     else:
         config = transformers.MistralConfig(num_key_value_heads=2, sliding_window=8, **common)
@@ -116,7 +114,8 @@ def test_greedy_tokens_and_logits_match(kind: str, tmp_path: Path) -> None:
         assert [s.token_id for s in steps] == hf_tokens, f"prompt length {length}"
         assert steps[-1].finish_reason == "length"
 
-        for i, (ours, ref) in enumerate(zip(_our_greedy_logits(model, prompt_ids), hf_logits)):
+        our_logits = _our_greedy_logits(model, prompt_ids)
+        for i, (ours, ref) in enumerate(zip(our_logits, hf_logits, strict=True)):
             torch.testing.assert_close(ours, ref, atol=1e-4, rtol=0, msg=f"step {i}")
 
 

@@ -51,9 +51,7 @@ FILE_NAMES = (
 )
 
 
-def create_demo_model(
-    out_dir: Path, seed: int = 0, train_steps: int = DEFAULT_TRAIN_STEPS
-) -> Path:
+def create_demo_model(out_dir: Path, seed: int = 0, train_steps: int = DEFAULT_TRAIN_STEPS) -> Path:
     """Write the demo checkpoint into ``out_dir`` (created if needed) and return it."""
     if train_steps < 0:
         raise ValueError(f"train_steps: must be >= 0, got {train_steps}")
@@ -114,7 +112,7 @@ def train_tokenizer(paragraphs: Sequence[str]) -> Tokenizer:
         show_progress=False,
     )
     tokenizer.train_from_iterator(paragraphs, trainer=trainer)
-    bos_id = tokenizer.token_to_id(BOS_TOKEN)
+    bos_id = _token_id(tokenizer, BOS_TOKEN)
     tokenizer.post_processor = processors.TemplateProcessing(
         single=f"{BOS_TOKEN} $A",
         pair=f"{BOS_TOKEN} $A {BOS_TOKEN} $B",
@@ -146,8 +144,8 @@ def demo_hf_config(tokenizer: Tokenizer) -> dict[str, Any]:
         "tie_word_embeddings": False,
         "torch_dtype": "float32",
         "use_cache": True,
-        "bos_token_id": tokenizer.token_to_id(BOS_TOKEN),
-        "eos_token_id": tokenizer.token_to_id(EOS_TOKEN),
+        "bos_token_id": _token_id(tokenizer, BOS_TOKEN),
+        "eos_token_id": _token_id(tokenizer, EOS_TOKEN),
     }
 
 
@@ -163,9 +161,7 @@ def init_model(config: ModelConfig, generator: torch.Generator) -> LlamaModel:
     return model
 
 
-def train(
-    model: LlamaModel, stream: torch.Tensor, steps: int, generator: torch.Generator
-) -> float:
+def train(model: LlamaModel, stream: torch.Tensor, steps: int, generator: torch.Generator) -> float:
     """Next-token training on random windows of ``stream`` ([num_tokens]); returns last loss."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=_LEARNING_RATE, weight_decay=0.0)
@@ -183,7 +179,7 @@ def train(
             logits.reshape(-1, logits.shape[-1]), windows[:, 1:].reshape(-1)
         )
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        torch.autograd.backward(loss)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
@@ -193,11 +189,18 @@ def train(
 
 def _token_stream(tokenizer: Tokenizer, paragraphs: Sequence[str]) -> torch.Tensor:
     """All paragraphs as ``<s> text </s>`` back to back: [num_tokens]."""
-    eos_id = tokenizer.token_to_id(EOS_TOKEN)
+    eos_id = _token_id(tokenizer, EOS_TOKEN)
     ids: list[int] = []
     for encoding in tokenizer.encode_batch(list(paragraphs)):
         ids.extend([*encoding.ids, eos_id])  # the post-processor already put <s> first
     return torch.tensor(ids, dtype=torch.long)
+
+
+def _token_id(tokenizer: Tokenizer, token: str) -> int:
+    token_id = tokenizer.token_to_id(token)
+    if token_id is None:  # cannot happen: the trainer adds the special tokens first
+        raise RuntimeError(f"tokenizer lacks {token!r}")
+    return token_id
 
 
 def _write_json(path: Path, obj: dict[str, Any]) -> None:

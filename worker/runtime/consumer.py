@@ -7,6 +7,7 @@ broker part: prefetch = jobs the worker may hold, ack only after the job's resul
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 from collections import deque
@@ -41,17 +42,18 @@ def consume(
     """Feed job ids to `handle` until `should_stop()`; each message is acked after handle."""
     queue = Queue(queue_name, Exchange(queue_name, "direct"), routing_key=queue_name)
     received: deque[Message] = deque()
-    with Connection(broker_url, transport_options=BROKER_TRANSPORT_OPTIONS) as conn, conn.Consumer(
-        [queue],
-        callbacks=[lambda _body, message: received.append(message)],
-        prefetch_count=prefetch,
-        accept=["json"],
+    with (
+        Connection(broker_url, transport_options=BROKER_TRANSPORT_OPTIONS) as conn,
+        conn.Consumer(
+            [queue],
+            callbacks=[lambda _body, message: received.append(message)],
+            prefetch_count=prefetch,
+            accept=["json"],
+        ),
     ):
         while not should_stop():
-            try:
+            with contextlib.suppress(TimeoutError, socket.timeout):
                 conn.drain_events(timeout=poll_s)
-            except (TimeoutError, socket.timeout):
-                pass
             while received:
                 message = received.popleft()
                 job_id = job_id_of(message.decode(), message.headers or {})

@@ -177,7 +177,9 @@ class WorkerRuntime:
             self.generator.validate(prompt_ids, params)
         except ValueError as exc:
             self.control.complete(
-                job_id, attempt, "failed",
+                job_id,
+                attempt,
+                "failed",
                 error={"type": "invalid_input", "message": str(exc)},
             )
             return
@@ -192,14 +194,19 @@ class WorkerRuntime:
                     text.append(step.text_delta)
                     self.redis.xadd(
                         events_key,
-                        {"type": EventType.OUTPUT.value, "data": json.dumps({"delta": step.text_delta})},
+                        {
+                            "type": EventType.OUTPUT.value,
+                            "data": json.dumps({"delta": step.text_delta}),
+                        },
                     )
                 if step.finished:
                     finish_reason = step.finish_reason or "stop"
         except Exception as exc:
             log.exception("generation failed for job %s", job_id)
             self.control.complete(
-                job_id, attempt, "failed",
+                job_id,
+                attempt,
+                "failed",
                 error={"type": "model_error", "message": f"{type(exc).__name__}: {exc}"},
             )
             return
@@ -207,12 +214,19 @@ class WorkerRuntime:
         if finish_reason == "abort":
             status = "timed_out" if reason_holder.get("why") == "timed_out" else "canceled"
         accepted = self.control.complete(
-            job_id, attempt, status,
+            job_id,
+            attempt,
+            status,
             output={"text": "".join(text), "finish_reason": finish_reason},
             prompt_tokens=len(prompt_ids),
             generated_tokens=generated,
         )
         log.info(
-            "job %s attempt %d %s: %d prompt tokens, %d generated%s", job_id, attempt, status,
-            len(prompt_ids), generated, "" if accepted else " (report fenced off)",
+            "job %s attempt %d %s: %d prompt tokens, %d generated%s",
+            job_id,
+            attempt,
+            status,
+            len(prompt_ids),
+            generated,
+            "" if accepted else " (report fenced off)",
         )

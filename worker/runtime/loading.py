@@ -36,7 +36,12 @@ def load_generator(model_uri: str) -> Any:
     model = build_model(config, weights)
     log.info(
         "loaded %d tensors (%d bytes) in %.2fs (files %.2fs, weights %.2fs, build %.2fs)",
-        len(weights), size_bytes, time.monotonic() - t0, t1 - t0, t2 - t1, time.monotonic() - t2,
+        len(weights),
+        size_bytes,
+        time.monotonic() - t0,
+        t1 - t0,
+        t2 - t1,
+        time.monotonic() - t2,
     )
     return Generator(model, tokenizer, eos_ids, max_context=config.max_position_embeddings)
 

@@ -48,7 +48,9 @@ def create_deployment(spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principa
 
 
 @router.put("/{name}")
-def update_deployment(name: str, spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal) -> Any:
+def update_deployment(
+    name: str, spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal
+) -> Any:
     who.require("deploy")
     if spec.name != name:
         raise InvalidRequest(

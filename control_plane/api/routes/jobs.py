@@ -116,8 +116,9 @@ async def run(
     except TimeoutError:
         pass
     final = await asyncio.to_thread(_read, ctx, job_id, tenant_id)
-    return JSONResponse(final, status_code=200 if is_terminal(final["status"]) else 202,
-                        headers=headers)
+    return JSONResponse(
+        final, status_code=200 if is_terminal(final["status"]) else 202, headers=headers
+    )
 
 
 async def _sse(ctx: AppContext, job_id: str, tenant_id: str) -> AsyncIterator[str]:

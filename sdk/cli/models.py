@@ -1,0 +1,129 @@
+"""`platform models create-demo|upload`: make a small model and put weights in object storage."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sdk.cli import _common
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+app = typer.Typer(
+    help="Model weights: a demo model, uploads to object storage.", no_args_is_help=True
+)
+
+WORKER_EXTRA_HINT = (
+    "creating the demo model needs the worker extra: pip install 'platform-serverless[worker]'"
+)
+
+
+@app.command("create-demo")
+def create_demo(
+    directory: Annotated[
+        Path, typer.Argument(help="Where to write the model.", show_default=False)
+    ],
+) -> None:
+    """Write a tiny random Llama-family model (config.json, tokenizer, safetensors) to DIR.
+
+    \b
+    Example:
+        platform models create-demo ./demo-model
+    """
+    if importlib.util.find_spec("torch") is None:
+        _common.fail(WORKER_EXTRA_HINT)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "worker.model.demo", str(directory)])
+
+
+@app.command("upload")
+def upload(
+    directory: Annotated[Path, typer.Argument(help="Local model directory.", show_default=False)],
+    destination: Annotated[
+        str, typer.Argument(help="s3://bucket/prefix/ to upload to.", show_default=False)
+    ],
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option(
+            help="S3-compatible endpoint [default: $PLATFORM_S3_ENDPOINT_URL, else AWS].",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    """Upload every file of DIR under s3://bucket/prefix/ (creating the bucket if needed) and
+    print the model URI to deploy. Credentials come from the usual AWS variables.
+
+    \b
+    Example:
+        platform models upload ./demo-model s3://models/demo/ --endpoint-url http://127.0.0.1:9000
+    """
+    bucket, prefix = parse_s3_uri(destination)
+    if not directory.is_dir():
+        _common.fail(f"{directory} is not a directory")
+    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    if not files:
+        _common.fail(f"{directory} holds no files")
+    try:
+        import boto3
+        import botocore.config
+        import botocore.exceptions
+    except ImportError:
+        _common.fail("uploading needs boto3: pip install boto3")
+
+    s3: S3Client = boto3.client(
+        "s3",
+        endpoint_url=endpoint_url or os.environ.get("PLATFORM_S3_ENDPOINT_URL") or None,
+        config=botocore.config.Config(
+            s3={"addressing_style": "path"},
+            # Plain S3-compatible servers reject the newer default checksum headers.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        ),
+    )
+    try:
+        _ensure_bucket(s3, bucket, botocore.exceptions.ClientError)
+        for path in files:
+            key = prefix + path.relative_to(directory).as_posix()
+            s3.upload_file(str(path), bucket, key)
+            typer.echo(f"uploaded {key} ({path.stat().st_size} bytes)", err=True)
+    except botocore.exceptions.NoCredentialsError:
+        _common.fail("no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+    except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
+        _common.fail(f"upload to {destination} failed: {e}", _common.EXIT_PLATFORM)
+    typer.echo(f"s3://{bucket}/{prefix}")
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """("bucket", "prefix/") from s3://bucket/prefix; the prefix ends with '/' unless empty."""
+    if not uri.startswith("s3://"):
+        _common.fail(f"{uri!r} is not an s3:// URI, e.g. s3://models/demo/")
+    bucket, _, prefix = uri.removeprefix("s3://").partition("/")
+    if not bucket:
+        _common.fail(f"{uri!r} names no bucket, e.g. s3://models/demo/")
+    if prefix and not prefix.endswith("/"):
+        prefix += "/"
+    return bucket, prefix
+
+
+def _ensure_bucket(s3: S3Client, bucket: str, client_error: type[Exception]) -> None:
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except client_error as e:
+        code = str(getattr(e, "response", {}).get("Error", {}).get("Code", ""))
+        if code not in ("404", "NoSuchBucket", "NotFound"):
+            raise
+        region = s3.meta.region_name
+        if region and region != "us-east-1":  # AWS wants the region spelled out elsewhere
+            s3.create_bucket(
+                Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region}
+            )
+        else:
+            s3.create_bucket(Bucket=bucket)
+        typer.echo(f"created bucket {bucket}", err=True)

@@ -1,0 +1,91 @@
+"""Shared fixtures: real servers (redis-server, rclone S3), a migrated SQL database, settings.
+
+Servers start once per session and are stopped at the end; nothing is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from control_plane.embedded.processes import free_port, start_redis, start_s3
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except ImportError:
+        has_cuda = False
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords and not has_cuda:
+            item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    d = tmp_path_factory.mktemp("redis")
+    proc = start_redis(d, free_port(), d / "redis.log", appendonly=False)
+    yield proc.extra["url"]
+    proc.stop()
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[object]:
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    yield client
+    client.close()
+
+
+@dataclass(frozen=True)
+class S3Server:
+    url: str  # endpoint URL
+    access_key: str
+    secret_key: str
+    root: Path  # directory served; each top-level directory is a bucket
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.url,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    d = tmp_path_factory.mktemp("s3")
+    access, secret = "AKTEST" + secrets.token_hex(6).upper(), secrets.token_urlsafe(24)
+    proc = start_s3(
+        d / "objects", free_port(), access, secret, d / "rclone.log", buckets=("models", "test")
+    )
+    yield S3Server(proc.extra["url"], access, secret, d / "objects")
+    proc.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
+    """Point boto3 (through the standard AWS variables) at the test S3 server."""
+    for k, v in s3_server.env().items():
+        monkeypatch.setenv(k, v)
+    return s3_server
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    from control_plane.db.migrate import upgrade
+
+    url = os.environ.get("PLATFORM_TEST_DATABASE_URL") or f"sqlite:///{tmp_path / 'test.db'}"
+    upgrade(url)
+    return url

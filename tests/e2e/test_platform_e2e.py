@@ -1,0 +1,240 @@
+"""The embedded platform as real processes: redis-server, rclone S3, SQLite, uvicorn, Celery,
+the autoscaler loop and worker processes. deploy → run → stream → async job + webhook →
+billing → scale to zero → down, with no process left behind."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from standardwebhooks import Webhook
+
+from control_plane.embedded.processes import free_port
+from sdk import Client, webhooks
+
+pytestmark = pytest.mark.e2e
+BIN = Path(sys.executable).parent
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def processes_mentioning(text: str) -> list[str]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline and alive(int(entry.name)):
+                out.append(f"{entry.name}: {cmdline}")
+    return out
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "platform"), *args], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+@pytest.fixture(scope="module")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("model") / "demo"
+    subprocess.run(
+        [sys.executable, "-m", "worker.model.demo", str(out), "--train-steps", "0"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    state_dir = tmp_path_factory.mktemp("platform")
+    port = free_port()
+    env = {**os.environ, "PLATFORM_STATE_DIR": str(state_dir)}
+    up = cli("up", "--detach", "--port", str(port), "--state-dir", str(state_dir), env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "Admin key:" in up.stdout and f"127.0.0.1:{port}" in up.stdout
+    state = json.loads((state_dir / "platform.json").read_text())
+    env.update(
+        PLATFORM_URL=state["url"],
+        PLATFORM_API_KEY=state["api_key"],
+        PLATFORM_S3_ENDPOINT_URL=state["s3_endpoint_url"],
+        AWS_ACCESS_KEY_ID=state["s3_access_key_id"],
+        AWS_SECRET_ACCESS_KEY=state["s3_secret_access_key"],
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    yield {**state, "env": env, "state_dir": state_dir}
+    down = cli("down", "--state-dir", str(state_dir), env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    time.sleep(0.5)
+    assert processes_mentioning(str(state_dir)) == []
+
+
+class Receiver:
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[bytes, dict[str, str]]] = []
+        self.arrived = threading.Event()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                outer.deliveries.append((body, {k.lower(): v for k, v in self.headers.items()}))
+                outer.arrived.set()
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_deploy_run_stream_webhook_billing_scale_to_zero(
+    platform: dict[str, Any], demo_model: Path
+) -> None:
+    env = platform["env"]
+    up = cli("models", "upload", str(demo_model), "s3://models/e2e/", env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    dep = cli(
+        "deploy", "--name", "e2e", "--model", "s3://models/e2e/", "--scaledown-window", "2", env=env
+    )
+    assert dep.returncode == 0, dep.stdout + dep.stderr
+
+    client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+    assert client.workers.list(deployment="e2e") == []  # nothing runs while nobody calls
+
+    text = client.run("e2e", input={"prompt": "The weather", "max_tokens": 12})
+    assert isinstance(text, str) and text
+
+    deltas = list(client.run("e2e", input={"prompt": "The weather", "max_tokens": 12}, stream=True))
+    assert len(deltas) >= 2
+    assert "".join(deltas) == text, "greedy decoding: streamed text equals the plain run"
+
+    receiver = Receiver()
+    try:
+        job = client.submit("e2e", input={"prompt": "Soup", "max_tokens": 8}, webhook=receiver.url)
+        assert receiver.arrived.wait(60), "webhook did not arrive"
+        body, headers = receiver.deliveries[0]
+        secret = client.webhooks.secret()
+        event = webhooks.verify(body, headers, secret)
+        assert Webhook(secret).verify(body, headers)["data"]["id"] == job.id
+        assert event["type"] == "job.completed" and event["data"]["status"] == "succeeded"
+        final = job.wait(timeout=30)
+        assert final.output is not None and final.output["text"] == event["data"]["output"]["text"]
+        deadline = time.monotonic() + 10
+        while client.jobs.get(job.id).webhook_status != "delivered":
+            assert time.monotonic() < deadline, "webhook_status never became delivered"
+            time.sleep(0.2)
+    finally:
+        receiver.server.shutdown()
+        receiver.server.server_close()
+
+    # Scale to zero after the 2 s window.
+    deadline = time.monotonic() + 60
+    while any(w["state"] not in ("stopped", "failed") for w in client.workers.list("e2e")):
+        assert time.monotonic() < deadline, "did not scale to zero"
+        time.sleep(0.3)
+    workers = client.workers.list("e2e")
+    assert [w["state"] for w in workers] == ["stopped"], "one worker served all three calls"
+
+    records = client.billing.records(deployment="e2e")
+    phases = [r["phase"] for r in records]
+    assert phases[:3] == ["boot", "load", "warm"] and phases[-1] == "drain"
+    assert phases.count("busy") == 3
+    # Segments tile the worker's life: each starts where the previous ended.
+    for a, b in itertools.pairwise(records):
+        assert a["end"] == b["start"]
+    for r in records:
+        assert Decimal(r["amount"]) == (Decimal(r["seconds"]) * Decimal(r["rate_per_s"])).quantize(
+            Decimal("0.000000001")
+        )
+
+
+def test_foreground_up_stops_every_child_on_sigterm(
+    tmp_path: Path, demo_model: Path, platform: dict[str, Any]
+) -> None:
+    """`platform up` in the foreground; a worker is running; SIGTERM leaves no process behind."""
+    state_dir = tmp_path / "fg"
+    port = free_port()
+    env = {k: v for k, v in platform["env"].items() if not k.startswith("PLATFORM_")}
+    proc = subprocess.Popen(
+        [str(BIN / "platform"), "up", "--port", str(port), "--state-dir", str(state_dir)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not (state_dir / "platform.json").exists():
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        state = json.loads((state_dir / "platform.json").read_text())
+        client = Client(base_url=state["url"], api_key=state["api_key"], timeout=120)
+        client.deployments.create(
+            name="fg", model=str(demo_model), scaledown_window_s=600, max_workers=1
+        )
+        assert client.run("fg", input={"prompt": "hi", "max_tokens": 2})
+        assert httpx.get(state["url"] + "/healthz").status_code == 200
+        tree = descendants(proc.pid)
+        worker_procs = [p for p in processes_mentioning(str(demo_model)) if "-m worker" in p]
+        assert len(worker_procs) == 1, "a worker process serves the deployment"
+        assert len(tree) >= 6  # redis, s3, api, celery, loops, worker (+ helpers)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+        time.sleep(0.5)
+        left = [p for p in tree if alive(p)]
+        assert left == [], f"orphans after SIGTERM: {left}"
+        assert processes_mentioning(str(state_dir)) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

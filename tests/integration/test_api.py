@@ -1,0 +1,330 @@
+"""The API in process (FastAPI TestClient) against a real Redis and a real SQL database."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from control_plane.api.app import create_app
+from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.services import auth
+from control_plane.settings import Settings
+
+WORKER_TOKEN = "test-worker-token-0123456789"
+
+
+@pytest.fixture
+def settings(database_url: str, redis_url: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        worker_token=WORKER_TOKEN,
+        sync_wait_default_s=0.5,
+        webhook_allow_private=False,
+    )
+
+
+@pytest.fixture
+def keys(settings: Settings) -> dict[str, str]:
+    """Two tenants with admin keys, and a read-only key of tenant A."""
+    engine = make_engine(settings.database_url)
+    now = datetime.now(UTC)
+    with make_sessionmaker(engine)() as s:
+        a = auth.create_tenant(s, "a", now)
+        b = auth.create_tenant(s, "b", now)
+        s.flush()
+        _, key_a = auth.create_api_key(s, a.id, {"admin"}, now)
+        _, key_b = auth.create_api_key(s, b.id, {"admin"}, now)
+        _, key_ro = auth.create_api_key(s, a.id, {"read"}, now)
+        s.commit()
+    engine.dispose()
+    return {"a": key_a, "b": key_b, "ro": key_ro}
+
+
+@pytest.fixture
+def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def h(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+WORKER = {"Authorization": f"Bearer {WORKER_TOKEN}"}
+SPEC = {"name": "demo", "model": "s3://models/demo/", "scaledown_window_s": 5}
+
+
+def deploy(client: TestClient, key: str, **over: Any) -> dict[str, Any]:
+    r = client.post("/v1/deployments", json={**SPEC, **over}, headers=h(key))
+    assert r.status_code == 201, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def test_auth_is_required_and_problem_json(client: TestClient) -> None:
+    r = client.get("/v1/deployments")
+    assert r.status_code == 401
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert r.json()["status"] == 401
+    r = client.get("/v1/deployments", headers=h("pk_nothere_secret"))
+    assert r.status_code == 401
+
+
+def test_scopes_are_enforced(client: TestClient, keys: dict[str, str]) -> None:
+    r = client.post("/v1/deployments", json=SPEC, headers=h(keys["ro"]))
+    assert r.status_code == 403
+    assert "deploy" in r.json()["detail"]
+
+
+def test_deployment_lifecycle(client: TestClient, keys: dict[str, str]) -> None:
+    dep = deploy(client, keys["a"])
+    assert dep["version"] == 1 and dep["workers"] == {}
+    again = client.post("/v1/deployments", json=SPEC, headers=h(keys["a"]))
+    assert again.status_code == 409
+    upd = client.put("/v1/deployments/demo", json={**SPEC, "max_workers": 2}, headers=h(keys["a"]))
+    assert upd.status_code == 200 and upd.json()["version"] == 2
+    same = client.put("/v1/deployments/demo", json={**SPEC, "max_workers": 2}, headers=h(keys["a"]))
+    assert same.json()["version"] == 2, "an unchanged spec is not a new version"
+    assert [
+        d["name"] for d in client.get("/v1/deployments", headers=h(keys["a"])).json()["data"]
+    ] == ["demo"]
+    assert client.delete("/v1/deployments/demo", headers=h(keys["a"])).status_code == 204
+    r = client.get("/v1/deployments/demo", headers=h(keys["a"]))
+    assert r.status_code == 404 and "demo" in r.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**SPEC, "name": "Bad Name"}, "name"),
+        ({**SPEC, "model": "ftp://x/y"}, "model"),
+        ({**SPEC, "min_workers": 3, "max_workers": 1}, "body"),
+        ({**SPEC, "surprise": 1}, "surprise"),
+        ({**SPEC, "accelerator": "tpu9"}, "accelerator"),
+    ],
+)
+def test_bad_deployment_specs_name_the_field(
+    client: TestClient, keys: dict[str, str], body: dict[str, Any], field: str
+) -> None:
+    r = client.post("/v1/deployments", json=body, headers=h(keys["a"]))
+    assert r.status_code == 422, r.text
+    assert any(e["field"] == field for e in r.json()["errors"]), r.json()
+    assert client.get("/v1/deployments", headers=h(keys["a"])).json()["data"] == []
+
+
+def test_sync_run_without_capacity_returns_202_with_job(
+    client: TestClient, keys: dict[str, str]
+) -> None:
+    deploy(client, keys["a"])
+    r = client.post(
+        "/v1/deployments/demo/run",
+        json={"input": {"prompt": "hi"}, "wait_s": 0.2},
+        headers=h(keys["a"]),
+    )
+    assert r.status_code == 202
+    job = r.json()
+    assert r.headers["X-Job-Id"] == job["id"]
+    assert job["status"] == "queued"
+    assert job["input"] == {
+        "prompt": "hi",
+        "max_tokens": 64,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "stop": [],
+    }
+
+
+def test_bad_input_is_422_without_side_effect(client: TestClient, keys: dict[str, str]) -> None:
+    deploy(client, keys["a"])
+    r = client.post(
+        "/v1/deployments/demo/jobs",
+        json={"input": {"prompt": "x", "max_tokens": 0}},
+        headers=h(keys["a"]),
+    )
+    assert r.status_code == 422
+    assert r.json()["errors"][0]["field"] == "input.max_tokens"
+    assert client.get("/v1/jobs", headers=h(keys["a"])).json()["data"] == []
+    r = client.post(
+        "/v1/deployments/nope/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    )
+    assert r.status_code == 404 and "nope" in r.json()["detail"]
+
+
+def test_webhook_to_loopback_is_refused_by_default(
+    client: TestClient, keys: dict[str, str]
+) -> None:
+    deploy(client, keys["a"])
+    for url in (
+        "http://127.0.0.1:9/hook",
+        "http://169.254.169.254/latest",
+        "http://10.0.0.1/x",
+        "http://localhost/x",
+    ):
+        r = client.post(
+            "/v1/deployments/demo/jobs",
+            json={"input": {"prompt": "x"}, "webhook": url},
+            headers=h(keys["a"]),
+        )
+        assert r.status_code == 422, (url, r.text)
+    assert client.get("/v1/jobs", headers=h(keys["a"])).json()["data"] == []
+
+
+def test_idempotency_key(client: TestClient, keys: dict[str, str]) -> None:
+    deploy(client, keys["a"])
+    body = {"input": {"prompt": "same"}}
+    hdr = {**h(keys["a"]), "Idempotency-Key": "k-1"}
+    first = client.post("/v1/deployments/demo/jobs", json=body, headers=hdr)
+    second = client.post("/v1/deployments/demo/jobs", json=body, headers=hdr)
+    assert first.status_code == second.status_code == 202
+    assert first.json()["id"] == second.json()["id"]
+    other = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "else"}}, headers=hdr
+    )
+    assert other.status_code == 409
+
+
+def test_tenant_isolation(client: TestClient, keys: dict[str, str]) -> None:
+    deploy(client, keys["a"])
+    job = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()
+    assert client.get(f"/v1/jobs/{job['id']}", headers=h(keys["b"])).status_code == 404
+    assert client.post(f"/v1/jobs/{job['id']}/cancel", headers=h(keys["b"])).status_code == 404
+    assert client.get("/v1/deployments/demo", headers=h(keys["b"])).status_code == 404
+    assert client.get("/v1/jobs", headers=h(keys["b"])).json()["data"] == []
+
+
+def test_claim_and_complete_are_fenced(client: TestClient, keys: dict[str, str]) -> None:
+    deploy(client, keys["a"])
+    job = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()
+    jid = job["id"]
+    assert client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w"}).status_code == 401
+    c1 = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w1"}, headers=WORKER)
+    assert c1.status_code == 200 and c1.json()["attempt"] == 1
+    # A second claim of a running job is refused (no double execution).
+    assert (
+        client.post(
+            f"/internal/jobs/{jid}/claim", json={"worker_id": "w2"}, headers=WORKER
+        ).status_code
+        == 409
+    )
+    stale = {"worker_id": "w1", "attempt": 0, "status": "succeeded", "output": {"text": "old"}}
+    assert (
+        client.post(f"/internal/jobs/{jid}/complete", json=stale, headers=WORKER).status_code == 409
+    )
+    good = {
+        **stale,
+        "attempt": 1,
+        "output": {"text": "new", "finish_reason": "stop"},
+        "prompt_tokens": 2,
+        "generated_tokens": 1,
+    }
+    assert (
+        client.post(f"/internal/jobs/{jid}/complete", json=good, headers=WORKER).status_code == 200
+    )
+    again = {**good, "status": "failed"}
+    assert (
+        client.post(f"/internal/jobs/{jid}/complete", json=again, headers=WORKER).status_code == 409
+    )
+    final = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    assert final["status"] == "succeeded" and final["output"]["text"] == "new"
+    assert final["usage"]["prompt_tokens"] == 2 and final["attempt"] == 1
+
+
+def test_cancel_is_final(client: TestClient, keys: dict[str, str]) -> None:
+    deploy(client, keys["a"])
+    jid = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()["id"]
+    r = client.post(f"/v1/jobs/{jid}/cancel", headers=h(keys["a"]))
+    assert r.status_code == 200 and r.json()["status"] == "canceled"
+    assert (
+        client.post(
+            f"/internal/jobs/{jid}/claim", json={"worker_id": "w"}, headers=WORKER
+        ).status_code
+        == 409
+    )
+
+
+def test_list_jobs_paginates_newest_first(client: TestClient, keys: dict[str, str]) -> None:
+    deploy(client, keys["a"])
+    ids = [
+        client.post(
+            "/v1/deployments/demo/jobs", json={"input": {"prompt": str(i)}}, headers=h(keys["a"])
+        ).json()["id"]
+        for i in range(5)
+    ]
+    page1 = client.get("/v1/jobs?limit=2", headers=h(keys["a"])).json()
+    page2 = client.get(
+        f"/v1/jobs?limit=2&cursor={page1['next_cursor']}", headers=h(keys["a"])
+    ).json()
+    page3 = client.get(
+        f"/v1/jobs?limit=2&cursor={page2['next_cursor']}", headers=h(keys["a"])
+    ).json()
+    got = [j["id"] for p in (page1, page2, page3) for j in p["data"]]
+    assert got == list(reversed(ids)) and page3["next_cursor"] is None
+
+
+def test_worker_phases_become_billing_records_once(
+    client: TestClient, keys: dict[str, str], settings: Settings
+) -> None:
+    from control_plane.db.models import Deployment
+    from control_plane.services import workers
+
+    deploy(client, keys["a"])
+    engine = make_engine(settings.database_url)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    with make_sessionmaker(engine)() as s:
+        dep = s.query(Deployment).one()
+        w = workers.create(s, dep, "cpu", "test", t0)
+        s.commit()
+        wid = w.id
+    engine.dispose()
+    base = t0.timestamp()
+    for state, dt in [
+        ("loading", 2.5),
+        ("warming", 4.0),
+        ("idle", 4.25),
+        ("busy", 10.0),
+        ("idle", 11.0),
+        ("draining", 20.0),
+        ("stopped", 20.5),
+    ]:
+        body = {"state": state, "at": base + dt}
+        assert (
+            client.post(f"/internal/workers/{wid}/state", json=body, headers=WORKER).status_code
+            == 200
+        )
+        # A replayed report changes nothing.
+        client.post(f"/internal/workers/{wid}/state", json=body, headers=WORKER)
+    recs = client.get(f"/v1/billing/records?worker_id={wid}", headers=h(keys["a"])).json()["data"]
+    assert [(r["phase"], r["seconds"]) for r in recs] == [
+        ("boot", "2.500"),
+        ("load", "1.500"),
+        ("warm", "0.250"),
+        ("idle", "5.750"),
+        ("busy", "1.000"),
+        ("idle", "9.000"),
+        ("drain", "0.500"),
+    ]
+    from decimal import Decimal
+
+    total = sum(Decimal(r["amount"]) for r in recs)
+    assert total == Decimal("20.5") * settings.rate_per_s("cpu")
+    assert (
+        client.get(f"/v1/billing/records?worker_id={wid}", headers=h(keys["b"])).json()["data"]
+        == []
+    )
+
+
+def test_openapi_is_served(client: TestClient) -> None:
+    spec = client.get("/openapi.json").json()
+    assert "/v1/deployments/{name}/run" in spec["paths"]
+    assert not any(p.startswith("/internal") for p in spec["paths"])

@@ -1,0 +1,64 @@
+"""Control-plane webhook signing, checked against the reference `standardwebhooks` package."""
+
+import base64
+import json
+import secrets
+import time
+
+import pytest
+from standardwebhooks import Webhook
+
+from control_plane.errors import InvalidRequest
+from control_plane.services import webhooks
+
+
+def new_secret() -> str:
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+def test_signature_verifies_with_standardwebhooks() -> None:
+    secret = new_secret()
+    ts = int(time.time())
+    body = webhooks.payload("job.completed", ts, {"id": "job_1", "status": "succeeded"})
+    headers = {
+        "webhook-id": "msg_1",
+        "webhook-timestamp": str(ts),
+        "webhook-signature": webhooks.signature_header([secret], "msg_1", ts, body),
+    }
+    assert Webhook(secret).verify(body, headers)["data"]["id"] == "job_1"
+
+
+def test_rotation_sends_one_signature_per_secret() -> None:
+    old, new = new_secret(), new_secret()
+    ts = int(time.time())
+    body = json.dumps({"x": 1}).encode()
+    header = webhooks.signature_header([old, new], "msg_2", ts, body)
+    assert len(header.split(" ")) == 2
+    for s in (old, new):
+        Webhook(s).verify(
+            body, {"webhook-id": "msg_2", "webhook-timestamp": str(ts), "webhook-signature": header}
+        )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1/x",
+        "http://localhost:8080/x",
+        "http://10.1.2.3/x",
+        "http://192.168.0.1/",
+        "http://169.254.169.254/latest/meta-data",
+        "http://[::1]/x",
+        "ftp://example.com/x",
+        "nohost",
+    ],
+)
+def test_non_public_targets_are_refused(url: str) -> None:
+    with pytest.raises(InvalidRequest):
+        webhooks.check_target(url, allow_private=False)
+
+
+def test_private_targets_allowed_by_configuration() -> None:
+    webhooks.check_target("http://127.0.0.1:9/x", allow_private=True)
+    with pytest.raises(InvalidRequest):
+        webhooks.check_target("file:///etc/passwd", allow_private=True)
