@@ -130,7 +130,9 @@ class Client:
         """Run `deployment` on `input` (a JobInput; a str is the prompt) and return its text.
 
         On a 202 the job is polled until it ends; `timeout` (seconds, None: no limit) bounds
-        the whole wait and raises JobTimeout. `stream=True` returns a `Stream` of text deltas;
+        the whole wait and raises JobTimeout (for a stream: the wait after it broke off; a
+        live stream is bounded by the HTTP read timeout between events). `stream=True`
+        returns a `Stream` of text deltas;
         `wait=False` returns the `Job` as the platform first answered it. A job that fails
         raises JobFailed (ModelError when the model or input is at fault).
         """

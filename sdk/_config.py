@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from sdk._errors import PlatformError
 
@@ -78,13 +79,23 @@ def resolve_credentials(
 ) -> Credentials:
     """Apply the precedence above; the file is only read when an argument or variable is missing."""
     env = os.environ if env is None else env
-    url = base_url or env.get("PLATFORM_URL") or None
+    url, url_from = (base_url, "the base_url argument") if base_url else (None, "")
+    if url is None and env.get("PLATFORM_URL"):
+        url, url_from = env["PLATFORM_URL"], "PLATFORM_URL"
     key = api_key or env.get("PLATFORM_API_KEY") or None
     if url is None or key is None:
-        file = read_config(config_path(env))
-        url = url or _str(file.get("url"))
+        path = config_path(env)
+        file = read_config(path)
+        if url is None and _str(file.get("url")):
+            url, url_from = _str(file.get("url")), str(path)
         key = key or _str(file.get("api_key"))
-    return Credentials(base_url=(url or DEFAULT_URL).rstrip("/"), api_key=key)
+    url = url or DEFAULT_URL
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise PlatformError(
+            f"invalid platform URL {url!r} (from {url_from}): expected http(s)://host[:port]"
+        )
+    return Credentials(base_url=url.rstrip("/"), api_key=key)
 
 
 def _str(value: object) -> str | None:

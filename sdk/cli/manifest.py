@@ -203,12 +203,16 @@ def diff_specs(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[st
         return [f"+ {k}: {_show(v)}" for k, v in new.items()]
     lines = []
     for key in sorted(set(old) | set(new), key=_field_order):
-        if key not in new:
-            lines.append(f"- {key}: {_show(old[key])}")
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, dict) and isinstance(after, dict):
+            # One level down (defaults): say which default changed, not the whole mapping.
+            lines += [f"{line[:2]}{key}.{line[2:]}" for line in diff_specs(before, after)]
+        elif key not in new:
+            lines.append(f"- {key}: {_show(before)}")
         elif key not in old:
-            lines.append(f"+ {key}: {_show(new[key])}")
-        elif old[key] != new[key]:
-            lines.append(f"~ {key}: {_show(old[key])} -> {_show(new[key])}")
+            lines.append(f"+ {key}: {_show(after)}")
+        elif before != after:
+            lines.append(f"~ {key}: {_show(before)} -> {_show(after)}")
     return lines
 
 

@@ -78,7 +78,9 @@ def test_sharded_checkpoint_from_s3(tmp_path: Path, s3_env: Any) -> None:
 
 
 def test_missing_objects_are_typed_errors(s3_env: Any, tmp_path: Path) -> None:
-    with pytest.raises(loader.ObjectNotFound, match=re.escape("s3://test/nothing/model.safetensors")):
+    with pytest.raises(
+        loader.ObjectNotFound, match=re.escape("s3://test/nothing/model.safetensors")
+    ):
         loader.load_model_dir("s3://test/nothing/")
     with pytest.raises(loader.ObjectNotFound):
         loader.load_checkpoint(str(tmp_path / "absent.safetensors"))

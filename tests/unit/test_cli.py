@@ -181,7 +181,7 @@ def test_dry_run_shows_the_changes_and_changes_nothing(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "update deployment 'demo' (version 3)" in result.stdout
     assert "~ max_workers: 1 -> 4" in result.stdout
-    assert "~ defaults: {'max_tokens': 64} -> {'max_tokens': 32}" in result.stdout
+    assert "~ defaults.max_tokens: 64 -> 32" in result.stdout
     assert "dry run: nothing changed" in result.stdout
     assert routes.called() == ["GET /v1/deployments/demo"]
 
@@ -238,6 +238,9 @@ def test_deploy_without_changes_sends_nothing() -> None:
 
 def test_diff_lines() -> None:
     assert diff_specs({"a": 1, "b": 2}, {"a": 1, "b": 3, "c": "x"}) == ["~ b: 2 -> 3", "+ c: 'x'"]
+    old = {"defaults": {"max_tokens": 64, "seed": 1}}
+    new = {"defaults": {"max_tokens": 64, "top_p": 0.9}}
+    assert diff_specs(old, new) == ["- defaults.seed: 1", "+ defaults.top_p: 0.9"]
 
 
 # --- run ------------------------------------------------------------------------------------
@@ -326,7 +329,9 @@ def closed_port() -> int:
 
 
 def test_connection_refused_exits_2() -> None:
-    state = CliState(url=f"http://127.0.0.1:{closed_port()}", client_options={"sleep": print})
+    state = CliState(
+        url=f"http://127.0.0.1:{closed_port()}", client_options={"sleep": lambda _s: None}
+    )
     result = CliRunner().invoke(app, ["deployments", "list"], obj=state)
     assert result.exit_code == 2
     assert "cannot reach the platform" in result.stderr
@@ -341,6 +346,12 @@ def test_4xx_exits_1_and_5xx_exits_2() -> None:
     broken = httpx.Response(500, json={"title": "Internal Server Error", "status": 500})
     result = invoke(["deployments", "list"], Routes({"GET /v1/deployments": broken}))
     assert result.exit_code == 2
+
+
+def test_a_bad_url_exits_1() -> None:
+    result = CliRunner().invoke(app, ["--url", "localhost:8000", "status"])
+    assert result.exit_code == 1
+    assert "invalid platform URL" in result.stderr
 
 
 def test_usage_errors_exit_1() -> None:
@@ -425,10 +436,9 @@ def test_up_execs_the_embedded_platform(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setattr(os, "execv", lambda path, argv: calls.append([path, *argv]))
     result = invoke(["up", "--port", "9000", "--state-dir", str(tmp_path), "--detach"])
     assert result.exit_code == 0, result.output
-    assert calls == [
-        [sys.executable, sys.executable, "-m", "control_plane.embedded", "up", "--port", "9000"]
-        + ["--state-dir", str(tmp_path), "--detach"]
-    ]
+    embedded = [sys.executable, "-m", "control_plane.embedded"]
+    up_args = ["up", "--port", "9000", "--state-dir", str(tmp_path), "--detach"]
+    assert calls == [[sys.executable, *embedded, *up_args]]
 
     monkeypatch.setenv("PLATFORM_STATE_DIR", str(tmp_path / "state"))
     invoke(["down"])

@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
-from worker.engine.generate import NO_TOKEN, Generator, PromptTooLongError
+from worker.engine.generate import NO_TOKEN, Generator, PromptTooLongError, _StopMatcher
 from worker.engine.sampling import SamplingParams
 from worker.model.config import ModelConfig
 from worker.model.demo import FILE_NAMES, create_demo_model, main
@@ -110,6 +110,25 @@ def test_stop_string_ends_generation_and_is_cut(checkpoint: Path) -> None:
     assert len(steps) < 40
     result = generator.run("The river", SamplingParams(max_tokens=40, stop=("zzz", stop)))
     assert (result.text, result.finish_reason) == (expected, "stop")
+
+
+def test_stop_matcher_holds_back_possible_stop_prefixes() -> None:
+    matcher = _StopMatcher(("END", "\n\n"))
+    assert matcher.feed("abc E") == ("abc ", False)  # "E" may begin "END"
+    assert matcher.feed("N") == ("", False)
+    assert matcher.feed("x\n") == ("ENx", False)  # not "END" after all; "\n" held
+    assert matcher.feed("\nmore") == ("", True)
+    tail = _StopMatcher(("END",))
+    assert tail.feed("the EN") == ("the ", False)
+    assert tail.flush() == "EN"  # generation ended without a stop: nothing is lost
+
+
+def test_seeded_sampling_is_reproducible(checkpoint: Path) -> None:
+    generator = _generator(checkpoint)
+    params = SamplingParams(max_tokens=15, temperature=1.0, top_p=0.9, seed=-3)
+    first = generator.run("Rain", params)
+    assert first == generator.run("Rain", params)
+    assert first.text != generator.run("Rain", SamplingParams(max_tokens=15)).text
 
 
 def test_abort(checkpoint: Path) -> None:

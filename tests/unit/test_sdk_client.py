@@ -132,9 +132,7 @@ def answer(status: int, body: Any = None, **headers: str) -> httpx.Response:
 def problem(status: int, title: str, detail: str = "", **extra: Any) -> httpx.Response:
     body = {"type": f"https://platform.dev/problems/{status}", "title": title, "status": status}
     body.update(detail=detail, **extra)
-    return httpx.Response(
-        status, json=body, headers={"content-type": "application/problem+json"}
-    )
+    return httpx.Response(status, json=body, headers={"content-type": "application/problem+json"})
 
 
 def sse(*events: tuple[str, dict[str, Any]], job_id: str = "job_1") -> httpx.Response:
@@ -214,6 +212,14 @@ def test_a_broken_config_file_is_a_clear_error(
     config.write_text("{not json")
     monkeypatch.setenv("PLATFORM_CONFIG", str(config))
     with pytest.raises(PlatformError, match="not valid JSON"):
+        Client()
+
+
+def test_a_url_without_a_scheme_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(PlatformError, match=r"'localhost:8000' \(from the base_url argument\)"):
+        Client("localhost:8000")
+    monkeypatch.setenv("PLATFORM_URL", "ftp://x")
+    with pytest.raises(PlatformError, match="PLATFORM_URL"):
         Client()
 
 

@@ -158,19 +158,19 @@ class Generator:
     def _steps(
         self, prompt_ids: list[int], params: SamplingParams, should_abort: Callable[[], bool]
     ) -> Iterator[StepOutput]:
-        rng = _request_rng(params)
+        device = self.model.inv_freq.device
+        rng = _request_rng(params, device)
         detok = IncrementalDetokenizer(self.tokenizer, prompt_ids)
         stops = _StopMatcher(params.stop)
         cache = self.model.new_cache(batch_size=1, max_len=len(prompt_ids) + params.max_tokens)
-        device = self.model.inv_freq.device
         # input_ids, positions: [1, seq]; the whole prompt first (prefill), then one token
         input_ids = torch.tensor([prompt_ids], dtype=torch.long, device=device)
         positions = torch.arange(len(prompt_ids), device=device)[None]
 
         for num_generated in range(1, params.max_tokens + 1):
             if should_abort():
-                text, stopped = _final_text(detok, stops)
-                yield StepOutput(NO_TOKEN, text, True, "stop" if stopped else "abort")
+                text, _ = _final_text(detok, stops)
+                yield StepOutput(NO_TOKEN, text, True, "abort")
                 return
             with torch.inference_mode():
                 # logits: [1, vocab]
@@ -193,18 +193,19 @@ class Generator:
 
 
 def _final_text(detok: IncrementalDetokenizer, stops: _StopMatcher) -> tuple[str, bool]:
-    """Everything still held back at the end; True when it completes a stop string (a stop
-    string found in the flushed text still wins over eos / length / abort)."""
+    """Everything still held back at the end (cut at a stop string if the flushed text
+    completes one: True then, and the stop string wins over eos / length)."""
     text, stopped = stops.feed(detok.flush())
     return (text, True) if stopped else (text + stops.flush(), False)
 
 
-def _request_rng(params: SamplingParams) -> torch.Generator | None:
+def _request_rng(params: SamplingParams, device: torch.device) -> torch.Generator | None:
     """The request's own random generator (None for greedy), so requests never share state."""
     if params.temperature == 0:
         return None
     seed = params.seed if params.seed is not None else random.SystemRandom().getrandbits(63)
-    return torch.Generator().manual_seed(seed)
+    # any int is a valid seed (negative, huge); torch takes [0, 2**64)
+    return torch.Generator(device=device).manual_seed(seed % 2**64)
 
 
 class _StopMatcher:

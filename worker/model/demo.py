@@ -33,9 +33,10 @@ BOS_TOKEN = "<s>"
 EOS_TOKEN = "</s>"
 VOCAB_SIZE = 512
 MAX_POSITION_EMBEDDINGS = 512
-# Default training budget: about 10 s on a 2-core CPU (the whole command stays under 15 s).
-DEFAULT_TRAIN_STEPS = 300
-# One thread: as fast as two for a model this small, and bitwise reproducible on any machine.
+# Default training budget: about 6 s on an idle 2-core CPU (the whole command takes ~9 s).
+DEFAULT_TRAIN_STEPS = 250
+# One thread: two are faster on an idle machine, but stall badly when the two cores are shared
+# (tests running beside it); one is also reproducible whatever the core count.
 TRAIN_THREADS = 1
 _SEQ_LEN = 64
 _BATCH_SIZE = 16
@@ -211,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m worker.model.demo",
         description="Write a tiny Llama checkpoint (HF format) trained on a bundled corpus.",
-        epilog="example: python -m worker.model.demo /tmp/demo-model --train-steps 300",
+        epilog="example: python -m worker.model.demo /tmp/demo-model --train-steps 250",
     )
     parser.add_argument("out_dir", type=Path, help="directory to write the checkpoint into")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")

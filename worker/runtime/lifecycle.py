@@ -171,7 +171,7 @@ class WorkerRuntime:
                 temperature=float(inp.get("temperature", 0.0)),
                 top_p=float(inp.get("top_p", 1.0)),
                 seed=inp.get("seed"),
-                stop=tuple(inp.get("stop") or ()),
+                stop=_stop_strings(inp.get("stop")),
             )
             prompt_ids = self.generator.encode(inp["prompt"])
             self.generator.validate(prompt_ids, params)
@@ -189,7 +189,9 @@ class WorkerRuntime:
         generated = 0
         try:
             for step in self.generator.generate(inp["prompt"], params, should_abort):
-                generated += 1
+                # An aborted run ends with a step that carries no token (NO_TOKEN).
+                if step.token_id >= 0:
+                    generated += 1
                 if step.text_delta:
                     text.append(step.text_delta)
                     self.redis.xadd(
@@ -230,3 +232,12 @@ class WorkerRuntime:
             generated,
             "" if accepted else " (report fenced off)",
         )
+
+
+def _stop_strings(raw: Any) -> tuple[str, ...]:
+    """Stop strings as a tuple; a bare string is one stop string, not its characters."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        return (raw,)
+    return tuple(str(s) for s in raw)

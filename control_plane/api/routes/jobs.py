@@ -74,6 +74,10 @@ def _create(
     return public, tenant_id
 
 
+def _request_hash(name: str, body: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps({"name": name, **body}, sort_keys=True).encode()).hexdigest()
+
+
 def _read(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
     with ctx.sessions() as session:
         return jobs.to_public(jobs.get(session, tenant_id, job_id))
@@ -96,9 +100,18 @@ async def run(
     body: RunRequest,
     ctx: Ctx,
     authorization: Annotated[str | None, Header()] = None,
+    idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Any:
+    # A retried sync call (dropped connection) with the same key follows the same job.
     job, tenant_id = await asyncio.to_thread(
-        _create, ctx, authorization, name, body.input, JobKind.SYNC
+        _create,
+        ctx,
+        authorization,
+        name,
+        body.input,
+        JobKind.SYNC,
+        idempotency_key=idempotency_key,
+        request_hash=_request_hash(name, body.input.model_dump()),
     )
     job_id = job["id"]
     headers = {"X-Job-Id": job_id}
@@ -158,9 +171,7 @@ async def create_job(
     authorization: Annotated[str | None, Header()] = None,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Any:
-    request_hash = hashlib.sha256(
-        json.dumps({"name": name, **body.model_dump()}, sort_keys=True).encode()
-    ).hexdigest()
+    request_hash = _request_hash(name, body.model_dump())
     job, _ = await asyncio.to_thread(
         _create,
         ctx,
