@@ -16,17 +16,20 @@ from typing import Any
 
 import redis
 from celery import Celery
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db.models import Deployment, Job, Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.autoscaler import DeploymentLoad, ScalingPolicy, decide
+from control_plane.domain.crash_loop import BootHistory, may_start
 from control_plane.domain.states import PENDING
 from control_plane.providers.base import Provider, WorkerSpec
 from control_plane.providers.local import LocalProvider, worker_env
 from control_plane.services import deployments, events, jobs, workers
-from control_plane.services.dispatch import dispatch_job, make_celery
+from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
 from control_plane.settings import Settings
+from control_plane.tasks_api import enqueue_webhook
 from worker.protocol import EventType, WorkerState, deployment_queue
 
 log = logging.getLogger(__name__)
@@ -63,7 +66,8 @@ class AutoscalerLoop:
 
     def tick(self, now: datetime) -> None:
         with self.sessions() as session:
-            self._reap(session, now)
+            dead = self._reap(session, now)
+            self._requeue_orphans(session, dead, now)
             load = jobs.load_by_deployment(session)
             for dep in deployments.list_live(session):
                 self._scale(session, dep, load.get(dep.id, (0, 0, None)), now)
@@ -90,11 +94,17 @@ class AutoscalerLoop:
             policy_of(dep.spec), DeploymentLoad(pending, running, len(active), last), now
         )
         if decision.desired > len(active):
-            for _ in range(decision.desired - len(active)):
-                self._start(session, dep, decision.reason, now)
+            failures, failed_at, failed_reason = workers.boot_history(session, dep.id, dep.version)
+            verdict = may_start(BootHistory(failures, failed_at, failed_reason), now)
+            if verdict.give_up:
+                self._fail_waiting(session, dep, failures, failed_reason, now)
+                return
+            if verdict.start:
+                for _ in range(decision.desired - len(active)):
+                    self._start(session, dep, decision.reason, now)
             session.commit()
-            for job_id in jobs.mark_starting(session, dep.id, "no_capacity"):
-                events.publish(self.redis, job_id, EventType.STARTING, {"reason": "no_capacity"})
+            for job_id in jobs.mark_starting(session, dep.id, verdict.reason):
+                events.publish(self.redis, job_id, EventType.STARTING, {"reason": verdict.reason})
         elif decision.desired < len(active):
             # Idle workers go first; a busy one drains (finishes its jobs) before exiting.
             order = {
@@ -128,8 +138,38 @@ class AutoscalerLoop:
         log.info("started worker %s for %s (%s)", w.id, dep.name, reason)
         return w
 
-    def _reap(self, session: Session, now: datetime) -> None:
+    def _fail_waiting(
+        self, session: Session, dep: Deployment, failures: int, reason: str | None, now: datetime
+    ) -> None:
+        error = {
+            "type": "deployment_unavailable",
+            "message": (
+                f"{failures} workers of deployment '{dep.name}' (version {dep.version}) failed "
+                f"in a row (last: {reason or 'unknown'}); check its model URI and worker logs, "
+                "then update the deployment"
+            ),
+        }
+        failed = jobs.fail_pending(session, dep.id, error, now)
+        session.commit()
+        for job in failed:
+            events.publish(self.redis, job.id, EventType.FAILED, jobs.to_public(job))
+            if job.webhook_url and "completed" in (job.webhook_events or []):
+                enqueue_webhook(self.celery, job.id, "job.completed", f"msg_{job.id}_completed_0")
+        if failed:
+            log.warning("failed %d waiting jobs of %s: crash loop", len(failed), dep.name)
+
+    def _requeue_orphans(self, session: Session, dead: list[str], now: datetime) -> None:
+        requeued = jobs.requeue_orphans(session, dead, now)
+        session.commit()
+        for job in requeued:
+            log.warning("job %s lost its worker; requeued (attempt %d)", job.id, job.attempt)
+            events.publish(self.redis, job.id, EventType.QUEUED, {"reason": "worker_lost"})
+            dispatch_job(self.celery, job.deployment_id, job.id, job.kind)
+
+    def _reap(self, session: Session, now: datetime) -> list[str]:
+        dead = []
         for exited in self.provider.reap():
+            dead.append(exited.worker_id)
             w = session.get(Worker, exited.worker_id)
             if w is None:
                 continue
@@ -146,6 +186,7 @@ class AutoscalerLoop:
                     now,
                     reason=f"exit_{exited.returncode}",
                 )
+        return dead
 
     def _stop_deleted(self, session: Session) -> None:
         live_ids = {d.id for d in deployments.list_live(session)}
@@ -155,15 +196,19 @@ class AutoscalerLoop:
                 self.provider.stop(w.id)
 
     def _redispatch(self, session: Session) -> None:
-        from sqlalchemy import select
-
+        """Re-send wake-ups only where jobs wait but their queue is empty (a lost message)."""
         rows = session.execute(
             select(Job.id, Job.deployment_id, Job.kind).where(
                 Job.status.in_([s.value for s in PENDING])
             )
         ).all()
+        empty: dict[str, bool] = {}
         for job_id, dep_id, kind in rows:
-            dispatch_job(self.celery, dep_id, job_id, kind)
+            if dep_id not in empty:
+                empty[dep_id] = queue_depth(self.celery, deployment_queue(dep_id)) == 0
+            if empty[dep_id]:
+                log.info("re-sending the wake-up of job %s", job_id)
+                dispatch_job(self.celery, dep_id, job_id, kind)
 
     def shutdown(self) -> None:
         now = datetime.now(UTC)

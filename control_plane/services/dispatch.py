@@ -37,3 +37,14 @@ def dispatch_job(app: Celery, deployment_id: str, job_id: str, kind: str) -> Non
         queue=deployment_queue(deployment_id),
         priority=PRIORITY.get(kind, 3),
     )
+
+
+def queue_depth(app: Celery, queue: str) -> int:
+    """Messages waiting in a broker queue (0 when the queue does not exist yet)."""
+    from kombu.exceptions import ChannelError
+
+    with app.connection_for_read() as conn:
+        try:
+            return int(conn.default_channel.queue_declare(queue=queue, passive=True).message_count)
+        except ChannelError:
+            return 0

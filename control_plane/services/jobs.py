@@ -267,3 +267,55 @@ def to_public(job: Job) -> dict[str, Any]:
 
 def _iso(dt: datetime | None) -> str | None:
     return None if dt is None else dt.isoformat().replace("+00:00", "Z")
+
+
+def fail_pending(
+    session: Session, deployment_id: str, error: dict[str, Any], now: datetime
+) -> list[Job]:
+    """Fail every waiting job of a deployment (its workers cannot start)."""
+    rows = list(
+        session.scalars(
+            select(Job).where(
+                Job.deployment_id == deployment_id, Job.status.in_([s.value for s in PENDING])
+            )
+        )
+    )
+    for job in rows:
+        job.status = JobStatus.FAILED
+        job.error = error
+        job.completed_at = now
+    return rows
+
+
+# A job whose worker died is retried this many times in all before it fails.
+MAX_ATTEMPTS = 3
+
+
+def requeue_orphans(session: Session, dead_worker_ids: list[str], now: datetime) -> list[Job]:
+    """Running jobs of dead workers go back to the queue (or fail after MAX_ATTEMPTS).
+
+    Returns the requeued jobs. The attempt number stays as the fence: a report from the dead
+    attempt can no longer apply once a new claim bumped it.
+    """
+    if not dead_worker_ids:
+        return []
+    rows = list(
+        session.scalars(
+            select(Job).where(Job.worker_id.in_(dead_worker_ids), Job.status == JobStatus.RUNNING)
+        )
+    )
+    requeued = []
+    for job in rows:
+        if job.attempt >= MAX_ATTEMPTS:
+            job.status = JobStatus.FAILED
+            job.error = {
+                "type": "worker_lost",
+                "message": f"the worker running this job stopped {job.attempt} times",
+            }
+            job.completed_at = now
+        else:
+            job.status = JobStatus.QUEUED
+            job.status_reason = "worker_lost"
+            job.worker_id = None
+            requeued.append(job)
+    return requeued

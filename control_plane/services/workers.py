@@ -136,3 +136,21 @@ def to_public(w: Worker, deployment_name: str) -> dict[str, Any]:
         "started_at": w.started_at.isoformat().replace("+00:00", "Z"),
         "stopped_at": w.stopped_at.isoformat().replace("+00:00", "Z") if w.stopped_at else None,
     }
+
+
+def boot_history(session: Session, deployment_id: str, version: int) -> tuple[int, Any, Any]:
+    """(failed workers in a row, newest failure time, its reason) for one deployment version."""
+    rows = session.scalars(
+        select(Worker)
+        .where(Worker.deployment_id == deployment_id, Worker.deployment_version == version)
+        .order_by(Worker.started_at.desc())
+        .limit(10)
+    )
+    count, last_at, last_reason = 0, None, None
+    for w in rows:
+        if w.state != WorkerState.FAILED:
+            break
+        if count == 0:
+            last_at, last_reason = w.stopped_at, w.reason
+        count += 1
+    return count, last_at, last_reason

@@ -238,3 +238,48 @@ def test_foreground_up_stops_every_child_on_sigterm(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_unloadable_model_fails_calls_fast_with_a_clear_error(platform: dict[str, Any]) -> None:
+    client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+    client.deployments.create(name="broken", model="s3://models/does-not-exist/")
+    job = client.submit("broken", input={"prompt": "hi", "max_tokens": 2})
+    t0 = time.monotonic()
+    final = client.jobs.get(job.id)
+    while final.status not in ("failed", "succeeded"):
+        assert time.monotonic() - t0 < 90, f"job still {final.status}"
+        time.sleep(0.3)
+        final = client.jobs.get(job.id)
+    assert final.status == "failed"
+    assert final.error is not None and final.error["type"] == "deployment_unavailable"
+    assert "ObjectNotFound" in final.error["message"]
+    assert "does-not-exist" in final.error["message"]
+    states = [w["state"] for w in client.workers.list("broken")]
+    assert states and set(states) == {"failed"}
+
+
+def test_job_of_a_killed_worker_is_retried_once_and_billed_for_its_worker(
+    platform: dict[str, Any], demo_model: Path
+) -> None:
+    client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+    client.deployments.create(name="kill", model=str(demo_model), scaledown_window_s=600)
+    # Warm a worker, then find its process.
+    assert client.run("kill", input={"prompt": "warm", "max_tokens": 1})
+    procs = processes_mentioning(str(demo_model))
+    ids = {w["id"] for w in client.workers.list("kill")}
+    victim = [p for p in procs if "-m worker" in p and any(i in p for i in ids)]
+    assert len(victim) == 1
+    pid = int(victim[0].split(":")[0])
+
+    job = client.submit("kill", input={"prompt": "The weather", "max_tokens": 400})
+    deadline = time.monotonic() + 30
+    while client.jobs.get(job.id).status != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    os.kill(pid, signal.SIGKILL)
+    final = job.wait(timeout=120)
+    assert final.status == "succeeded" and final.attempt == 2
+    expected = client.run("kill", input={"prompt": "The weather", "max_tokens": 400})
+    assert final.output is not None and final.output["text"] == expected
+    states = sorted(w["state"] for w in client.workers.list("kill"))
+    assert states[0] in ("idle", "busy") and "failed" in states

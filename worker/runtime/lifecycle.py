@@ -112,7 +112,8 @@ class WorkerRuntime:
         except Exception as exc:
             log.exception("worker failed")
             try:
-                self._set_state(WorkerState.FAILED, reason=type(exc).__name__)
+                # The reason reaches users through crash-loop errors: type and message, short.
+                self._set_state(WorkerState.FAILED, reason=f"{type(exc).__name__}: {exc}"[:100])
             except Exception:
                 log.exception("could not report the failure")
             return 1
