@@ -22,6 +22,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -81,8 +82,14 @@ class Tenant(Base):
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
-    # Standard Webhooks signing secret (`whsec_...`) for this tenant's endpoints.
+    # Standard Webhooks signing secret (`whsec_...`) for URLs without an endpoint of their own.
     webhook_secret: Mapped[str] = mapped_column(String(100))
+    # The operator's tenant (the bootstrap one) may create other tenants.
+    is_operator: Mapped[bool] = mapped_column(default=False, server_default=false())
+    # Quotas; None = the platform default from settings.
+    requests_per_min: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    tokens_per_min: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_in_flight: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -142,6 +149,7 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_deployment_status", "deployment_id", "status"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
+        Index("ix_jobs_batch_status", "batch_id", "status"),
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_idempotency"),
     )
 
@@ -168,9 +176,60 @@ class Job(Base):
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
     request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     ttl_s: Mapped[float | None] = mapped_column(Numeric(12, 3, asdecimal=False), nullable=True)
+    # Per-job execution limit; None = the deployment's execution_timeout_s.
+    execution_timeout_s: Mapped[float | None] = mapped_column(
+        Numeric(12, 3, asdecimal=False), nullable=True
+    )
+    # Batch membership; batch jobs get a wake-up only when the batch has a free slot.
+    batch_id: Mapped[str | None] = mapped_column(
+        ForeignKey("batches.id", name="fk_jobs_batch_id"), nullable=True
+    )
+    batch_index: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # When the last wake-up was sent (None: never, e.g. a batch job waiting for a slot).
+    dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    api_key_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Batch(Base):
+    __tablename__ = "batches"
+    __table_args__ = (Index("ix_batches_tenant_created", "tenant_id", "created_at"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"))
+    deployment_name: Mapped[str] = mapped_column(String(100))
+    # running | completed | canceled (counts per job state are computed from the jobs).
+    status: Mapped[str] = mapped_column(String(20), default="running")
+    input_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
+    total: Mapped[int] = mapped_column(Integer, default=0)
+    # At most this many of its jobs are dispatched at once (bounded fan-out).
+    max_in_flight: Mapped[int] = mapped_column(Integer, default=4)
+    results_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
+    webhook_url: Mapped[str | None] = mapped_column(Text, nullable=True)
+    webhook_status: Mapped[str] = mapped_column(String(20), default="none")
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class WebhookEndpoint(Base):
+    __tablename__ = "webhook_endpoints"
+    __table_args__ = (UniqueConstraint("tenant_id", "url", name="uq_webhook_endpoint_url"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(String(100))
+    # During rotation the previous secret signs too, until it expires.
+    previous_secret: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    previous_expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # A 410 from the receiver disables the endpoint; deliveries to it stop.
+    disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    disabled_reason: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class Worker(Base):
@@ -219,7 +278,11 @@ class WebhookDelivery(Base):
     __tablename__ = "webhook_deliveries"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), index=True)
+    job_id: Mapped[str | None] = mapped_column(ForeignKey("jobs.id"), index=True, nullable=True)
+    batch_id: Mapped[str | None] = mapped_column(
+        ForeignKey("batches.id", name="fk_webhook_deliveries_batch_id"), nullable=True
+    )
+    url: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Standard Webhooks message id: the same for every retry of one event.
     msg_id: Mapped[str] = mapped_column(String(60))
     event_type: Mapped[str] = mapped_column(String(40))
