@@ -30,11 +30,22 @@ from control_plane.services import deployments, events, jobs, workers
 from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_webhook
-from worker.protocol import EventType, WorkerState, deployment_queue
+from worker.protocol import (
+    HEARTBEAT_TTL_S,
+    EventType,
+    WorkerState,
+    deployment_queue,
+    job_cancel_key,
+    worker_heartbeat_key,
+)
 
 log = logging.getLogger(__name__)
 # Pending jobs get a fresh wake-up this often (lost broker messages, broker restarts).
 REDISPATCH_EVERY_S = 30.0
+# A worker without a heartbeat for HEARTBEAT_TTL_S is lost, once it had time to send one.
+HEARTBEAT_GRACE_S = 2 * HEARTBEAT_TTL_S
+# The worker enforces execution limits itself; the control plane steps in after this grace.
+EXECUTION_GRACE_S = 30.0
 
 
 def policy_of(spec: dict[str, Any]) -> ScalingPolicy:
@@ -66,8 +77,9 @@ class AutoscalerLoop:
 
     def tick(self, now: datetime) -> None:
         with self.sessions() as session:
-            dead = self._reap(session, now)
+            dead = self._reap(session, now) + self._check_liveness(session, now)
             self._requeue_orphans(session, dead, now)
+            self._enforce_job_limits(session, now)
             load = jobs.load_by_deployment(session)
             for dep in deployments.list_live(session):
                 self._scale(session, dep, load.get(dep.id, (0, 0, None)), now)
@@ -88,7 +100,21 @@ class AutoscalerLoop:
         if pending or running:
             self.last_demand[dep.id] = now
         live = workers.live(session, dep.id)
-        active = [w for w in live if w.state != WorkerState.DRAINING]
+        # A new spec version replaces old workers: they drain (finishing the jobs they hold)
+        # while workers of the current version take new work.
+        for w in live:
+            outdated = w.deployment_version != dep.version
+            if outdated and w.state != WorkerState.DRAINING and w.reason != "new_version":
+                log.info("draining worker %s of %s: new version", w.id, dep.name)
+                w.reason = "new_version"
+                self.provider.stop(w.id)
+        active = [
+            w
+            for w in live
+            if w.state != WorkerState.DRAINING
+            and w.deployment_version == dep.version
+            and w.reason != "scale_down_window"
+        ]
         last = self.last_demand.get(dep.id) or jobs.last_completed_at(session, dep.id)
         decision = decide(
             policy_of(dep.spec), DeploymentLoad(pending, running, len(active), last), now
@@ -117,7 +143,7 @@ class AutoscalerLoop:
             victims = sorted(active, key=lambda w: order.get(WorkerState(w.state), 3))
             for w in victims[: len(active) - decision.desired]:
                 log.info("scaling down worker %s of %s (%s)", w.id, dep.name, decision.reason)
-                w.reason = decision.reason
+                w.reason = "scale_down_window"
                 self.provider.stop(w.id)
 
     def _start(self, session: Session, dep: Deployment, reason: str, now: datetime) -> Worker:
@@ -187,6 +213,47 @@ class AutoscalerLoop:
                     reason=f"exit_{exited.returncode}",
                 )
         return dead
+
+    def _check_liveness(self, session: Session, now: datetime) -> list[str]:
+        """Workers that stopped heartbeating, or overran max_boot_s, are failed and killed."""
+        lost = []
+        for w in workers.live(session):
+            age_s = (now - w.started_at).total_seconds()
+            booting = w.state in (WorkerState.BOOTING, WorkerState.LOADING, WorkerState.WARMING)
+            dep = session.get(Deployment, w.deployment_id)
+            max_boot_s = float((dep.spec if dep else {}).get("max_boot_s", 600))
+            reason = None
+            if booting and age_s > max_boot_s:
+                reason = "boot_timeout"
+            elif age_s > HEARTBEAT_GRACE_S and not self.redis.exists(worker_heartbeat_key(w.id)):
+                reason = "heartbeat_lost"
+            if reason is None:
+                continue
+            log.warning("worker %s failed: %s", w.id, reason)
+            self.provider.kill(w.id)
+            workers.transition(
+                session, self.settings, w.id, WorkerState.FAILED, now, now, reason=reason
+            )
+            lost.append(w.id)
+        session.commit()
+        return lost
+
+    def _enforce_job_limits(self, session: Session, now: datetime) -> None:
+        """Expire pending jobs past their ttl; end running ones far past their limit."""
+        limits = {
+            d.id: float(d.spec.get("execution_timeout_s", 600))
+            for d in deployments.list_live(session)
+        }
+        expired = jobs.expire_overdue(session, now)
+        overrun = jobs.time_out_overrun(session, limits, EXECUTION_GRACE_S, now)
+        session.commit()
+        for job in expired + overrun:
+            public = jobs.to_public(job)
+            if job in overrun:
+                self.redis.set(job_cancel_key(job.id), "1", ex=24 * 3600)
+            events.publish(self.redis, job.id, EventType.FAILED, public)
+            if job.webhook_url and "completed" in (job.webhook_events or []):
+                enqueue_webhook(self.celery, job.id, "job.completed", f"msg_{job.id}_completed_0")
 
     def _stop_deleted(self, session: Session) -> None:
         live_ids = {d.id for d in deployments.list_live(session)}

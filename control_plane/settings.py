@@ -70,6 +70,20 @@ class Settings(BaseSettings):
 
     log_level: str = "INFO"
 
+    # --- batches and webhooks (issue #5) ---
+    # Bucket that receives batch results (`batches/<tenant>/<batch>.jsonl`); created if missing.
+    results_bucket: str = "platform-results"
+    # A batch holds at most this many input lines.
+    batch_max_lines: int = Field(10_000, ge=1)
+    # Upper bound of a batch's `max_in_flight` (jobs of one batch dispatched at once).
+    batch_max_in_flight: int = Field(64, ge=1)
+    # Largest `input_uri` object a batch may read (bytes).
+    batch_max_input_bytes: int = Field(50_000_000, gt=0)
+    # `job.output` webhooks of one job are sent at most this often (seconds).
+    webhook_output_interval_s: float = Field(2.0, gt=0)
+    # After a rotation the previous secret keeps signing for this long (seconds).
+    webhook_rotation_overlap_s: float = Field(24 * 3600.0, ge=0)
+
     @field_validator("worker_token")
     @classmethod
     def _token_not_trivial(cls, v: SecretStr) -> SecretStr:

@@ -1,17 +1,23 @@
-"""Loader exceptions; every message names the URI (and the tensor when there is one).
+"""Loader exceptions; every message names the URI (and the tensor when there is one) and says
+what the user can do about it.
 
 LoaderError
- ├── ObjectNotFound      the object or prefix does not exist
- ├── AccessDenied        credentials refused
- ├── CorruptCheckpoint   header unreadable, offsets out of range, truncated data
+ ├── ObjectNotFound      the object, prefix, bucket or repository does not exist
+ ├── AccessDenied        credentials missing or refused
+ ├── CorruptCheckpoint   header unreadable, offsets out of range, size does not match the header
  ├── UnsupportedDtype    a dtype this loader cannot map to torch
- └── FetchError          the transfer failed (after retries)
+ └── FetchError          the transfer failed after every retry (timeouts, 5xx, truncated bodies)
+      └── ObjectChanged  the object was replaced while it was being loaded (ETag changed)
+
+A load that raises returns nothing: no partially loaded model ever reaches the caller.
 """
 
 from __future__ import annotations
 
 
 class LoaderError(Exception):
+    """Base class; `uri` is the object, `tensor` the tensor name when one is concerned."""
+
     def __init__(self, uri: str, message: str, tensor: str | None = None) -> None:
         where = f"{uri} (tensor {tensor!r})" if tensor else uri
         super().__init__(f"{where}: {message}")
@@ -36,4 +42,8 @@ class UnsupportedDtype(LoaderError):
 
 
 class FetchError(LoaderError):
+    pass
+
+
+class ObjectChanged(FetchError):
     pass

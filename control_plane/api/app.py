@@ -11,7 +11,7 @@ from fastapi import FastAPI, Request, Response
 
 from control_plane.api import problems
 from control_plane.api.context import AppContext
-from control_plane.api.routes import billing, deployments, internal, jobs
+from control_plane.api.routes import billing, deployments, internal, jobs, keys
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
@@ -63,6 +63,6 @@ def create_app(settings: Settings) -> FastAPI:
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    for module in (deployments, jobs, billing, internal):
+    for module in (deployments, jobs, billing, keys, internal):
         app.include_router(module.router)
     return app

@@ -92,6 +92,8 @@ class JobCreate(BaseModel):
     webhook: str | None = Field(None, max_length=2_000)
     webhook_events: list[str] = Field(default_factory=lambda: ["completed"])
     ttl_s: float | None = Field(None, gt=0, le=7 * 86_400)
+    # Overrides the deployment's execution_timeout_s for this job.
+    execution_timeout_s: float | None = Field(None, gt=0, le=86_400)
 
     @field_validator("webhook_events")
     @classmethod

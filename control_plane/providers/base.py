@@ -30,6 +30,9 @@ class Provider(Protocol):
     def stop(self, worker_id: str) -> None:
         """Ask a worker to drain: finish what it holds, then exit."""
 
+    def kill(self, worker_id: str) -> None:
+        """Stop a worker now, without draining (it stopped heartbeating or overran its boot)."""
+
     def reap(self) -> list[Exited]:
         """Workers whose process ended since the last call."""
 

@@ -68,6 +68,11 @@ class LocalProvider:
         if proc is not None and proc.poll() is None:
             proc.send_signal(signal.SIGTERM)
 
+    def kill(self, worker_id: str) -> None:
+        proc = self._procs.get(worker_id)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
     def reap(self) -> list[Exited]:
         out = []
         for worker_id, proc in list(self._procs.items()):

@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from control_plane.db.models import ApiKey, Tenant
 from control_plane.domain.ids import new_id
-from control_plane.errors import Forbidden, Unauthorized
+from control_plane.errors import Forbidden, NotFound, Unauthorized
 
 SCOPES = frozenset({"admin", "deploy", "run", "read"})
 KEY_PREFIX = "pk"
@@ -119,6 +119,44 @@ def bootstrap(session: Session, admin_key: str, now: datetime) -> str:
     if existing is not None:
         return existing.tenant_id
     tenant = create_tenant(session, "default", now)
+    tenant.is_operator = True
     session.flush()
     install_key(session, tenant.id, admin_key, {"admin"}, now, name="bootstrap")
     return tenant.id
+
+
+def list_keys(session: Session, tenant_id: str) -> list[ApiKey]:
+    return list(
+        session.scalars(
+            select(ApiKey).where(ApiKey.tenant_id == tenant_id).order_by(ApiKey.created_at)
+        )
+    )
+
+
+def revoke_key(session: Session, tenant_id: str, key_id: str, now: datetime) -> ApiKey:
+    """Revoke at once: every request re-checks its key, so the next one is refused."""
+    row = session.get(ApiKey, key_id)
+    if row is None or row.tenant_id != tenant_id:
+        raise NotFound(f"API key '{key_id}' does not exist")
+    if row.revoked_at is None:
+        row.revoked_at = now
+    return row
+
+
+def key_public(row: ApiKey) -> dict[str, object]:
+    """A key as shown after creation: never its secret or hash."""
+    return {
+        "id": row.id,
+        "name": row.name,
+        "prefix": f"{KEY_PREFIX}_{row.prefix}",
+        "scopes": row.scopes.split(),
+        "created_at": row.created_at.isoformat().replace("+00:00", "Z"),
+        "revoked_at": row.revoked_at.isoformat().replace("+00:00", "Z") if row.revoked_at else None,
+    }
+
+
+def require_operator(session: Session, principal: Principal) -> None:
+    principal.require("admin")
+    tenant = session.get(Tenant, principal.tenant_id)
+    if tenant is None or not tenant.is_operator:
+        raise Forbidden("only the operator's admin keys may manage tenants")

@@ -30,8 +30,11 @@ def create(
     webhook_url: str | None = None,
     webhook_events: list[str] | None = None,
     ttl_s: float | None = None,
+    execution_timeout_s: float | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
+    api_key_id: str | None = None,
+    dispatch: bool = True,
 ) -> tuple[Job, bool]:
     """Insert a queued job; returns (job, created). Same idempotency key + body → same job."""
     if idempotency_key is not None:
@@ -53,6 +56,10 @@ def create(
         idempotency_key=idempotency_key,
         request_hash=request_hash,
         ttl_s=ttl_s,
+        execution_timeout_s=execution_timeout_s,
+        api_key_id=api_key_id,
+        # The caller sends the wake-up right after the commit (batch jobs wait for a slot).
+        dispatched_at=now if dispatch else None,
         created_at=now,
     )
     session.add(job)
@@ -319,3 +326,82 @@ def requeue_orphans(session: Session, dead_worker_ids: list[str], now: datetime)
             job.worker_id = None
             requeued.append(job)
     return requeued
+
+
+def expire_overdue(session: Session, now: datetime) -> list[Job]:
+    """Pending jobs whose ttl passed before they started become `expired`."""
+    rows = list(
+        session.scalars(
+            select(Job).where(Job.status.in_([s.value for s in PENDING]), Job.ttl_s.is_not(None))
+        )
+    )
+    expired = []
+    for job in rows:
+        if now > job.created_at + timedelta(seconds=float(job.ttl_s or 0)):
+            job.status = JobStatus.EXPIRED
+            job.status_reason = "ttl_passed"
+            job.completed_at = now
+            expired.append(job)
+    return expired
+
+
+def time_out_overrun(
+    session: Session, default_limit_s: dict[str, float], grace_s: float, now: datetime
+) -> list[Job]:
+    """Running jobs past their execution limit (+ grace): the worker missed it; end them here.
+
+    `default_limit_s` maps deployment id → its execution_timeout_s.
+    """
+    rows = list(session.scalars(select(Job).where(Job.status == JobStatus.RUNNING)))
+    out = []
+    for job in rows:
+        limit = job.execution_timeout_s or default_limit_s.get(job.deployment_id, 600.0)
+        if job.started_at is not None and now > job.started_at + timedelta(
+            seconds=float(limit) + grace_s
+        ):
+            job.status = JobStatus.TIMED_OUT
+            job.status_reason = "execution_timeout"
+            job.error = {
+                "type": "timed_out",
+                "message": f"the job ran longer than its execution limit of {float(limit):g} s",
+            }
+            job.completed_at = now
+            out.append(job)
+    return out
+
+
+def queue_position(session: Session, job: Job) -> int | None:
+    """Jobs ahead of this one for its deployment (higher priority class, or same and older)."""
+    if job.status not in PENDING:
+        return None
+    rank = {"sync": 0, "async": 1, "batch": 2}
+    ahead_kinds = [k for k, r in rank.items() if r < rank.get(job.kind, 1)]
+    pending = [s.value for s in PENDING]
+    same_deployment = Job.deployment_id == job.deployment_id
+    higher = session.scalar(
+        select(func.count()).where(
+            same_deployment, Job.status.in_(pending), Job.kind.in_(ahead_kinds)
+        )
+    )
+    older = session.scalar(
+        select(func.count()).where(
+            same_deployment, Job.status.in_(pending), Job.kind == job.kind, Job.id < job.id
+        )
+    )
+    return int(higher or 0) + int(older or 0)
+
+
+def recent_execution_s(session: Session, deployment_id: str, limit: int = 20) -> float | None:
+    """Mean execution time of the deployment's latest finished jobs (None: no history)."""
+    rows = session.execute(
+        select(Job.started_at, Job.completed_at)
+        .where(
+            Job.deployment_id == deployment_id,
+            Job.status == JobStatus.SUCCEEDED,
+            Job.started_at.is_not(None),
+        )
+        .order_by(Job.completed_at.desc())
+        .limit(limit)
+    ).all()
+    spans = [(c - s).total_seconds() for s, c in rows if s is not None and c is not None]
+    return sum(spans) / len(spans) if spans else None

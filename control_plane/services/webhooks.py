@@ -1,7 +1,7 @@
-"""Webhooks: Standard Webhooks signing, SSRF checks, and one delivery attempt.
+"""Webhooks: Standard Webhooks signing, SSRF checks, payloads, and one delivery attempt.
 
-Retries and scheduling live in the Celery task (`control_plane/tasks.py`); this module only
-knows how to sign, check a target and send once.
+Retries, endpoints and the delivery log live in `webhook_delivery.py` and
+`webhook_endpoints.py`; this module only knows how to sign, check a target and send once.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import httpx
 
 from control_plane.errors import InvalidRequest
 
+# Events a job's `webhook_events` may ask for; the webhook type is `job.<event>`.
 WEBHOOK_EVENTS = frozenset({"started", "output", "completed"})
 
 
@@ -36,36 +37,52 @@ def signature_header(secrets: list[str], msg_id: str, timestamp: int, body: byte
     return " ".join(sign(s, msg_id, timestamp, body) for s in secrets)
 
 
-def check_target(url: str, allow_private: bool) -> None:
-    """Refuse non-HTTP URLs and, unless allowed, hosts resolving to non-public addresses."""
+@dataclass(frozen=True, slots=True)
+class TargetProblem:
+    reason: str  # what is wrong with the target, for the API error or the delivery log
+    permanent: bool  # True: never send there; False: may change (DNS did not answer)
+
+
+def target_problem(url: str, allow_private: bool) -> TargetProblem | None:
+    """Why a webhook may not be sent to `url` now (None: it may).
+
+    Refuses non-HTTP URLs and, unless allowed, hosts resolving to non-public addresses. Called
+    when a URL is accepted and again before every delivery, since DNS answers can change.
+    """
     parsed = urlparse(url)
     if parsed.scheme not in {"http", "https"} or not parsed.hostname:
-        raise InvalidRequest(
-            "webhook must be an http(s) URL with a host",
-            errors=[{"field": "webhook", "message": "expected http:// or https:// URL"}],
-        )
+        return TargetProblem("webhook must be an http(s) URL with a host", permanent=True)
     if allow_private:
-        return
+        return None
     try:
         infos = socket.getaddrinfo(parsed.hostname, parsed.port or 443, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as exc:
-        raise InvalidRequest(f"webhook host {parsed.hostname!r} does not resolve") from exc
+    except (socket.gaierror, UnicodeError):
+        return TargetProblem(f"webhook host {parsed.hostname!r} does not resolve", permanent=False)
     for info in infos:
         addr = ipaddress.ip_address(info[4][0])
         if not addr.is_global:
-            raise InvalidRequest(
+            return TargetProblem(
                 f"webhook host {parsed.hostname!r} resolves to a non-public address ({addr}); "
                 "private, loopback and link-local targets are refused by this platform",
-                errors=[{"field": "webhook", "message": "non-public address"}],
+                permanent=True,
             )
+    return None
+
+
+def check_target(url: str, allow_private: bool, field: str = "webhook") -> None:
+    """Raise InvalidRequest (naming `field`) when `url` is not an acceptable webhook target."""
+    problem = target_problem(url, allow_private)
+    if problem is not None:
+        raise InvalidRequest(problem.reason, errors=[{"field": field, "message": problem.reason}])
 
 
 @dataclass(frozen=True, slots=True)
 class DeliveryResult:
     status_code: int | None  # HTTP status, None when no response came
-    error: str | None  # transport error, if any
+    error: str | None  # transport error or refusal, if any
     ok: bool  # 2xx
     gone: bool  # 410: the receiver asks us to stop sending
+    permanent: bool = False  # no retry can succeed (refused target, 410)
 
 
 def payload(event_type: str, timestamp: int, data: dict[str, Any]) -> bytes:
@@ -75,18 +92,25 @@ def payload(event_type: str, timestamp: int, data: dict[str, Any]) -> bytes:
 
 
 def send_once(
-    client: httpx.Client, url: str, secret: str, msg_id: str, timestamp: int, body: bytes
+    client: httpx.Client,
+    url: str,
+    secrets: list[str],
+    msg_id: str,
+    timestamp: int,
+    body: bytes,
 ) -> DeliveryResult:
+    """POST one signed message (one signature per secret); never raises for transport errors."""
     headers = {
         "content-type": "application/json",
         "webhook-id": msg_id,
         "webhook-timestamp": str(timestamp),
-        "webhook-signature": signature_header([secret], msg_id, timestamp, body),
+        "webhook-signature": signature_header(secrets, msg_id, timestamp, body),
     }
     try:
         resp = client.post(url, content=body, headers=headers)
     except httpx.HTTPError as exc:
         return DeliveryResult(None, f"{type(exc).__name__}: {exc}", ok=False, gone=False)
+    gone = resp.status_code == 410
     return DeliveryResult(
-        resp.status_code, None, ok=200 <= resp.status_code < 300, gone=resp.status_code == 410
+        resp.status_code, None, ok=200 <= resp.status_code < 300, gone=gone, permanent=gone
     )

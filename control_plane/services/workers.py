@@ -139,7 +139,11 @@ def to_public(w: Worker, deployment_name: str) -> dict[str, Any]:
 
 
 def boot_history(session: Session, deployment_id: str, version: int) -> tuple[int, Any, Any]:
-    """(failed workers in a row, newest failure time, its reason) for one deployment version."""
+    """(workers in a row that failed before serving, newest failure time, its reason).
+
+    A worker that reached idle or busy once (it has such a billing segment) booted fine; its
+    later death is not a crash loop of the deployment.
+    """
     rows = session.scalars(
         select(Worker)
         .where(Worker.deployment_id == deployment_id, Worker.deployment_version == version)
@@ -148,9 +152,20 @@ def boot_history(session: Session, deployment_id: str, version: int) -> tuple[in
     )
     count, last_at, last_reason = 0, None, None
     for w in rows:
-        if w.state != WorkerState.FAILED:
+        if w.state != WorkerState.FAILED or _served(session, w.id):
             break
         if count == 0:
             last_at, last_reason = w.stopped_at, w.reason
         count += 1
     return count, last_at, last_reason
+
+
+def _served(session: Session, worker_id: str) -> bool:
+    return (
+        session.scalar(
+            select(BillingRecord.id)
+            .where(BillingRecord.worker_id == worker_id, BillingRecord.phase.in_(["idle", "busy"]))
+            .limit(1)
+        )
+        is not None
+    )

@@ -2,68 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services import auth
 from control_plane.settings import Settings
-
-WORKER_TOKEN = "test-worker-token-0123456789"
-
-
-@pytest.fixture
-def settings(database_url: str, redis_url: str) -> Settings:
-    return Settings(
-        database_url=database_url,
-        redis_url=redis_url,
-        worker_token=WORKER_TOKEN,
-        sync_wait_default_s=0.5,
-        webhook_allow_private=False,
-    )
-
-
-@pytest.fixture
-def keys(settings: Settings) -> dict[str, str]:
-    """Two tenants with admin keys, and a read-only key of tenant A."""
-    engine = make_engine(settings.database_url)
-    now = datetime.now(UTC)
-    with make_sessionmaker(engine)() as s:
-        a = auth.create_tenant(s, "a", now)
-        b = auth.create_tenant(s, "b", now)
-        s.flush()
-        _, key_a = auth.create_api_key(s, a.id, {"admin"}, now)
-        _, key_b = auth.create_api_key(s, b.id, {"admin"}, now)
-        _, key_ro = auth.create_api_key(s, a.id, {"read"}, now)
-        s.commit()
-    engine.dispose()
-    return {"a": key_a, "b": key_b, "ro": key_ro}
-
-
-@pytest.fixture
-def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
-        yield c
-
-
-def h(key: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {key}"}
-
-
-WORKER = {"Authorization": f"Bearer {WORKER_TOKEN}"}
-SPEC = {"name": "demo", "model": "s3://models/demo/", "scaledown_window_s": 5}
-
-
-def deploy(client: TestClient, key: str, **over: Any) -> dict[str, Any]:
-    r = client.post("/v1/deployments", json={**SPEC, **over}, headers=h(key))
-    assert r.status_code == 201, r.text
-    body: dict[str, Any] = r.json()
-    return body
+from tests.integration.api_helpers import SPEC, WORKER, deploy, h
 
 
 def test_auth_is_required_and_problem_json(client: TestClient) -> None:

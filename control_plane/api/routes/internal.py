@@ -49,7 +49,7 @@ def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db) -> Any:
         "job_id": job.id,
         "attempt": job.attempt,
         "input": job.input,
-        "execution_timeout_s": dep.spec.get("execution_timeout_s", 600),
+        "execution_timeout_s": job.execution_timeout_s or dep.spec.get("execution_timeout_s", 600),
     }
 
 

@@ -9,20 +9,23 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from control_plane.api.context import AppContext, Ctx, Db, Principal, now
 from control_plane.api.schemas import JobCreate, JobInput, RunRequest
+from control_plane.db.models import Deployment
+from control_plane.domain.eta import estimate_wait_s
 from control_plane.domain.states import JobKind, is_terminal
 from control_plane.errors import Unauthorized
-from control_plane.services import auth, deployments, events, jobs, webhooks
+from control_plane.services import auth, deployments, events, jobs, webhooks, workers
 from control_plane.services.dispatch import dispatch_job
 from worker.protocol import TERMINAL_EVENTS, EventType, job_cancel_key
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
 KEEPALIVE_EVERY_S = 10
+SERVING = frozenset({"idle", "busy"})
 
 
 def _create(
@@ -35,6 +38,7 @@ def _create(
     webhook: str | None = None,
     webhook_events: list[str] | None = None,
     ttl_s: float | None = None,
+    execution_timeout_s: float | None = None,
     idempotency_key: str | None = None,
     request_hash: str | None = None,
 ) -> tuple[dict[str, Any], str]:
@@ -56,8 +60,10 @@ def _create(
             webhook_url=webhook,
             webhook_events=webhook_events,
             ttl_s=ttl_s,
+            execution_timeout_s=execution_timeout_s,
             idempotency_key=idempotency_key,
             request_hash=request_hash,
+            api_key_id=who.key_id,
         )
         # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
         session.commit()
@@ -99,6 +105,7 @@ async def run(
     name: str,
     body: RunRequest,
     ctx: Ctx,
+    request: Request,
     authorization: Annotated[str | None, Header()] = None,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Any:
@@ -123,9 +130,13 @@ async def run(
     wait_s = min(body.wait_s or ctx.settings.sync_wait_default_s, ctx.settings.sync_wait_max_s)
     try:
         async with asyncio.timeout(wait_s):
-            async for event, _ in events.follow(ctx.aredis, job_id):
+            async for event, _ in events.follow(ctx.aredis, job_id, block_ms=500):
                 if event in TERMINAL_EVENTS:
                     break
+                if await request.is_disconnected():
+                    # Nobody waits for this answer any more: free the worker's slot.
+                    await asyncio.to_thread(_cancel_quietly, ctx, job_id, tenant_id)
+                    return Response(status_code=499, headers=headers)
     except TimeoutError:
         pass
     final = await asyncio.to_thread(_read, ctx, job_id, tenant_id)
@@ -182,6 +193,7 @@ async def create_job(
         webhook=body.webhook,
         webhook_events=body.webhook_events,
         ttl_s=body.ttl_s,
+        execution_timeout_s=body.execution_timeout_s,
         idempotency_key=idempotency_key,
         request_hash=request_hash,
     )
@@ -191,7 +203,20 @@ async def create_job(
 @router.get("/v1/jobs/{job_id}")
 def get_job(job_id: str, session: Db, who: Principal) -> Any:
     who.require("read")
-    job = jobs.to_public(jobs.get(session, who.tenant_id, job_id))
+    row = jobs.get(session, who.tenant_id, job_id)
+    job = jobs.to_public(row)
+    position = jobs.queue_position(session, row)
+    if position is not None:
+        dep = session.get(Deployment, row.deployment_id)
+        live = [w for w in workers.live(session, row.deployment_id) if w.state in SERVING]
+        per_worker = int((dep.spec if dep else {}).get("target_concurrency", 1))
+        job["queue_position"] = position
+        job["eta_s"] = estimate_wait_s(
+            position,
+            jobs.recent_execution_s(session, row.deployment_id),
+            len(live) * per_worker,
+            None,
+        )
     return JSONResponse(job, headers={"X-Job-Id": job_id})
 
 

@@ -1,0 +1,100 @@
+"""/v1/keys (a tenant's API keys) and /v1/tenants (the operator's)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Response
+from pydantic import BaseModel, ConfigDict, Field
+
+from control_plane.api.context import Db, Principal, now
+from control_plane.db.models import Tenant
+from control_plane.services import auth
+
+router = APIRouter(tags=["keys"])
+
+
+class KeyCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field("", max_length=200)
+    scopes: list[str] = Field(default_factory=lambda: ["run", "read"], min_length=1)
+
+
+class TenantCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    requests_per_min: int | None = Field(None, ge=1)
+    tokens_per_min: int | None = Field(None, ge=1)
+    max_in_flight: int | None = Field(None, ge=1)
+
+
+def _check_scopes(scopes: list[str]) -> None:
+    from control_plane.errors import InvalidRequest
+
+    unknown = sorted(set(scopes) - auth.SCOPES)
+    if unknown:
+        raise InvalidRequest(
+            f"unknown scopes {unknown}; allowed: {sorted(auth.SCOPES)}",
+            errors=[{"field": "scopes", "message": f"one of {sorted(auth.SCOPES)}"}],
+        )
+
+
+@router.post("/v1/keys", status_code=201)
+def create_key(body: KeyCreate, session: Db, who: Principal) -> Any:
+    """Create an API key; its secret is in this answer only (stored hashed)."""
+    who.require("admin")
+    _check_scopes(body.scopes)
+    row, full = auth.create_api_key(session, who.tenant_id, set(body.scopes), now(), body.name)
+    session.commit()
+    return {**auth.key_public(row), "key": full}
+
+
+@router.get("/v1/keys")
+def list_keys(session: Db, who: Principal) -> Any:
+    who.require("admin")
+    return {"data": [auth.key_public(k) for k in auth.list_keys(session, who.tenant_id)]}
+
+
+@router.delete("/v1/keys/{key_id}", status_code=204)
+def revoke_key(key_id: str, session: Db, who: Principal) -> Response:
+    who.require("admin")
+    auth.revoke_key(session, who.tenant_id, key_id, now())
+    session.commit()
+    return Response(status_code=204)
+
+
+def _tenant_public(t: Tenant) -> dict[str, Any]:
+    return {
+        "id": t.id,
+        "name": t.name,
+        "requests_per_min": t.requests_per_min,
+        "tokens_per_min": t.tokens_per_min,
+        "max_in_flight": t.max_in_flight,
+        "created_at": t.created_at.isoformat().replace("+00:00", "Z"),
+    }
+
+
+@router.post("/v1/tenants", status_code=201)
+def create_tenant(body: TenantCreate, session: Db, who: Principal) -> Any:
+    """Operator only: a new tenant and its first admin key (shown once)."""
+    auth.require_operator(session, who)
+    t = now()
+    tenant = auth.create_tenant(session, body.name, t)
+    tenant.requests_per_min = body.requests_per_min
+    tenant.tokens_per_min = body.tokens_per_min
+    tenant.max_in_flight = body.max_in_flight
+    session.flush()
+    row, full = auth.create_api_key(session, tenant.id, {"admin"}, t, name="initial admin")
+    session.commit()
+    return {**_tenant_public(tenant), "admin_key": {**auth.key_public(row), "key": full}}
+
+
+@router.get("/v1/tenants")
+def list_tenants(session: Db, who: Principal) -> Any:
+    from sqlalchemy import select
+
+    auth.require_operator(session, who)
+    rows = session.scalars(select(Tenant).order_by(Tenant.created_at))
+    return {"data": [_tenant_public(t) for t in rows]}

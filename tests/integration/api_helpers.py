@@ -1,0 +1,22 @@
+"""Helpers shared by the API integration tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+WORKER_TOKEN = "test-worker-token-0123456789"
+WORKER = {"Authorization": f"Bearer {WORKER_TOKEN}"}
+SPEC = {"name": "demo", "model": "s3://models/demo/", "scaledown_window_s": 5}
+
+
+def h(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+def deploy(client: TestClient, key: str, **over: Any) -> dict[str, Any]:
+    r = client.post("/v1/deployments", json={**SPEC, **over}, headers=h(key))
+    assert r.status_code == 201, r.text
+    body: dict[str, Any] = r.json()
+    return body

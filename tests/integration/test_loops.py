@@ -1,0 +1,170 @@
+"""The autoscaler loop's reconciliation duties against real Redis and SQL, with an injected
+clock. The provider records starts/stops instead of spawning processes (the e2e tests run
+real workers)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from control_plane.db.models import Job, Worker
+from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.loops import AutoscalerLoop
+from control_plane.providers.base import Exited, WorkerSpec
+from control_plane.services.dispatch import make_celery, queue_depth
+from control_plane.settings import Settings
+from tests.integration.api_helpers import WORKER, deploy, h
+from worker.protocol import deployment_queue, worker_heartbeat_key
+
+
+class RecordingProvider:
+    def __init__(self) -> None:
+        self.started: list[WorkerSpec] = []
+        self.stopped: list[str] = []
+        self.killed: list[str] = []
+
+    def start(self, spec: WorkerSpec) -> int | None:
+        self.started.append(spec)
+        return None
+
+    def stop(self, worker_id: str) -> None:
+        self.stopped.append(worker_id)
+
+    def kill(self, worker_id: str) -> None:
+        self.killed.append(worker_id)
+
+    def reap(self) -> list[Exited]:
+        return []
+
+    def shutdown(self, timeout_s: float) -> list[Exited]:
+        return []
+
+
+@pytest.fixture
+def loop(settings: Settings, redis_client: Any) -> AutoscalerLoop:
+    sessions = make_sessionmaker(make_engine(settings.database_url))
+    return AutoscalerLoop(
+        settings, sessions, redis.Redis.from_url(settings.redis_url), make_celery(settings),
+        RecordingProvider(),
+    )  # fmt: skip
+
+
+def provider(loop: AutoscalerLoop) -> RecordingProvider:
+    p = loop.provider
+    assert isinstance(p, RecordingProvider)
+    return p
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+def job_row(loop: AutoscalerLoop, job_id: str) -> Job:
+    with loop.sessions() as s:
+        job = s.get(Job, job_id)
+        assert job is not None
+        return job
+
+
+def test_scale_from_zero_marks_jobs_starting(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
+) -> None:
+    deploy(client, keys["a"])
+    jid = client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}},
+                      headers=h(keys["a"])).json()["id"]  # fmt: skip
+    loop.tick(now())
+    assert len(provider(loop).started) == 1
+    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    assert (job["status"], job["status_reason"]) == ("starting", "no_capacity")
+    assert job["queue_position"] == 0
+    loop.tick(now())
+    assert len(provider(loop).started) == 1, "a booting worker counts: no second start"
+
+
+def test_ttl_expires_jobs_that_never_started(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
+) -> None:
+    deploy(client, keys["a"], max_workers=1)
+    jid = client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}, "ttl_s": 5},
+                      headers=h(keys["a"])).json()["id"]  # fmt: skip
+    loop.tick(now())
+    assert job_row(loop, jid).status == "starting"
+    loop.tick(now() + timedelta(seconds=6))
+    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    assert (job["status"], job["status_reason"]) == ("expired", "ttl_passed")
+    assert client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w"},
+                       headers=WORKER).status_code == 409  # fmt: skip
+
+
+def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+) -> None:
+    deploy(client, keys["a"])
+    jid = client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}},
+                      headers=h(keys["a"])).json()["id"]  # fmt: skip
+    loop.tick(now())
+    wid = provider(loop).started[0].worker_id
+    redis_client.set(worker_heartbeat_key(wid), "{}", ex=10)
+    t = now().timestamp()
+    for i, state in enumerate(["loading", "warming", "idle", "busy"]):
+        r = client.post(f"/internal/workers/{wid}/state", json={"state": state, "at": t + i * 0.1},
+                        headers=WORKER)  # fmt: skip
+        assert r.status_code == 200
+    claim = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": wid}, headers=WORKER)
+    assert claim.json()["attempt"] == 1
+    loop.tick(now() + timedelta(seconds=5))
+    assert provider(loop).killed == [], "a heartbeating worker is left alone"
+    redis_client.delete(worker_heartbeat_key(wid))
+    loop.tick(now() + timedelta(seconds=60))
+    assert provider(loop).killed == [wid]
+    with loop.sessions() as s:
+        w = s.get(Worker, wid)
+        assert w is not None and (w.state, w.reason) == ("failed", "heartbeat_lost")
+    job = job_row(loop, jid)
+    assert job.status in ("queued", "starting") and job.status_reason in (
+        "worker_lost",
+        "no_capacity",
+    )
+    assert queue_depth(loop.celery, deployment_queue(job.deployment_id)) >= 1
+    # The dead attempt can no longer report; a new claim is attempt 2.
+    stale = {"worker_id": wid, "attempt": 1, "status": "succeeded", "output": {"text": "x"}}
+    assert client.post(f"/internal/jobs/{jid}/complete", json=stale,
+                       headers=WORKER).status_code == 409  # fmt: skip
+    again = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w2"}, headers=WORKER)
+    assert again.json()["attempt"] == 2
+
+
+def test_new_version_drains_old_workers(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+) -> None:
+    deploy(client, keys["a"], min_workers=1)
+    loop.tick(now())
+    old = provider(loop).started[0]
+    assert old.deployment_version == 1
+    redis_client.set(worker_heartbeat_key(old.worker_id), "{}", ex=10)
+    r = client.put("/v1/deployments/demo",
+                   json={"name": "demo", "model": "s3://models/demo-v2/", "min_workers": 1},
+                   headers=h(keys["a"]))  # fmt: skip
+    assert r.json()["version"] == 2
+    loop.tick(now())
+    assert provider(loop).stopped == [old.worker_id]
+    new = provider(loop).started[-1]
+    assert (new.deployment_version, new.model_uri) == (2, "s3://models/demo-v2/")
+
+
+def test_execution_overrun_is_timed_out_by_the_control_plane(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
+) -> None:
+    deploy(client, keys["a"])
+    jid = client.post("/v1/deployments/demo/jobs",
+                      json={"input": {"prompt": "x"}, "execution_timeout_s": 1},
+                      headers=h(keys["a"])).json()["id"]  # fmt: skip
+    claim = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w"}, headers=WORKER)
+    assert claim.json()["execution_timeout_s"] == 1
+    loop.tick(now() + timedelta(seconds=120))
+    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    assert job["status"] == "timed_out" and job["error"]["type"] == "timed_out"
