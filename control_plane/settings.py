@@ -66,6 +66,13 @@ class Settings(BaseSettings):
     # Torch intra-op threads per local worker (0: torch's default).
     worker_threads: int = Field(1, ge=0)
 
+    # Per-tenant defaults (a tenant's own values override them).
+    default_requests_per_min: int = Field(600, ge=1)
+    default_tokens_per_min: int = Field(2_000_000, ge=1)
+    default_max_in_flight: int = Field(1_000, ge=1)
+    # Redis unavailable during a quota check: admit (open) or answer 503 (closed).
+    quota_fail_open: bool = True
+
     rates_per_s: dict[str, Decimal] = Field(default_factory=lambda: dict(DEFAULT_RATES_PER_S))
 
     log_level: str = "INFO"

@@ -1,7 +1,12 @@
-"""Celery worker entry point for the control plane's background tasks (webhook delivery).
+"""Celery worker entry point for the control plane's background tasks (webhooks).
 
 Run: `celery -A control_plane.tasks worker -Q platform.control`. Like a web view, a task
-deserialises, checks idempotency, and calls service code.
+deserialises, checks idempotency, and calls service code (`services/webhook_delivery.py`).
+
+NOTE: a retry hours away is not one Celery countdown: the Redis transport redelivers messages
+held unacknowledged longer than its visibility timeout (1 h by default), which would fork the
+retry chain. A long wait hops instead: the message re-sends itself every MAX_COUNTDOWN_S until
+its `not_before` time.
 """
 
 from __future__ import annotations
@@ -9,99 +14,90 @@ from __future__ import annotations
 import logging
 import random
 import time
+from datetime import UTC, datetime
+from typing import Any
 
 import httpx
-from sqlalchemy import select
+import redis
 
-from control_plane.db.models import Job, Tenant, WebhookDelivery
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.errors import InvalidRequest
-from control_plane.services import jobs, webhooks
+from control_plane.services import webhook_delivery
 from control_plane.services.dispatch import make_celery
+from control_plane.services.webhook_delivery import DeliveryEnv, Message
 from control_plane.settings import Settings
-from control_plane.tasks_api import CONTROL_QUEUE, DELIVER_WEBHOOK_TASK
+from control_plane.tasks_api import (
+    CONTROL_QUEUE,
+    DELIVER_WEBHOOK_TASK,
+    FOLLOW_OUTPUT_TASK,
+    enqueue_webhook,
+)
 
 log = logging.getLogger(__name__)
+# Longest single countdown; well under the broker's visibility timeout.
+MAX_COUNTDOWN_S = 600.0
 
 settings = Settings()
 app = make_celery(settings)
-_sessions = make_sessionmaker(make_engine(settings.database_url))
-_http = httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False)
+_env = DeliveryEnv(
+    settings=settings,
+    sessions=make_sessionmaker(make_engine(settings.database_url)),
+    http=httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False),
+    redis=redis.Redis.from_url(settings.redis_url),
+)
 
 
-def retry_delay_s(attempt: int, schedule: tuple[float, ...], rng: random.Random) -> float | None:
-    """Delay before attempt `attempt + 1`, with up to 25% jitter; None when retries are over."""
-    if attempt > len(schedule):
-        return None
-    base = schedule[attempt - 1]
-    return base * (1 + 0.25 * rng.random())
+def _send_later(kwargs: dict[str, Any], delay_s: float) -> None:
+    """Run DELIVER_WEBHOOK_TASK with `kwargs` after `delay_s` (hopping when it is long)."""
+    app.send_task(
+        DELIVER_WEBHOOK_TASK,
+        kwargs={**kwargs, "not_before": time.time() + delay_s},
+        queue=CONTROL_QUEUE,
+        countdown=min(delay_s, MAX_COUNTDOWN_S),
+    )
 
 
 @app.task(name=DELIVER_WEBHOOK_TASK, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
-def deliver_webhook(job_id: str, event_type: str, msg_id: str, attempt: int) -> None:
-    with _sessions() as session:
-        job = session.get(Job, job_id)
-        if job is None or not job.webhook_url:
-            return
-        done = session.scalar(
-            select(WebhookDelivery.id).where(
-                WebhookDelivery.msg_id == msg_id, WebhookDelivery.delivered.is_(True)
-            )
-        )
-        if done is not None:  # a redelivered task message: already sent
-            return
-        tenant = session.get(Tenant, job.tenant_id)
-        assert tenant is not None
-        url, secret, data = job.webhook_url, tenant.webhook_secret, jobs.to_public(job)
-
-    try:
-        webhooks.check_target(url, settings.webhook_allow_private)
-        timestamp = int(time.time())
-        body = webhooks.payload(event_type, timestamp, data)
-        result = webhooks.send_once(_http, url, secret, msg_id, timestamp, body)
-    except InvalidRequest as exc:
-        result = webhooks.DeliveryResult(None, str(exc), ok=False, gone=True)
-
-    delay = (
-        None
-        if result.ok or result.gone
-        else retry_delay_s(attempt, settings.webhook_retry_schedule_s, random.Random())
-    )
-    with _sessions() as session:
-        session.add(
-            WebhookDelivery(
-                job_id=job_id,
-                msg_id=msg_id,
-                event_type=event_type,
-                attempt=attempt,
-                status_code=result.status_code,
-                error=result.error,
-                delivered=result.ok,
-            )
-        )
-        job = session.get(Job, job_id)
-        if job is not None and event_type == "job.completed":
-            if result.ok:
-                job.webhook_status = "delivered"
-            elif delay is None:
-                job.webhook_status = "failed"
-        session.commit()
+def deliver_webhook(
+    event_type: str,
+    msg_id: str,
+    attempt: int,
+    job_id: str | None = None,
+    batch_id: str | None = None,
+    not_before: float | None = None,
+) -> None:
+    kwargs = {
+        "event_type": event_type,
+        "msg_id": msg_id,
+        "attempt": attempt,
+        "job_id": job_id,
+        "batch_id": batch_id,
+    }
+    if not_before is not None and not_before - time.time() > 0.05:
+        _send_later(kwargs, not_before - time.time())  # one more hop
+        return
+    msg = Message(event_type, msg_id, attempt, job_id=job_id, batch_id=batch_id)
+    delay = webhook_delivery.deliver(_env, msg, datetime.now(UTC), random.Random())
     log.info(
-        "webhook %s for job %s attempt %d: %s",
+        "webhook %s %s of %s attempt %d: %s",
         event_type,
-        job_id,
+        msg_id,
+        job_id or batch_id,
         attempt,
-        result.status_code or result.error,
+        f"retry in {delay:.1f}s" if delay is not None else "done",
     )
     if delay is not None:
+        _send_later({**kwargs, "attempt": attempt + 1}, delay)
+
+
+@app.task(name=FOLLOW_OUTPUT_TASK, acks_late=True, reject_on_worker_lost=True)  # type: ignore[untyped-decorator]
+def follow_job_output(job_id: str, attempt: int, seq: int, sent_id: str | None) -> None:
+    step = webhook_delivery.follow_step(_env, job_id, attempt, seq, sent_id)
+    if step.msg_id is not None:
+        enqueue_webhook(app, job_id, webhook_delivery.OUTPUT_EVENT, step.msg_id)
+    if step.again:
         app.send_task(
-            DELIVER_WEBHOOK_TASK,
-            kwargs={
-                "job_id": job_id,
-                "event_type": event_type,
-                "msg_id": msg_id,
-                "attempt": attempt + 1,
-            },
+            FOLLOW_OUTPUT_TASK,
+            kwargs={"job_id": job_id, "attempt": attempt, "seq": seq + 1, "sent_id": step.sent_id},
             queue=CONTROL_QUEUE,
-            countdown=delay,
+            countdown=settings.webhook_output_interval_s,
         )

@@ -1,24 +1,38 @@
 """Weight loader: URI in, named tensors out. Knows nothing of models or the platform.
 
->>> from loader import load_checkpoint
->>> tensors = load_checkpoint("s3://models/demo/model.safetensors")
+>>> import loader
+>>> tensors = loader.load_model_dir("s3://models/demo/", device="cuda")
+>>> result = loader.load("hf://org/repo@main/", on_progress=print)  # tensors + metrics
+
+Sources: `s3://bucket/key-or-prefix`, `hf://org/repo[@revision][/path]`, `file://` and local
+paths; a `.safetensors` object, a `model.safetensors.index.json`, or a directory holding one.
+Errors are `LoaderError` subclasses (`loader.errors`); a load that raises returns nothing.
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
+from loader.checkpoint import LoadResult, load
 from loader.errors import (
     AccessDenied,
     CorruptCheckpoint,
     FetchError,
     LoaderError,
+    ObjectChanged,
     ObjectNotFound,
     UnsupportedDtype,
 )
-from loader.safetensors_reader import load_safetensors
-from loader.sources import S3Options, exists, join_uri, open_source, read_bytes
+from loader.options import (
+    Fused,
+    LoadMetrics,
+    LoadOptions,
+    NameMap,
+    Progress,
+    S3Options,
+)
+from loader.sources import exists, join_uri, read_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -27,36 +41,39 @@ __all__ = [
     "AccessDenied",
     "CorruptCheckpoint",
     "FetchError",
+    "Fused",
+    "LoadMetrics",
+    "LoadOptions",
+    "LoadResult",
     "LoaderError",
+    "NameMap",
+    "ObjectChanged",
     "ObjectNotFound",
+    "Progress",
     "S3Options",
     "UnsupportedDtype",
     "exists",
     "join_uri",
+    "load",
     "load_checkpoint",
     "load_model_dir",
     "read_bytes",
 ]
 
 
-def load_checkpoint(uri: str, s3: S3Options | None = None) -> dict[str, torch.Tensor]:
-    """Tensors of one safetensors object."""
-    return load_safetensors(uri, open_source(uri, s3))
+def _with_s3(kwargs: dict[str, Any], s3: S3Options | None) -> dict[str, Any]:
+    if s3 is not None:
+        kwargs["options"] = replace(kwargs.get("options") or LoadOptions(), s3=s3)
+    return kwargs
 
 
-def load_model_dir(uri: str, s3: S3Options | None = None) -> dict[str, torch.Tensor]:
+def load_checkpoint(
+    uri: str, s3: S3Options | None = None, **kwargs: Any
+) -> dict[str, torch.Tensor]:
+    """Tensors of one safetensors object; keyword arguments as for `load`."""
+    return load(uri, **_with_s3(kwargs, s3)).tensors
+
+
+def load_model_dir(uri: str, s3: S3Options | None = None, **kwargs: Any) -> dict[str, torch.Tensor]:
     """Tensors of a model directory: `model.safetensors`, or the shards its index names."""
-    index_uri = join_uri(uri, "model.safetensors.index.json")
-    if not exists(index_uri, s3):
-        return load_checkpoint(join_uri(uri, "model.safetensors"), s3)
-    try:
-        weight_map: dict[str, str] = json.loads(read_bytes(index_uri, s3))["weight_map"]
-    except (KeyError, ValueError) as exc:
-        raise CorruptCheckpoint(index_uri, f"unreadable shard index: {exc}") from exc
-    tensors: dict[str, torch.Tensor] = {}
-    for shard in sorted(set(weight_map.values())):
-        tensors.update(load_checkpoint(join_uri(uri, shard), s3))
-    missing = set(weight_map) - set(tensors)
-    if missing:
-        raise CorruptCheckpoint(index_uri, f"{len(missing)} tensors named in the index are absent")
-    return tensors
+    return load(uri, **_with_s3(kwargs, s3)).tensors

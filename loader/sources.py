@@ -1,39 +1,66 @@
-"""Byte sources behind one protocol: local files and S3-compatible object storage.
+"""Byte sources behind one protocol: local files, S3-compatible storage, the Hugging Face Hub.
 
-`open_source(uri)` picks the implementation by scheme. S3 settings come from the standard AWS
-variables (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...) unless `S3Options` overrides them.
+`open_source(uri)` picks the implementation by scheme:
+
+- `/path`, `relative/path`, `file:///path`: a local file (`LocalSource`, `pread` into memory)
+- `s3://bucket/key`: any S3-compatible endpoint (`loader.s3.S3Source`)
+- `hf://org/repo[@revision]/file`: the Hugging Face Hub or `HF_ENDPOINT` (`loader.hf.HfSource`)
+
+A source serves validated byte ranges (`open_range`) of one object version; directories and
+prefixes are resolved by `loader.checkpoint`.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Protocol
 from urllib.parse import urlparse
 
-from loader.errors import AccessDenied, FetchError, LoaderError, ObjectNotFound
+from loader.errors import FetchError, LoaderError, ObjectChanged, ObjectNotFound
+from loader.http import ObjectInfo
+from loader.options import S3Options
 
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
+
+class Body(Protocol):
+    """Consecutive bytes `[pos, end)` of one object, being received."""
+
+    pos: int  # object offset of the next byte
+    end: int  # object offset after the last byte
+
+    def readinto(self, out: memoryview) -> int:
+        """Fill `out` completely; raises `loader.http.Retryable` on a transient failure."""
+        ...
+
+    def skip_to(self, offset: int, scratch: memoryview) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Source(Protocol):
-    """Read access to one object (a file or an S3 key)."""
+    """Read access to one object (a file, an S3 key, a Hub file)."""
 
-    uri: str
+    uri: str  # what error messages name
+    remote: bool  # worth caching locally
 
-    def size(self) -> int: ...
+    def stat(self) -> ObjectInfo: ...
 
-    def read_range(self, start: int, length: int) -> bytes: ...
+    def open_range(
+        self,
+        start: int,
+        end: int,
+        pin: ObjectInfo | None,
+        timeout_s: float,
+        allow_skip: bool = False,
+    ) -> tuple[ObjectInfo, Body]:
+        """Bytes `[start, end)` (end clipped to the size) of the version `pin` (None: any)."""
+        ...
 
-    def read_range_into(self, start: int, out: memoryview) -> None: ...
+    def read_all(self) -> bytes: ...
 
-
-@dataclass(frozen=True, slots=True)
-class S3Options:
-    endpoint_url: str | None = None  # None: AWS_ENDPOINT_URL or AWS itself
-    region: str | None = None  # None: AWS_DEFAULT_REGION or us-east-1
+    def list_names(self) -> list[str]:
+        """Names of the objects beside this one (same directory or prefix), for messages."""
+        ...
 
 
 def join_uri(base: str, name: str) -> str:
@@ -41,139 +68,121 @@ def join_uri(base: str, name: str) -> str:
     return base.rstrip("/") + "/" + name
 
 
-class LocalSource:
-    def __init__(self, uri: str) -> None:
-        self.uri = uri
-        self.path = Path(uri[len("file://") :] if uri.startswith("file://") else uri)
-        if not self.path.is_file():
-            raise ObjectNotFound(uri, "no such file")
-
-    def size(self) -> int:
-        return self.path.stat().st_size
-
-    def read_range(self, start: int, length: int) -> bytes:
-        with self.path.open("rb") as f:
-            f.seek(start)
-            return f.read(length)
-
-    def read_range_into(self, start: int, out: memoryview) -> None:
-        with self.path.open("rb") as f:
-            f.seek(start)
-            got = f.readinto(out)
-        if got != len(out):
-            raise FetchError(self.uri, f"short read: {got} of {len(out)} bytes at offset {start}")
+def is_local(uri: str) -> bool:
+    return uri.startswith("file://") or uri.startswith("/") or not urlparse(uri).scheme
 
 
-def s3_client(options: S3Options | None = None) -> S3Client:
-    import boto3
-    from botocore.config import Config
-
-    options = options or S3Options()
-    # A fresh session per client: credentials come from the environment at call time
-    # (boto3's default session would cache the first ones it saw).
-    return boto3.session.Session().client(
-        "s3",
-        endpoint_url=options.endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None,
-        region_name=options.region or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
-        config=Config(
-            s3={"addressing_style": "path"},
-            retries={"max_attempts": 5, "mode": "standard"},
-            # Whole-object checksums do not apply to ranged GETs.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        ),
-    )
+def local_path(uri: str) -> Path:
+    return Path(uri[len("file://") :] if uri.startswith("file://") else uri)
 
 
-def _raise_for_client_error(uri: str, exc: Any) -> None:
-    code = str(exc.response.get("Error", {}).get("Code", ""))
-    if code in {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}:
-        raise ObjectNotFound(uri, "object does not exist") from exc
-    if code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "403"}:
-        raise AccessDenied(uri, f"access denied ({code}); check the storage credentials") from exc
-    raise FetchError(uri, f"storage error {code}: {exc}") from exc
+class LocalBody:
+    def __init__(self, source: LocalSource, pos: int, end: int) -> None:
+        self._source = source
+        self.pos = pos
+        self.end = end
 
-
-class S3Source:
-    def __init__(self, uri: str, options: S3Options | None = None) -> None:
-        from botocore.exceptions import ClientError
-
-        parsed = urlparse(uri)
-        self.uri = uri
-        self.bucket = parsed.netloc
-        self.key = parsed.path.lstrip("/")
-        if not self.bucket or not self.key:
-            raise LoaderError(uri, "expected s3://bucket/key")
-        self._client = s3_client(options)
-        try:
-            head = self._client.head_object(Bucket=self.bucket, Key=self.key)
-        except ClientError as exc:
-            _raise_for_client_error(uri, exc)
-        self._size = int(head["ContentLength"])
-        # Pin the version: every ranged GET must read the same object.
-        self.etag = str(head.get("ETag", ""))
-
-    def size(self) -> int:
-        return self._size
-
-    def _get(self, start: int, length: int) -> Any:
-        from botocore.exceptions import ClientError
-
-        try:
-            return self._client.get_object(
-                Bucket=self.bucket,
-                Key=self.key,
-                Range=f"bytes={start}-{start + length - 1}",
-                IfMatch=self.etag,
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "PreconditionFailed":
-                raise FetchError(self.uri, "object changed while loading; retry") from exc
-            _raise_for_client_error(self.uri, exc)
-            raise  # unreachable
-
-    def read_range(self, start: int, length: int) -> bytes:
-        if length == 0:
-            return b""
-        data: bytes = self._get(start, length)["Body"].read()
-        if len(data) != length:
-            raise FetchError(self.uri, f"expected {length} bytes at {start}, got {len(data)}")
-        return data
-
-    def read_range_into(self, start: int, out: memoryview) -> None:
-        if len(out) == 0:
-            return
-        body = self._get(start, len(out))["Body"]
+    def readinto(self, out: memoryview) -> int:
+        want = len(out)
+        if self.pos + want > self.end:
+            raise ValueError("read past the end of the range")
         got = 0
-        # Receive straight into the destination; no intermediate bytes objects.
-        raw = body._raw_stream
-        while got < len(out):
-            n = raw.readinto(out[got:])
+        while got < want:
+            n = os.preadv(self._source.fd, [out[got:]], self.pos + got)
             if not n:
-                break
+                raise ObjectChanged(self._source.uri, "the file shrank while loading; load again")
             got += n
-        body.close()
-        if got != len(out):
-            raise FetchError(self.uri, f"short read: {got} of {len(out)} bytes at offset {start}")
+        self.pos += got
+        return got
+
+    def skip_to(self, offset: int, scratch: memoryview) -> None:
+        self.pos = max(self.pos, offset)
+
+    def close(self) -> None:
+        pass
+
+
+class LocalSource:
+    """A local file read with `pread` (no shared file position: safe from many threads)."""
+
+    remote = False
+
+    def __init__(self, uri: str, path: Path | None = None) -> None:
+        self.uri = uri
+        self.path = path or local_path(uri)
+        try:
+            self.fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            raise ObjectNotFound(uri, "no such file") from None
+        except IsADirectoryError:
+            raise ObjectNotFound(uri, "is a directory, not a file") from None
+        except PermissionError as exc:
+            from loader.errors import AccessDenied
+
+            raise AccessDenied(uri, f"cannot read the file: {exc.strerror}") from None
+
+    def stat(self) -> ObjectInfo:
+        st = os.fstat(self.fd)
+        return ObjectInfo(st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}")
+
+    def open_range(
+        self,
+        start: int,
+        end: int,
+        pin: ObjectInfo | None,
+        timeout_s: float,
+        allow_skip: bool = False,
+    ) -> tuple[ObjectInfo, Body]:
+        info = self.stat()
+        if pin is not None and info != pin:
+            raise ObjectChanged(self.uri, "the file changed while loading; load it again")
+        if start >= info.size:
+            raise FetchError(self.uri, f"offset {start} is past the end ({info.size} bytes)")
+        return info, LocalBody(self, start, min(end, info.size))
+
+    def read_all(self) -> bytes:
+        return self.path.read_bytes()
+
+    def list_names(self) -> list[str]:
+        try:
+            return sorted(p.name for p in self.path.parent.iterdir())
+        except OSError:
+            return []
+
+    def close(self) -> None:
+        fd, self.fd = getattr(self, "fd", -1), -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def open_source(uri: str, s3: S3Options | None = None) -> Source:
+    """The source for one object; raises ObjectNotFound/AccessDenied only when it must ask."""
     if uri.startswith("s3://"):
-        return S3Source(uri, s3)
-    if uri.startswith("file://") or uri.startswith("/") or not urlparse(uri).scheme:
+        from loader.s3 import S3Source
+
+        return S3Source(uri, s3 or S3Options())
+    if uri.startswith("hf://"):
+        from loader.hf import HfSource
+
+        return HfSource(uri)
+    if is_local(uri):
         return LocalSource(uri)
-    raise LoaderError(uri, "unsupported URI scheme (use s3://, file:// or a local path)")
+    raise LoaderError(uri, "unsupported URI scheme (use s3://, hf://, file:// or a local path)")
 
 
 def read_bytes(uri: str, s3: S3Options | None = None) -> bytes:
     """Whole content of a small object (config and tokenizer files)."""
-    src = open_source(uri, s3)
-    return src.read_range(0, src.size())
+    return open_source(uri, s3).read_all()
 
 
 def exists(uri: str, s3: S3Options | None = None) -> bool:
+    if is_local(uri):
+        return local_path(uri).is_file()
     try:
-        open_source(uri, s3)
+        open_source(uri, s3).stat()
     except ObjectNotFound:
         return False
     return True

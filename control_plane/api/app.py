@@ -11,20 +11,25 @@ from fastapi import FastAPI, Request, Response
 
 from control_plane.api import problems
 from control_plane.api.context import AppContext
-from control_plane.api.routes import billing, deployments, internal, jobs, keys
+from control_plane.api.routes import billing, deployments, internal, jobs, keys, openai
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.services.dispatch import make_celery
+from control_plane.services.model_meta import ModelMetaCache
+from control_plane.services.quotas import Quotas
 from control_plane.settings import Settings
 
 
 def create_app(settings: Settings) -> FastAPI:
     engine = make_engine(settings.database_url)
+    sync_redis = redis.Redis.from_url(settings.redis_url)
     ctx = AppContext(
         settings=settings,
         sessions=make_sessionmaker(engine),
-        redis=redis.Redis.from_url(settings.redis_url),
+        redis=sync_redis,
         aredis=aioredis.Redis.from_url(settings.redis_url),
         celery=make_celery(settings),
+        model_meta=ModelMetaCache(settings),
+        quotas=Quotas(sync_redis, settings.quota_fail_open),
     )
 
     @asynccontextmanager
@@ -63,6 +68,6 @@ def create_app(settings: Settings) -> FastAPI:
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    for module in (deployments, jobs, billing, keys, internal):
+    for module in (deployments, jobs, billing, keys, openai, internal):
         app.include_router(module.router)
     return app

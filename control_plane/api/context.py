@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.errors import Unauthorized
 from control_plane.services import auth
+from control_plane.services.model_meta import ModelMetaCache
+from control_plane.services.quotas import Quotas
 from control_plane.settings import Settings
 
 
@@ -26,6 +28,8 @@ class AppContext:
     redis: redis.Redis  # sync client (thread-pool routes, event publishing)
     aredis: aioredis.Redis  # async client (blocking stream reads in async routes)
     celery: Celery  # producer of worker wake-ups and background tasks
+    model_meta: ModelMetaCache  # context length, tokenizer, chat template per deployment version
+    quotas: Quotas  # per-tenant rate and in-flight limits
 
 
 def now() -> datetime:

@@ -15,6 +15,38 @@ from control_plane.errors import ControlPlaneError
 log = logging.getLogger(__name__)
 PROBLEM_BASE = "https://platform.dev/problems/"
 PROBLEM_JSON = "application/problem+json"
+# Paths whose clients (OpenAI SDKs) expect OpenAI's error shape instead of problem+json.
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
+_OPENAI_TYPE = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_exceeded",
+}
+
+
+def openai_error(
+    status: int,
+    message: str,
+    *,
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    body = {
+        "error": {
+            "message": message,
+            "type": _OPENAI_TYPE.get(status, "server_error"),
+            "param": param,
+            "code": code,
+        }
+    }
+    # OpenAI answers 400 for validation errors; clients map 422 to a different exception.
+    return JSONResponse(body, status_code=400 if status == 422 else status, headers=headers)
 
 
 def problem(
@@ -31,6 +63,8 @@ def problem(
     headers = {}
     if "job_id" in extra:
         headers["X-Job-Id"] = str(extra["job_id"])
+    if "retry_after_s" in extra:
+        headers["Retry-After"] = str(extra["retry_after_s"])
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
 
 
@@ -43,6 +77,13 @@ def _field(loc: tuple[Any, ...]) -> str:
 def install(app: FastAPI) -> None:
     @app.exception_handler(ControlPlaneError)
     async def _domain(request: Request, exc: ControlPlaneError) -> JSONResponse:
+        if request.url.path.startswith(OPENAI_PATHS):
+            headers = {"X-Job-Id": str(exc.extra["job_id"])} if "job_id" in exc.extra else {}
+            if "retry_after_s" in exc.extra:
+                headers["Retry-After"] = str(exc.extra["retry_after_s"])
+            code = "model_not_found" if exc.status == 404 else exc.type_slug
+            param = exc.extra.get("param")
+            return openai_error(exc.status, exc.detail, param=param, code=code, headers=headers)
         return problem(
             exc.status, exc.type_slug, exc.title, exc.detail, request.url.path, **exc.extra
         )
@@ -54,6 +95,8 @@ def install(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        if request.url.path.startswith(OPENAI_PATHS):
+            return openai_error(422, detail, param=errors[0]["field"] if errors else None)
         return problem(
             422, "invalid-request", "Invalid Request", detail, request.url.path, errors=errors
         )

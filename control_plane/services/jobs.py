@@ -405,3 +405,17 @@ def recent_execution_s(session: Session, deployment_id: str, limit: int = 20) ->
     ).all()
     spans = [(c - s).total_seconds() for s, c in rows if s is not None and c is not None]
     return sum(spans) / len(spans) if spans else None
+
+
+def exists_for_key(session: Session, tenant_id: str, idempotency_key: str) -> bool:
+    return _by_idempotency_key(session, tenant_id, idempotency_key) is not None
+
+
+def active_count(session: Session, tenant_id: str) -> int:
+    """Jobs of a tenant that are queued, starting or running."""
+    n = session.scalar(
+        select(func.count()).where(
+            Job.tenant_id == tenant_id, Job.status.in_([s.value for s in ACTIVE])
+        )
+    )
+    return int(n or 0)

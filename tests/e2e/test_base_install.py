@@ -18,21 +18,28 @@ def test_base_install_is_sdk_and_cli_only(tmp_path: Path) -> None:
     py = venv / "bin" / "python"
     subprocess.run(
         [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT)],
-        check=True, capture_output=True, timeout=600,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     installed = subprocess.run(
-        [str(py), "-m", "pip", "list", "--format=freeze"], check=True, capture_output=True,
+        [str(py), "-m", "pip", "list", "--format=freeze"],
+        check=True,
+        capture_output=True,
         text=True,
-    ).stdout.lower()  # fmt: skip
+    ).stdout.lower()
     for heavy in ("torch", "fastapi", "celery", "sqlalchemy", "transformers"):
         assert f"\n{heavy}==" not in "\n" + installed, f"{heavy} was installed by the base install"
     out = subprocess.run(
         [str(py), "-c", "import sdk; from sdk import Client, AsyncClient; print('ok')"],
-        check=True, capture_output=True, text=True,
-    )  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     assert out.stdout.strip() == "ok"
     up = subprocess.run(
         [str(venv / "bin" / "platform"), "up", "--state-dir", str(tmp_path / "s")],
-        capture_output=True, text=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+    )
     assert up.returncode == 1 and "server extra" in up.stderr

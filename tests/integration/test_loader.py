@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import loader
-from loader.sources import s3_client
+from loader.s3 import s3_client
 
 
 def sample_tensors() -> dict[str, torch.Tensor]:

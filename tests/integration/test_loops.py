@@ -48,9 +48,12 @@ class RecordingProvider:
 def loop(settings: Settings, redis_client: Any) -> AutoscalerLoop:
     sessions = make_sessionmaker(make_engine(settings.database_url))
     return AutoscalerLoop(
-        settings, sessions, redis.Redis.from_url(settings.redis_url), make_celery(settings),
+        settings,
+        sessions,
+        redis.Redis.from_url(settings.redis_url),
+        make_celery(settings),
         RecordingProvider(),
-    )  # fmt: skip
+    )
 
 
 def provider(loop: AutoscalerLoop) -> RecordingProvider:
@@ -74,8 +77,9 @@ def test_scale_from_zero_marks_jobs_starting(
     client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
 ) -> None:
     deploy(client, keys["a"])
-    jid = client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}},
-                      headers=h(keys["a"])).json()["id"]  # fmt: skip
+    jid = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()["id"]
     loop.tick(now())
     assert len(provider(loop).started) == 1
     job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
@@ -89,30 +93,41 @@ def test_ttl_expires_jobs_that_never_started(
     client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
 ) -> None:
     deploy(client, keys["a"], max_workers=1)
-    jid = client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}, "ttl_s": 5},
-                      headers=h(keys["a"])).json()["id"]  # fmt: skip
+    jid = client.post(
+        "/v1/deployments/demo/jobs",
+        json={"input": {"prompt": "x"}, "ttl_s": 5},
+        headers=h(keys["a"]),
+    ).json()["id"]
     loop.tick(now())
     assert job_row(loop, jid).status == "starting"
     loop.tick(now() + timedelta(seconds=6))
     job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
     assert (job["status"], job["status_reason"]) == ("expired", "ttl_passed")
-    assert client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w"},
-                       headers=WORKER).status_code == 409  # fmt: skip
+    assert (
+        client.post(
+            f"/internal/jobs/{jid}/claim", json={"worker_id": "w"}, headers=WORKER
+        ).status_code
+        == 409
+    )
 
 
 def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
     client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
 ) -> None:
     deploy(client, keys["a"])
-    jid = client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}},
-                      headers=h(keys["a"])).json()["id"]  # fmt: skip
+    jid = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()["id"]
     loop.tick(now())
     wid = provider(loop).started[0].worker_id
     redis_client.set(worker_heartbeat_key(wid), "{}", ex=10)
     t = now().timestamp()
     for i, state in enumerate(["loading", "warming", "idle", "busy"]):
-        r = client.post(f"/internal/workers/{wid}/state", json={"state": state, "at": t + i * 0.1},
-                        headers=WORKER)  # fmt: skip
+        r = client.post(
+            f"/internal/workers/{wid}/state",
+            json={"state": state, "at": t + i * 0.1},
+            headers=WORKER,
+        )
         assert r.status_code == 200
     claim = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": wid}, headers=WORKER)
     assert claim.json()["attempt"] == 1
@@ -132,8 +147,9 @@ def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
     assert queue_depth(loop.celery, deployment_queue(job.deployment_id)) >= 1
     # The dead attempt can no longer report; a new claim is attempt 2.
     stale = {"worker_id": wid, "attempt": 1, "status": "succeeded", "output": {"text": "x"}}
-    assert client.post(f"/internal/jobs/{jid}/complete", json=stale,
-                       headers=WORKER).status_code == 409  # fmt: skip
+    assert (
+        client.post(f"/internal/jobs/{jid}/complete", json=stale, headers=WORKER).status_code == 409
+    )
     again = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w2"}, headers=WORKER)
     assert again.json()["attempt"] == 2
 
@@ -146,9 +162,11 @@ def test_new_version_drains_old_workers(
     old = provider(loop).started[0]
     assert old.deployment_version == 1
     redis_client.set(worker_heartbeat_key(old.worker_id), "{}", ex=10)
-    r = client.put("/v1/deployments/demo",
-                   json={"name": "demo", "model": "s3://models/demo-v2/", "min_workers": 1},
-                   headers=h(keys["a"]))  # fmt: skip
+    r = client.put(
+        "/v1/deployments/demo",
+        json={"name": "demo", "model": "s3://models/demo-v2/", "min_workers": 1},
+        headers=h(keys["a"]),
+    )
     assert r.json()["version"] == 2
     loop.tick(now())
     assert provider(loop).stopped == [old.worker_id]
@@ -160,9 +178,11 @@ def test_execution_overrun_is_timed_out_by_the_control_plane(
     client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
 ) -> None:
     deploy(client, keys["a"])
-    jid = client.post("/v1/deployments/demo/jobs",
-                      json={"input": {"prompt": "x"}, "execution_timeout_s": 1},
-                      headers=h(keys["a"])).json()["id"]  # fmt: skip
+    jid = client.post(
+        "/v1/deployments/demo/jobs",
+        json={"input": {"prompt": "x"}, "execution_timeout_s": 1},
+        headers=h(keys["a"]),
+    ).json()["id"]
     claim = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w"}, headers=WORKER)
     assert claim.json()["execution_timeout_s"] == 1
     loop.tick(now() + timedelta(seconds=120))

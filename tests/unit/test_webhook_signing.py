@@ -62,3 +62,19 @@ def test_private_targets_allowed_by_configuration() -> None:
     webhooks.check_target("http://127.0.0.1:9/x", allow_private=True)
     with pytest.raises(InvalidRequest):
         webhooks.check_target("file:///etc/passwd", allow_private=True)
+
+
+def test_target_problem_tells_permanent_from_transient() -> None:
+    refused = webhooks.target_problem("http://10.0.0.1/x", allow_private=False)
+    assert refused is not None and refused.permanent and "non-public" in refused.reason
+    unresolvable = webhooks.target_problem("http://no-such-host.invalid/x", allow_private=False)
+    assert unresolvable is not None and not unresolvable.permanent
+    assert webhooks.target_problem("http://127.0.0.1/x", allow_private=True) is None
+    bad = webhooks.target_problem("gopher://example.com/", allow_private=True)
+    assert bad is not None and bad.permanent
+
+
+def test_check_target_names_the_field() -> None:
+    with pytest.raises(InvalidRequest) as info:
+        webhooks.check_target("http://127.0.0.1/x", allow_private=False, field="url")
+    assert info.value.extra["errors"][0]["field"] == "url"

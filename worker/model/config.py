@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SUPPORTED_MODEL_TYPES = frozenset({"llama", "mistral"})
+SUPPORTED_MODEL_TYPES = frozenset({"llama", "mistral", "qwen2", "qwen3"})
 SUPPORTED_DTYPES = frozenset({"float32", "float16", "bfloat16"})
 SUPPORTED_ROPE_TYPES = frozenset({"default", "linear", "llama3"})
 
@@ -39,9 +39,14 @@ class RopeScaling:
 
 @dataclass(frozen=True, slots=True)
 class ModelConfig:
-    """Validated architecture of a Llama-family decoder (Llama, Mistral)."""
+    """Validated architecture of a Llama-family decoder (Llama 2/3, Mistral, Qwen2/2.5, Qwen3).
 
-    # "llama" or "mistral"
+    The families differ only in a few switches: biases on the projections (Qwen2: q/k/v),
+    RMSNorm of each query/key head (Qwen3), sliding-window attention (Mistral; Qwen when
+    ``use_sliding_window``) and RoPE scaling (Llama 3.1: "llama3").
+    """
+
+    # "llama", "mistral", "qwen2" or "qwen3"
     model_type: str
     # number of rows of the embedding table and of the lm_head
     vocab_size: int
@@ -73,10 +78,21 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...]
     # RoPE scaling, None for plain RoPE
     rope_scaling: RopeScaling | None = None
-    # q/k/v/o projections carry a bias
-    attention_bias: bool = False
-    # Mistral sliding-window attention: a query sees at most this many keys (itself included)
+    # q/k/v projections carry a bias (Qwen2: always; Llama, Qwen3: attention_bias)
+    qkv_bias: bool = False
+    # o_proj carries a bias (Llama, Qwen3: attention_bias; Qwen2: never)
+    o_proj_bias: bool = False
+    # RMSNorm over head_dim on each query and key head before RoPE (Qwen3)
+    qk_norm: bool = False
+    # sliding-window attention: a query sees at most this many keys (itself included) in the
+    # layers listed in sliding_window_layers
     sliding_window: int | None = None
+    # indices of the layers with sliding-window attention (all of them for Mistral)
+    sliding_window_layers: frozenset[int] = frozenset()
+
+    def layer_sliding_window(self, layer_idx: int) -> int | None:
+        """The window of one layer, None for full causal attention."""
+        return self.sliding_window if layer_idx in self.sliding_window_layers else None
 
     @property
     def num_kv_groups(self) -> int:
@@ -146,11 +162,11 @@ class ModelConfig:
         if not all(_is_token_id(t, vocab_size) for t in eos_list):
             raise ValueError(f"eos_token_id: {eos!r} is not a token id (or list) < {vocab_size}")
 
-        sliding_window = d.get("sliding_window")
-        if sliding_window is not None:
-            sliding_window = _positive_int(d, "sliding_window")
-            if sliding_window >= max_position_embeddings:
-                sliding_window = None  # never reached: plain causal attention
+        sliding_window, sliding_layers = _parse_sliding_window(
+            d, model_type, num_hidden_layers, max_position_embeddings
+        )
+        attention_bias = _bool(d, "attention_bias", default=False)
+        is_qwen2 = model_type == "qwen2"
 
         return cls(
             model_type=model_type,
@@ -169,9 +185,42 @@ class ModelConfig:
             bos_token_id=bos_token_id,
             eos_token_ids=tuple(eos_list),
             rope_scaling=rope_scaling,
-            attention_bias=_bool(d, "attention_bias", default=False),
+            qkv_bias=is_qwen2 or attention_bias,
+            o_proj_bias=attention_bias and not is_qwen2,
+            qk_norm=model_type == "qwen3",
             sliding_window=sliding_window,
+            sliding_window_layers=sliding_layers,
         )
+
+
+def _parse_sliding_window(
+    d: dict[str, Any], model_type: str, num_layers: int, max_position_embeddings: int
+) -> tuple[int | None, frozenset[int]]:
+    """(window, layers using it). Mistral: every layer; Qwen: only with use_sliding_window,
+    in the layers ``layer_types`` marks "sliding_attention" (by default those from
+    ``max_window_layers`` on, as transformers derives them)."""
+    if d.get("sliding_window") is None:
+        return None, frozenset()
+    window = _positive_int(d, "sliding_window")
+    if window >= max_position_embeddings:
+        return None, frozenset()  # never reached: plain causal attention
+    if model_type in ("llama", "mistral"):
+        return window, frozenset(range(num_layers))
+    if not _bool(d, "use_sliding_window", default=False):
+        return None, frozenset()
+    layer_types = d.get("layer_types")
+    if layer_types is None:
+        first = d.get("max_window_layers", num_layers)
+        layer_types = [
+            "sliding_attention" if i >= first else "full_attention" for i in range(num_layers)
+        ]
+    if not isinstance(layer_types, list) or len(layer_types) != num_layers:
+        raise ValueError(f"layer_types: expected a list of {num_layers} strings, got {layer_types!r}")
+    unknown = set(layer_types) - {"full_attention", "sliding_attention"}
+    if unknown:
+        raise ValueError(f"layer_types: unsupported attention types {sorted(unknown)}")
+    layers = frozenset(i for i, t in enumerate(layer_types) if t == "sliding_attention")
+    return (window, layers) if layers else (None, frozenset())
 
 
 def _parse_rope_scaling(raw: Any) -> RopeScaling | None:

@@ -11,15 +11,17 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
+from sqlalchemy.orm import Session
 
 from control_plane.api.context import AppContext, Ctx, Db, Principal, now
 from control_plane.api.schemas import JobCreate, JobInput, RunRequest
-from control_plane.db.models import Deployment
+from control_plane.db.models import Deployment, Tenant
 from control_plane.domain.eta import estimate_wait_s
 from control_plane.domain.states import JobKind, is_terminal
-from control_plane.errors import Unauthorized
+from control_plane.errors import InvalidRequest, Unauthorized
 from control_plane.services import auth, deployments, events, jobs, webhooks, workers
 from control_plane.services.dispatch import dispatch_job
+from control_plane.services.quotas import Limits
 from worker.protocol import TERMINAL_EVENTS, EventType, job_cancel_key
 
 log = logging.getLogger(__name__)
@@ -28,7 +30,7 @@ KEEPALIVE_EVERY_S = 10
 SERVING = frozenset({"idle", "busy"})
 
 
-def _create(
+def create_job_for(
     ctx: AppContext,
     authorization: str | None,
     name: str,
@@ -51,10 +53,16 @@ def _create(
         dep = deployments.get(session, who.tenant_id, name)
         if webhook:
             webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
+        resolved = job_input.resolved(dep.spec.get("defaults") or {})
+        prompt_tokens = check_fits_context(ctx, dep, resolved)
+        if idempotency_key is None or not jobs.exists_for_key(
+            session, who.tenant_id, idempotency_key
+        ):
+            admit(ctx, session, who.tenant_id, prompt_tokens + int(resolved["max_tokens"]))
         job, created = jobs.create(
             session,
             dep,
-            job_input.resolved(dep.spec.get("defaults") or {}),
+            resolved,
             kind,
             now(),
             webhook_url=webhook,
@@ -80,11 +88,46 @@ def _create(
     return public, tenant_id
 
 
+def admit(ctx: AppContext, session: Session, tenant_id: str, tokens: int) -> None:
+    """Quota check of a new job (a replay of an idempotent request is not charged again)."""
+    tenant = session.get(Tenant, tenant_id)
+    s = ctx.settings
+    limits = Limits(
+        requests_per_min=(tenant and tenant.requests_per_min) or s.default_requests_per_min,
+        tokens_per_min=(tenant and tenant.tokens_per_min) or s.default_tokens_per_min,
+        max_in_flight=(tenant and tenant.max_in_flight) or s.default_max_in_flight,
+    )
+    ctx.quotas.admit(tenant_id, limits, tokens, jobs.active_count(session, tenant_id))
+
+
+def check_fits_context(ctx: AppContext, dep: Deployment, resolved: dict[str, Any]) -> int:
+    """Refuse a prompt that cannot fit the model's context, before anything is written.
+
+    Returns the prompt's token count (an estimate when the model files are unreadable).
+    """
+    meta = ctx.model_meta.get(dep.id, dep.version, str(dep.spec["model"]))
+    if meta is None:
+        # Metadata unreadable: the worker checks and reports; ~4 characters per token.
+        return len(resolved["prompt"]) // 4 + 1
+    prompt_tokens = meta.count_prompt_tokens(resolved["prompt"])
+    max_tokens = int(resolved["max_tokens"])
+    if prompt_tokens + max_tokens > meta.max_context:
+        raise InvalidRequest(
+            f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the model's "
+            f"context of {meta.max_context} tokens",
+            errors=[{"field": "input.prompt", "message": "too long for the context"}],
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            limit=meta.max_context,
+        )
+    return prompt_tokens
+
+
 def _request_hash(name: str, body: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps({"name": name, **body}, sort_keys=True).encode()).hexdigest()
 
 
-def _read(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
+def read_job(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
     with ctx.sessions() as session:
         return jobs.to_public(jobs.get(session, tenant_id, job_id))
 
@@ -111,7 +154,7 @@ async def run(
 ) -> Any:
     # A retried sync call (dropped connection) with the same key follows the same job.
     job, tenant_id = await asyncio.to_thread(
-        _create,
+        create_job_for,
         ctx,
         authorization,
         name,
@@ -139,32 +182,40 @@ async def run(
                     return Response(status_code=499, headers=headers)
     except TimeoutError:
         pass
-    final = await asyncio.to_thread(_read, ctx, job_id, tenant_id)
+    final = await asyncio.to_thread(read_job, ctx, job_id, tenant_id)
     return JSONResponse(
         final, status_code=200 if is_terminal(final["status"]) else 202, headers=headers
     )
 
 
-async def _sse(ctx: AppContext, job_id: str, tenant_id: str) -> AsyncIterator[str]:
+async def follow_or_cancel(
+    ctx: AppContext, job_id: str, tenant_id: str
+) -> AsyncIterator[tuple[EventType | None, dict[str, Any]]]:
+    """A job's events until a terminal one; if the consumer goes away first (the client
+    disconnected), the job is canceled so its worker frees the slot. `None` = idle tick."""
     finished = False
-    idle_ticks = 0
     try:
         async for event, data in events.follow(ctx.aredis, job_id):
-            if event is None:
-                idle_ticks += 1
-                if idle_ticks % KEEPALIVE_EVERY_S == 0:
-                    yield ": keep-alive\n\n"
-                continue
-            yield f"event: {event.value}\ndata: {json.dumps(data)}\n\n"
             if event in TERMINAL_EVENTS:
                 finished = True
+            yield event, data
     finally:
         if not finished:
-            # The client went away: cancel its job so the worker frees the slot (not awaited:
-            # this task is being cancelled itself).
+            # Not awaited: this task is being cancelled itself.
             asyncio.get_running_loop().run_in_executor(
                 None, _cancel_quietly, ctx, job_id, tenant_id
             )
+
+
+async def _sse(ctx: AppContext, job_id: str, tenant_id: str) -> AsyncIterator[str]:
+    idle_ticks = 0
+    async for event, data in follow_or_cancel(ctx, job_id, tenant_id):
+        if event is None:
+            idle_ticks += 1
+            if idle_ticks % KEEPALIVE_EVERY_S == 0:
+                yield ": keep-alive\n\n"
+            continue
+        yield f"event: {event.value}\ndata: {json.dumps(data)}\n\n"
 
 
 def _cancel_quietly(ctx: AppContext, job_id: str, tenant_id: str) -> None:
@@ -184,7 +235,7 @@ async def create_job(
 ) -> Any:
     request_hash = _request_hash(name, body.model_dump())
     job, _ = await asyncio.to_thread(
-        _create,
+        create_job_for,
         ctx,
         authorization,
         name,

@@ -1,0 +1,240 @@
+"""/v1/batches: create from JSONL (inline lines, a list, or an s3:// object), read, list,
+cancel, and results as JSONL.
+
+Every line is validated before anything is written: one bad line is a 422 naming its line
+number and field, and no batch exists afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, Query
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlalchemy import select
+
+from control_plane.api.context import Ctx, Db, Principal, now
+from control_plane.api.schemas import JobInput
+from control_plane.db.models import Job
+from control_plane.errors import InvalidRequest
+from control_plane.services import batches, deployments, events, jobs, object_store, webhooks
+from control_plane.services.dispatch import dispatch_job
+from control_plane.settings import Settings
+from worker.protocol import EventType, job_cancel_key
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1/batches", tags=["batches"])
+# At most this many line errors are reported in one answer.
+MAX_LINE_ERRORS = 20
+# Upper bound of `max_in_flight` in the schema; settings.batch_max_in_flight may lower it.
+MAX_IN_FLIGHT_LIMIT = 1024
+
+
+class BatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    deployment: str = Field(max_length=100)
+    # Exactly one of the three inputs: a list of JobInput, JSONL text, or an s3:// JSONL object.
+    inputs: list[Any] | None = None
+    input_jsonl: str | None = None
+    input_uri: str | None = Field(None, max_length=2_000)
+    webhook: str | None = Field(None, max_length=2_000)
+    max_in_flight: int = Field(4, ge=1, le=MAX_IN_FLIGHT_LIMIT)
+
+    @model_validator(mode="after")
+    def _one_input(self) -> BatchCreate:
+        given = [n for n in ("inputs", "input_jsonl", "input_uri") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of 'inputs', 'input_jsonl', 'input_uri'"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        return self
+
+
+def _request_hash(body: BatchCreate) -> str:
+    return hashlib.sha256(json.dumps(body.model_dump(), sort_keys=True).encode()).hexdigest()
+
+
+def _raw_lines(body: BatchCreate, settings: Settings, tenant_id: str) -> list[tuple[int, Any]]:
+    """(line number, parsed JSON or the undecodable text) of every non-blank input line."""
+    if body.inputs is not None:
+        return [(i + 1, v) for i, v in enumerate(body.inputs)]
+    if body.input_jsonl is not None:
+        text = body.input_jsonl
+    else:
+        uri = body.input_uri or ""
+        bucket, key = object_store.split_uri(uri)
+        # Results of other tenants live in the results bucket: only a tenant's own are readable.
+        if bucket == settings.results_bucket and not key.startswith(f"batches/{tenant_id}/"):
+            raise InvalidRequest(
+                f"{uri} does not exist", errors=[{"field": "input_uri", "message": "not found"}]
+            )
+        data = object_store.read(settings, uri, settings.batch_max_input_bytes)
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as exc:
+            raise InvalidRequest(
+                f"{uri} is not UTF-8 text (byte {exc.start})",
+                errors=[{"field": "input_uri", "message": "not UTF-8"}],
+            ) from None
+    out: list[tuple[int, Any]] = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue  # blank lines (a trailing newline) are no input
+        try:
+            out.append((n, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            out.append((n, _BadJson(f"not valid JSON: {exc.msg} at column {exc.colno}")))
+    return out
+
+
+class _BadJson:
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+def _validate_lines(lines: list[tuple[int, Any]], source: str, max_lines: int) -> list[JobInput]:
+    if not lines:
+        raise InvalidRequest(
+            "a batch needs at least one input line",
+            errors=[{"field": source, "message": "no input lines"}],
+        )
+    if len(lines) > max_lines:
+        raise InvalidRequest(
+            f"{len(lines)} input lines; the limit is {max_lines}",
+            errors=[{"field": source, "message": f"at most {max_lines} lines"}],
+            limit=max_lines,
+        )
+    parsed: list[JobInput] = []
+    errors: list[dict[str, Any]] = []
+    for n, value in lines:
+        if isinstance(value, _BadJson):
+            errors.append({"line": n, "field": source, "message": value.message})
+            continue
+        try:
+            parsed.append(JobInput.model_validate(value))
+        except ValidationError as exc:
+            for e in exc.errors():
+                loc = ".".join(str(p) for p in e.get("loc", ())) or source
+                errors.append({"line": n, "field": loc, "message": e.get("msg", "invalid")})
+    if errors:
+        shown = errors[:MAX_LINE_ERRORS]
+        first = shown[0]
+        raise InvalidRequest(
+            f"{len(errors)} invalid input field(s); first: line {first['line']}: "
+            f"{first['field']}: {first['message']}",
+            errors=shown,
+        )
+    return parsed
+
+
+@router.post("", status_code=201, responses={200: {"description": "idempotent replay"}})
+def create_batch(
+    body: BatchCreate,
+    ctx: Ctx,
+    session: Db,
+    who: Principal,
+    idempotency_key: Annotated[str | None, Header(max_length=180)] = None,
+) -> Any:
+    who.require("run")
+    settings = ctx.settings
+    request_hash = _request_hash(body)
+    if idempotency_key is not None:
+        replay = batches.find_replay(session, who.tenant_id, idempotency_key, request_hash)
+        if replay is not None:
+            return JSONResponse(batches.to_public(session, replay), status_code=200)
+    if body.max_in_flight > settings.batch_max_in_flight:
+        raise InvalidRequest(
+            f"max_in_flight is {body.max_in_flight}; the limit is {settings.batch_max_in_flight}",
+            errors=[{"field": "max_in_flight", "message": "too large"}],
+            limit=settings.batch_max_in_flight,
+        )
+    dep = deployments.get(session, who.tenant_id, body.deployment)
+    if body.webhook:
+        webhooks.check_target(body.webhook, settings.webhook_allow_private)
+    source = "inputs" if body.inputs is not None else "input_jsonl"
+    source = "input_uri" if body.input_uri is not None else source
+    lines = _raw_lines(body, settings, who.tenant_id)
+    parsed = _validate_lines(lines, source, settings.batch_max_lines)
+    defaults = dep.spec.get("defaults") or {}
+    batch, created, wake = batches.create(
+        session,
+        dep,
+        [p.resolved(defaults) for p in parsed],
+        now(),
+        max_in_flight=body.max_in_flight,
+        webhook_url=body.webhook,
+        input_uri=body.input_uri,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+        api_key_id=who.key_id,
+    )
+    # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
+    session.commit()
+    public = batches.to_public(session, batch)
+    for job_id in wake:
+        try:
+            events.publish(ctx.redis, job_id, EventType.QUEUED, {"job_id": job_id})
+            dispatch_job(ctx.celery, batch.deployment_id, job_id, "batch")
+        except Exception:
+            # The rows are committed; the reconciler re-sends wake-ups for dispatched jobs.
+            log.exception("wake-up for batch job %s failed; left for the reconciler", job_id)
+    return JSONResponse(public, status_code=201 if created else 200)
+
+
+@router.get("")
+def list_batches(
+    session: Db,
+    who: Principal,
+    deployment: str | None = None,
+    status: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: str | None = None,
+) -> Any:
+    who.require("read")
+    rows, next_cursor = batches.list_(
+        session, who.tenant_id, deployment=deployment, status=status, limit=limit, cursor=cursor
+    )
+    return {"data": [batches.to_public(session, b) for b in rows], "next_cursor": next_cursor}
+
+
+@router.get("/{batch_id}")
+def get_batch(batch_id: str, session: Db, who: Principal) -> Any:
+    who.require("read")
+    return batches.to_public(session, batches.get(session, who.tenant_id, batch_id))
+
+
+@router.post("/{batch_id}/cancel")
+def cancel_batch(batch_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
+    who.require("run")
+    batch, canceled = batches.cancel(session, who.tenant_id, batch_id, now())
+    session.commit()
+    for job in session.scalars(select(Job).where(Job.id.in_(canceled))):
+        # Running jobs stop at the worker's next check; pending ones are never claimed.
+        ctx.redis.set(job_cancel_key(job.id), "1", ex=24 * 3600)
+        events.publish(ctx.redis, job.id, EventType.CANCELED, jobs.to_public(job))
+    return batches.to_public(session, batch)
+
+
+@router.get(
+    "/{batch_id}/results",
+    response_class=StreamingResponse,
+    responses={200: {"content": {batches.RESULTS_CONTENT_TYPE: {}}}},
+)
+def batch_results(batch_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
+    """JSONL, one line per job in input order: from object storage once the batch completed,
+    else the jobs finished so far, read from the database."""
+    who.require("read")
+    batch = batches.get(session, who.tenant_id, batch_id)
+    headers = {"X-Batch-Status": batch.status}
+    if batch.results_uri:
+        chunks = object_store.open_chunks(ctx.settings, batch.results_uri)
+        return StreamingResponse(chunks, media_type=batches.RESULTS_CONTENT_TYPE, headers=headers)
+    # Assembled now, inside this request's session (a generator would outlive it).
+    data = b"".join(batches.iter_results(session, batch.id, terminal_only=True))
+    return StreamingResponse(iter([data]), media_type=batches.RESULTS_CONTENT_TYPE, headers=headers)

@@ -1,0 +1,332 @@
+"""OpenAI-compatible endpoints: /v1/models, /v1/completions, /v1/chat/completions.
+
+`model` is the deployment name. Each call is a sync job of that deployment (its id is in the
+`X-Job-Id` header), so billing, cancellation and limits are the platform's own. Errors use
+OpenAI's shape (see `problems.openai_error`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Header
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from control_plane.api.context import AppContext, Ctx, Db, Principal
+from control_plane.api.routes.jobs import create_job_for, follow_or_cancel, read_job
+from control_plane.api.schemas import JobInput
+from control_plane.domain.states import JobKind
+from control_plane.errors import ControlPlaneError, InvalidRequest, Unauthorized
+from control_plane.services import auth, deployments
+from control_plane.services.model_meta import DEFAULT_CHAT_TEMPLATE, render_chat
+from worker.protocol import EventType
+
+router = APIRouter(tags=["openai"])
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class _Common(BaseModel):
+    # Unknown OpenAI parameters are accepted and ignored, as OpenAI-compatible servers do;
+    # the ones this platform cannot honour are refused explicitly below.
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1, description="deployment name")
+    max_tokens: int | None = Field(None, ge=1, le=32_768)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=0)
+    n: int = Field(1, ge=1, le=1, description="only 1 is supported")
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    @model_validator(mode="after")
+    def _unsupported(self) -> _Common:
+        extra = self.model_extra or {}
+        for name in ("logprobs", "top_logprobs", "tools", "functions", "logit_bias", "suffix"):
+            if extra.get(name) not in (None, False, [], {}):
+                raise ValueError(f"'{name}' is not supported by this platform")
+        if extra.get("echo"):
+            raise ValueError("'echo' is not supported by this platform")
+        return self
+
+    def job_input(self, prompt: str, max_tokens: int | None) -> JobInput:
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        return JobInput(
+            prompt=prompt,
+            max_tokens=max_tokens,
+            # OpenAI's default temperature is 1.
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            stop=stop,
+        )
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        parts = []
+        for part in self.content:
+            if part.get("type") != "text":
+                raise ValueError(f"message content of type {part.get('type')!r} is not supported")
+            parts.append(str(part.get("text", "")))
+        return "".join(parts)
+
+
+class ChatCompletionRequest(_Common):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=32_768)
+
+
+class CompletionRequest(_Common):
+    prompt: str | list[str]
+    max_tokens: int | None = Field(16, ge=1, le=32_768)
+
+    def single_prompt(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if len(self.prompt) != 1:
+            raise InvalidRequest("only one prompt per request is supported", param="prompt")
+        return self.prompt[0]
+
+
+def _render(ctx: AppContext, authorization: str | None, body: ChatCompletionRequest) -> str:
+    """The chat rendered with the deployment's template (runs in a thread)."""
+    if not authorization or not authorization.lower().startswith("bearer "):
+        raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    with ctx.sessions() as session:
+        who = auth.authenticate(session, authorization[7:].strip())
+        dep = deployments.get(session, who.tenant_id, body.model)
+        dep_id, version, model_uri = dep.id, dep.version, str(dep.spec["model"])
+    meta = ctx.model_meta.get(dep_id, version, model_uri)
+    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
+    try:
+        if meta is None:
+            return render_chat(DEFAULT_CHAT_TEMPLATE, messages, "", "")
+        return meta.render_chat(messages)
+    except Exception as exc:
+        raise InvalidRequest(f"the chat template could not render these messages: {exc}") from exc
+
+
+def _finish_reason(job: dict[str, Any]) -> str:
+    out = job.get("output") or {}
+    return "length" if out.get("finish_reason") == "length" else "stop"
+
+
+def _usage(job: dict[str, Any]) -> dict[str, int]:
+    u = job.get("usage") or {}
+    prompt, completion = int(u.get("prompt_tokens") or 0), int(u.get("generated_tokens") or 0)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _raise_for_job(job: dict[str, Any]) -> None:
+    if job["status"] == "succeeded":
+        return
+    error = job.get("error") or {}
+    if error.get("type") == "invalid_input":
+        raise InvalidRequest(str(error.get("message", "invalid input")), job_id=job["id"])
+    raise JobFailedError(
+        f"the job ended {job['status']}: {error.get('message', 'no detail')}", job_id=job["id"]
+    )
+
+
+class JobFailedError(ControlPlaneError):
+    status = 500
+    type_slug = "job-failed"
+    title = "Job Failed"
+
+
+class JobStillRunning(ControlPlaneError):
+    status = 504
+    type_slug = "timeout"
+    title = "Gateway Timeout"
+
+
+async def _run(
+    ctx: AppContext, authorization: str | None, model: str, job_input: JobInput
+) -> tuple[dict[str, Any], str]:
+    return await asyncio.to_thread(
+        create_job_for, ctx, authorization, model, job_input, JobKind.SYNC
+    )
+
+
+async def _wait(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
+    try:
+        async with asyncio.timeout(ctx.settings.sync_wait_max_s):
+            async for event, _ in follow_or_cancel(ctx, job_id, tenant_id):
+                if event in (EventType.COMPLETED, EventType.FAILED, EventType.CANCELED):
+                    break
+    except TimeoutError:
+        raise JobStillRunning(
+            f"the job did not finish within {ctx.settings.sync_wait_max_s:g} s; "
+            f"poll GET /v1/jobs/{job_id}",
+            job_id=job_id,
+        ) from None
+    return await asyncio.to_thread(read_job, ctx, job_id, tenant_id)
+
+
+def _sse(obj: dict[str, Any]) -> str:
+    return f"data: {json.dumps(obj)}\n\n"
+
+
+async def _stream(
+    ctx: AppContext,
+    job: dict[str, Any],
+    tenant_id: str,
+    chunk: Any,
+    include_usage: bool,
+) -> AsyncIterator[str]:
+    """OpenAI streaming: `chunk(delta_text | None, finish_reason)` builds each data object."""
+    first = chunk(None, None)
+    if first is not None:
+        yield _sse(first)
+    async for event, data in follow_or_cancel(ctx, job["id"], tenant_id):
+        if event == EventType.OUTPUT:
+            yield _sse(chunk(data.get("delta", ""), None))
+        elif event == EventType.COMPLETED:
+            yield _sse(chunk("", _finish_reason(data)))
+            if include_usage:
+                usage = {**chunk("", None), "choices": [], "usage": _usage(data)}
+                yield _sse(usage)
+            break
+        elif event in (EventType.FAILED, EventType.CANCELED):
+            message = (data.get("error") or {}).get("message") or f"job {data.get('status')}"
+            yield _sse({"error": {"message": message, "type": "server_error", "param": None,
+                                  "code": None}})  # fmt: skip
+            break
+    yield "data: [DONE]\n\n"
+
+
+@router.get("/v1/models")
+def list_models(session: Db, who: Principal) -> Any:
+    who.require("read")
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": d.name,
+                "object": "model",
+                "created": int(d.created_at.timestamp()),
+                "owned_by": d.tenant_id,
+            }
+            for d in deployments.list_(session, who.tenant_id)
+        ],
+    }
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(
+    body: ChatCompletionRequest,
+    ctx: Ctx,
+    authorization: Annotated[str | None, Header()] = None,
+) -> Any:
+    prompt = await asyncio.to_thread(_render, ctx, authorization, body)
+    job_input = body.job_input(prompt, body.max_completion_tokens or body.max_tokens)
+    job, tenant_id = await _run(ctx, authorization, body.model, job_input)
+    cid, created = f"chatcmpl-{job['id']}", int(time.time())
+    headers = {"X-Job-Id": job["id"]}
+    if body.stream:
+
+        def chunk(delta: str | None, finish: str | None) -> dict[str, Any]:
+            d: dict[str, Any] = (
+                {"role": "assistant", "content": ""}
+                if delta is None
+                else ({"content": delta} if delta else {})
+            )
+            return {"id": cid, "object": "chat.completion.chunk", "created": created,
+                    "model": body.model,
+                    "choices": [{"index": 0, "delta": d, "finish_reason": finish}]}  # fmt: skip
+
+        include = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(
+            _stream(ctx, job, tenant_id, chunk, include), media_type="text/event-stream",
+            headers=headers,
+        )  # fmt: skip
+    final = await _wait(ctx, job["id"], tenant_id)
+    _raise_for_job(final)
+    text = (final.get("output") or {}).get("text", "")
+    return JSONResponse(
+        {
+            "id": cid,
+            "object": "chat.completion",
+            "created": created,
+            "model": body.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": _finish_reason(final),
+                    "logprobs": None,
+                }
+            ],
+            "usage": _usage(final),
+        },
+        headers=headers,
+    )
+
+
+@router.post("/v1/completions")
+async def completions(
+    body: CompletionRequest,
+    ctx: Ctx,
+    authorization: Annotated[str | None, Header()] = None,
+) -> Any:
+    job, tenant_id = await _run(
+        ctx, authorization, body.model, body.job_input(body.single_prompt(), body.max_tokens)
+    )
+    cid, created = f"cmpl-{job['id']}", int(time.time())
+    headers = {"X-Job-Id": job["id"]}
+    if body.stream:
+
+        def chunk(delta: str | None, finish: str | None) -> dict[str, Any] | None:
+            if delta is None:
+                return None  # completions streams have no role chunk
+            return {"id": cid, "object": "text_completion", "created": created,
+                    "model": body.model,
+                    "choices": [{"index": 0, "text": delta, "logprobs": None,
+                                 "finish_reason": finish}]}  # fmt: skip
+
+        include = bool(body.stream_options and body.stream_options.include_usage)
+        return StreamingResponse(
+            _stream(ctx, job, tenant_id, chunk, include), media_type="text/event-stream",
+            headers=headers,
+        )  # fmt: skip
+    final = await _wait(ctx, job["id"], tenant_id)
+    _raise_for_job(final)
+    return JSONResponse(
+        {
+            "id": cid,
+            "object": "text_completion",
+            "created": created,
+            "model": body.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "text": (final.get("output") or {}).get("text", ""),
+                    "logprobs": None,
+                    "finish_reason": _finish_reason(final),
+                }
+            ],
+            "usage": _usage(final),
+        },
+        headers=headers,
+    )

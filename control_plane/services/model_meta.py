@@ -1,0 +1,137 @@
+"""What the API needs to know of a deployment's model without loading it: context length,
+tokenizer (to count prompt tokens at the edge) and chat template.
+
+Read once per deployment version from the model directory (config.json, tokenizer.json,
+tokenizer_config.json) and cached in process. Never imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from control_plane.errors import ControlPlaneError
+from control_plane.services import object_store
+from control_plane.settings import Settings
+
+log = logging.getLogger(__name__)
+# A model directory that could not be read is retried after this long.
+NEGATIVE_TTL_S = 30.0
+# Model files read at the edge are small; a larger one is refused rather than downloaded.
+MAX_META_BYTES = 64 * 1024 * 1024
+# Used when the tokenizer config has no chat template (the demo model has none).
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMeta:
+    max_context: int  # max_position_embeddings: prompt + generated tokens must fit
+    tokenizer: Any  # tokenizers.Tokenizer
+    bos_token_id: int | None  # prepended by the worker when the tokenizer does not add it
+    bos_token: str  # for chat templates
+    eos_token: str  # for chat templates
+    chat_template: str  # Jinja template (the model's own, or DEFAULT_CHAT_TEMPLATE)
+
+    def count_prompt_tokens(self, prompt: str) -> int:
+        ids: list[int] = self.tokenizer.encode(prompt).ids
+        if self.bos_token_id is not None and (not ids or ids[0] != self.bos_token_id):
+            return len(ids) + 1
+        return len(ids)
+
+    def render_chat(self, messages: list[dict[str, Any]]) -> str:
+        return render_chat(self.chat_template, messages, self.bos_token, self.eos_token)
+
+
+def render_chat(template: str, messages: list[dict[str, Any]], bos: str, eos: str) -> str:
+    """Render a Hugging Face chat template in a sandbox (templates come from model files)."""
+    from jinja2.exceptions import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    rendered: str = env.from_string(template).render(
+        messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos
+    )
+    return rendered
+
+
+class ModelMetaCache:
+    """Per-process cache keyed by (deployment id, version); a failed read is retried later."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, int], ModelMeta] = {}
+        self._failures: dict[tuple[str, int], float] = {}
+
+    def get(self, deployment_id: str, version: int, model_uri: str) -> ModelMeta | None:
+        key = (deployment_id, version)
+        with self._lock:
+            if key in self._entries:
+                return self._entries[key]
+            failed_at = self._failures.get(key)
+            if failed_at is not None and time.monotonic() - failed_at < NEGATIVE_TTL_S:
+                return None
+        try:
+            meta = load(self._settings, model_uri)
+        except Exception as exc:
+            # The worker will report the real problem; the edge just cannot pre-check.
+            log.warning("model metadata of %s unavailable: %s", model_uri, exc)
+            with self._lock:
+                self._failures[key] = time.monotonic()
+            return None
+        with self._lock:
+            self._entries[key] = meta
+        return meta
+
+
+def _read(settings: Settings, model_uri: str, name: str) -> bytes:
+    uri = model_uri.rstrip("/") + "/" + name
+    if uri.startswith("s3://"):
+        return object_store.read(settings, uri, MAX_META_BYTES, field="model")
+    path = Path(uri.removeprefix("file://"))
+    if not path.is_file() or path.stat().st_size > MAX_META_BYTES:
+        raise FileNotFoundError(uri)
+    return path.read_bytes()
+
+
+def load(settings: Settings, model_uri: str) -> ModelMeta:
+    from tokenizers import Tokenizer
+
+    config = json.loads(_read(settings, model_uri, "config.json"))
+    tokenizer = Tokenizer.from_str(_read(settings, model_uri, "tokenizer.json").decode())
+    try:
+        tok_config = json.loads(_read(settings, model_uri, "tokenizer_config.json"))
+    except (ControlPlaneError, FileNotFoundError):
+        tok_config = {}
+    template = tok_config.get("chat_template")
+    if isinstance(template, list):  # several named templates: take the default one
+        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    bos = _token_text(tok_config.get("bos_token"))
+    eos = _token_text(tok_config.get("eos_token"))
+    bos_id = config.get("bos_token_id")
+    return ModelMeta(
+        max_context=int(config.get("max_position_embeddings", 2048)),
+        tokenizer=tokenizer,
+        bos_token_id=int(bos_id) if isinstance(bos_id, int) else None,
+        bos_token=bos,
+        eos_token=eos,
+        chat_template=template or DEFAULT_CHAT_TEMPLATE,
+    )
+
+
+def _token_text(value: Any) -> str:
+    if isinstance(value, dict):
+        return str(value.get("content", ""))
+    return str(value or "")

@@ -1,0 +1,104 @@
+"""Per-tenant quotas: requests/min and tokens/min token buckets in Redis, plus an in-flight cap.
+
+Both buckets are checked and charged by ONE Lua script, atomically, with Redis' own clock, so
+the limits hold across any number of API processes. Redis down: `quota_fail_open` decides —
+open (default) admits the request and logs it (the database, not Redis, holds accepted work,
+so availability wins over exact limits); closed answers 503.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import redis
+
+from control_plane.errors import ControlPlaneError, Unavailable
+from worker.protocol import rate_limit_key
+
+log = logging.getLogger(__name__)
+
+# KEYS: request bucket, token bucket. ARGV: per-minute limits and costs of each.
+# A bucket holds up to `limit` units and refills at limit/60 per second. Returns
+# {1, 0} when both admit (and charges both), else {0, ms until both would admit}.
+_BUCKETS_LUA = """
+local t = redis.call('TIME')
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local wait_ms = 0
+local levels = {}
+for i = 1, 2 do
+  local limit = tonumber(ARGV[2 * i - 1])
+  local cost = tonumber(ARGV[2 * i])
+  local rate = limit / 60000.0
+  local b = redis.call('HMGET', KEYS[i], 'level', 'ts')
+  local level = tonumber(b[1]) or limit
+  local ts = tonumber(b[2]) or now_ms
+  level = math.min(limit, level + (now_ms - ts) * rate)
+  levels[i] = level
+  if cost > level then
+    local need = math.ceil((cost - level) / rate)
+    if cost > limit then need = -1 end
+    if need < 0 or need > wait_ms then wait_ms = need end
+    if need < 0 then break end
+  end
+end
+if wait_ms ~= 0 then return {0, wait_ms} end
+for i = 1, 2 do
+  local limit = tonumber(ARGV[2 * i - 1])
+  redis.call('HSET', KEYS[i], 'level', levels[i] - tonumber(ARGV[2 * i]), 'ts', now_ms)
+  redis.call('PEXPIRE', KEYS[i], 120000)
+end
+return {1, 0}
+"""
+
+
+class RateLimited(ControlPlaneError):
+    status = 429
+    type_slug = "rate-limited"
+    title = "Too Many Requests"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    requests_per_min: int  # requests admitted per minute (bucket size and refill)
+    tokens_per_min: int  # prompt + max_tokens admitted per minute
+    max_in_flight: int  # jobs queued or running at once
+
+
+class Quotas:
+    def __init__(self, r: redis.Redis, fail_open: bool) -> None:
+        self._redis = r
+        self._script = r.register_script(_BUCKETS_LUA)
+        self._fail_open = fail_open
+
+    def admit(self, tenant_id: str, limits: Limits, tokens: int, in_flight: int) -> None:
+        """Charge one request and `tokens`; raise RateLimited (with retry_after_s) if over."""
+        if in_flight >= limits.max_in_flight:
+            raise RateLimited(
+                f"{in_flight} jobs are queued or running; the limit is {limits.max_in_flight}",
+                limit=limits.max_in_flight,
+                retry_after_s=1,
+            )
+        if tokens > limits.tokens_per_min:
+            raise RateLimited(
+                f"this request needs {tokens} tokens; the limit is {limits.tokens_per_min}/min",
+                limit=limits.tokens_per_min,
+                retry_after_s=60,
+            )
+        keys = [rate_limit_key(tenant_id, "requests"), rate_limit_key(tenant_id, "tokens")]
+        args = [limits.requests_per_min, 1, limits.tokens_per_min, tokens]
+        try:
+            ok, wait_ms = self._script(keys=keys, args=args)
+        except redis.RedisError as exc:
+            if self._fail_open:
+                log.warning("quota check skipped (Redis unavailable, fail-open): %s", exc)
+                return
+            raise Unavailable("rate limiting is unavailable; try again shortly") from exc
+        if not ok:
+            retry_after_s = max(1, math.ceil(int(wait_ms) / 1000))
+            raise RateLimited(
+                f"rate limit of {limits.requests_per_min} requests and "
+                f"{limits.tokens_per_min} tokens per minute reached",
+                retry_after_s=retry_after_s,
+            )

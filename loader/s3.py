@@ -1,0 +1,225 @@
+"""S3-compatible object storage: SigV4-signed ranged GETs over a shared connection pool.
+
+Endpoint, region and credentials are resolved like the AWS SDKs do (botocore's credential
+chain: environment, profile, SSO, instance metadata), at each `open_source` call, so a changed
+environment is seen. Addressing is path-style (`endpoint/bucket/key`), which every
+S3-compatible server (MinIO, rclone, Ceph, R2) accepts. `s3_client()` gives a boto3 client with
+the same settings for uploads and tools.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode, urlparse
+
+from loader.errors import AccessDenied, FetchError, LoaderError, ObjectNotFound
+from loader.http import HttpPool, ObjectInfo, RangeBody, Retryable, normalize_etag, open_range
+from loader.options import S3Options
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+_POOLS: dict[str, HttpPool] = {}
+_POOLS_LOCK = threading.Lock()
+_NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchVersion"}
+_DENIED = {
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "SignatureDoesNotMatch",
+    "ExpiredToken",
+    "InvalidToken",
+    "AllAccessDisabled",
+}
+
+
+def _region(options: S3Options) -> str:
+    return (
+        options.region
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+        or "us-east-1"
+    )
+
+
+def endpoint_url(options: S3Options) -> str:
+    return (
+        options.endpoint_url
+        or os.environ.get("AWS_ENDPOINT_URL_S3")
+        or os.environ.get("AWS_ENDPOINT_URL")
+        or f"https://s3.{_region(options)}.amazonaws.com"
+    ).rstrip("/")
+
+
+def pool_for(url: str) -> HttpPool:
+    """One keep-alive pool per endpoint, shared by every load in the process."""
+    with _POOLS_LOCK:
+        pool = _POOLS.get(url)
+        if pool is None:
+            pool = _POOLS[url] = HttpPool(url)
+        return pool
+
+
+def s3_client(options: S3Options | None = None) -> S3Client:
+    """A boto3 client with the loader's settings (path-style, no whole-object checksums)."""
+    import boto3
+    from botocore.config import Config
+
+    options = options or S3Options()
+    # A fresh session per client: credentials come from the environment at call time
+    # (boto3's default session would cache the first ones it saw).
+    return boto3.session.Session(profile_name=options.profile).client(
+        "s3",
+        endpoint_url=endpoint_url(options),
+        region_name=_region(options),
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 5, "mode": "standard"},
+            # Whole-object checksums do not apply to ranged GETs.
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        ),
+    )
+
+
+class S3Source:
+    """One S3 object. Example: `S3Source("s3://models/llama/model.safetensors", S3Options())`."""
+
+    remote = True
+
+    def __init__(self, uri: str, options: S3Options) -> None:
+        import botocore.session
+
+        parsed = urlparse(uri)
+        self.uri = uri
+        self.bucket = parsed.netloc
+        self.key = parsed.path.lstrip("/")
+        if not self.bucket or not self.key:
+            raise LoaderError(uri, "expected s3://bucket/key")
+        self.region = _region(options)
+        self.endpoint = endpoint_url(options)
+        self.pool = pool_for(self.endpoint)
+        self.path = "/" + quote(self.bucket) + "/" + quote(self.key, safe="/~")
+        session = botocore.session.Session(profile=options.profile)
+        creds = session.get_credentials()
+        self._credentials = creds.get_frozen_credentials() if creds is not None else None
+        self._signers = threading.local()
+
+    def _headers(self, method: str, target: str, extra: dict[str, str]) -> dict[str, str]:
+        if self._credentials is None:
+            return extra  # anonymous access (public buckets)
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+
+        signer = getattr(self._signers, "signer", None)
+        if signer is None:
+            signer = self._signers.signer = S3SigV4Auth(self._credentials, "s3", self.region)
+        request = AWSRequest(method=method, url=self.endpoint + target, headers=extra)
+        signer.add_auth(request)
+        return {k: str(v) for k, v in request.headers.items()}
+
+    def map_error(self, status: int, body: bytes) -> LoaderError | None:
+        code = _error_code(body)
+        if code in _NOT_FOUND or status == 404:
+            what = f"bucket {self.bucket!r}" if code == "NoSuchBucket" else "object"
+            return ObjectNotFound(self.uri, f"{what} does not exist ({code or 'HTTP 404'})")
+        if code in _DENIED or status in (401, 403):
+            return AccessDenied(
+                self.uri,
+                f"access denied ({code or f'HTTP {status}'}); check AWS_ACCESS_KEY_ID, "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and the bucket policy",
+            )
+        return None
+
+    def stat(self) -> ObjectInfo:
+        resp = self.pool.request("HEAD", self.path, self._headers("HEAD", self.path, {}), 30.0)
+        try:
+            if resp.status != 200:
+                raise self.map_error(resp.status, b"") or FetchError(
+                    self.uri, f"HEAD answered HTTP {resp.status}"
+                )
+            return ObjectInfo(
+                int(resp.header("Content-Length") or 0), normalize_etag(resp.header("ETag"))
+            )
+        finally:
+            resp.read_small()
+            resp.close()
+
+    def open_range(
+        self,
+        start: int,
+        end: int,
+        pin: ObjectInfo | None,
+        timeout_s: float,
+        allow_skip: bool = False,
+    ) -> tuple[ObjectInfo, RangeBody]:
+        extra = {"Range": f"bytes={start}-{end - 1}"}
+        if pin is not None and pin.etag:
+            extra["If-Match"] = f'"{pin.etag}"'
+        return open_range(
+            self.uri,
+            self.pool,
+            self.path,
+            self._headers("GET", self.path, extra),
+            start,
+            end,
+            pin,
+            timeout_s,
+            self.map_error,
+            allow_skip,
+        )
+
+    def read_all(self) -> bytes:
+        for attempt in range(4):
+            resp = self.pool.request("GET", self.path, self._headers("GET", self.path, {}), 30.0)
+            try:
+                if resp.status != 200:
+                    err = self.map_error(resp.status, resp.read_small())
+                    if err is not None:
+                        raise err
+                    if resp.status < 500 or attempt == 3:
+                        raise FetchError(self.uri, f"GET answered HTTP {resp.status}")
+                    continue
+                return resp.resp.read()
+            except Retryable:
+                if attempt == 3:
+                    raise
+            finally:
+                resp.close()
+        raise AssertionError("unreachable")
+
+    def list_names(self) -> list[str]:
+        """Keys under this key's "directory", relative to it (first 1000)."""
+        prefix = self.key.rsplit("/", 1)[0] + "/" if "/" in self.key else ""
+        return [k[len(prefix) :] for k in self.list_keys(prefix, max_keys=1000)]
+
+    def list_keys(self, prefix: str, max_keys: int = 1000) -> list[str]:
+        query = urlencode(
+            {"list-type": "2", "prefix": prefix, "delimiter": "/", "max-keys": str(max_keys)}
+        )
+        target = "/" + quote(self.bucket) + "?" + query
+        resp = self.pool.request("GET", target, self._headers("GET", target, {}), 30.0)
+        try:
+            body = resp.resp.read()
+            if resp.status != 200:
+                raise self.map_error(resp.status, body) or FetchError(
+                    self.uri, f"listing answered HTTP {resp.status}"
+                )
+        finally:
+            resp.close()
+        root = ET.fromstring(body)
+        keys = [el.text or "" for el in root.iter() if el.tag.endswith("}Key") or el.tag == "Key"]
+        return sorted(keys)
+
+
+def _error_code(body: bytes) -> str:
+    if not body:
+        return ""
+    try:
+        root: Any = ET.fromstring(body)
+    except ET.ParseError:
+        return ""
+    code = root.find("Code")
+    return str(code.text) if code is not None and code.text else ""

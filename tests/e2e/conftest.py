@@ -1,0 +1,105 @@
+"""Fixtures of the end-to-end tests: one embedded platform (real processes) per session, and
+a demo model built on disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from control_plane.embedded.processes import free_port
+
+BIN = Path(sys.executable).parent
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            if c not in out:
+                out.add(c)
+                todo.append(c)
+    return out
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def processes_mentioning(text: str) -> list[str]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if text in cmdline and alive(int(entry.name)):
+                out.append(f"{entry.name}: {cmdline}")
+    return out
+
+
+def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(BIN / "platform"), *args], env=env, capture_output=True, text=True, timeout=180
+    )
+
+
+@pytest.fixture(scope="session")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("model") / "demo"
+    subprocess.run(
+        [sys.executable, "-m", "worker.model.demo", str(out), "--train-steps", "0"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """`platform up --detach` on a free port; `platform down` at the end, leaving nothing."""
+    state_dir = tmp_path_factory.mktemp("platform")
+    port = free_port()
+    env = {**os.environ, "PLATFORM_STATE_DIR": str(state_dir)}
+    up = cli("up", "--detach", "--port", str(port), "--state-dir", str(state_dir), env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "Admin key:" in up.stdout and f"127.0.0.1:{port}" in up.stdout
+    state = json.loads((state_dir / "platform.json").read_text())
+    env.update(
+        PLATFORM_URL=state["url"],
+        PLATFORM_API_KEY=state["api_key"],
+        PLATFORM_S3_ENDPOINT_URL=state["s3_endpoint_url"],
+        AWS_ACCESS_KEY_ID=state["s3_access_key_id"],
+        AWS_SECRET_ACCESS_KEY=state["s3_secret_access_key"],
+        AWS_DEFAULT_REGION="us-east-1",
+    )
+    yield {**state, "env": env, "state_dir": state_dir}
+    down = cli("down", "--state-dir", str(state_dir), env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    time.sleep(0.5)
+    assert processes_mentioning(str(state_dir)) == []

@@ -1,0 +1,384 @@
+"""Batches against the real API in process, real Redis (broker), SQL and S3 (rclone).
+
+Jobs are completed through the internal endpoints (no model); the loop's `pump` is called
+directly, as the autoscaler loop does every tick.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from control_plane.api.app import create_app
+from control_plane.api.routes import batches as batches_routes
+from control_plane.api.routes import webhooks as webhooks_routes
+from control_plane.db.models import Batch, Job
+from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.services import auth, batches, object_store
+from control_plane.services.dispatch import make_celery, queue_depth
+from control_plane.settings import Settings
+from tests.conftest import S3Server
+from tests.integration.api_helpers import WORKER, WORKER_TOKEN, deploy, h
+from worker.protocol import deployment_queue, job_cancel_key
+
+RESULTS_BUCKET = "results-test"
+
+
+def include_routers(app: FastAPI) -> FastAPI:
+    """Mount the batch and webhook routers unless app.py does already."""
+    paths = {getattr(r, "path", "") for r in app.routes}
+    if "/v1/batches" not in paths:
+        app.include_router(batches_routes.router)
+    if "/v1/webhooks/endpoints" not in paths:
+        app.include_router(webhooks_routes.router)
+    return app
+
+
+@pytest.fixture
+def settings(database_url: str, redis_url: str, s3_env: S3Server) -> Settings:
+    return Settings(
+        database_url=database_url,
+        redis_url=redis_url,
+        s3_endpoint_url=s3_env.url,
+        worker_token=WORKER_TOKEN,
+        results_bucket=RESULTS_BUCKET,
+        batch_max_lines=50,
+        batch_max_in_flight=8,
+    )
+
+
+@pytest.fixture
+def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
+    with TestClient(include_routers(create_app(settings))) as c:
+        yield c
+
+
+@pytest.fixture
+def keys(settings: Settings) -> dict[str, str]:
+    engine = make_engine(settings.database_url)
+    now = datetime.now(UTC)
+    with make_sessionmaker(engine)() as s:
+        a, b = auth.create_tenant(s, "a", now), auth.create_tenant(s, "b", now)
+        s.flush()
+        _, key_a = auth.create_api_key(s, a.id, {"admin"}, now)
+        _, key_b = auth.create_api_key(s, b.id, {"admin"}, now)
+        _, key_ro = auth.create_api_key(s, a.id, {"read"}, now)
+        s.commit()
+    engine.dispose()
+    return {"a": key_a, "b": key_b, "ro": key_ro}
+
+
+class Db:
+    """Direct reads of the test database, and the loop's pump."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.engine = make_engine(settings.database_url)
+        self.sessions = make_sessionmaker(self.engine)
+        self.celery = make_celery(settings)
+
+    def jobs(self, batch_id: str) -> list[Job]:
+        with self.sessions() as s:
+            q = select(Job).where(Job.batch_id == batch_id).order_by(Job.batch_index)
+            return list(s.scalars(q))
+
+    def count(self, model: type[Any]) -> int:
+        with self.sessions() as s:
+            return len(list(s.scalars(select(model))))
+
+    def pump(self, redis_client: Any) -> None:
+        with self.sessions() as s:
+            batches.pump(s, self.celery, redis_client, datetime.now(UTC), settings=self.settings)
+
+
+@pytest.fixture
+def db(settings: Settings) -> Iterator[Db]:
+    d = Db(settings)
+    yield d
+    d.engine.dispose()
+
+
+def finish(client: TestClient, job_id: str, text: str, status: str = "succeeded") -> None:
+    r = client.post(f"/internal/jobs/{job_id}/claim", json={"worker_id": "w1"}, headers=WORKER)
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = {"worker_id": "w1", "attempt": r.json()["attempt"], "status": status}
+    if status == "succeeded":
+        body["output"] = {"text": text, "finish_reason": "stop"}
+    else:
+        body["error"] = {"type": "model_error", "message": text}
+    r = client.post(f"/internal/jobs/{job_id}/complete", json=body, headers=WORKER)
+    assert r.status_code == 200, r.text
+
+
+def create(client: TestClient, key: str, body: dict[str, Any], **headers: str) -> Any:
+    return client.post("/v1/batches", json={"deployment": "demo", **body}, headers=h(key) | headers)
+
+
+def test_bounded_fan_out_then_results_in_object_storage(
+    client: TestClient, keys: dict[str, str], db: Db, redis_client: Any
+) -> None:
+    dep = deploy(client, keys["a"], defaults={"max_tokens": 7})
+    inputs = [{"prompt": f"p{i}"} for i in range(5)]
+    r = create(client, keys["a"], {"inputs": inputs, "max_in_flight": 2})
+    assert r.status_code == 201, r.text
+    batch = r.json()
+    assert batch["status"] == "running" and batch["total"] == 5
+    assert batch["counts"]["queued"] == 5 and batch["max_in_flight"] == 2
+    queue = deployment_queue(dep["id"])
+
+    rows = db.jobs(batch["id"])
+    assert [j.batch_index for j in rows] == [0, 1, 2, 3, 4]
+    assert [j.dispatched_at is not None for j in rows] == [True, True, False, False, False]
+    assert {j.kind for j in rows} == {"batch"}
+    assert rows[0].input["max_tokens"] == 7, "deployment defaults fill the inputs"
+    assert queue_depth(db.celery, queue) == 2
+
+    db.pump(redis_client)  # nothing is free yet
+    assert queue_depth(db.celery, queue) == 2
+    finish(client, rows[0].id, "r0")
+    finish(client, rows[1].id, "r1", status="failed")
+    db.pump(redis_client)
+    rows = db.jobs(batch["id"])
+    assert [j.dispatched_at is not None for j in rows] == [True, True, True, True, False]
+    assert queue_depth(db.celery, queue) == 4
+    finish(client, rows[2].id, "r2")
+    db.pump(redis_client)
+    assert queue_depth(db.celery, queue) == 5
+    assert client.get(f"/v1/batches/{batch['id']}", headers=h(keys["a"])).json()["counts"] == {
+        "queued": 2,
+        "starting": 0,
+        "running": 0,
+        "succeeded": 2,
+        "failed": 1,
+        "canceled": 0,
+        "expired": 0,
+        "timed_out": 0,
+    }
+    for j in rows[3:]:
+        finish(client, j.id, f"r{j.batch_index}")
+    db.pump(redis_client)
+
+    done = client.get(f"/v1/batches/{batch['id']}", headers=h(keys["a"])).json()
+    assert done["status"] == "completed" and done["completed_at"] is not None
+    tenant = db.jobs(batch["id"])[0].tenant_id
+    assert done["results_uri"] == f"s3://{RESULTS_BUCKET}/batches/{tenant}/{batch['id']}.jsonl"
+    stored = b"".join(object_store.open_chunks(db.settings, done["results_uri"]))
+    lines = [json.loads(x) for x in stored.decode().splitlines()]
+    expected = [
+        {
+            "index": j.batch_index,
+            "job_id": j.id,
+            "status": j.status,
+            "output": j.output,
+            "error": j.error,
+        }
+        for j in db.jobs(batch["id"])
+    ]
+    assert lines == expected
+    assert [x["status"] for x in lines] == ["succeeded", "failed", *["succeeded"] * 3]
+    assert lines[4]["output"]["text"] == "r4" and lines[1]["error"]["message"] == "r1"
+    r = client.get(f"/v1/batches/{batch['id']}/results", headers=h(keys["a"]))
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/jsonl")
+    assert r.content == stored
+    db.pump(redis_client)  # a completed batch is left alone
+    assert db.count(Batch) == 1
+
+
+def test_jsonl_text_and_s3_object_inputs(
+    client: TestClient, keys: dict[str, str], db: Db, s3_env: S3Server
+) -> None:
+    deploy(client, keys["a"])
+    jsonl = '{"prompt": "a"}\n\n{"prompt": "b", "max_tokens": 3}\n'
+    r = create(client, keys["a"], {"input_jsonl": jsonl})
+    assert r.status_code == 201, r.text
+    assert [j.input["prompt"] for j in db.jobs(r.json()["id"])] == ["a", "b"]
+    assert db.jobs(r.json()["id"])[1].input["max_tokens"] == 3
+
+    s3 = object_store.client(db.settings)
+    s3.put_object(Bucket="test", Key="in/batch.jsonl", Body=b'{"prompt": "x"}\n{"prompt": "y"}')
+    r = create(client, keys["a"], {"input_uri": "s3://test/in/batch.jsonl", "max_in_flight": 1})
+    assert r.status_code == 201, r.text
+    assert r.json()["input_uri"] == "s3://test/in/batch.jsonl"
+    assert [j.input["prompt"] for j in db.jobs(r.json()["id"])] == ["x", "y"]
+
+
+# (request body, line number named, field named) of requests that must be refused whole.
+BAD_BATCHES: list[tuple[dict[str, Any], int | None, str]] = [
+    (
+        {"inputs": [{"prompt": "a"}, {"prompt": "b"}, {"prompt": "c", "max_tokens": 0}]},
+        3,
+        "max_tokens",
+    ),
+    ({"inputs": [{"prompt": "a", "bogus": 1}]}, 1, "bogus"),
+    ({"inputs": ["just text"]}, 1, "inputs"),
+    ({"input_jsonl": '{"prompt": "a"}\n{"prompt": \n'}, 2, "input_jsonl"),
+    ({"input_jsonl": '{"prompt": "a"}\n\n{"temperature": 0.5}'}, 3, "prompt"),
+    ({"inputs": []}, None, "inputs"),
+    ({"inputs": [{"prompt": "a"}], "input_jsonl": "{}"}, None, "body"),
+    ({}, None, "body"),
+    ({"inputs": [{"prompt": "a"}], "max_in_flight": 0}, None, "max_in_flight"),
+    ({"inputs": [{"prompt": "a"}], "max_in_flight": 9}, None, "max_in_flight"),
+    ({"inputs": [{"prompt": "a"}] * 51}, None, "inputs"),
+    ({"input_uri": "s3://test/missing.jsonl"}, None, "input_uri"),
+    ({"input_uri": "file:///etc/passwd"}, None, "input_uri"),
+    ({"input_uri": f"s3://{RESULTS_BUCKET}/batches/ten_other/x.jsonl"}, None, "input_uri"),
+    ({"inputs": [{"prompt": "a"}], "webhook": "http://127.0.0.1:9/x"}, None, "webhook"),
+]
+
+
+def test_bad_input_is_422_naming_line_and_field_and_writes_nothing(
+    client: TestClient, keys: dict[str, str], db: Db
+) -> None:
+    # One database for all cases (each would otherwise pay for a migration).
+    deploy(client, keys["a"])
+    for body, line, field in BAD_BATCHES:
+        r = create(client, keys["a"], body)
+        assert r.status_code == 422, (body, r.text)
+        assert r.headers["content-type"].startswith("application/problem+json")
+        err = r.json()["errors"][0]
+        assert err["field"] == field, (body, r.json())
+        if line is not None:
+            assert err["line"] == line and f"line {line}" in r.json()["detail"], r.json()
+        assert db.count(Batch) == 0 and db.count(Job) == 0, body
+
+
+def test_auth_scope_and_unknown_deployment(client: TestClient, keys: dict[str, str]) -> None:
+    body = {"deployment": "demo", "inputs": [{"prompt": "a"}]}
+    assert client.post("/v1/batches", json=body).status_code == 401
+    deploy(client, keys["a"])
+    r = client.post("/v1/batches", json=body, headers=h(keys["ro"]))
+    assert r.status_code == 403 and "run" in r.json()["detail"]
+    r = client.post("/v1/batches", json={**body, "deployment": "nope"}, headers=h(keys["a"]))
+    assert r.status_code == 404 and "nope" in r.json()["detail"]
+    assert client.get("/v1/batches/bat_nothere", headers=h(keys["a"])).status_code == 404
+
+
+def test_idempotent_creation(client: TestClient, keys: dict[str, str], db: Db) -> None:
+    deploy(client, keys["a"])
+    body = {"inputs": [{"prompt": "a"}, {"prompt": "b"}]}
+    first = create(client, keys["a"], body, **{"Idempotency-Key": "batch-1"})
+    again = create(client, keys["a"], body, **{"Idempotency-Key": "batch-1"})
+    assert first.status_code == 201 and again.status_code == 200
+    assert first.json()["id"] == again.json()["id"]
+    other = create(
+        client, keys["a"], {"inputs": [{"prompt": "c"}]}, **{"Idempotency-Key": "batch-1"}
+    )
+    assert other.status_code == 409
+    # The same key from another tenant is another batch.
+    deploy(client, keys["b"])
+    theirs = create(client, keys["b"], body, **{"Idempotency-Key": "batch-1"})
+    assert theirs.status_code == 201 and theirs.json()["id"] != first.json()["id"]
+    assert db.count(Batch) == 2 and db.count(Job) == 4
+
+
+def test_tenant_isolation(client: TestClient, keys: dict[str, str]) -> None:
+    deploy(client, keys["a"])
+    bid = create(client, keys["a"], {"inputs": [{"prompt": "a"}]}).json()["id"]
+    for method, path in [
+        ("GET", f"/v1/batches/{bid}"),
+        ("POST", f"/v1/batches/{bid}/cancel"),
+        ("GET", f"/v1/batches/{bid}/results"),
+        ("GET", f"/v1/batches/{bid}/webhook/deliveries"),
+    ]:
+        assert client.request(method, path, headers=h(keys["b"])).status_code == 404, path
+    assert client.get("/v1/batches", headers=h(keys["b"])).json()["data"] == []
+    # Tenant B cannot run a batch on tenant A's deployment either.
+    assert create(client, keys["b"], {"inputs": [{"prompt": "a"}]}).status_code == 404
+
+
+def test_cancel_stops_pending_and_flags_running_jobs(
+    client: TestClient, keys: dict[str, str], db: Db, redis_client: Any
+) -> None:
+    deploy(client, keys["a"])
+    bid = create(client, keys["a"], {"inputs": [{"prompt": str(i)} for i in range(4)]}).json()["id"]
+    rows = db.jobs(bid)
+    finish(client, rows[0].id, "done")
+    claim = client.post(
+        f"/internal/jobs/{rows[1].id}/claim", json={"worker_id": "w"}, headers=WORKER
+    )
+    assert claim.status_code == 200
+
+    r = client.post(f"/v1/batches/{bid}/cancel", headers=h(keys["a"]))
+    assert r.status_code == 200, r.text
+    assert r.json()["status"] == "canceled"
+    assert r.json()["counts"]["canceled"] == 3 and r.json()["counts"]["succeeded"] == 1
+    assert redis_client.get(job_cancel_key(rows[1].id)) == b"1"
+    # The running job's late report is refused; pending jobs can no longer be claimed.
+    late = {"worker_id": "w", "attempt": 1, "status": "succeeded", "output": {"text": "x"}}
+    assert (
+        client.post(f"/internal/jobs/{rows[1].id}/complete", json=late, headers=WORKER).status_code
+        == 409
+    )
+    assert (
+        client.post(
+            f"/internal/jobs/{rows[2].id}/claim", json={"worker_id": "w"}, headers=WORKER
+        ).status_code
+        == 409
+    )
+    assert client.post(f"/v1/batches/{bid}/cancel", headers=h(keys["a"])).status_code == 200
+    assert client.post(f"/v1/batches/{bid}/cancel", headers=h(keys["ro"])).status_code == 403
+    # Results of a canceled batch come from the database: every job, in input order.
+    r = client.get(f"/v1/batches/{bid}/results", headers=h(keys["a"]))
+    assert r.headers["x-batch-status"] == "canceled"
+    assert [json.loads(x)["status"] for x in r.text.splitlines()] == ["succeeded"] + [
+        "canceled"
+    ] * 3
+    db.pump(redis_client)
+    assert client.get(f"/v1/batches/{bid}", headers=h(keys["a"])).json()["status"] == "canceled"
+
+
+def test_completed_batch_cannot_be_canceled(
+    client: TestClient, keys: dict[str, str], db: Db, redis_client: Any
+) -> None:
+    deploy(client, keys["a"])
+    bid = create(client, keys["a"], {"inputs": [{"prompt": "a"}]}).json()["id"]
+    finish(client, db.jobs(bid)[0].id, "x")
+    db.pump(redis_client)
+    r = client.post(f"/v1/batches/{bid}/cancel", headers=h(keys["a"]))
+    assert r.status_code == 409 and "completed" in r.json()["detail"]
+
+
+def test_partial_results_while_running(client: TestClient, keys: dict[str, str], db: Db) -> None:
+    deploy(client, keys["a"])
+    bid = create(
+        client, keys["a"], {"inputs": [{"prompt": "a"}, {"prompt": "b"}, {"prompt": "c"}]}
+    ).json()["id"]
+    rows = db.jobs(bid)
+    finish(client, rows[1].id, "second")
+    r = client.get(f"/v1/batches/{bid}/results", headers=h(keys["a"]))
+    assert r.status_code == 200 and r.headers["x-batch-status"] == "running"
+    lines = [json.loads(x) for x in r.text.splitlines()]
+    assert lines == [
+        {
+            "index": 1,
+            "job_id": rows[1].id,
+            "status": "succeeded",
+            "output": {"text": "second", "finish_reason": "stop"},
+            "error": None,
+        }
+    ]
+
+
+def test_list_paginates_newest_first(client: TestClient, keys: dict[str, str]) -> None:
+    deploy(client, keys["a"])
+    ids = [
+        create(client, keys["a"], {"inputs": [{"prompt": str(i)}]}).json()["id"] for i in range(5)
+    ]
+    got: list[str] = []
+    cursor = ""
+    while True:
+        page = client.get(f"/v1/batches?limit=2&cursor={cursor}", headers=h(keys["a"])).json()
+        got += [b["id"] for b in page["data"]]
+        if page["next_cursor"] is None:
+            break
+        cursor = page["next_cursor"]
+    assert got == list(reversed(ids))
+    running = client.get("/v1/batches?status=completed", headers=h(keys["a"])).json()
+    assert running["data"] == []

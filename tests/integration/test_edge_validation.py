@@ -1,0 +1,74 @@
+"""The API reads the model's config and tokenizer to refuse prompts that cannot fit, before
+anything is written (no worker needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.integration.api_helpers import deploy, h
+from worker.model.demo import create_demo_model
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return create_demo_model(tmp_path_factory.mktemp("m") / "demo", train_steps=0)
+
+
+def test_prompt_too_long_is_422_with_counts(
+    client: TestClient, keys: dict[str, str], model_dir: Path
+) -> None:
+    deploy(client, keys["a"], model=str(model_dir))
+    r = client.post(
+        "/v1/deployments/demo/jobs",
+        json={"input": {"prompt": "word " * 600, "max_tokens": 8}},
+        headers=h(keys["a"]),
+    )
+    assert r.status_code == 422
+    body = r.json()
+    assert body["limit"] == 512 and body["max_tokens"] == 8 and body["prompt_tokens"] > 504
+    assert body["errors"][0]["field"] == "input.prompt"
+    assert client.get("/v1/jobs", headers=h(keys["a"])).json()["data"] == []
+    ok = client.post(
+        "/v1/deployments/demo/jobs",
+        json={"input": {"prompt": "word", "max_tokens": 8}},
+        headers=h(keys["a"]),
+    )
+    assert ok.status_code == 202
+
+
+def test_max_tokens_beyond_context(
+    client: TestClient, keys: dict[str, str], model_dir: Path
+) -> None:
+    deploy(client, keys["a"], model=str(model_dir))
+    r = client.post(
+        "/v1/deployments/demo/run",
+        json={"input": {"prompt": "hi", "max_tokens": 600}},
+        headers=h(keys["a"]),
+    )
+    assert r.status_code == 422 and r.json()["limit"] == 512
+
+
+def test_unreadable_model_does_not_block_the_edge(client: TestClient, keys: dict[str, str]) -> None:
+    deploy(client, keys["a"], model="/nonexistent/model")
+    r = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "hi"}}, headers=h(keys["a"])
+    )
+    assert r.status_code == 202  # the worker reports the real problem
+
+
+def test_openai_errors_have_openai_shape(client: TestClient, keys: dict[str, str]) -> None:
+    r = client.post(
+        "/v1/chat/completions",
+        json={"model": "nope", "messages": [{"role": "user", "content": "x"}]},
+        headers=h(keys["a"]),
+    )
+    assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
+    r = client.post(
+        "/v1/chat/completions", json={"model": "x", "messages": []}, headers=h(keys["a"])
+    )
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+    r = client.get("/v1/models")
+    assert r.status_code == 401 and "error" in r.json()

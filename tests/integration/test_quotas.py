@@ -1,0 +1,148 @@
+"""Per-tenant quotas: token buckets in Redis (one Lua script), in-flight cap, 429 with
+Retry-After, correct across two API processes, fail-open vs fail-closed without Redis."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from control_plane.api.app import create_app
+from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.embedded.processes import ManagedProcess, free_port, spawn, wait_until
+from control_plane.services import auth
+from control_plane.settings import Settings
+from tests.integration.api_helpers import SPEC, WORKER_TOKEN, deploy, h
+
+
+def tenant_key(database_url: str, **limits: int) -> str:
+    engine = make_engine(database_url)
+    now = datetime.now(UTC)
+    with make_sessionmaker(engine)() as s:
+        t = auth.create_tenant(s, "limited", now)
+        for k, v in limits.items():
+            setattr(t, k, v)
+        s.flush()
+        _, key = auth.create_api_key(s, t.id, {"admin"}, now)
+        s.commit()
+    engine.dispose()
+    return key
+
+
+def submit(client: httpx.Client | TestClient, key: str, prompt: str = "x") -> httpx.Response:
+    return client.post(
+        "/v1/deployments/demo/jobs",
+        json={"input": {"prompt": prompt, "max_tokens": 4}},
+        headers=h(key),
+    )
+
+
+def test_requests_per_minute(client: TestClient, database_url: str) -> None:
+    key = tenant_key(database_url, requests_per_min=3)
+    deploy(client, key)
+    codes = [submit(client, key).status_code for _ in range(4)]
+    assert codes == [202, 202, 202, 429]
+    r = submit(client, key)
+    assert r.headers["content-type"].startswith("application/problem+json")
+    assert 1 <= int(r.headers["Retry-After"]) <= 20
+    assert len(client.get("/v1/jobs", headers=h(key)).json()["data"]) == 3, "no side effect"
+
+
+def test_tokens_per_minute(client: TestClient, database_url: str) -> None:
+    key = tenant_key(database_url, tokens_per_min=40)
+    deploy(client, key)
+    assert submit(client, key, "a" * 60).status_code == 202  # ~16 + 4 tokens
+    assert submit(client, key, "a" * 60).status_code == 202
+    r = submit(client, key, "a" * 60)
+    assert r.status_code == 429 and "tokens" in r.json()["detail"]
+    huge = submit(client, key, "a" * 400)
+    assert huge.status_code == 429 and huge.json()["limit"] == 40
+
+
+def test_in_flight_cap(client: TestClient, database_url: str) -> None:
+    key = tenant_key(database_url, max_in_flight=2)
+    deploy(client, key)
+    first = submit(client, key).json()["id"]
+    assert submit(client, key).status_code == 202
+    r = submit(client, key)
+    assert r.status_code == 429 and r.json()["limit"] == 2
+    client.post(f"/v1/jobs/{first}/cancel", headers=h(key))
+    assert submit(client, key).status_code == 202
+
+
+def test_idempotent_replay_is_not_charged(client: TestClient, database_url: str) -> None:
+    key = tenant_key(database_url, requests_per_min=1)
+    deploy(client, key)
+    hdr = {**h(key), "Idempotency-Key": "same"}
+    body = {"input": {"prompt": "x"}}
+    assert client.post("/v1/deployments/demo/jobs", json=body, headers=hdr).status_code == 202
+    assert client.post("/v1/deployments/demo/jobs", json=body, headers=hdr).status_code == 202
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+def test_redis_down(database_url: str, fail_open: bool) -> None:
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    settings = Settings(
+        database_url=database_url,
+        redis_url=dead,
+        worker_token=WORKER_TOKEN,
+        quota_fail_open=fail_open,
+    )
+    key = tenant_key(database_url)
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/v1/deployments", json=SPEC, headers=h(key)).status_code == 201
+        r = submit(client, key)
+        jobs = client.get("/v1/jobs", headers=h(key)).json()["data"]
+    if fail_open:
+        # Admitted and committed: the reconciler sends the wake-up once Redis is back.
+        assert r.status_code == 202 and [j["id"] for j in jobs] == [r.json()["id"]]
+    else:
+        assert r.status_code == 503 and jobs == []
+
+
+@pytest.fixture
+def two_api_processes(database_url: str, redis_url: str, tmp_path: Path) -> Iterator[list[str]]:
+    procs: list[ManagedProcess] = []
+    urls = []
+    try:
+        for i in range(2):
+            port = free_port()
+            env = {
+                **os.environ,
+                "PLATFORM_DATABASE_URL": database_url,
+                "PLATFORM_REDIS_URL": redis_url,
+                "PLATFORM_API_PORT": str(port),
+                "PLATFORM_WORKER_TOKEN": WORKER_TOKEN,
+            }
+            p = spawn(
+                f"api{i}",
+                [sys.executable, "-m", "control_plane.api"],
+                tmp_path / f"api{i}.log",
+                env=env,
+            )
+            procs.append(p)
+            url = f"http://127.0.0.1:{port}"
+            wait_until(p, lambda u=url: httpx.get(u + "/healthz").status_code == 200, 60)
+            urls.append(url)
+        yield urls
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def test_limits_hold_across_two_api_processes(
+    two_api_processes: list[str], database_url: str, redis_client: object
+) -> None:
+    key = tenant_key(database_url, requests_per_min=4)
+    a, b = (httpx.Client(base_url=u) for u in two_api_processes)
+    assert a.post("/v1/deployments", json=SPEC, headers=h(key)).status_code == 201
+    codes = [submit(c, key).status_code for c in (a, b, a, b, a, b)]
+    assert codes.count(202) == 4 and codes.count(429) == 2
+    a.close()
+    b.close()

@@ -1,0 +1,250 @@
+"""Paged attention: the KV-cache layout, a step's attention metadata, the torch reference path.
+
+Cache layout, per layer: ``k_cache``, ``v_cache``: [num_blocks, block_size, num_kv_heads,
+head_dim]. Token ``p`` of a sequence lives in block ``block_table[p // block_size]`` at offset
+``p % block_size``, i.e. at *slot* ``block * block_size + offset`` of the flattened cache.
+
+A step's new tokens are flattened ([num_tokens, ...]) sequence after sequence; sequence ``i``
+owns tokens ``query_start_loc[i] .. query_start_loc[i+1]`` and, after the step, has
+``seq_lens[i]`` tokens in the cache, so its new tokens sit at positions ``seq_lens[i] -
+query_len .. seq_lens[i] - 1`` and each attends causally to every cached position up to its
+own (within the sliding window, if any).
+
+Each layer first writes the step's new keys/values into the cache, then attends: so a query
+may read keys written in the same step by another sequence (a prefix-cache hit).
+
+Two implementations with identical semantics:
+
+- ``triton``: ``worker.model.kernels`` (CUDA; tested on CPU through the Triton interpreter).
+- ``torch``: ``store_kv_ref`` + ``paged_attention_ref`` (the specification, one sequence at a
+  time) and ``attention_torch``, the CPU path: the same maths, batched (whole-prompt prefills
+  use the new keys directly, decodes are gathered and run as one masked batch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+# (k_cache, v_cache) of one layer, each [num_blocks, block_size, num_kv_heads, head_dim]
+KVCacheLayer = tuple[torch.Tensor, torch.Tensor]
+Backend = Literal["torch", "triton"]
+
+
+@dataclass(frozen=True, slots=True)
+class AttentionMetadata:
+    """Where a step's tokens come from and go to (built by the model runner)."""
+
+    # [num_tokens] int64: cache slot of each new token
+    slot_mapping: torch.Tensor
+    # [num_seqs + 1] int32: new tokens of sequence i are [query_start_loc[i], [i+1])
+    query_start_loc: torch.Tensor
+    # [num_seqs] int32: tokens cached for sequence i once this step's are written
+    seq_lens: torch.Tensor
+    # [num_seqs, max_blocks] int32: block tables, padded with 0 (never read: masked)
+    block_tables: torch.Tensor
+    # longest query (new tokens of one sequence) and longest sequence of the step
+    max_query_len: int
+    max_seq_len: int
+    # sequences [0, num_prefills) have more than one new token; the rest exactly one
+    num_prefills: int
+    # tokens of those sequences (they come first in the flat batch)
+    num_prefill_tokens: int
+    # host copies of query_start_loc and seq_lens (the torch path loops without device syncs)
+    query_start_loc_host: tuple[int, ...]
+    seq_lens_host: tuple[int, ...]
+    # which implementation runs
+    backend: Backend = "torch"
+
+
+def paged_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    kv_cache: KVCacheLayer,
+    meta: AttentionMetadata,
+    scale: float,
+    sliding_window: int | None,
+) -> torch.Tensor:
+    """Write this step's keys/values into the cache, then attend. Returns [num_tokens, Hq, D].
+
+    q: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim].
+    """
+    k_cache, v_cache = kv_cache
+    if meta.backend == "triton":
+        from worker.model import kernels
+
+        kernels.store_kv(k, v, k_cache, v_cache, meta.slot_mapping)
+        return kernels.paged_attention(
+            q,
+            k_cache,
+            v_cache,
+            meta.query_start_loc,
+            meta.seq_lens,
+            meta.block_tables,
+            meta.max_query_len,
+            scale,
+            sliding_window,
+        )
+    store_kv_ref(k, v, k_cache, v_cache, meta.slot_mapping)
+    return attention_torch(q, k, v, k_cache, v_cache, meta, scale, sliding_window)
+
+
+def store_kv_ref(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    slot_mapping: torch.Tensor,
+) -> None:
+    """Reference KV write: token t goes to slot ``slot_mapping[t]``; slots < 0 are skipped."""
+    # k, v: [num_tokens, num_kv_heads, head_dim]; slot_mapping: [num_tokens]
+    num_kv_heads, head_dim = k_cache.shape[2], k_cache.shape[3]
+    keep = slot_mapping >= 0
+    if not bool(keep.all()):
+        k, v, slot_mapping = k[keep], v[keep], slot_mapping[keep]
+    # flat caches: [num_blocks * block_size, num_kv_heads, head_dim] (views)
+    k_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, k)
+    v_cache.view(-1, num_kv_heads, head_dim).index_copy_(0, slot_mapping, v)
+
+
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """The first ``seq_len`` cached tokens of one sequence: [seq_len, num_kv_heads, head_dim]."""
+    block_size = cache.shape[1]
+    num_blocks = -(-seq_len // block_size)
+    # blocks: [num_blocks, block_size, num_kv_heads, head_dim] (a copy)
+    blocks = cache[block_table[:num_blocks].long()]
+    return blocks.flatten(0, 1)[:seq_len]
+
+
+def paged_attention_ref(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    query_start_loc: Sequence[int],
+    seq_lens: Sequence[int],
+    block_tables: torch.Tensor,
+    scale: float,
+    sliding_window: int | None,
+) -> torch.Tensor:
+    """Reference paged attention, everything read from the cache, one sequence at a time.
+
+    q: [num_tokens, num_heads, head_dim]. Returns [num_tokens, num_heads, head_dim].
+    """
+    out = torch.empty_like(q)
+    for i, seq_len in enumerate(seq_lens):
+        start, end = query_start_loc[i], query_start_loc[i + 1]
+        keys = gather_kv(k_cache, block_tables[i], seq_len)
+        values = gather_kv(v_cache, block_tables[i], seq_len)
+        out[start:end] = _causal_attention(q[start:end], keys, values, scale, sliding_window)
+    return out
+
+
+def attention_torch(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    sliding_window: int | None,
+) -> torch.Tensor:
+    """The CPU path (after ``store_kv_ref``): ``paged_attention_ref``'s maths, batched.
+
+    q: [num_tokens, Hq, D]; k, v: this step's [num_tokens, Hkv, D]. Returns [num_tokens, Hq, D].
+    """
+    out = torch.empty_like(q)
+    starts, seq_lens = meta.query_start_loc_host, meta.seq_lens_host
+    for i in range(meta.num_prefills):
+        start, end = starts[i], starts[i + 1]
+        if seq_lens[i] == end - start:
+            # nothing cached before: the new keys are the whole sequence (no gather)
+            keys, values = k[start:end], v[start:end]
+        else:
+            keys = gather_kv(k_cache, meta.block_tables[i], seq_lens[i])
+            values = gather_kv(v_cache, meta.block_tables[i], seq_lens[i])
+        out[start:end] = _causal_attention(q[start:end], keys, values, scale, sliding_window)
+    first = meta.num_prefill_tokens
+    if first < q.shape[0]:
+        out[first:] = _decode_attention(q[first:], k_cache, v_cache, meta, scale, sliding_window)
+    return out
+
+
+def _causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, window: int | None
+) -> torch.Tensor:
+    """The last ``len(q)`` positions of a sequence attending to all of its ``len(k)`` keys.
+
+    q: [q_len, Hq, D]; k, v: [seq_len, Hkv, D]. Returns [q_len, Hq, D].
+    """
+    q_len, seq_len = q.shape[0], k.shape[0]
+    mask = None
+    if q_len != seq_len or (window is not None and seq_len > window):
+        # q_pos: [q_len, 1]; k_pos: [1, seq_len]
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=q.device)[:, None]
+        k_pos = torch.arange(seq_len, device=q.device)[None, :]
+        mask = k_pos <= q_pos
+        if window is not None:
+            mask &= q_pos - k_pos < window
+        # mask: [q_len, seq_len]
+    # SDPA layout: [1, heads, tokens, head_dim]
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None],
+        k.transpose(0, 1)[None],
+        v.transpose(0, 1)[None],
+        attn_mask=mask,
+        is_causal=mask is None and q_len > 1,
+        scale=scale,
+        enable_gqa=q.shape[1] != k.shape[1],
+    )
+    # out: [1, Hq, q_len, D] -> [q_len, Hq, D]
+    return out[0].transpose(0, 1)
+
+
+def _decode_attention(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    window: int | None,
+) -> torch.Tensor:
+    """One new token per sequence, all decodes as one masked batch.
+
+    q: [num_decodes, Hq, D]. Returns [num_decodes, Hq, D].
+    """
+    num_decodes, num_heads, head_dim = q.shape
+    num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
+    first = meta.num_prefills
+    seq_lens_host = meta.seq_lens_host[first:]
+    max_blocks = -(-max(seq_lens_host) // block_size)
+    # block_tables: [num_decodes, max_blocks]
+    block_tables = meta.block_tables[first:, :max_blocks].long()
+    max_len = max_blocks * block_size
+    # keys, values: [num_decodes, Hkv, max_len, D] (gathered copies)
+    keys = k_cache[block_tables].view(num_decodes, max_len, num_kv_heads, head_dim).transpose(1, 2)
+    values = v_cache[block_tables].view(num_decodes, max_len, num_kv_heads, head_dim)
+    values = values.transpose(1, 2)
+    # seq_lens: [num_decodes, 1]; k_pos: [1, max_len]
+    seq_lens = meta.seq_lens[first:].to(torch.long)[:, None]
+    k_pos = torch.arange(max_len, device=q.device)[None, :]
+    mask = k_pos < seq_lens
+    if window is not None:
+        mask &= k_pos >= seq_lens - window
+    # GQA without repeating keys: the query heads of one kv head act as its "query tokens"
+    # q: [num_decodes, Hkv, group, D]; mask: [num_decodes, 1, 1, max_len]
+    group = num_heads // num_kv_heads
+    out = F.scaled_dot_product_attention(
+        q.view(num_decodes, num_kv_heads, group, head_dim),
+        keys,
+        values,
+        attn_mask=mask[:, None, None, :],
+        scale=scale,
+    )
+    # out: [num_decodes, Hkv, group, D] -> [num_decodes, Hq, D]
+    return out.reshape(num_decodes, num_heads, head_dim)
