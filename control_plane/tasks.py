@@ -33,6 +33,8 @@ from control_plane.tasks_api import (
 )
 
 log = logging.getLogger(__name__)
+# httpx logs every request URL at INFO; receivers' URLs may carry tokens.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 # Longest single countdown; well under the broker's visibility timeout.
 MAX_COUNTDOWN_S = 600.0
 

@@ -14,8 +14,11 @@ skipping forward (see `RangeBody.skip_to`).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import os
 import re
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
@@ -42,6 +45,14 @@ class ObjectInfo:
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 DISCARD_BYTES = 1 << 20
+
+
+RECV_LOWAT_BYTES = int(os.environ.get("LOADER_RECV_LOWAT", 256 << 10))
+
+
+def _set_lowat(sock: socket.socket, n: int) -> None:
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
 
 
 def normalize_etag(etag: str | None) -> str:
@@ -82,6 +93,7 @@ class HttpPool:
             conn.timeout = timeout_s
             if conn.sock is not None:
                 conn.sock.settimeout(timeout_s)
+                _set_lowat(conn.sock, 1)  # headers may be shorter than any larger mark
             try:
                 conn.request(method, target, headers=dict(headers))
                 resp = conn.getresponse()
@@ -203,6 +215,11 @@ def open_range(
         resp.close()
         raise
     whole = resp.header("Content-Range") is None
+    if resp.conn.sock is not None:
+        # Wake the reader per RECV_LOWAT_BYTES, not per packet: with the server and the client
+        # on few cores, tiny reads cost more CPU than the copy. Reads ask for what remains,
+        # and the kernel waits for min(mark, asked), so the end of a body never stalls.
+        _set_lowat(resp.conn.sock, RECV_LOWAT_BYTES)
     return info, RangeBody(resp, body_start, body_end, whole)
 
 

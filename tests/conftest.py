@@ -82,10 +82,40 @@ def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
     return s3_server
 
 
-@pytest.fixture
-def database_url(tmp_path: Path) -> str:
+@pytest.fixture(scope="session")
+def postgres_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """URL of a real PostgreSQL server started for this test session."""
+    from tests.fixtures_postgres import postgres_bindir, start_postgres
+
+    if postgres_bindir() is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is missing on CI: .ci/run should have installed it")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    import shutil
+    import tempfile
+
+    # Not under pytest's tmp root: that is private to root, and the server runs as `postgres`.
+    root = Path(tempfile.mkdtemp(prefix="platform-test-pg-"))
+    root.chmod(0o755)
+    proc, url = start_postgres(root / "pg")
+    yield url
+    proc.stop()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A migrated, empty database: every test that uses it runs on SQLite and PostgreSQL."""
     from control_plane.db.migrate import upgrade
 
-    url = os.environ.get("PLATFORM_TEST_DATABASE_URL") or f"sqlite:///{tmp_path / 'test.db'}"
-    upgrade(url)
-    return url
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'test.db'}"
+        upgrade(url)
+        yield url
+        return
+    from tests.fixtures_postgres import fresh_database
+
+    server = request.getfixturevalue("postgres_url")
+    for url in fresh_database(server):
+        upgrade(url)
+        yield url

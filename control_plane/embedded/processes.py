@@ -81,8 +81,18 @@ def spawn(
     log_path: Path,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
+    run_as: tuple[int, int] | None = None,
+    stop_signal: int = signal.SIGTERM,
 ) -> ManagedProcess:
+    """Start `cmd` in its own session, dying with its parent; `run_as` = (uid, gid)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+
+    def preexec() -> None:
+        if run_as is not None:
+            os.setgid(run_as[1])
+            os.setuid(run_as[0])
+        die_with_parent()
+
     with log_path.open("ab") as out:
         popen = subprocess.Popen(
             list(cmd),
@@ -92,9 +102,11 @@ def spawn(
             env=dict(env) if env is not None else None,
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=die_with_parent,
+            preexec_fn=preexec,
         )
-    return ManagedProcess(name, popen, log_path)
+    if run_as is not None:
+        log_path.chmod(0o666)
+    return ManagedProcess(name, popen, log_path, stop_signal=stop_signal)
 
 
 def wait_until(proc: ManagedProcess, ready: Callable[[], object], timeout_s: float) -> None:

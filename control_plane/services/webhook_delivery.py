@@ -90,9 +90,15 @@ def deliver(env: DeliveryEnv, msg: Message, now: datetime, rng: random.Random) -
 
 
 def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) -> _Prepared | None:
+    subject = (
+        WebhookDelivery.job_id == msg.job_id
+        if msg.job_id is not None
+        else WebhookDelivery.batch_id == msg.batch_id
+    )
     seen = session.scalar(
         select(WebhookDelivery.id)
         .where(
+            subject,  # indexed for jobs: the log is never scanned whole
             WebhookDelivery.msg_id == msg.msg_id,
             or_(WebhookDelivery.delivered.is_(True), WebhookDelivery.attempt == msg.attempt),
         )

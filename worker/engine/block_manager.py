@@ -78,7 +78,9 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
         if num_blocks < 1 or block_size < 1:
-            raise ValueError(f"num_blocks ({num_blocks}) and block_size ({block_size}) must be >= 1")
+            raise ValueError(
+                f"num_blocks ({num_blocks}) and block_size ({block_size}) must be >= 1"
+            )
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching

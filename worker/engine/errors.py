@@ -1,8 +1,8 @@
 """Errors the engine raises for bad requests (before anything is allocated).
 
-    ValueError                 bad sampling parameter, empty prompt, token id out of range,
-     │                         duplicate request id
-     └── PromptTooLongError    prompt + max_tokens exceeds the context window or the KV cache
+ValueError                 bad sampling parameter, empty prompt, token id out of range,
+ │                         duplicate request id
+ └── PromptTooLongError    prompt + max_tokens exceeds the context window or the KV cache
 """
 
 from __future__ import annotations

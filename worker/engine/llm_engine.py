@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -309,7 +310,7 @@ class LLMEngine:
             first_scheduled_time=req.first_scheduled_time,
             first_token_time=times[0] if times else None,
             finished_time=now,
-            inter_token_latencies_s=tuple(b - a for a, b in zip(times, times[1:], strict=False)),
+            inter_token_latencies_s=tuple(b - a for a, b in itertools.pairwise(times)),
             num_preemptions=seq.num_preemptions,
         )
         return RequestOutput(

@@ -1,68 +1,85 @@
-"""Sampling parameters of one request and the choice of the next token from its logits.
+"""Choosing next tokens from logits: penalties, temperature, top-k, top-p, min-p, seeded draws.
+
+``SamplingParams`` lives in ``worker.engine.params`` (pure); it is re-exported here.
+
+Each request draws from its own ``torch.Generator``, one draw per generated token, so a seeded
+request samples the same tokens whatever else shares its batch. Greedy rows without penalties
+are one batched argmax.
 
 Example:
 
     >>> params = SamplingParams(max_tokens=32, temperature=0.8, top_p=0.95, seed=7)
-    >>> gen = torch.Generator().manual_seed(params.seed)
+    >>> gen = request_generator(params, torch.device("cpu"))
     >>> token_id = sample(logits, params, gen)  # logits: [vocab]
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
+import random
+from collections.abc import Sequence
 
 import torch
 
+from worker.engine.outputs import SampleResult, TokenLogprobs
+from worker.engine.params import SamplingParams
 
-@dataclass(frozen=True, slots=True)
-class SamplingParams:
-    """How one request generates; validated on construction (ValueError names the field)."""
-
-    # most tokens to generate (>= 1); generation ends with "length" when reached
-    max_tokens: int = 64
-    # 0 = greedy (argmax); higher flattens the distribution
-    temperature: float = 0.0
-    # nucleus sampling: sample only from the smallest set of tokens holding this much mass
-    top_p: float = 1.0
-    # seeds this request's random generator; None = nondeterministic
-    seed: int | None = None
-    # generation ends with "stop" when the text contains one of these (not included in output)
-    stop: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int):
-            raise ValueError(f"max_tokens: must be an integer >= 1, got {self.max_tokens!r}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
-        if not _is_number(self.temperature) or not self.temperature >= 0:
-            raise ValueError(f"temperature: must be a number >= 0, got {self.temperature!r}")
-        if not _is_number(self.top_p) or not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p: must be in (0, 1], got {self.top_p!r}")
-        seed = self.seed
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"seed: must be an integer or None, got {self.seed!r}")
-        if isinstance(self.stop, list):  # friendlier for callers holding JSON lists
-            object.__setattr__(self, "stop", tuple(self.stop))
-        if not isinstance(self.stop, tuple) or not all(isinstance(s, str) and s for s in self.stop):
-            raise ValueError(f"stop: must be a tuple of non-empty strings, got {self.stop!r}")
+__all__ = ["SampleResult", "SamplingParams", "request_generator", "sample", "sample_batch"]
 
 
-def _is_number(x: object) -> bool:
-    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+def request_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
+    """The request's own random generator (None for greedy), so requests never share state."""
+    if params.is_greedy:
+        return None
+    seed = params.seed if params.seed is not None else random.SystemRandom().getrandbits(63)
+    # any int is a valid seed (negative, huge); torch takes [0, 2**64)
+    return torch.Generator(device=device).manual_seed(seed % 2**64)
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """Pick the next token id from ``logits`` ([vocab] or [1, vocab]).
+def apply_penalties(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    prompt_ids: Sequence[int],
+    output_ids: Sequence[int],
+) -> torch.Tensor:
+    """Repetition (prompt + output, as transformers), presence and frequency (output only,
+    as OpenAI) penalties on one row. logits: [vocab] float32; returns a new tensor."""
+    device = logits.device
+    if params.repetition_penalty != 1.0:
+        seen = torch.tensor([*prompt_ids, *output_ids], dtype=torch.long, device=device)
+        # scores: [num_seen]
+        scores = logits.gather(0, seen)
+        penalty = params.repetition_penalty
+        scores = torch.where(scores < 0, scores * penalty, scores / penalty)
+        logits = logits.scatter(0, seen, scores)
+    if (params.presence_penalty or params.frequency_penalty) and output_ids:
+        out = torch.tensor(output_ids, dtype=torch.long, device=device)
+        # counts: [vocab]
+        counts = torch.bincount(out, minlength=logits.shape[0]).to(logits.dtype)
+        logits = (
+            logits
+            - params.frequency_penalty * counts
+            - params.presence_penalty * (counts > 0).to(logits.dtype)
+        )
+    return logits
 
-    Greedy (first argmax, as ``transformers``) when ``temperature == 0``; otherwise softmax at
-    ``temperature``, restricted to the top-p nucleus, sampled with ``generator``.
-    """
-    # logits: [vocab]
-    logits = logits.reshape(-1)
-    if params.temperature == 0:
+
+def _has_penalties(params: SamplingParams) -> bool:
+    return (
+        params.repetition_penalty != 1.0
+        or params.presence_penalty != 0.0
+        or params.frequency_penalty != 0.0
+    )
+
+
+def _draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    """Greedy argmax, or temperature → top-k → top-p → min-p → multinomial. logits: [vocab]."""
+    if params.is_greedy:
         return int(torch.argmax(logits))
-    probs = torch.softmax(logits.float() / params.temperature, dim=-1)
+    logits = logits / params.temperature
+    if 0 < params.top_k < logits.shape[0]:
+        kth = torch.topk(logits, params.top_k).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
     if params.top_p < 1.0:
         # sorted_probs, order: [vocab], most likely first
         sorted_probs, order = torch.sort(probs, descending=True)
@@ -71,5 +88,69 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
         sorted_probs = sorted_probs.masked_fill(mass_before >= params.top_p, 0.0)
         probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+    if params.min_p > 0:
+        probs = probs.masked_fill(probs < params.min_p * probs.max(), 0.0)
     # multinomial renormalises: probs need not sum to 1
     return int(torch.multinomial(probs, num_samples=1, generator=generator))
+
+
+def _logprobs(logits: torch.Tensor, token_id: int, num_top: int) -> TokenLogprobs:
+    # logits: [vocab] (after penalties, before temperature)
+    logp = torch.log_softmax(logits, dim=-1)
+    top: tuple[tuple[int, float], ...] = ()
+    if num_top:
+        values, ids = torch.topk(logp, num_top)
+        top = tuple(zip(ids.tolist(), values.tolist(), strict=True))
+    return TokenLogprobs(token_id, float(logp[token_id]), top)
+
+
+def sample(
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    prompt_ids: Sequence[int] = (),
+    output_ids: Sequence[int] = (),
+) -> int:
+    """Pick the next token id from one row of ``logits`` ([vocab] or [1, vocab]).
+
+    Greedy (first argmax, as ``transformers``) when ``temperature == 0``.
+    """
+    # row: [vocab] float32
+    row = logits.reshape(-1).float()
+    if _has_penalties(params):
+        row = apply_penalties(row, params, prompt_ids, output_ids)
+    return _draw(row, params, generator)
+
+
+def sample_batch(
+    logits: torch.Tensor,
+    params: Sequence[SamplingParams],
+    generators: Sequence[torch.Generator | None],
+    token_ids: Sequence[Sequence[int]],
+    num_prompt_tokens: Sequence[int],
+) -> list[SampleResult]:
+    """Next token of every row. logits: [num_rows, vocab] float32; per row its params, its
+    generator, its tokens so far (prompt then output) and its prompt length."""
+    num_rows = logits.shape[0]
+    results: list[SampleResult | None] = [None] * num_rows
+    plain_greedy = [
+        i
+        for i in range(num_rows)
+        if params[i].is_greedy and not _has_penalties(params[i]) and params[i].logprobs is None
+    ]
+    if plain_greedy:
+        rows = torch.tensor(plain_greedy, device=logits.device)
+        # first argmax per row, as transformers
+        for i, token_id in zip(plain_greedy, logits[rows].argmax(dim=-1).tolist(), strict=True):
+            results[i] = SampleResult(int(token_id))
+    for i in range(num_rows):
+        if results[i] is not None:
+            continue
+        p, tokens, n = params[i], token_ids[i], num_prompt_tokens[i]
+        row = logits[i]
+        if _has_penalties(p):
+            row = apply_penalties(row, p, tokens[:n], tokens[n:])
+        token_id = _draw(row, p, generators[i])
+        lp = None if p.logprobs is None else _logprobs(row, token_id, p.logprobs)
+        results[i] = SampleResult(token_id, lp)
+    return [r for r in results if r is not None]

@@ -122,9 +122,7 @@ class Scheduler:
             break  # seq preempted itself: it was the last running sequence
 
         if not preempted:
-            while (
-                self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs
-            ):
+            while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
                 seq = self.waiting[0]
                 hits = bm.get_computed_blocks(seq)
                 num_new = seq.num_tokens - len(hits) * bm.block_size

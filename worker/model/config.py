@@ -215,7 +215,9 @@ def _parse_sliding_window(
             "sliding_attention" if i >= first else "full_attention" for i in range(num_layers)
         ]
     if not isinstance(layer_types, list) or len(layer_types) != num_layers:
-        raise ValueError(f"layer_types: expected a list of {num_layers} strings, got {layer_types!r}")
+        raise ValueError(
+            f"layer_types: expected a list of {num_layers} strings, got {layer_types!r}"
+        )
     unknown = set(layer_types) - {"full_attention", "sliding_attention"}
     if unknown:
         raise ValueError(f"layer_types: unsupported attention types {sorted(unknown)}")

@@ -27,6 +27,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
+from worker.model.weights import hf_state_dict
 
 CORPUS_PATH = Path(__file__).with_name("demo_corpus.txt")
 BOS_TOKEN = "<s>"
@@ -74,7 +75,7 @@ def create_demo_model(out_dir: Path, seed: int = 0, train_steps: int = DEFAULT_T
     finally:
         torch.set_num_threads(previous_threads)
 
-    state = {name: t.detach().contiguous() for name, t in model.state_dict().items()}
+    state = hf_state_dict(model)
     save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save(str(out_dir / "tokenizer.json"))
     _write_json(out_dir / "config.json", hf_config)

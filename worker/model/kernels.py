@@ -184,7 +184,9 @@ def paged_attention(
     num_seqs = seq_lens.shape[0]
     block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     if block_size < 16 or block_size & (block_size - 1):
-        raise ValueError(f"block_size: the Triton kernel needs a power of two >= 16, got {block_size}")
+        raise ValueError(
+            f"block_size: the Triton kernel needs a power of two >= 16, got {block_size}"
+        )
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(3) == 1
     assert q.stride(2) == 1
     out = torch.empty_like(q)

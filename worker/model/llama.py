@@ -1,16 +1,19 @@
-"""Llama-family decoder in plain torch (the CPU reference path).
+"""Llama-family decoder (Llama 2/3, Mistral, Qwen2/2.5, Qwen3) over a paged KV cache.
 
-Module names match the Hugging Face checkpoint names (``model.layers.0.self_attn.q_proj`` ...),
-so ``state_dict()`` keys are the safetensors tensor names and loading needs no renaming table.
-The arithmetic follows ``transformers``' ``LlamaForCausalLM`` step by step (float32 RoPE
-tables, float32 RMSNorm statistics) so greedy tokens match it.
+A step's tokens arrive flattened ([num_tokens]) whatever sequences they belong to; attention
+(``worker.model.attention``) sorts out who sees what through the step's metadata. The
+arithmetic follows ``transformers`` step by step (float32 RoPE tables, float32 RMSNorm
+statistics, the same op order) so greedy tokens match it.
+
+Module names follow the Hugging Face checkpoint names (``model.layers.0.self_attn...``) except
+for two fused projections: ``qkv_proj`` (q, k, v stacked on the output dim) and
+``gate_up_proj`` (gate, up); ``worker.model.weights`` maps HF tensors in and out.
 
 Example:
 
     >>> model = build_model(config, weights)  # worker.model.weights
-    >>> cache = model.new_cache(batch_size=1, max_len=64)
-    >>> ids = torch.tensor([[1, 15, 27]])
-    >>> logits = model(ids, torch.arange(3)[None], cache)  # [1, vocab]; cache holds 3 tokens
+    >>> hidden = model(input_ids, positions, kv_caches, meta)  # [num_tokens, hidden]
+    >>> logits = model.compute_logits(hidden[last_token_indices])  # [num_seqs, vocab] float32
 """
 
 from __future__ import annotations
@@ -21,47 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from worker.model.attention import AttentionMetadata, KVCacheLayer, paged_attention
 from worker.model.config import ModelConfig, RopeScaling
-
-
-class KVCache:
-    """Contiguous key/value cache of one batch of requests, preallocated to ``max_len`` tokens.
-
-    NOTE: slots are filled left to right and never rewritten; every row of the batch holds the
-    same number of tokens (``num_tokens``). Paged attention replaces this in a later issue.
-    """
-
-    def __init__(
-        self,
-        num_layers: int,
-        batch_size: int,
-        num_kv_heads: int,
-        max_len: int,
-        head_dim: int,
-        dtype: torch.dtype,
-        device: torch.device,
-    ) -> None:
-        shape = (num_layers, batch_size, num_kv_heads, max_len, head_dim)
-        # k, v: [num_layers, batch, num_kv_heads, max_len, head_dim]
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self.max_len = max_len
-        self.num_tokens = 0
-
-    def append(
-        self, layer_idx: int, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new keys/values after the cached ones; return all of them for this layer."""
-        # k, v: [batch, num_kv_heads, seq, head_dim]
-        start, end = self.num_tokens, self.num_tokens + k.shape[2]
-        self.k[layer_idx, :, :, start:end] = k
-        self.v[layer_idx, :, :, start:end] = v
-        # returned: [batch, num_kv_heads, end, head_dim] (views, no copy)
-        return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
-
-    def advance(self, num_new_tokens: int) -> None:
-        """Mark the tokens written by the last forward as cached (after all layers ran)."""
-        self.num_tokens += num_new_tokens
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -121,78 +85,92 @@ class Attention(nn.Module):
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
-        self.sliding_window = config.sliding_window
-        bias = config.attention_bias
-        q_out = self.num_heads * self.head_dim
-        kv_out = self.num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, q_out, bias=bias)
-        self.k_proj = nn.Linear(config.hidden_size, kv_out, bias=bias)
-        self.v_proj = nn.Linear(config.hidden_size, kv_out, bias=bias)
-        self.o_proj = nn.Linear(q_out, config.hidden_size, bias=bias)
+        self.scale = config.head_dim**-0.5
+        self.sliding_window = config.layer_sliding_window(layer_idx)
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(
+            config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias
+        )
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=config.o_proj_bias)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if config.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+
+    def _qkv(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Project, normalise (Qwen3) and rotate. x: [*lead, hidden]; cos, sin: [*lead, D].
+
+        Returns q: [*lead, Hq, D]; k, v: [*lead, Hkv, D].
+        """
+        lead = x.shape[:-1]
+        # qkv: [*lead, (Hq + 2 Hkv) * D]
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = q.view(*lead, self.num_heads, self.head_dim)
+        k = k.view(*lead, self.num_kv_heads, self.head_dim)
+        v = v.view(*lead, self.num_kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        # cos, sin broadcast over heads: [*lead, 1, D]
+        cos, sin = cos.unsqueeze(-2), sin.unsqueeze(-2)
+        q = q * cos + _rotate_half(q) * sin
+        k = k * cos + _rotate_half(k) * sin
+        return q, k, v
 
     def forward(
         self,
         x: torch.Tensor,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        cache: KVCache | None,
+        kv_cache: KVCacheLayer,
+        meta: AttentionMetadata,
     ) -> torch.Tensor:
-        batch, seq, _ = x.shape
-        # x: [batch, seq, hidden]; cos, sin: [batch, 1, seq, head_dim]
-        q = self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim).transpose(1, 2)
-        # q: [batch, num_heads, seq, head_dim]; k, v: [batch, num_kv_heads, seq, head_dim]
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-
-        num_cached = 0
-        if cache is not None:
-            num_cached = cache.num_tokens
-            k, v = cache.append(self.layer_idx, k, v)
-        # k, v: [batch, num_kv_heads, num_cached + seq, head_dim]
-        mask = self._mask(seq, num_cached, x.device)
-        out = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            is_causal=mask is None and seq > 1,
-            enable_gqa=self.num_kv_heads != self.num_heads,
-        )
-        # out: [batch, num_heads, seq, head_dim] -> [batch, seq, num_heads * head_dim]
-        out = out.transpose(1, 2).reshape(batch, seq, self.num_heads * self.head_dim)
-        # proj: [batch, seq, hidden]
-        proj: torch.Tensor = self.o_proj(out)
+        # x: [num_tokens, hidden]; cos, sin: [num_tokens, D]
+        q, k, v = self._qkv(x, cos, sin)
+        # out: [num_tokens, Hq, D]
+        out = paged_attention(q, k, v, kv_cache, meta, self.scale, self.sliding_window)
+        proj: torch.Tensor = self.o_proj(out.reshape(x.shape[0], self.q_size))
         return proj
 
-    def _mask(self, seq: int, num_cached: int, device: torch.device) -> torch.Tensor | None:
-        """Boolean attention mask (True = attend), or None when ``is_causal`` says it all."""
-        num_keys = num_cached + seq
-        window = self.sliding_window
-        within_window = window is None or num_keys <= window
-        if within_window and (seq == 1 or num_cached == 0):
-            return None  # one query sees every key; or plain causal from slot 0
-        # q_slot: [seq, 1]; k_slot: [1, num_keys]
-        q_slot = torch.arange(num_cached, num_keys, device=device)[:, None]
-        k_slot = torch.arange(num_keys, device=device)[None, :]
-        mask = k_slot <= q_slot
-        if window is not None:
-            mask &= q_slot - k_slot < window
-        # mask: [seq, num_keys]
-        return mask
+    def forward_dense(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Training / scoring: whole rows, causal, no cache. x: [batch, seq, hidden]."""
+        batch, seq, _ = x.shape
+        q, k, v = self._qkv(x, cos, sin)
+        mask = None
+        if self.sliding_window is not None and seq > self.sliding_window:
+            pos = torch.arange(seq, device=x.device)
+            diff = pos[:, None] - pos[None, :]
+            # mask: [seq, seq]
+            mask = (diff >= 0) & (diff < self.sliding_window)
+        # SDPA layout [batch, heads, seq, D]
+        out = F.scaled_dot_product_attention(
+            q.transpose(1, 2),
+            k.transpose(1, 2),
+            v.transpose(1, 2),
+            attn_mask=mask,
+            is_causal=mask is None,
+            scale=self.scale,
+            enable_gqa=self.num_kv_heads != self.num_heads,
+        )
+        # out: [batch, Hq, seq, D] -> [batch, seq, Hq * D]
+        proj: torch.Tensor = self.o_proj(out.transpose(1, 2).reshape(batch, seq, self.q_size))
+        return proj
 
 
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.intermediate_size = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # x: [batch, seq, hidden] -> SwiGLU [batch, seq, intermediate] -> [batch, seq, hidden]
-        out: torch.Tensor = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        # x: [..., hidden] -> gate, up: [..., intermediate] -> SwiGLU -> [..., hidden]
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        out: torch.Tensor = self.down_proj(F.silu(gate) * up)
         return out
 
 
@@ -205,10 +183,19 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache | None
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        kv_cache: KVCacheLayer | None,
+        meta: AttentionMetadata | None,
     ) -> torch.Tensor:
-        # x: [batch, seq, hidden] (pre-norm residual blocks)
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache)
+        # x: [num_tokens, hidden] (paged) or [batch, seq, hidden] (dense); pre-norm residuals
+        h = self.input_layernorm(x)
+        if kv_cache is None or meta is None:
+            x = x + self.self_attn.forward_dense(h, cos, sin)
+        else:
+            x = x + self.self_attn(h, cos, sin, kv_cache, meta)
         out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
         return out
 
@@ -226,14 +213,12 @@ class DecoderStack(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    """Llama / Mistral causal LM: token ids in, next-token logits out.
+    """Llama-family causal LM: a step's token ids in, hidden states out; logits on demand.
 
     Example:
 
         >>> model = LlamaModel(config)  # random init; see build_model for checkpoints
-        >>> cache = model.new_cache(batch_size=1, max_len=32)
-        >>> logits = model(torch.tensor([[1, 2, 3]]), torch.arange(3)[None], cache)
-        >>> next_id = int(logits[0].argmax())
+        >>> logits = model.forward_all(torch.tensor([[1, 2, 3]]))  # [1, 3, vocab]
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -247,42 +232,28 @@ class LlamaModel(nn.Module):
         self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.inv_freq: torch.Tensor
 
-    def new_cache(self, batch_size: int, max_len: int) -> KVCache:
-        """An empty KV cache for ``batch_size`` rows of up to ``max_len`` tokens each."""
-        c = self.config
-        weight = self.model.embed_tokens.weight
-        return KVCache(
-            c.num_hidden_layers,
-            batch_size,
-            c.num_key_value_heads,
-            max_len,
-            c.head_dim,
-            weight.dtype,
-            weight.device,
-        )
-
     def forward(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_caches: list[KVCacheLayer],
+        meta: AttentionMetadata,
     ) -> torch.Tensor:
-        """Run new tokens after those in ``cache``; return the logits of each row's last one.
+        """Run one step. input_ids, positions: [num_tokens]. Returns [num_tokens, hidden].
 
-        input_ids, positions: [batch, seq]. The new keys/values are appended to ``cache``.
-        Returns float32 logits [batch, vocab].
+        The step's keys/values are written into ``kv_caches`` (one per layer) on the way.
         """
-        if input_ids.shape != positions.shape or input_ids.dim() != 2:
-            raise ValueError(
-                f"input_ids {tuple(input_ids.shape)} and positions {tuple(positions.shape)} "
-                "must both be [batch, seq]"
-            )
-        seq = input_ids.shape[1]
-        if cache.num_tokens + seq > cache.max_len:
-            raise ValueError(
-                f"KV cache overflow: {cache.num_tokens} cached + {seq} new > {cache.max_len}"
-            )
-        hidden = self._hidden(input_ids, positions, cache)
-        cache.advance(seq)
-        # hidden[:, -1]: [batch, hidden] -> logits: [batch, vocab]
-        logits: torch.Tensor = self.lm_head(hidden[:, -1])
+        # x: [num_tokens, hidden]; cos, sin: [num_tokens, D]
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self._rope(positions, x.dtype)
+        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
+            x = layer(x, cos, sin, kv_cache, meta)
+        out: torch.Tensor = self.model.norm(x)
+        return out
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """hidden: [n, hidden] -> float32 logits [n, vocab] (lm_head in the model's dtype)."""
+        logits: torch.Tensor = self.lm_head(hidden)
         return logits.float()
 
     def forward_all(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -292,27 +263,21 @@ class LlamaModel(nn.Module):
         """
         batch, seq = input_ids.shape
         positions = torch.arange(seq, device=input_ids.device).expand(batch, seq)
-        logits: torch.Tensor = self.lm_head(self._hidden(input_ids, positions, None))
-        return logits
-
-    def _hidden(
-        self, input_ids: torch.Tensor, positions: torch.Tensor, cache: KVCache | None
-    ) -> torch.Tensor:
-        # x: [batch, seq, hidden]
+        # x: [batch, seq, hidden]; cos, sin: [batch, seq, D]
         x = self.model.embed_tokens(input_ids)
         cos, sin = self._rope(positions, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, cache)
-        out: torch.Tensor = self.model.norm(x)
-        return out
+            x = layer(x, cos, sin, None, None)
+        logits: torch.Tensor = self.lm_head(self.model.norm(x))
+        return logits
 
     def _rope(
         self, positions: torch.Tensor, dtype: torch.dtype
     ) -> tuple[torch.Tensor, torch.Tensor]:
         # float32 tables whatever the model dtype, like transformers
         inv_freq = self.inv_freq.to(positions.device)
-        # freqs: [batch, seq, head_dim // 2]
+        # freqs: [*positions.shape, head_dim // 2]
         freqs = positions.float()[..., None] * inv_freq.float()
         emb = torch.cat((freqs, freqs), dim=-1)
-        # cos, sin: [batch, 1, seq, head_dim] (broadcast over heads)
-        return emb.cos().to(dtype)[:, None], emb.sin().to(dtype)[:, None]
+        # cos, sin: [*positions.shape, head_dim]
+        return emb.cos().to(dtype), emb.sin().to(dtype)

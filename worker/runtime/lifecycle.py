@@ -2,7 +2,18 @@
 
 Each transition is reported to the control plane (it closes a billing segment); a heartbeat
 in Redis tells the reconciler the worker is alive. SIGTERM means drain: stop taking work,
-finish the job in hand, report, exit 0.
+finish the jobs in hand, report, exit 0.
+
+Serving holds up to ``max_concurrency`` jobs at once in one continuous-batching engine:
+
+    consumer thread (kombu)    claim pool (HTTP)          engine thread
+    ───────────────────────    ─────────────────          ─────────────
+    delivery ──────────────▶  claim, parse, validate ──▶  engine.add_request, step,
+                               (invalid: report failed)    XADD deltas, cancel/timeouts
+    ack  ◀──── delivery.ack ◀─ complete (HTTP) ◀────────  finished job
+    (on its own thread)
+
+The worker is BUSY while it holds at least one claimed job, IDLE otherwise.
 """
 
 from __future__ import annotations
@@ -12,6 +23,7 @@ import logging
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,13 +32,10 @@ import redis
 from worker.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_TTL_S,
-    EventType,
     WorkerState,
-    job_cancel_key,
-    job_events_key,
     worker_heartbeat_key,
 )
-from worker.runtime.consumer import consume
+from worker.runtime.consumer import Delivery, consume
 from worker.runtime.control_client import ControlClient
 from worker.settings import WorkerSettings
 
@@ -41,7 +50,7 @@ class WorkerIdentity:
     model_uri: str  # where the weights are
     accelerator: str  # cpu, h100, ...
     queue: str  # broker queue consumed
-    max_concurrency: int  # jobs held at once (1 until the batching engine lands)
+    max_concurrency: int  # jobs held at once (requests batched by the engine)
 
 
 class WorkerRuntime:
@@ -55,7 +64,17 @@ class WorkerRuntime:
         self.state = WorkerState.BOOTING
         self.inflight = 0
         self._stop = threading.Event()
+        # serialises inflight changes with their BUSY / IDLE reports
+        self._state_lock = threading.Lock()
         self.generator: Any = None
+        self.engine: Any = None
+        # deliveries of the jobs in the engine, acked once their outcome is stored
+        self._acks: dict[str, Delivery] = {}
+        self.loop: Any = None
+        # claims and completion reports (HTTP with retries) run here, off the engine thread
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(8, 2 + identity.max_concurrency), thread_name_prefix="jobs"
+        )
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -96,8 +115,15 @@ class WorkerRuntime:
             from worker.runtime.loading import load_generator
 
             self.generator = load_generator(self.identity.model_uri)
+            self.engine = self._build_engine(self.generator)
             self._set_state(WorkerState.WARMING)
             self._warm_up()
+            from worker.runtime.engine_loop import EngineLoop
+
+            self.loop = EngineLoop(
+                self.engine, self.redis, self.settings.cancel_poll_s, self._on_finished
+            )
+            self.loop.start()
             self._set_state(WorkerState.IDLE)
             consume(
                 self.settings.redis_url,
@@ -107,6 +133,7 @@ class WorkerRuntime:
                 self._stop.is_set,
             )
             self._set_state(WorkerState.DRAINING)
+            self.loop.stop(timeout_s=30)
             self._set_state(WorkerState.STOPPED, reason="drained")
             return 0
         except Exception as exc:
@@ -119,126 +146,119 @@ class WorkerRuntime:
             return 1
         finally:
             self._done.set()
+            self._pool.shutdown(wait=False, cancel_futures=True)
             self.control.close()
 
+    def _build_engine(self, generator: Any) -> Any:
+        """A continuous-batching engine over the loaded model, sized for max_concurrency."""
+        from worker.engine.config import EngineConfig
+        from worker.engine.llm_engine import LLMEngine
+
+        config = EngineConfig(
+            max_num_seqs=self.identity.max_concurrency,
+            max_model_len=generator.max_context,
+        )
+        return LLMEngine.from_model(
+            generator.model, generator.tokenizer, generator.eos_token_ids, config
+        )
+
     def _warm_up(self) -> None:
-        from worker.engine.sampling import SamplingParams
+        from worker.engine.params import SamplingParams
 
         # One short generation compiles kernels and touches every weight once.
-        self.generator.run("warm up", SamplingParams(max_tokens=2))
+        engine = self.engine
+        engine.add_request("warm-up", engine.encode("warm up"), SamplingParams(max_tokens=2))
+        while engine.has_unfinished_requests():
+            engine.step()
 
     # jobs -----------------------------------------------------------------------------------
 
-    def _handle(self, job_id: str) -> None:
-        claim = self.control.claim(job_id)
+    def _handle(self, delivery: Delivery) -> None:
+        """Consumer thread: start the job elsewhere (claiming is an HTTP call)."""
+        self._pool.submit(self._start_job, delivery)
+
+    def _job_started(self) -> None:
+        with self._state_lock:
+            self.inflight += 1
+            if self.inflight == 1:
+                self._set_state(WorkerState.BUSY)
+
+    def _job_ended(self) -> None:
+        with self._state_lock:
+            self.inflight -= 1
+            if self.inflight == 0 and self.state is WorkerState.BUSY:
+                self._set_state(WorkerState.IDLE)
+
+    def _start_job(self, delivery: Delivery) -> None:
+        from worker.engine.params import SamplingParams
+        from worker.runtime.engine_loop import Job
+
+        job_id = delivery.job_id
+        try:
+            claim = self.control.claim(job_id)
+        except Exception:
+            log.exception("claim of job %s failed", job_id)
+            delivery.ack()  # the reconciler re-dispatches it
+            return
         if claim is None:
             log.info("job %s not claimable (done, canceled or taken); skipping", job_id)
+            delivery.ack()
             return
-        self.inflight += 1
-        self._set_state(WorkerState.BUSY)
-        try:
-            self._execute(job_id, claim)
-        finally:
-            self.inflight -= 1
-            self._set_state(WorkerState.IDLE)
-
-    def _execute(self, job_id: str, claim: dict[str, Any]) -> None:
-        from worker.engine.sampling import SamplingParams
-
+        self._job_started()
         attempt = int(claim["attempt"])
-        inp = claim["input"]
-        deadline = time.monotonic() + float(claim.get("execution_timeout_s", 600))
-        events_key = job_events_key(job_id)
-        cancel_key = job_cancel_key(job_id)
-        next_poll = 0.0
-        reason_holder: dict[str, str] = {}
-
-        def should_abort() -> bool:
-            nonlocal next_poll
-            now = time.monotonic()
-            if now > deadline:
-                reason_holder["why"] = "timed_out"
-                return True
-            if now >= next_poll:
-                next_poll = now + self.settings.cancel_poll_s
-                if self.redis.exists(cancel_key):
-                    reason_holder["why"] = "canceled"
-                    return True
-            return False
-
+        inp = claim["input"] or {}
         try:
-            params = SamplingParams(
-                max_tokens=int(inp.get("max_tokens", 64)),
-                temperature=float(inp.get("temperature", 0.0)),
-                top_p=float(inp.get("top_p", 1.0)),
-                seed=inp.get("seed"),
-                stop=_stop_strings(inp.get("stop")),
-            )
-            prompt_ids = self.generator.encode(inp["prompt"])
-            self.generator.validate(prompt_ids, params)
+            params = SamplingParams.from_input(inp)
+            prompt = inp.get("prompt")
+            if not isinstance(prompt, str):
+                raise ValueError(f"prompt: must be a string, got {type(prompt).__name__}")
+            prompt_ids = self.engine.encode(prompt)
+            self.engine.validate(prompt_ids, params)
         except ValueError as exc:
-            self.control.complete(
-                job_id,
-                attempt,
-                "failed",
-                error={"type": "invalid_input", "message": str(exc)},
-            )
+            self._report(job_id, attempt, delivery, "failed", error=_invalid(exc))
             return
+        deadline = time.monotonic() + float(claim.get("execution_timeout_s") or 600)
+        job = Job(job_id, attempt, prompt_ids, params, deadline, priority=delivery.priority)
+        self._acks[job_id] = delivery
+        self.loop.submit(job)
 
-        text: list[str] = []
-        finish_reason = "length"
-        generated = 0
+    def _on_finished(self, job: Any, result: Any) -> None:
+        """Engine thread: report on the pool, never block the engine."""
+        delivery = self._acks.pop(job.job_id)
+        self._pool.submit(
+            self._report,
+            job.job_id,
+            job.attempt,
+            delivery,
+            result.status,
+            output=result.output,
+            error=result.error,
+            prompt_tokens=result.prompt_tokens,
+            generated_tokens=result.generated_tokens,
+        )
+
+    def _report(
+        self, job_id: str, attempt: int, delivery: Delivery, status: str, **fields: Any
+    ) -> None:
+        """Store the outcome (retried for minutes), then IDLE if it was the last, then ack."""
         try:
-            for step in self.generator.generate(inp["prompt"], params, should_abort):
-                # An aborted run ends with a step that carries no token (NO_TOKEN).
-                if step.token_id >= 0:
-                    generated += 1
-                if step.text_delta:
-                    text.append(step.text_delta)
-                    self.redis.xadd(
-                        events_key,
-                        {
-                            "type": EventType.OUTPUT.value,
-                            "data": json.dumps({"delta": step.text_delta}),
-                        },
-                    )
-                if step.finished:
-                    finish_reason = step.finish_reason or "stop"
-        except Exception as exc:
-            log.exception("generation failed for job %s", job_id)
-            self.control.complete(
+            body = {k: v for k, v in fields.items() if v is not None}
+            accepted = self.control.complete(job_id, attempt, status, **body)
+            log.info(
+                "job %s attempt %d %s: %s prompt tokens, %s generated%s",
                 job_id,
                 attempt,
-                "failed",
-                error={"type": "model_error", "message": f"{type(exc).__name__}: {exc}"},
+                status,
+                fields.get("prompt_tokens"),
+                fields.get("generated_tokens"),
+                "" if accepted else " (report fenced off)",
             )
-            return
-        status = "succeeded"
-        if finish_reason == "abort":
-            status = "timed_out" if reason_holder.get("why") == "timed_out" else "canceled"
-        accepted = self.control.complete(
-            job_id,
-            attempt,
-            status,
-            output={"text": "".join(text), "finish_reason": finish_reason},
-            prompt_tokens=len(prompt_ids),
-            generated_tokens=generated,
-        )
-        log.info(
-            "job %s attempt %d %s: %d prompt tokens, %d generated%s",
-            job_id,
-            attempt,
-            status,
-            len(prompt_ids),
-            generated,
-            "" if accepted else " (report fenced off)",
-        )
+        except Exception:
+            log.exception("could not report job %s", job_id)
+        finally:
+            self._job_ended()
+            delivery.ack()
 
 
-def _stop_strings(raw: Any) -> tuple[str, ...]:
-    """Stop strings as a tuple; a bare string is one stop string, not its characters."""
-    if raw is None:
-        return ()
-    if isinstance(raw, str):
-        return (raw,)
-    return tuple(str(s) for s in raw)
+def _invalid(exc: ValueError) -> dict[str, str]:
+    return {"type": "invalid_input", "message": str(exc)}

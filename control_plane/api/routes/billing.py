@@ -9,6 +9,7 @@ from sqlalchemy import select
 
 from control_plane.api.context import Db, Principal
 from control_plane.db.models import BillingRecord, Deployment, Tenant
+from control_plane.domain.billing_math import AMOUNT_QUANTUM, SECONDS_QUANTUM
 from control_plane.services import workers
 
 router = APIRouter(tags=["billing"])
@@ -24,10 +25,11 @@ def _record_public(r: BillingRecord) -> dict[str, Any]:
         "phase": r.phase,
         "start": r.start.isoformat().replace("+00:00", "Z"),
         "end": r.end.isoformat().replace("+00:00", "Z"),
-        # Fixed-point strings ("0.000000200", never "2.00E-7"): money is never a float.
-        "seconds": f"{r.seconds:f}",
-        "rate_per_s": f"{r.rate_per_s:f}",
-        "amount": f"{r.amount:f}",
+        # Fixed-point strings at fixed precision ("0.000000200", never "2.00E-7" nor a
+        # backend-dependent scale): money is never a float.
+        "seconds": f"{r.seconds.quantize(SECONDS_QUANTUM):f}",
+        "rate_per_s": f"{r.rate_per_s.quantize(AMOUNT_QUANTUM):f}",
+        "amount": f"{r.amount.quantize(AMOUNT_QUANTUM):f}",
     }
 
 

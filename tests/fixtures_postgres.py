@@ -1,0 +1,81 @@
+"""A real PostgreSQL server for the tests (Debian's binaries), one database per test."""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import signal
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from control_plane.embedded.processes import ManagedProcess, free_port, spawn, wait_until
+
+
+def postgres_bindir() -> Path | None:
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def start_postgres(root: Path) -> tuple[ManagedProcess, str]:
+    """initdb + postgres on a free loopback port; returns (process, server URL)."""
+    bindir = postgres_bindir()
+    assert bindir is not None, "PostgreSQL is not installed (.ci/run installs Debian's)"
+    data, sock = root / "data", root / "sock"
+    data.mkdir(parents=True)
+    sock.mkdir()
+    run_as = None
+    if os.geteuid() == 0:
+        # PostgreSQL refuses to run as root: use the package's `postgres` user.
+        pw = pwd.getpwnam("postgres")
+        run_as = (pw.pw_uid, pw.pw_gid)
+        for p in (root, data, sock):
+            os.chown(p, pw.pw_uid, pw.pw_gid)
+
+    def as_user() -> None:
+        if run_as is not None:
+            os.setgid(run_as[1])
+            os.setuid(run_as[0])
+
+    subprocess.run(
+        [str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8",
+         "--no-sync"],
+        check=True, capture_output=True, preexec_fn=as_user, cwd="/",
+    )  # fmt: skip
+    port = free_port()
+    cmd = [
+        str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sock),
+        "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+        "-c", "full_page_writes=off", "-c", "max_connections=200",
+    ]  # fmt: skip
+    proc = spawn("postgres", cmd, root / "postgres.log", cwd=Path("/"), run_as=run_as,
+                 stop_signal=signal.SIGINT)  # fmt: skip
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}"
+
+    def ready() -> bool:
+        import psycopg
+
+        with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres"):
+            return True
+
+    wait_until(proc, ready, 30)
+    return proc, url
+
+
+def fresh_database(server_url: str) -> Iterator[str]:
+    """A new, empty database on the server; dropped afterwards (connections and all)."""
+    import psycopg
+
+    name = "t_" + uuid.uuid4().hex[:12]
+    dsn = server_url.replace("postgresql+psycopg://", "postgresql://") + "/postgres"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield f"{server_url}/{name}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

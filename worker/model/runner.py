@@ -1,0 +1,195 @@
+"""Runs the engine's scheduled steps on the model: builds the flat batch, owns the KV cache,
+samples.
+
+The KV cache is allocated once at start: per layer ``(k_cache, v_cache)``, each [num_blocks,
+block_size, num_kv_heads, head_dim] in the model's dtype. Its size comes from the engine config:
+an explicit block count or byte size, else on CUDA a share of the free device memory, else
+(CPU) room for ``max_num_seqs`` full-length sequences, capped.
+
+Example:
+
+    >>> runner = ModelRunner(model, EngineConfig(kv_cache_bytes=256 << 20))
+    >>> runner.cache.num_blocks
+    >>> results = runner.execute(scheduler_output)  # one SampleResult per sampling sequence
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import torch
+
+from worker.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, CacheSpec, EngineConfig
+from worker.engine.outputs import SampleResult
+from worker.engine.sampling import request_generator, sample_batch
+from worker.engine.scheduler import ScheduledSequence, SchedulerOutput
+from worker.model.attention import AttentionMetadata, Backend, KVCacheLayer
+from worker.model.config import ModelConfig
+from worker.model.llama import LlamaModel
+
+log = logging.getLogger(__name__)
+
+
+def kv_block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int:
+    """Bytes of one block across all layers (keys and values)."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim
+    return per_token * block_size * itemsize
+
+
+def kv_cache_num_blocks(
+    model_config: ModelConfig,
+    config: EngineConfig,
+    dtype: torch.dtype,
+    device: torch.device,
+    max_model_len: int,
+) -> int:
+    """How many blocks the KV cache gets (see the module doc)."""
+    block_bytes = kv_block_bytes(model_config, config.block_size, dtype)
+    if config.num_kv_blocks is not None:
+        return config.num_kv_blocks
+    if config.kv_cache_bytes is not None:
+        budget = config.kv_cache_bytes
+    elif device.type == "cuda":
+        free_bytes, _ = torch.cuda.mem_get_info(device)
+        budget = int(free_bytes * config.kv_cache_memory_fraction)
+    else:
+        wanted = config.max_num_seqs * -(-max_model_len // config.block_size) * block_bytes
+        budget = min(wanted, DEFAULT_CPU_KV_CACHE_BYTES)
+    num_blocks = budget // block_bytes
+    if num_blocks < 1:
+        raise ValueError(
+            f"kv cache: a budget of {budget} bytes holds no block ({block_bytes} bytes each)"
+        )
+    return num_blocks
+
+
+def resolve_backend(requested: str, device: torch.device) -> Backend:
+    if requested == "torch" or (requested == "auto" and device.type != "cuda"):
+        return "torch"
+    if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ValueError(
+            "attention_backend: 'triton' needs a CUDA device (or TRITON_INTERPRET=1 on CPU)"
+        )
+    return "triton"
+
+
+class ModelRunner:
+    """Executes ``SchedulerOutput``s on one model; satisfies ``llm_engine.Runner``."""
+
+    def __init__(self, model: LlamaModel, config: EngineConfig) -> None:
+        mc = model.config
+        max_model_len = config.max_model_len or mc.max_position_embeddings
+        if max_model_len > mc.max_position_embeddings:
+            raise ValueError(
+                f"max_model_len: {max_model_len} exceeds the model's max_position_embeddings "
+                f"({mc.max_position_embeddings})"
+            )
+        self.model = model
+        self.device = model.inv_freq.device
+        self.dtype = model.model.embed_tokens.weight.dtype
+        self.backend = resolve_backend(config.attention_backend, self.device)
+        num_blocks = kv_cache_num_blocks(mc, config, self.dtype, self.device, max_model_len)
+        self.cache = CacheSpec(num_blocks, config.block_size, max_model_len)
+        shape = (num_blocks, config.block_size, mc.num_key_value_heads, mc.head_dim)
+        # NOTE: zeros, not empty: padded block-table entries are read (then masked) by the
+        # torch path, and 0 * NaN garbage would poison the output.
+        self.kv_caches: list[KVCacheLayer] = [
+            (
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+            )
+            for _ in range(mc.num_hidden_layers)
+        ]
+        self._generators: dict[str, torch.Generator | None] = {}
+        log.info(
+            "KV cache: %d blocks of %d tokens (%d bytes), attention backend %s",
+            num_blocks,
+            config.block_size,
+            num_blocks * kv_block_bytes(mc, config.block_size, self.dtype),
+            self.backend,
+        )
+
+    def release(self, request_id: str) -> None:
+        self._generators.pop(request_id, None)
+
+    def execute(self, out: SchedulerOutput) -> list[SampleResult]:
+        """Run one step; one result per scheduled sequence that samples, in schedule order."""
+        # sequences with several new tokens first: the torch path handles them one by one and
+        # the single-token ones (decodes) as one batch
+        prefills = [s for s in out.scheduled if s.num_new_tokens > 1]
+        decodes = [s for s in out.scheduled if s.num_new_tokens == 1]
+        ordered = prefills + decodes
+        input_ids, positions, meta = self._prepare(ordered, num_prefills=len(prefills))
+        # last token of each sampling sequence, in schedule order
+        last_index = {
+            id(s.seq): meta.query_start_loc_host[i + 1] - 1 for i, s in enumerate(ordered)
+        }
+        sampling = [s for s in out.scheduled if s.samples]
+        if not sampling:
+            with torch.inference_mode():
+                self.model(input_ids, positions, self.kv_caches, meta)
+            return []
+        rows = torch.tensor([last_index[id(s.seq)] for s in sampling], device=self.device)
+        with torch.inference_mode():
+            # hidden: [num_tokens, hidden]; logits: [num_sampling, vocab]
+            hidden = self.model(input_ids, positions, self.kv_caches, meta)
+            logits = self.model.compute_logits(hidden[rows])
+            seqs = [s.seq for s in sampling]
+            for seq in seqs:
+                if seq.request_id not in self._generators:
+                    self._generators[seq.request_id] = request_generator(seq.params, self.device)
+            generators = [self._generators[seq.request_id] for seq in seqs]
+            return sample_batch(
+                logits,
+                [seq.params for seq in seqs],
+                generators,
+                [seq.token_ids for seq in seqs],
+                [seq.num_prompt_tokens for seq in seqs],
+            )
+
+    def _prepare(
+        self, ordered: list[ScheduledSequence], num_prefills: int
+    ) -> tuple[torch.Tensor, torch.Tensor, AttentionMetadata]:
+        block_size = self.cache.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        query_start_loc = [0]
+        seq_lens: list[int] = []
+        for s in ordered:
+            seq = s.seq
+            start = seq.num_computed_tokens
+            end = start + s.num_new_tokens
+            table = seq.block_table
+            input_ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            slots.extend(
+                table[p // block_size] * block_size + p % block_size for p in range(start, end)
+            )
+            query_start_loc.append(query_start_loc[-1] + s.num_new_tokens)
+            seq_lens.append(end)
+        max_blocks = max(len(s.seq.block_table) for s in ordered)
+        block_tables = [
+            s.seq.block_table + [0] * (max_blocks - len(s.seq.block_table)) for s in ordered
+        ]
+        dev = self.device
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
+            query_start_loc=torch.tensor(query_start_loc, dtype=torch.int32, device=dev),
+            seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=dev),
+            block_tables=torch.tensor(block_tables, dtype=torch.int32, device=dev),
+            max_query_len=max(s.num_new_tokens for s in ordered),
+            max_seq_len=max(seq_lens),
+            num_prefills=num_prefills,
+            num_prefill_tokens=query_start_loc[num_prefills],
+            query_start_loc_host=tuple(query_start_loc),
+            seq_lens_host=tuple(seq_lens),
+            backend=self.backend,
+        )
+        return (
+            torch.tensor(input_ids, dtype=torch.long, device=dev),
+            torch.tensor(positions, dtype=torch.long, device=dev),
+            meta,
+        )

@@ -1,0 +1,241 @@
+"""The engine thread: feeds claimed jobs to the engine, steps it, streams outputs to Redis.
+
+One thread owns the ``LLMEngine`` (it is not thread-safe). Other threads hand it jobs with
+``submit``; each engine step's text deltas go out in one Redis pipeline (XADD to each job's
+event stream); cancel flags and execution deadlines are checked every ``cancel_poll_s``; a
+finished job is handed to ``on_finished`` (which must not block: the runtime reports it to the
+control plane on another thread).
+
+Example:
+
+    >>> loop = EngineLoop(engine, redis_client, cancel_poll_s=0.2, on_finished=report)
+    >>> loop.start()
+    >>> loop.submit(Job("job_1", attempt=1, prompt_ids=ids, params=params, deadline=t + 600))
+    >>> loop.stop()  # after the last job finished
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import redis
+
+from worker.engine.llm_engine import LLMEngine
+from worker.engine.outputs import RequestOutput
+from worker.engine.params import SamplingParams
+from worker.protocol import JOB_EVENTS_MAXLEN, EventType, job_cancel_key, job_events_key
+
+log = logging.getLogger(__name__)
+
+JobStatus = Literal["succeeded", "failed", "canceled", "timed_out"]
+
+
+@dataclass(slots=True)
+class Job:
+    """A claimed job on its way through the engine."""
+
+    # control-plane job id (also the engine's request id)
+    job_id: str
+    # attempt number from the claim (fences the completion report)
+    attempt: int
+    # tokenized prompt (validated by the engine)
+    prompt_ids: list[int]
+    # how it generates
+    params: SamplingParams
+    # time.monotonic() after which the job is stopped as timed_out
+    deadline: float
+    # scheduling class (broker priority: lower first)
+    priority: int = 0
+    # the generated text so far
+    text_parts: list[str] = field(default_factory=list)
+    # log-probabilities per generated token, when asked for
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    # "canceled" or "timed_out" once an abort was requested
+    abort_reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobResult:
+    """What to report to the control plane for a finished job."""
+
+    status: JobStatus
+    # {"text", "finish_reason", "cached_tokens", "timings", ["logprobs"]} unless failed
+    output: dict[str, Any] | None
+    # {"type", "message"} when failed
+    error: dict[str, str] | None
+    # token counts (None when failed)
+    prompt_tokens: int | None
+    generated_tokens: int | None
+
+
+class EngineLoop:
+    """Owns the engine on its own thread (see the module doc)."""
+
+    def __init__(
+        self,
+        engine: LLMEngine,
+        redis_client: redis.Redis,
+        cancel_poll_s: float,
+        on_finished: Callable[[Job, JobResult], None],
+    ) -> None:
+        self.engine = engine
+        self.redis = redis_client
+        self.cancel_poll_s = cancel_poll_s
+        self.on_finished = on_finished
+        self._inbox: queue.SimpleQueue[Job] = queue.SimpleQueue()
+        self._jobs: dict[str, Job] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
+        self._next_poll = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, job: Job) -> None:
+        """Thread-safe: queue a job for the engine."""
+        self._inbox.put(job)
+
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Stop once idle (jobs in flight are finished first) and wait for the thread."""
+        self._stop.set()
+        self._inbox.put(_WAKE)
+        self._thread.join(timeout_s)
+
+    # the thread -----------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            self._take_new_jobs(block=not self.engine.has_unfinished_requests())
+            if self._stop.is_set() and not self._jobs and self._inbox.empty():
+                return
+            if not self._jobs:
+                continue
+            self._check_aborts()
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:
+                log.exception("engine step failed; failing %d jobs", len(self._jobs))
+                self._fail_all(f"{type(exc).__name__}: {exc}")
+                continue
+            self._publish(outputs)
+
+    def _take_new_jobs(self, block: bool) -> None:
+        try:
+            job = self._inbox.get(timeout=0.5) if block else self._inbox.get_nowait()
+        except queue.Empty:
+            return
+        while True:
+            if job is not _WAKE:
+                self._add(job)
+            try:
+                job = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _add(self, job: Job) -> None:
+        try:
+            self.engine.add_request(job.job_id, job.prompt_ids, job.params, job.priority)
+        except ValueError as exc:  # validated before submit; a duplicate delivery lands here
+            self._finish(job, _failed("invalid_input", str(exc), job))
+            return
+        self._jobs[job.job_id] = job
+
+    def _check_aborts(self) -> None:
+        now = time.monotonic()
+        if now < self._next_poll:
+            return
+        self._next_poll = now + self.cancel_poll_s
+        jobs = list(self._jobs.values())
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            for job in jobs:
+                pipe.exists(job_cancel_key(job.job_id))
+            canceled = pipe.execute()
+        except redis.RedisError as exc:
+            log.warning("cancel poll failed: %s", exc)
+            canceled = [0] * len(jobs)
+        for job, flag in zip(jobs, canceled, strict=True):
+            if flag:
+                job.abort_reason = "canceled"
+            elif now > job.deadline:
+                job.abort_reason = "timed_out"
+            else:
+                continue
+            final = self.engine.abort_request(job.job_id)
+            if final is not None:
+                self._publish([final])
+
+    def _publish(self, outputs: list[RequestOutput]) -> None:
+        events: list[tuple[str, str]] = []
+        for out in outputs:
+            job = self._jobs.get(out.request_id)
+            if job is None:
+                continue
+            if out.text_delta:
+                job.text_parts.append(out.text_delta)
+                delta = {"delta": out.text_delta, "generated_tokens": out.num_generated_tokens}
+                events.append((job_events_key(job.job_id), json.dumps(delta)))
+            if out.logprobs:
+                job.logprobs.extend(
+                    {"token_id": lp.token_id, "logprob": lp.logprob, "top": list(lp.top)}
+                    for lp in out.logprobs
+                )
+        if events:
+            try:
+                pipe = self.redis.pipeline(transaction=False)
+                for key, data in events:
+                    entry: dict[str | bytes, str | bytes] = {
+                        "type": EventType.OUTPUT.value,
+                        "data": data,
+                    }
+                    pipe.xadd(key, entry, maxlen=JOB_EVENTS_MAXLEN, approximate=True)  # type: ignore[arg-type]
+                pipe.execute()
+            except redis.RedisError as exc:
+                # deltas are a convenience: the whole text goes with the completion report
+                log.warning("could not stream %d deltas: %s", len(events), exc)
+        for out in outputs:
+            job = self._jobs.get(out.request_id)
+            if job is not None and out.finished:
+                self._finish(job, _result(job, out))
+
+    def _fail_all(self, message: str) -> None:
+        for job in list(self._jobs.values()):
+            self.engine.abort_request(job.job_id)
+            self._finish(job, _failed("model_error", message, job))
+
+    def _finish(self, job: Job, result: JobResult) -> None:
+        self._jobs.pop(job.job_id, None)
+        try:
+            self.on_finished(job, result)
+        except Exception:
+            log.exception("reporting job %s failed", job.job_id)
+
+
+_WAKE = Job("", 0, [], SamplingParams(), 0.0)
+
+
+def _result(job: Job, out: RequestOutput) -> JobResult:
+    status: JobStatus = "succeeded"
+    if out.finish_reason == "abort":
+        status = "timed_out" if job.abort_reason == "timed_out" else "canceled"
+    output: dict[str, Any] = {
+        "text": "".join(job.text_parts),
+        "finish_reason": out.finish_reason,
+        "cached_tokens": out.num_cached_tokens,
+    }
+    if out.metrics is not None:
+        output["timings"] = out.metrics.to_dict()
+    if job.params.logprobs is not None:
+        output["logprobs"] = job.logprobs
+    return JobResult(status, output, None, out.num_prompt_tokens, out.num_generated_tokens)
+
+
+def _failed(kind: str, message: str, job: Job) -> JobResult:
+    return JobResult("failed", None, {"type": kind, "message": message}, None, None)
