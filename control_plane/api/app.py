@@ -9,7 +9,7 @@ import redis
 import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, Response
 
-from control_plane.api import problems
+from control_plane.api import openapi, problems
 from control_plane.api.context import AppContext
 from control_plane.api.routes import billing, deployments, internal, jobs, keys, openai
 from control_plane.db.session import make_engine, make_sessionmaker
@@ -47,6 +47,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.ctx = ctx
     problems.install(app)
+    openapi.install(app)
 
     @app.middleware("http")
     async def limit_body(

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from control_plane.errors import ControlPlaneError
@@ -61,11 +62,16 @@ def problem(
         **extra,
     }
     headers = {}
-    if "job_id" in extra:
+    if _header_safe(extra.get("job_id")):
         headers["X-Job-Id"] = str(extra["job_id"])
     if "retry_after_s" in extra:
         headers["Retry-After"] = str(extra["retry_after_s"])
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON, headers=headers)
+
+
+def _header_safe(value: Any) -> bool:
+    """Ids echoed from a URL may hold any character; headers carry printable ASCII only."""
+    return value is not None and str(value).isascii() and str(value).isprintable()
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -78,7 +84,8 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(ControlPlaneError)
     async def _domain(request: Request, exc: ControlPlaneError) -> JSONResponse:
         if request.url.path.startswith(OPENAI_PATHS):
-            headers = {"X-Job-Id": str(exc.extra["job_id"])} if "job_id" in exc.extra else {}
+            job_id = exc.extra.get("job_id")
+            headers = {"X-Job-Id": str(job_id)} if _header_safe(job_id) else {}
             if "retry_after_s" in exc.extra:
                 headers["Retry-After"] = str(exc.extra["retry_after_s"])
             code = "model_not_found" if exc.status == 404 else exc.type_slug
@@ -101,16 +108,35 @@ def install(app: FastAPI) -> None:
             422, "invalid-request", "Invalid Request", detail, request.url.path, errors=errors
         )
 
+    @app.exception_handler(ValidationError)
+    async def _inner_validation(request: Request, exc: ValidationError) -> JSONResponse:
+        # A shape built inside a route from request data (e.g. an OpenAI body mapped to a
+        # JobInput) failed: still the caller's input, so 422, never 500.
+        errors = [
+            {"field": _field(tuple(e.get("loc", ()))), "message": e.get("msg", "invalid")}
+            for e in exc.errors()
+        ]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
+        if request.url.path.startswith(OPENAI_PATHS):
+            return openai_error(422, detail, param=errors[0]["field"] if errors else None)
+        return problem(
+            422, "invalid-request", "Invalid Request", detail, request.url.path, errors=errors
+        )
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         slug = {404: "not-found", 405: "method-not-allowed", 413: "too-large"}.get(
             exc.status_code, "http-error"
         )
+        if request.url.path.startswith(OPENAI_PATHS):
+            return openai_error(exc.status_code, str(exc.detail), code=slug)
         return problem(exc.status_code, slug, str(exc.detail), str(exc.detail), request.url.path)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
+        if request.url.path.startswith(OPENAI_PATHS):
+            return openai_error(500, "unexpected error; see server logs")
         return problem(
             500,
             "internal",

@@ -126,3 +126,145 @@ class CompleteRequest(BaseModel):
     error: dict[str, Any] | None = None
     prompt_tokens: int | None = None
     generated_tokens: int | None = None
+
+
+# Response shapes (documented in the OpenAPI schema; secrets never appear in them).
+
+
+class FieldError(BaseModel):
+    field: str  # dotted path of the offending field ("input.max_tokens")
+    message: str  # what is wrong, with the limits
+
+
+class Problem(BaseModel):
+    """RFC 7807 problem details; extra members (limit, job_id, ...) depend on the problem."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    instance: str
+    errors: list[FieldError] | None = None
+
+
+class DeploymentPublic(DeploymentSpec):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    version: int
+    created_at: str
+    updated_at: str
+    workers: dict[str, int]  # live workers by state
+
+
+class DeploymentList(BaseModel):
+    data: list[DeploymentPublic]
+
+
+class JobUsage(BaseModel):
+    prompt_tokens: int | None
+    generated_tokens: int | None
+    queue_s: float | None
+    execution_s: float | None
+
+
+class JobPublic(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    deployment: str
+    deployment_version: int
+    kind: str
+    status: str
+    status_reason: str | None
+    input: dict[str, Any]
+    output: dict[str, Any] | None
+    error: dict[str, Any] | None
+    usage: JobUsage
+    attempt: int
+    webhook: str | None
+    webhook_status: str
+    created_at: str
+    started_at: str | None
+    completed_at: str | None
+    queue_position: int | None = None
+    eta_s: float | None = None
+
+
+class JobList(BaseModel):
+    data: list[JobPublic]
+    next_cursor: str | None
+
+
+class BillingRecordPublic(BaseModel):
+    id: int
+    worker_id: str
+    deployment: str
+    deployment_version: int
+    accelerator: str
+    phase: str
+    start: str
+    end: str
+    seconds: str  # decimal string, 3 places
+    rate_per_s: str  # decimal string
+    amount: str  # decimal string, 9 places
+
+
+class BillingRecordList(BaseModel):
+    data: list[BillingRecordPublic]
+    next_cursor: str | None
+
+
+class WorkerPublic(BaseModel):
+    id: str
+    deployment: str
+    deployment_version: int
+    state: str
+    reason: str | None
+    accelerator: str
+    started_at: str
+    stopped_at: str | None
+
+
+class WorkerList(BaseModel):
+    data: list[WorkerPublic]
+
+
+class KeyPublic(BaseModel):
+    id: str
+    name: str
+    prefix: str
+    scopes: list[str]
+    created_at: str
+    revoked_at: str | None
+
+
+class KeyCreated(KeyPublic):
+    key: str  # the full secret key: shown in this answer only
+
+
+class KeyList(BaseModel):
+    data: list[KeyPublic]
+
+
+class TenantPublic(BaseModel):
+    id: str
+    name: str
+    requests_per_min: int | None
+    tokens_per_min: int | None
+    max_in_flight: int | None
+    created_at: str
+
+
+class TenantCreated(TenantPublic):
+    admin_key: KeyCreated
+
+
+class TenantList(BaseModel):
+    data: list[TenantPublic]
+
+
+class WebhookSecret(BaseModel):
+    secret: str

@@ -9,7 +9,8 @@ import pytest
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
-from worker.engine.generate import NO_TOKEN, Generator, PromptTooLongError, _StopMatcher
+from worker.engine.generate import NO_TOKEN, Generator, PromptTooLongError
+from worker.engine.stop import StopMatcher
 from worker.engine.sampling import SamplingParams
 from worker.model.config import ModelConfig
 from worker.model.demo import FILE_NAMES, create_demo_model, main
@@ -113,12 +114,12 @@ def test_stop_string_ends_generation_and_is_cut(checkpoint: Path) -> None:
 
 
 def test_stop_matcher_holds_back_possible_stop_prefixes() -> None:
-    matcher = _StopMatcher(("END", "\n\n"))
+    matcher = StopMatcher(("END", "\n\n"))
     assert matcher.feed("abc E") == ("abc ", False)  # "E" may begin "END"
     assert matcher.feed("N") == ("", False)
     assert matcher.feed("x\n") == ("ENx", False)  # not "END" after all; "\n" held
     assert matcher.feed("\nmore") == ("", True)
-    tail = _StopMatcher(("END",))
+    tail = StopMatcher(("END",))
     assert tail.feed("the EN") == ("the ", False)
     assert tail.flush() == "EN"  # generation ended without a stop: nothing is lost
 

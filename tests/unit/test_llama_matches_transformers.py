@@ -1,76 +1,136 @@
-"""Differential test: our Llama/Mistral decoder against ``transformers`` on the same weights.
+"""Differential test: the engine against ``transformers`` on the same checkpoint.
 
-Same greedy tokens (through the whole Generator: prefill, KV cache, decode) and close logits at
-every step, for GQA, MQA, a sliding window, tied embeddings and the demo checkpoint.
+For every supported architecture (small random-weight models written with ``save_pretrained``,
+fp32) the engine must produce exactly the greedy tokens of ``transformers.generate``: each
+prompt alone, all prompts batched together, with prefix caching hitting shared prompt blocks,
+with chunked prefill forced by a tiny token budget, and with preemption forced by a tiny KV
+cache. Log-probabilities are compared too, and the demo checkpoint end to end (tokenizer and
+text included).
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from worker.engine.config import EngineConfig
 from worker.engine.generate import Generator
-from worker.engine.sampling import SamplingParams
+from worker.engine.llm_engine import LLMEngine
+from worker.engine.params import SamplingParams
 from worker.model.config import ModelConfig
 from worker.model.demo import create_demo_model
 from worker.model.llama import LlamaModel
-from worker.model.weights import build_model
+from worker.model.weights import build_model, hf_state_dict
 
 transformers = pytest.importorskip("transformers")
 
 VOCAB_SIZE = 128
-NEW_TOKENS = 20
-PROMPT_LENGTHS = (1, 7, 30)
+NEW_TOKENS = 14
+BLOCK_SIZE = 4
+
+# name -> (config class, model class, architecture-specific config)
+ARCHITECTURES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "llama_gqa": ("LlamaConfig", "LlamaForCausalLM", {"num_key_value_heads": 2}),
+    "llama_mqa_tied": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {"num_key_value_heads": 1, "tie_word_embeddings": True},
+    ),
+    "llama3_rope_scaling": (
+        "LlamaConfig",
+        "LlamaForCausalLM",
+        {
+            "num_key_value_heads": 2,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 16,
+            },
+        },
+    ),
+    "mistral_sliding_window": (
+        "MistralConfig",
+        "MistralForCausalLM",
+        {"num_key_value_heads": 2, "sliding_window": 8},
+    ),
+    "qwen2_qkv_bias": ("Qwen2Config", "Qwen2ForCausalLM", {"num_key_value_heads": 2}),
+    "qwen3_qk_norm": (
+        "Qwen3Config",
+        "Qwen3ForCausalLM",
+        {"num_key_value_heads": 2, "head_dim": 32, "attention_bias": True},
+    ),
+}
 
 
-def _hf_model(kind: str, tmp_path: Path) -> Any:
-    """A small random HF model, saved to and reloaded from ``tmp_path``."""
-    common: dict[str, Any] = {
-        "vocab_size": VOCAB_SIZE,
-        "hidden_size": 64,
-        "intermediate_size": 96,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "max_position_embeddings": 128,
+def _prompts() -> list[list[int]]:
+    """Varied lengths; the last two share full blocks with the third (prefix-cache hits)."""
+    rng = torch.Generator().manual_seed(7)
+
+    def rand(n: int) -> list[int]:
+        return [int(t) for t in torch.randint(2, VOCAB_SIZE, (n,), generator=rng)]
+
+    base = [0, *rand(39)]
+    return [[0], [0, *rand(6)], base, [0, *rand(44)], base[:36] + rand(6), base + rand(3)]
+
+
+PROMPTS = _prompts()
+
+
+@dataclass
+class Case:
+    name: str
+    hf_model: Any
+    model: LlamaModel
+    # per prompt: greedy tokens and per-step logits of transformers
+    hf_tokens: list[list[int]]
+    hf_logits: list[torch.Tensor]
+
+
+def _save_hf_model(name: str, path: Path) -> Any:
+    config_cls, model_cls, extra = ARCHITECTURES[name]
+    config = getattr(transformers, config_cls)(
+        vocab_size=VOCAB_SIZE,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
         # larger than the default 0.02, so the top two logits are never near-ties
-        "initializer_range": 0.1,
-        "bos_token_id": 0,
-        "eos_token_id": None,  # no early stop: always NEW_TOKENS tokens to compare
-        "pad_token_id": None,
-    }
-    if kind == "gqa":
-        config = transformers.LlamaConfig(num_key_value_heads=2, **common)
-        cls = transformers.LlamaForCausalLM
-    elif kind == "mqa":
-        config = transformers.LlamaConfig(num_key_value_heads=1, tie_word_embeddings=True, **common)
-        cls = transformers.LlamaForCausalLM
-    else:
-        config = transformers.MistralConfig(num_key_value_heads=2, sliding_window=8, **common)
-        cls = transformers.MistralForCausalLM
+        initializer_range=0.1,
+        bos_token_id=0,
+        eos_token_id=None,  # no early stop: always NEW_TOKENS tokens to compare
+        pad_token_id=None,
+        **extra,
+    )
     torch.manual_seed(1234)
-    cls(config).save_pretrained(tmp_path)
-    return cls.from_pretrained(tmp_path).eval()
+    model = getattr(transformers, model_cls)(config)
+    with torch.no_grad():  # biases init to 0 and norms to 1: make them matter
+        for pname, param in model.named_parameters():
+            if pname.endswith("bias"):
+                param.normal_(0.0, 0.1)
+            elif pname.endswith("norm.weight"):
+                param.normal_(1.0, 0.1)
+    model.save_pretrained(path)
+    return getattr(transformers, model_cls).from_pretrained(path).eval()
 
 
-def _our_model(checkpoint: Path) -> LlamaModel:
+def _our_model(checkpoint: Path, dtype: torch.dtype | None = None) -> LlamaModel:
     config = ModelConfig.from_hf_dict(json.loads((checkpoint / "config.json").read_text()))
-    return build_model(config, load_file(str(checkpoint / "model.safetensors")))
+    return build_model(config, load_file(str(checkpoint / "model.safetensors")), dtype)
 
 
-def _id_tokenizer() -> Tokenizer:
-    """Token ``t{i}`` is id i: enough for the Generator to detokenize arbitrary ids."""
-    tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB_SIZE)}, "t1"))
-    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return tokenizer
-
-
-def _hf_greedy(hf_model: Any, prompt_ids: list[int]) -> tuple[list[int], list[torch.Tensor]]:
+def _hf_greedy(hf_model: Any, prompt_ids: list[int]) -> tuple[list[int], torch.Tensor]:
     input_ids = torch.tensor([prompt_ids])
     out = hf_model.generate(
         input_ids,
@@ -80,43 +140,143 @@ def _hf_greedy(hf_model: Any, prompt_ids: list[int]) -> tuple[list[int], list[to
         output_logits=True,
         return_dict_in_generate=True,
     )
-    return out.sequences[0, len(prompt_ids) :].tolist(), [lg[0] for lg in out.logits]
+    # logits: [NEW_TOKENS, vocab]
+    return out.sequences[0, len(prompt_ids) :].tolist(), torch.stack(out.logits)[:, 0]
 
 
-def _our_greedy_logits(model: LlamaModel, prompt_ids: list[int]) -> list[torch.Tensor]:
-    """Drive the model directly: prefill, then one token at a time through the KV cache."""
-    cache = model.new_cache(batch_size=1, max_len=len(prompt_ids) + NEW_TOKENS)
-    input_ids = torch.tensor([prompt_ids])
-    positions = torch.arange(len(prompt_ids))[None]
-    steps = []
-    with torch.inference_mode():
-        for _ in range(NEW_TOKENS):
-            # logits: [1, vocab]
-            logits = model(input_ids, positions, cache)
-            steps.append(logits[0])
-            input_ids = logits.argmax(-1, keepdim=True)
-            positions = torch.tensor([[cache.num_tokens]])
-    return steps
+def _id_tokenizer() -> Tokenizer:
+    """Token ``t{i}`` is id i: enough for the engine to detokenize arbitrary ids."""
+    tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(VOCAB_SIZE)}, "t1"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return tokenizer
 
 
-@pytest.mark.parametrize("kind", ["gqa", "mqa", "mistral_sliding_window"])
-def test_greedy_tokens_and_logits_match(kind: str, tmp_path: Path) -> None:
-    hf_model = _hf_model(kind, tmp_path)
-    model = _our_model(tmp_path)
-    generator = Generator(model, _id_tokenizer(), eos_token_ids=(), max_context=128)
-    rng = torch.Generator().manual_seed(7)
+@pytest.fixture(scope="module", params=list(ARCHITECTURES))
+def case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Case:
+    path = tmp_path_factory.mktemp(request.param)
+    hf_model = _save_hf_model(request.param, path)
+    greedy = [_hf_greedy(hf_model, p) for p in PROMPTS]
+    return Case(
+        request.param,
+        hf_model,
+        _our_model(path),
+        [tokens for tokens, _ in greedy],
+        [logits for _, logits in greedy],
+    )
 
-    for length in PROMPT_LENGTHS:
-        prompt_ids = [0, *torch.randint(2, VOCAB_SIZE, (length - 1,), generator=rng).tolist()]
-        hf_tokens, hf_logits = _hf_greedy(hf_model, prompt_ids)
 
-        steps = list(generator.generate_ids(prompt_ids, SamplingParams(max_tokens=NEW_TOKENS)))
-        assert [s.token_id for s in steps] == hf_tokens, f"prompt length {length}"
-        assert steps[-1].finish_reason == "length"
+def run_engine(
+    model: LlamaModel,
+    prompts: Sequence[list[int]],
+    config: EngineConfig,
+    params: SamplingParams,
+    rounds: int = 1,
+    one_at_a_time: bool = False,
+) -> tuple[list[list[int]], LLMEngine, list[Any]]:
+    """Generate for every prompt (``rounds`` times); check the block books every step."""
+    engine = LLMEngine.from_model(model, _id_tokenizer(), (), config)
+    tokens: dict[str, list[int]] = defaultdict(list)
+    finals = []
+    order = []
+    for r in range(rounds):
+        for i, prompt in enumerate(prompts):
+            request_id = f"{r}-{i}"
+            order.append(request_id)
+            engine.add_request(request_id, prompt, params)
+            while engine.has_unfinished_requests() and (one_at_a_time or i == len(prompts) - 1):
+                for out in engine.step():
+                    tokens[out.request_id].extend(out.new_token_ids)
+                    if out.finished:
+                        finals.append(out)
+                live = engine.scheduler.running + engine.scheduler.waiting
+                engine.block_manager.check_invariants(live)
+    assert not engine.has_unfinished_requests()
+    assert engine.block_manager.num_free_blocks == engine.cache.num_blocks, "blocks leaked"
+    return [tokens[r] for r in order], engine, finals
 
-        our_logits = _our_greedy_logits(model, prompt_ids)
-        for i, (ours, ref) in enumerate(zip(our_logits, hf_logits, strict=True)):
-            torch.testing.assert_close(ours, ref, atol=1e-4, rtol=0, msg=f"step {i}")
+
+GREEDY = SamplingParams(max_tokens=NEW_TOKENS)
+
+
+def _config(**kwargs: Any) -> EngineConfig:
+    base: dict[str, Any] = {"block_size": BLOCK_SIZE, "max_num_seqs": 8, "num_kv_blocks": 256}
+    return EngineConfig(**(base | kwargs))
+
+
+def test_each_prompt_alone(case: Case) -> None:
+    config = _config(max_num_seqs=1, enable_prefix_caching=False)
+    params = SamplingParams(max_tokens=NEW_TOKENS, logprobs=3)
+    tokens, _, finals = run_engine(case.model, PROMPTS, config, params, one_at_a_time=True)
+    assert tokens == case.hf_tokens
+    assert all(f.finish_reason == "length" for f in finals)
+
+    # log-probabilities of every generated token and of the top 3, as transformers computes
+    engine = LLMEngine.from_model(case.model, _id_tokenizer(), (), config)
+    for i, prompt in enumerate(PROMPTS):
+        engine.add_request(str(i), prompt, params)
+        steps = []
+        while engine.has_unfinished_requests():
+            steps.extend(lp for out in engine.step() for lp in out.logprobs or ())
+        ref = torch.log_softmax(case.hf_logits[i], dim=-1)
+        for j, lp in enumerate(steps):
+            values, ids = torch.topk(ref[j], 3)
+            assert lp.token_id == case.hf_tokens[i][j]
+            assert [t for t, _ in lp.top] == ids.tolist()
+            assert lp.logprob == pytest.approx(float(ref[j, lp.token_id]), abs=1e-4)
+            assert [v for _, v in lp.top] == pytest.approx(values.tolist(), abs=1e-4)
+
+
+def test_batched_with_varied_lengths(case: Case) -> None:
+    config = _config(enable_prefix_caching=False)
+    tokens, _, _ = run_engine(case.model, PROMPTS, config, GREEDY)
+    assert tokens == case.hf_tokens
+
+
+def test_prefix_caching_hits_shared_blocks(case: Case) -> None:
+    tokens, engine, finals = run_engine(case.model, PROMPTS, _config(), GREEDY, rounds=2)
+    assert tokens == case.hf_tokens * 2
+    stats = engine.stats().prefix_cache
+    assert stats.hits > 0
+    # the second round finds every full prompt block but the one holding the last token
+    second = finals[len(PROMPTS) :]
+    for out in second:
+        expected = (out.num_prompt_tokens - 1) // BLOCK_SIZE * BLOCK_SIZE
+        assert out.num_cached_tokens == expected
+
+
+def test_chunked_prefill_under_a_small_budget(case: Case) -> None:
+    config = _config(max_num_batched_tokens=5)
+    tokens, _, _ = run_engine(case.model, PROMPTS, config, GREEDY)
+    assert tokens == case.hf_tokens
+
+
+def test_preemption_under_a_tiny_cache(case: Case) -> None:
+    # 64 tokens of cache: the longest request (45 + 14 tokens) fits alone, not all together
+    config = _config(num_kv_blocks=16, enable_prefix_caching=case.name != "llama_gqa")
+    tokens, engine, finals = run_engine(case.model, PROMPTS, config, GREEDY)
+    assert tokens == case.hf_tokens
+    assert engine.stats().num_preemptions > 0
+    assert any(f.metrics.num_preemptions for f in finals)
+
+
+def test_bfloat16_and_float16_track_transformers(tmp_path: Path) -> None:
+    """Half precision: greedy tokens agree until transformers' own top two logits are within
+    rounding of each other (a near-tie either side may break)."""
+    hf_fp32 = _save_hf_model("llama_gqa", tmp_path)
+    for dtype, margin in ((torch.bfloat16, 0.1), (torch.float16, 0.02)):
+        hf_model = hf_fp32.to(dtype)
+        model = _our_model(tmp_path, dtype)
+        assert model.lm_head.weight.dtype == dtype
+        tokens, _, _ = run_engine(model, PROMPTS[:4], _config(), GREEDY)
+        for prompt, ours in zip(PROMPTS[:4], tokens, strict=True):
+            ref, logits = _hf_greedy(hf_model, prompt)
+            top2 = logits.float().topk(2, dim=-1).values
+            for j, (a, b) in enumerate(zip(ours, ref, strict=True)):
+                if a != b:
+                    gap = float(top2[j, 0] - top2[j, 1])
+                    assert gap < margin, f"{dtype}: token {j} differs with a top-2 gap of {gap}"
+                    break
+        hf_fp32 = hf_model.float()
 
 
 def test_demo_checkpoint_matches_transformers(tmp_path: Path) -> None:
@@ -129,7 +289,9 @@ def test_demo_checkpoint_matches_transformers(tmp_path: Path) -> None:
         model, Tokenizer.from_file(str(checkpoint / "tokenizer.json")), config.eos_token_ids, 512
     )
 
-    for prompt in ("The", "A serverless platform runs code", "Snow falls on the mountains."):
+    prompts = ("The", "A serverless platform runs code", "Snow falls on the mountains.")
+    results = generator.run_batch(list(prompts), SamplingParams(max_tokens=NEW_TOKENS))
+    for prompt, result in zip(prompts, results, strict=True):
         prompt_ids = generator.encode(prompt)
         assert prompt_ids == hf_tokenizer(prompt).input_ids
         input_ids = torch.tensor([prompt_ids])
@@ -141,19 +303,17 @@ def test_demo_checkpoint_matches_transformers(tmp_path: Path) -> None:
             pad_token_id=hf_tokenizer.eos_token_id,
         )
         hf_tokens = hf_out[0, len(prompt_ids) :].tolist()
-        steps = list(generator.generate(prompt, SamplingParams(max_tokens=NEW_TOKENS)))
-        assert [s.token_id for s in steps] == hf_tokens
-        text = "".join(s.text_delta for s in steps)
-        assert text == hf_tokenizer.decode(hf_tokens, skip_special_tokens=True)
+        assert list(result.token_ids) == hf_tokens
+        assert result.text == hf_tokenizer.decode(hf_tokens, skip_special_tokens=True)
 
-        with torch.inference_mode():
-            ref = hf_model(input_ids).logits[0, -1]
-            ours = model(input_ids, torch.arange(len(prompt_ids))[None], model.new_cache(1, 64))
-        torch.testing.assert_close(ours[0], ref, atol=1e-4, rtol=0)
+        with torch.inference_mode():  # the dense (training) path too
+            ref = hf_model(input_ids).logits[0]
+            ours = model.forward_all(input_ids)[0]
+        torch.testing.assert_close(ours, ref, atol=1e-4, rtol=0)
 
 
 def test_build_model_names_bad_tensors(tmp_path: Path) -> None:
-    _hf_model("gqa", tmp_path)
+    _save_hf_model("llama_gqa", tmp_path)
     config = ModelConfig.from_hf_dict(json.loads((tmp_path / "config.json").read_text()))
     weights = load_file(str(tmp_path / "model.safetensors"))
 
@@ -171,3 +331,28 @@ def test_build_model_names_bad_tensors(tmp_path: Path) -> None:
     assert model.lm_head.weight.dtype == torch.bfloat16
     assert not model.training
     assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_fused_tensors_are_accepted_and_split_back(tmp_path: Path) -> None:
+    _save_hf_model("qwen2_qkv_bias", tmp_path)
+    config = ModelConfig.from_hf_dict(json.loads((tmp_path / "config.json").read_text()))
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    model = build_model(config, weights)
+    # HF names out again, bit for bit
+    again = hf_state_dict(model)
+    assert again.keys() == weights.keys()
+    assert all(torch.equal(again[k], weights[k]) for k in weights)
+    save_file(again, str(tmp_path / "copy.safetensors"))
+
+    # a loader may hand over q/k/v (or gate/up) already fused
+    fused = {
+        k: v
+        for k, v in weights.items()
+        if ".q_proj." not in k and ".k_proj." not in k and ".v_proj." not in k
+    }
+    for name, tensor in model.state_dict().items():
+        if ".qkv_proj." in name:
+            fused[name] = tensor.clone()
+    rebuilt = build_model(config, fused)
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(rebuilt.state_dict()[name], tensor, rtol=0, atol=0)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 from sqlalchemy import select
 
 from control_plane.api.context import Db, Principal
+from control_plane.api.schemas import BillingRecordList, WebhookSecret, WorkerList
 from control_plane.db.models import BillingRecord, Deployment, Tenant
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, SECONDS_QUANTUM
 from control_plane.services import workers
@@ -33,7 +34,7 @@ def _record_public(r: BillingRecord) -> dict[str, Any]:
     }
 
 
-@router.get("/v1/billing/records")
+@router.get("/v1/billing/records", response_model=BillingRecordList)
 def billing_records(
     session: Db,
     who: Principal,
@@ -41,7 +42,7 @@ def billing_records(
     worker_id: str | None = None,
     phase: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[int | None, Query(ge=0)] = None,
+    cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None,
 ) -> Any:
     who.require("read")
     q = select(BillingRecord).where(BillingRecord.tenant_id == who.tenant_id)
@@ -58,7 +59,7 @@ def billing_records(
     return {"data": [_record_public(r) for r in rows[:limit]], "next_cursor": next_cursor}
 
 
-@router.get("/v1/workers")
+@router.get("/v1/workers", response_model=WorkerList)
 def list_workers(session: Db, who: Principal, deployment: str | None = None) -> Any:
     who.require("read")
     names = {
@@ -70,7 +71,7 @@ def list_workers(session: Db, who: Principal, deployment: str | None = None) -> 
     return {"data": [workers.to_public(w, names.get(w.deployment_id, "?")) for w in rows]}
 
 
-@router.get("/v1/webhooks/secret")
+@router.get("/v1/webhooks/secret", response_model=WebhookSecret)
 def webhook_secret(session: Db, who: Principal) -> Any:
     who.require("admin")
     tenant = session.get(Tenant, who.tenant_id)

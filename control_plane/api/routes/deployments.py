@@ -9,7 +9,7 @@ from fastapi import APIRouter, Response
 from sqlalchemy.orm import Session
 
 from control_plane.api.context import Ctx, Db, Principal, now
-from control_plane.api.schemas import DeploymentSpec
+from control_plane.api.schemas import DeploymentList, DeploymentPublic, DeploymentSpec
 from control_plane.db.models import Deployment
 from control_plane.errors import InvalidRequest
 from control_plane.services import deployments, workers
@@ -38,7 +38,7 @@ def _check_accelerator(ctx: Ctx, spec: DeploymentSpec) -> None:
         )
 
 
-@router.post("", status_code=201)
+@router.post("", status_code=201, response_model=DeploymentPublic)
 def create_deployment(spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal) -> Any:
     who.require("deploy")
     _check_accelerator(ctx, spec)
@@ -47,7 +47,7 @@ def create_deployment(spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principa
     return to_public(session, dep)
 
 
-@router.put("/{name}")
+@router.put("/{name}", response_model=DeploymentPublic)
 def update_deployment(
     name: str, spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal
 ) -> Any:
@@ -63,13 +63,13 @@ def update_deployment(
     return to_public(session, dep)
 
 
-@router.get("")
+@router.get("", response_model=DeploymentList)
 def list_deployments(session: Db, who: Principal) -> Any:
     who.require("read")
     return {"data": [to_public(session, d) for d in deployments.list_(session, who.tenant_id)]}
 
 
-@router.get("/{name}")
+@router.get("/{name}", response_model=DeploymentPublic)
 def get_deployment(name: str, session: Db, who: Principal) -> Any:
     who.require("read")
     return to_public(session, deployments.get(session, who.tenant_id, name))

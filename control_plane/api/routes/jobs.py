@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy.orm import Session
 
 from control_plane.api.context import AppContext, Ctx, Db, Principal, now
-from control_plane.api.schemas import JobCreate, JobInput, RunRequest
+from control_plane.api.schemas import JobCreate, JobInput, JobList, JobPublic, RunRequest
 from control_plane.db.models import Deployment, Tenant
 from control_plane.domain.eta import estimate_wait_s
 from control_plane.domain.states import JobKind, is_terminal
@@ -143,7 +143,13 @@ def _cancel(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
     return public
 
 
-@router.post("/v1/deployments/{name}/run", responses={202: {"description": "still running"}})
+@router.post(
+    "/v1/deployments/{name}/run",
+    responses={
+        200: {"model": JobPublic, "description": "finished within wait_s"},
+        202: {"model": JobPublic, "description": "still running: poll GET /v1/jobs/{id}"},
+    },
+)
 async def run(
     name: str,
     body: RunRequest,
@@ -225,7 +231,7 @@ def _cancel_quietly(ctx: AppContext, job_id: str, tenant_id: str) -> None:
         log.exception("cancel after disconnect failed for job %s", job_id)
 
 
-@router.post("/v1/deployments/{name}/jobs", status_code=202)
+@router.post("/v1/deployments/{name}/jobs", status_code=202, responses={202: {"model": JobPublic}})
 async def create_job(
     name: str,
     body: JobCreate,
@@ -251,7 +257,7 @@ async def create_job(
     return JSONResponse(job, status_code=202, headers={"X-Job-Id": job["id"]})
 
 
-@router.get("/v1/jobs/{job_id}")
+@router.get("/v1/jobs/{job_id}", responses={200: {"model": JobPublic}})
 def get_job(job_id: str, session: Db, who: Principal) -> Any:
     who.require("read")
     row = jobs.get(session, who.tenant_id, job_id)
@@ -271,7 +277,7 @@ def get_job(job_id: str, session: Db, who: Principal) -> Any:
     return JSONResponse(job, headers={"X-Job-Id": job_id})
 
 
-@router.get("/v1/jobs")
+@router.get("/v1/jobs", response_model=JobList)
 def list_jobs(
     session: Db,
     who: Principal,
@@ -287,7 +293,7 @@ def list_jobs(
     return {"data": [jobs.to_public(j) for j in rows], "next_cursor": next_cursor}
 
 
-@router.post("/v1/jobs/{job_id}/cancel")
+@router.post("/v1/jobs/{job_id}/cancel", responses={200: {"model": JobPublic}})
 def cancel_job(job_id: str, ctx: Ctx, who: Principal) -> Any:
     who.require("run")
     job = _cancel(ctx, job_id, who.tenant_id)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Db, Principal, now
+from control_plane.api.schemas import KeyCreated, KeyList, TenantCreated, TenantList
 from control_plane.db.models import Tenant
 from control_plane.services import auth
 
@@ -25,9 +26,10 @@ class TenantCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)
-    requests_per_min: int | None = Field(None, ge=1)
-    tokens_per_min: int | None = Field(None, ge=1)
-    max_in_flight: int | None = Field(None, ge=1)
+    # Bounded: stored as 32-bit integers.
+    requests_per_min: int | None = Field(None, ge=1, le=1_000_000_000)
+    tokens_per_min: int | None = Field(None, ge=1, le=1_000_000_000)
+    max_in_flight: int | None = Field(None, ge=1, le=1_000_000_000)
 
 
 def _check_scopes(scopes: list[str]) -> None:
@@ -41,7 +43,7 @@ def _check_scopes(scopes: list[str]) -> None:
         )
 
 
-@router.post("/v1/keys", status_code=201)
+@router.post("/v1/keys", status_code=201, response_model=KeyCreated)
 def create_key(body: KeyCreate, session: Db, who: Principal) -> Any:
     """Create an API key; its secret is in this answer only (stored hashed)."""
     who.require("admin")
@@ -51,7 +53,7 @@ def create_key(body: KeyCreate, session: Db, who: Principal) -> Any:
     return {**auth.key_public(row), "key": full}
 
 
-@router.get("/v1/keys")
+@router.get("/v1/keys", response_model=KeyList)
 def list_keys(session: Db, who: Principal) -> Any:
     who.require("admin")
     return {"data": [auth.key_public(k) for k in auth.list_keys(session, who.tenant_id)]}
@@ -76,7 +78,7 @@ def _tenant_public(t: Tenant) -> dict[str, Any]:
     }
 
 
-@router.post("/v1/tenants", status_code=201)
+@router.post("/v1/tenants", status_code=201, response_model=TenantCreated)
 def create_tenant(body: TenantCreate, session: Db, who: Principal) -> Any:
     """Operator only: a new tenant and its first admin key (shown once)."""
     auth.require_operator(session, who)
@@ -91,7 +93,7 @@ def create_tenant(body: TenantCreate, session: Db, who: Principal) -> Any:
     return {**_tenant_public(tenant), "admin_key": {**auth.key_public(row), "key": full}}
 
 
-@router.get("/v1/tenants")
+@router.get("/v1/tenants", response_model=TenantList)
 def list_tenants(session: Db, who: Principal) -> Any:
     from sqlalchemy import select
 

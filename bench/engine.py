@@ -1,0 +1,81 @@
+"""Engine benchmark (placeholder while the benchmark is written; trace readers are final)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+# Traces live beside the project, never inside it.
+WORKLOADS = Path(__file__).resolve().parents[1].parent / "shared" / "workloads"
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    """One request of a workload trace, lengths in the original service's tokens."""
+
+    # seconds after the trace's first request
+    arrival_s: float
+    prompt_tokens: int
+    output_tokens: int
+    # Mooncake: ids of the prompt's 512-token blocks (equal ids = equal content); else ()
+    hash_ids: tuple[int, ...] = ()
+
+
+def read_trace(path: Path, limit: int | None = None) -> list[TraceRequest]:
+    """Read an Azure-style CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``) or a Mooncake-style
+    JSONL (``{timestamp, input_length, output_length, hash_ids}``), told apart by content."""
+    with Path(path).open(encoding="utf-8") as f:
+        first = ""
+        for line in f:
+            if line.strip():
+                first = line.strip()
+                break
+        f.seek(0)
+        rows = _read_jsonl(f) if first.startswith("{") else _read_csv(f)
+        out: list[TraceRequest] = []
+        start: float | None = None
+        for t, prompt, output, hash_ids in rows:
+            start = t if start is None else start
+            out.append(TraceRequest(t - start, prompt, output, hash_ids))
+            if limit is not None and len(out) >= limit:
+                break
+    return out
+
+
+def _read_jsonl(f: Iterator[str]) -> Iterator[tuple[float, int, int, tuple[int, ...]]]:
+    for line in f:
+        if line.strip():
+            d = json.loads(line)
+            hash_ids = tuple(int(h) for h in d.get("hash_ids") or ())
+            # Mooncake timestamps are milliseconds
+            yield float(d["timestamp"]) / 1000, int(d["input_length"]), int(d["output_length"]), hash_ids
+
+
+def _read_csv(f: Iterator[str]) -> Iterator[tuple[float, int, int, tuple[int, ...]]]:
+    for row in csv.DictReader(f):
+        yield (
+            _timestamp_s(row["TIMESTAMP"]),
+            int(row["ContextTokens"]),
+            int(row["GeneratedTokens"]),
+            (),
+        )
+
+
+def _timestamp_s(raw: str) -> float:
+    raw = raw.strip()
+    try:
+        return float(raw)
+    except ValueError:
+        pass
+    if "." in raw:  # datetime takes at most 6 fractional digits
+        head, frac = raw.split(".", 1)
+        raw = f"{head}.{frac[:6]}"
+    return datetime.fromisoformat(raw).timestamp()
+
+
+def clip(value: float, low: int, high: int) -> int:
+    return max(low, min(high, int(value)))
