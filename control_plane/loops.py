@@ -6,6 +6,7 @@ Each tick reads state from SQL, asks the pure `decide()` what to do, and applies
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -26,7 +27,7 @@ from control_plane.domain.crash_loop import BootHistory, may_start
 from control_plane.domain.states import PENDING
 from control_plane.providers.base import Provider, WorkerSpec
 from control_plane.providers.local import LocalProvider, worker_env
-from control_plane.services import deployments, events, jobs, workers
+from control_plane.services import billing, deployments, events, jobs, workers
 from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_webhook
@@ -85,6 +86,7 @@ class AutoscalerLoop:
                 self._scale(session, dep, load.get(dep.id, (0, 0, None)), now)
             self._stop_deleted(session)
             session.commit()
+            self._billing(session, now)
             if time.monotonic() - self.last_redispatch > REDISPATCH_EVERY_S:
                 self.last_redispatch = time.monotonic()
                 self._redispatch(session)
@@ -215,28 +217,51 @@ class AutoscalerLoop:
         return dead
 
     def _check_liveness(self, session: Session, now: datetime) -> list[str]:
-        """Workers that stopped heartbeating, or overran max_boot_s, are failed and killed."""
+        """Record heartbeats; workers that stopped heartbeating, or overran max_boot_s, are
+        failed and killed. A lost worker's open segment ends at its last heartbeat: time
+        after its last sign of life is not billed."""
+        live = workers.live(session)
+        beats = self.redis.mget([worker_heartbeat_key(w.id) for w in live]) if live else []
         lost = []
-        for w in workers.live(session):
+        for w, beat in zip(live, beats, strict=True):
+            if beat is not None:
+                try:
+                    seen = datetime.fromtimestamp(float(json.loads(beat)["at"]), UTC)
+                    w.last_heartbeat_at = min(max(seen, w.last_heartbeat_at or seen), now)
+                except (ValueError, KeyError, TypeError):
+                    w.last_heartbeat_at = now
             age_s = (now - w.started_at).total_seconds()
             booting = w.state in (WorkerState.BOOTING, WorkerState.LOADING, WorkerState.WARMING)
             dep = session.get(Deployment, w.deployment_id)
             max_boot_s = float((dep.spec if dep else {}).get("max_boot_s", 600))
-            reason = None
+            reason, at = None, now
             if booting and age_s > max_boot_s:
                 reason = "boot_timeout"
-            elif age_s > HEARTBEAT_GRACE_S and not self.redis.exists(worker_heartbeat_key(w.id)):
+            elif beat is None and age_s > HEARTBEAT_GRACE_S:
                 reason = "heartbeat_lost"
+                at = max(w.last_heartbeat_at or w.state_since, w.state_since)
             if reason is None:
                 continue
             log.warning("worker %s failed: %s", w.id, reason)
             self.provider.kill(w.id)
             workers.transition(
-                session, self.settings, w.id, WorkerState.FAILED, now, now, reason=reason
+                session,
+                self.settings,
+                w.id,
+                WorkerState.FAILED,
+                at,
+                now,
+                reason=reason,
+                note="heartbeat" if reason == "heartbeat_lost" else None,
             )
             lost.append(w.id)
         session.commit()
         return lost
+
+    def _billing(self, session: Session, now: datetime) -> None:
+        billing.roll_open_segments(session, self.settings, now)
+        billing.allocate_ready(session, now)
+        session.commit()
 
     def _enforce_job_limits(self, session: Session, now: datetime) -> None:
         """Expire pending jobs past their ttl; end running ones far past their limit."""

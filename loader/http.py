@@ -47,7 +47,10 @@ _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 DISCARD_BYTES = 1 << 20
 
 
+# Wake the reader per RECV_LOWAT_BYTES received, not per packet: with the server and the
+# client sharing few cores, waking for every few KiB costs more CPU than the copy itself.
 RECV_LOWAT_BYTES = int(os.environ.get("LOADER_RECV_LOWAT", 256 << 10))
+_LOWAT_TAIL = 64 << 10
 
 
 def _set_lowat(sock: socket.socket, n: int) -> None:
@@ -158,21 +161,35 @@ class RangeBody:
         self.pos = pos  # object offset of the next byte
         self.end = end  # object offset after the last byte this body will deliver
         self.whole = whole  # the server ignored Range and sends the whole object
+        self._lowat = 1  # the socket's receive low-water mark
 
     def readinto(self, out: memoryview) -> int:
         """Fill `out` completely (it must fit before `end`); Retryable on a short body."""
         want = len(out)
         if self.pos + want > self.end:
             raise ValueError("read past the end of the range")
+        # NOTE: with a receive low-water mark, a read asking for more than will ever arrive
+        # blocks until the timeout. The buffered reader may ask for up to its buffer size
+        # (8 KiB) beyond `out`, so the last _LOWAT_TAIL bytes of a body are read without it.
+        safe = max(0, min(want, self.end - _LOWAT_TAIL - self.pos))
+        if safe:
+            self._fill(out[:safe], RECV_LOWAT_BYTES)
+        if safe < want:
+            self._fill(out[safe:], 1)
+        return want
+
+    def _fill(self, out: memoryview, lowat: int) -> None:
+        if lowat != self._lowat and self._resp.conn.sock is not None:
+            _set_lowat(self._resp.conn.sock, lowat)
+            self._lowat = lowat
         got = 0
-        while got < want:
+        while got < len(out):
             n = self._resp.readinto(out[got:])
             if not n:
                 self.pos += got
                 raise Retryable(f"body ended {self.end - self.pos} bytes early")
             got += n
         self.pos += got
-        return got
 
     def skip_to(self, offset: int, scratch: memoryview) -> None:
         """Discard bytes up to object `offset` (gaps between parts, or a Range-less reply)."""
@@ -215,11 +232,6 @@ def open_range(
         resp.close()
         raise
     whole = resp.header("Content-Range") is None
-    if resp.conn.sock is not None:
-        # Wake the reader per RECV_LOWAT_BYTES, not per packet: with the server and the client
-        # on few cores, tiny reads cost more CPU than the copy. Reads ask for what remains,
-        # and the kernel waits for min(mark, asked), so the end of a body never stalls.
-        _set_lowat(resp.conn.sock, RECV_LOWAT_BYTES)
     return info, RangeBody(resp, body_start, body_end, whole)
 
 

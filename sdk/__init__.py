@@ -9,11 +9,14 @@
 """
 
 from sdk._async_client import AsyncClient, AsyncJob
+from sdk._batches import AsyncBatch, Batch
 from sdk._client import Client, Job
 from sdk._errors import (
     APIError,
     AuthenticationError,
+    BatchTimeout,
     ConflictError,
+    DeploymentNotReady,
     InvalidRequestError,
     JobError,
     JobFailed,
@@ -26,17 +29,22 @@ from sdk._errors import (
     WebhookVerificationError,
 )
 from sdk._errors import PlatformConnectionError as ConnectionError
-from sdk._models import Deployment
+from sdk._models import ApiKey, Deployment
 
 __all__ = [
     "APIError",
+    "ApiKey",
+    "AsyncBatch",
     "AsyncClient",
     "AsyncJob",
     "AuthenticationError",
+    "Batch",
+    "BatchTimeout",
     "Client",
     "ConflictError",
     "ConnectionError",
     "Deployment",
+    "DeploymentNotReady",
     "InvalidRequestError",
     "Job",
     "JobError",

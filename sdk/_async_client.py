@@ -18,11 +18,15 @@ import httpx
 from sdk import _flows as flows
 from sdk import _routes as routes
 from sdk._base import Call, RetryPolicy, Runtime, job_id_header, secret_of, sync_wait_s
+from sdk._batches import AsyncBatches
 from sdk._config import resolve_credentials
 from sdk._errors import PlatformConnectionError
 from sdk._flows import Flow, Send, Sleep
+from sdk._keys import AsyncKeys
 from sdk._models import Deployment, JobView
+from sdk._resource import AsyncResource
 from sdk._sse import StreamState, settle
+from sdk._usage import AsyncUsage
 
 T = TypeVar("T")
 
@@ -70,6 +74,9 @@ class AsyncClient:
         self.billing = AsyncBilling(self)
         self.workers = AsyncWorkers(self)
         self.webhooks = AsyncWebhooks(self)
+        self.batches = AsyncBatches(self)
+        self.keys = AsyncKeys(self)
+        self.usage = AsyncUsage(self)
 
     @property
     def base_url(self) -> str:
@@ -217,10 +224,13 @@ class AsyncJob(JobView):
         self._raw = await self._client._execute(flow)
         return self
 
-    async def wait(self, timeout: float | None = None) -> AsyncJob:
+    async def wait(
+        self, timeout: float | None = None, on_update: Callable[[AsyncJob], None] | None = None
+    ) -> AsyncJob:
         """Poll until the job ends; JobFailed unless it succeeded, JobTimeout after `timeout`."""
+        hook = None if on_update is None else lambda raw: on_update(AsyncJob(raw, self._client))
         self._raw = await self._client._execute(
-            flows.wait_for_job(self._client._rt, self._raw, timeout)
+            flows.wait_for_job(self._client._rt, self._raw, timeout, hook)
         )
         settle(self, "", recovered=False)
         return self
@@ -313,19 +323,10 @@ class AsyncStream:
 # --- resources (the async twins of those in _client.py) ---
 
 
-class _AsyncResource:
-    def __init__(self, client: AsyncClient) -> None:
-        self._client = client
-
-    async def _json(self, call: Call) -> Any:
-        return await self._client._execute(flows.request_json(self._client._rt, call))
-
+class _AsyncResource(AsyncResource):
     async def _job(self, call: Call) -> AsyncJob:
-        raw = await self._client._execute(flows.request_job(self._client._rt, call))
+        raw = await self._run(flows.request_job(self._client._rt, call))
         return AsyncJob(raw, self._client)
-
-    async def _list(self, call: Call, limit: int | None) -> builtins.list[dict[str, Any]]:
-        return await self._client._execute(flows.request_list(self._client._rt, call, limit))
 
 
 class AsyncJobs(_AsyncResource):
@@ -364,6 +365,17 @@ class AsyncDeployments(_AsyncResource):
 
     async def delete(self, name: str) -> None:
         await self._json(routes.delete_deployment(name))
+
+    async def wait_ready(
+        self,
+        name: str,
+        version: int | None = None,
+        timeout: float | None = 600.0,
+        on_update: Callable[[builtins.list[dict[str, Any]]], None] | None = None,
+    ) -> dict[str, Any]:
+        """See `Client.deployments.wait_ready`."""
+        flow = flows.wait_ready(self._client._rt, name, version, timeout, on_update)
+        return await self._run(flow)
 
 
 class AsyncBilling(_AsyncResource):

@@ -74,13 +74,16 @@ class Call:
     # True when sending twice is harmless (reads, PUT, DELETE, keyed POSTs): then a request
     # that may have reached the server (read error, 502, 504) is retried too.
     replayable: bool = True
-    stream: bool = False  # the answer is an event stream: do not read the body on success
+    stream: bool = False  # the answer is streamed (SSE, JSONL): do not read it on success
+    # The Accept header; None: text/event-stream for a stream, else application/json.
+    accept: str | None = None
+    # The job this call is about, when it names one: every error it raises carries it.
+    job_id: str | None = None
 
 
 def build_request(rt: Runtime, call: Call) -> httpx.Request:
-    headers = {"User-Agent": USER_AGENT, "Accept": "application/json"}
-    if call.stream:
-        headers["Accept"] = "text/event-stream"
+    accept = call.accept or ("text/event-stream" if call.stream else "application/json")
+    headers = {"User-Agent": USER_AGENT, "Accept": accept}
     if rt.credentials.api_key:
         headers["Authorization"] = f"Bearer {rt.credentials.api_key}"
     if call.idempotency_key:
@@ -215,6 +218,41 @@ def parse_job(response: httpx.Response) -> dict[str, Any]:
             )
         job["id"] = header
     return job
+
+
+def parse_jsonl_line(line: str, what: str) -> dict[str, Any] | None:
+    """One line of a JSONL answer (`what` names it in errors); None for a blank line."""
+    if not line.strip():
+        return None
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise PlatformError(f"{what}: a line is not valid JSON ({e.msg})") from e
+    if not isinstance(value, dict):
+        raise PlatformError(f"{what}: a line is not a JSON object")
+    return value
+
+
+def summary_rows(body: Any, group_by: str) -> list[dict[str, Any]]:
+    """The rows of a GET /v1/usage/summary answer, each with its group under "key"."""
+    rows = body.get("data") if isinstance(body, dict) else None
+    if not isinstance(rows, list):
+        raise PlatformError("GET /v1/usage/summary: expected {'data': [...]}")
+    out = []
+    for row in rows:
+        if isinstance(row, dict):
+            # NOTE: the group may come as "key" or under its own name ("phase": "busy").
+            out.append({"key": row.get("key", row.get(group_by)), **row})
+    return out
+
+
+def is_missing_route(error: APIError) -> bool:
+    """A 404 because the platform has no such endpoint (an older server), not a missing thing.
+
+    The API names what it did not find ("deployment 'x' does not exist"); an unknown route
+    only says "Not Found".
+    """
+    return error.status == 404 and error.detail.strip().lower() in ("", "not found")
 
 
 def secret_of(body: Any) -> str:

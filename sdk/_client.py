@@ -14,11 +14,15 @@ import httpx
 from sdk import _flows as flows
 from sdk import _routes as routes
 from sdk._base import Call, RetryPolicy, Runtime, job_id_header, secret_of, sync_wait_s
+from sdk._batches import Batches
 from sdk._config import resolve_credentials
 from sdk._errors import PlatformConnectionError
 from sdk._flows import Flow, Send, Sleep
+from sdk._keys import Keys
 from sdk._models import Deployment, JobView
+from sdk._resource import SyncResource
 from sdk._sse import StreamState, settle
+from sdk._usage import Usage
 
 T = TypeVar("T")
 
@@ -70,6 +74,9 @@ class Client:
         self.billing = Billing(self)
         self.workers = Workers(self)
         self.webhooks = Webhooks(self)
+        self.batches = Batches(self)
+        self.keys = Keys(self)
+        self.usage = Usage(self)
 
     @property
     def base_url(self) -> str:
@@ -243,9 +250,17 @@ class Job(JobView):
         )
         return self
 
-    def wait(self, timeout: float | None = None) -> Job:
-        """Poll until the job ends; JobFailed unless it succeeded, JobTimeout after `timeout`."""
-        self._raw = self._client._execute(flows.wait_for_job(self._client._rt, self._raw, timeout))
+    def wait(
+        self, timeout: float | None = None, on_update: Callable[[Job], None] | None = None
+    ) -> Job:
+        """Poll until the job ends; JobFailed unless it succeeded, JobTimeout after `timeout`.
+
+        `on_update` is called with the job at every poll (status, status_reason, ...).
+        """
+        hook = None if on_update is None else lambda raw: on_update(Job(raw, self._client))
+        self._raw = self._client._execute(
+            flows.wait_for_job(self._client._rt, self._raw, timeout, hook)
+        )
         settle(self, "", recovered=False)
         return self
 
@@ -346,18 +361,9 @@ class Stream:
 # --- resources ---
 
 
-class _Resource:
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def _json(self, call: Call) -> Any:
-        return self._client._execute(flows.request_json(self._client._rt, call))
-
+class _Resource(SyncResource):
     def _job(self, call: Call) -> Job:
-        return Job(self._client._execute(flows.request_job(self._client._rt, call)), self._client)
-
-    def _list(self, call: Call, limit: int | None) -> builtins.list[dict[str, Any]]:
-        return self._client._execute(flows.request_list(self._client._rt, call, limit))
+        return Job(self._run(flows.request_job(self._client._rt, call)), self._client)
 
 
 class Jobs(_Resource):
@@ -401,6 +407,21 @@ class Deployments(_Resource):
     def delete(self, name: str) -> None:
         """Delete `name`; its workers drain and stop."""
         self._json(routes.delete_deployment(name))
+
+    def wait_ready(
+        self,
+        name: str,
+        version: int | None = None,
+        timeout: float | None = 600.0,
+        on_update: Callable[[builtins.list[dict[str, Any]]], None] | None = None,
+    ) -> dict[str, Any]:
+        """Wait until a worker of `version` (None: the current one) is idle or busy; return it.
+
+        Raises DeploymentNotReady when one of its workers fails or `timeout` passes.
+        `on_update` sees that version's workers at every poll. NOTE: with min_workers 0 no
+        worker starts until a call arrives, so this waits for one.
+        """
+        return self._run(flows.wait_ready(self._client._rt, name, version, timeout, on_update))
 
 
 class Billing(_Resource):

@@ -13,6 +13,8 @@
     │   ├── JobFailed               the job ended failed / canceled / expired / timed_out (.job)
     │   │   └── ModelError          ... because of the model or its input ("your model failed")
     │   └── JobTimeout              the client stopped waiting; the job may still finish
+    ├── BatchTimeout                the client stopped waiting for a batch (.batch_id)
+    ├── DeploymentNotReady          no worker of the version became ready (.reason, .timed_out)
     └── WebhookVerificationError    a webhook's signature, timestamp or headers are not valid
 
 `ModelError` versus everything else mirrors Replicate's split: a `ModelError` is yours to fix
@@ -170,6 +172,39 @@ class JobTimeout(JobError):
             job_id=job_id,
         )
         self.timeout_s = timeout_s
+
+
+class BatchTimeout(PlatformError):
+    """The client waited `timeout_s` and the batch was not finished; its jobs go on."""
+
+    def __init__(self, batch_id: str, timeout_s: float) -> None:
+        super().__init__(
+            f"batch {batch_id} did not finish within {timeout_s:g}s (its jobs go on; "
+            f"poll it with client.batches.get({batch_id!r}))"
+        )
+        self.batch_id = batch_id
+        self.timeout_s = timeout_s
+
+
+class DeploymentNotReady(PlatformError):
+    """`deployments.wait_ready` gave up: a worker of the version failed, or time ran out.
+
+    Example:
+        try:
+            client.deployments.wait_ready("demo", timeout=300)
+        except DeploymentNotReady as e:
+            print(e.deployment, e.version, e.reason)   # demo 2 worker wrk_1 failed: ...
+    """
+
+    def __init__(
+        self, deployment: str, version: int | None, reason: str, *, timed_out: bool
+    ) -> None:
+        at = f" version {version}" if version is not None else ""
+        super().__init__(f"deployment {deployment!r}{at} is not ready: {reason}")
+        self.deployment = deployment
+        self.version = version
+        self.reason = reason
+        self.timed_out = timed_out  # True: time ran out; False: a worker failed
 
 
 class WebhookVerificationError(PlatformError):

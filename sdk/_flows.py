@@ -12,7 +12,7 @@ pagination exist exactly once:
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
@@ -26,11 +26,18 @@ from sdk._base import (
     error_from_response,
     parse_job,
     parse_json,
+    parse_object,
     poll_interval_s,
     retry_delay_s,
 )
-from sdk._errors import JobTimeout, PlatformConnectionError, PlatformError
-from sdk._models import TERMINAL_STATUSES
+from sdk._errors import (
+    BatchTimeout,
+    DeploymentNotReady,
+    JobTimeout,
+    PlatformConnectionError,
+    PlatformError,
+)
+from sdk._models import BATCH_TERMINAL_STATUSES, SERVING_WORKER_STATES, TERMINAL_STATUSES
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +58,10 @@ Action = Send | Sleep
 Outcome = httpx.Response | httpx.TransportError | None
 T = TypeVar("T")
 Flow = Generator[Action, Outcome, T]
+# Called with each state of a polled object (a Job or Batch as JSON), the first one included.
+OnUpdate = Callable[[dict[str, Any]], None]
+# Items asked for per page of a list: within every list endpoint's maximum.
+PAGE_SIZE = 100
 
 
 def send(rt: Runtime, call: Call) -> Flow[httpx.Response]:
@@ -68,16 +79,24 @@ def send(rt: Runtime, call: Call) -> Flow[httpx.Response]:
         reason = str(outcome) or type(outcome).__name__
         raise PlatformConnectionError(
             f"cannot reach the platform at {rt.credentials.base_url} "
-            f"({call.method} {call.path}, {retry + 1} tries): {reason}"
+            f"({call.method} {call.path}, {retry + 1} tries): {reason}",
+            job_id=call.job_id,
         ) from outcome
     if outcome.is_error:
-        raise error_from_response(outcome, rt.wall_clock())
+        error = error_from_response(outcome, rt.wall_clock())
+        error.job_id = error.job_id or call.job_id  # a call about a job never loses its id
+        raise error
     return outcome
 
 
 def request_json(rt: Runtime, call: Call) -> Flow[Any]:
     response = yield from send(rt, call)
     return parse_json(response)
+
+
+def request_object(rt: Runtime, call: Call) -> Flow[dict[str, Any]]:
+    response = yield from send(rt, call)
+    return parse_object(response)
 
 
 def request_job(rt: Runtime, call: Call) -> Flow[dict[str, Any]]:
@@ -93,8 +112,8 @@ def request_list(rt: Runtime, call: Call, limit: int | None) -> Flow[list[dict[s
     cursor: str | None = None
     while True:
         params = dict(call.params)
-        if limit is not None:
-            params["limit"] = limit - len(items)
+        # NOTE: pages stay within every list endpoint's bound; `limit` caps the total.
+        params["limit"] = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - len(items))
         if cursor:
             params["cursor"] = cursor
         body = yield from request_json(rt, replace(call, params=params))
@@ -109,32 +128,138 @@ def request_list(rt: Runtime, call: Call, limit: int | None) -> Flow[list[dict[s
             return items if limit is None else items[:limit]
 
 
-def wait_for_job(rt: Runtime, job: dict[str, Any], timeout_s: float | None) -> Flow[dict[str, Any]]:
-    """Poll a job until it is terminal; JobTimeout after `timeout_s` (None: no limit)."""
+def wait_for_job(
+    rt: Runtime,
+    job: dict[str, Any],
+    timeout_s: float | None,
+    on_update: OnUpdate | None = None,
+) -> Flow[dict[str, Any]]:
+    """Poll a job until it is terminal; JobTimeout after `timeout_s` (None: no limit).
+
+    `on_update` sees every state of the job, the one given first, as it is fetched.
+    """
     deadline_s = None if timeout_s is None else rt.clock() + timeout_s
-    return (yield from _poll(rt, job, deadline_s, timeout_s))
+    return (yield from _poll(rt, job, deadline_s, timeout_s, on_update))
 
 
 def _poll(
-    rt: Runtime, job: dict[str, Any], deadline_s: float | None, timeout_s: float | None
+    rt: Runtime,
+    job: dict[str, Any],
+    deadline_s: float | None,
+    timeout_s: float | None,
+    on_update: OnUpdate | None = None,
 ) -> Flow[dict[str, Any]]:
     job_id = str(job["id"])
+    return (
+        yield from _poll_until(
+            rt,
+            job,
+            routes.get_job(job_id),
+            TERMINAL_STATUSES,
+            deadline_s,
+            lambda: JobTimeout(job_id, timeout_s or 0.0),
+            on_update,
+        )
+    )
+
+
+def wait_for_batch(
+    rt: Runtime,
+    batch: dict[str, Any],
+    timeout_s: float | None,
+    on_update: OnUpdate | None = None,
+) -> Flow[dict[str, Any]]:
+    """Poll a batch until it is completed or canceled; BatchTimeout after `timeout_s`."""
+    batch_id = str(batch["id"])
+    deadline_s = None if timeout_s is None else rt.clock() + timeout_s
+    return (
+        yield from _poll_until(
+            rt,
+            batch,
+            routes.get_batch(batch_id),
+            BATCH_TERMINAL_STATUSES,
+            deadline_s,
+            lambda: BatchTimeout(batch_id, timeout_s or 0.0),
+            on_update,
+        )
+    )
+
+
+def _poll_until(
+    rt: Runtime,
+    obj: dict[str, Any],
+    call: Call,
+    done: frozenset[str],
+    deadline_s: float | None,
+    timeout_error: Callable[[], PlatformError],
+    on_update: OnUpdate | None,
+) -> Flow[dict[str, Any]]:
+    """GET `call` until the object's status is in `done`, pausing longer and longer."""
     polls = 0
-    try:
-        while job.get("status") not in TERMINAL_STATUSES:
-            delay = poll_interval_s(polls)
-            if deadline_s is not None:
-                remaining_s = deadline_s - rt.clock()
-                if remaining_s <= 0:
-                    raise JobTimeout(job_id, timeout_s or 0.0)
-                delay = min(delay, remaining_s)
-            yield Sleep(delay)
-            job = yield from request_job(rt, routes.get_job(job_id))
-            polls += 1
-    except PlatformError as e:
-        e.job_id = e.job_id or job_id  # a poll that failed still names its job
-        raise
-    return job
+    if on_update is not None:
+        on_update(obj)
+    while obj.get("status") not in done:
+        delay = poll_interval_s(polls)
+        if deadline_s is not None:
+            remaining_s = deadline_s - rt.clock()
+            if remaining_s <= 0:
+                raise timeout_error()
+            delay = min(delay, remaining_s)
+        yield Sleep(delay)
+        obj = yield from request_object(rt, call)
+        polls += 1
+        if on_update is not None:
+            on_update(obj)
+    return obj
+
+
+def wait_ready(
+    rt: Runtime,
+    deployment: str,
+    version: int | None,
+    timeout_s: float | None,
+    on_update: Callable[[list[dict[str, Any]]], None] | None = None,
+) -> Flow[dict[str, Any]]:
+    """Poll the deployment's workers until one of `version` (None: the current one) serves.
+
+    Returns that worker; DeploymentNotReady when one of them fails or `timeout_s` passes.
+    `on_update` sees the workers of the version at every poll.
+    """
+    deadline_s = None if timeout_s is None else rt.clock() + timeout_s
+    if version is None:
+        body = yield from request_object(rt, routes.get_deployment(deployment))
+        current = body.get("version")
+        version = current if isinstance(current, int) else None
+    polls = 0
+    # Workers that had failed before the wait began are history, not news.
+    failed_before: set[object] | None = None
+    while True:
+        workers = yield from request_list(rt, routes.list_workers(deployment), None)
+        mine = [w for w in workers if version is None or w.get("deployment_version") == version]
+        if on_update is not None:
+            on_update(mine)
+        ready = [w for w in mine if w.get("state") in SERVING_WORKER_STATES]
+        if ready:
+            return ready[0]
+        failed = [w for w in mine if w.get("state") == "failed"]
+        if failed_before is None:
+            failed_before = {w.get("id") for w in failed}
+        failed = [w for w in failed if w.get("id") not in failed_before]
+        if failed:
+            worker = failed[-1]
+            why = worker.get("reason") or "no reason given"
+            reason = f"worker {worker.get('id')} failed: {why}"
+            raise DeploymentNotReady(deployment, version, reason, timed_out=False)
+        delay = min(1.0, poll_interval_s(polls))
+        if deadline_s is not None:
+            remaining_s = deadline_s - rt.clock()
+            if remaining_s <= 0:
+                states = ", ".join(str(w.get("state")) for w in mine) or "no worker yet"
+                reason = f"not serving after {timeout_s:g}s ({states})"
+                raise DeploymentNotReady(deployment, version, reason, timed_out=True)
+            delay = min(delay, remaining_s)
+        yield Sleep(delay)
+        polls += 1
 
 
 def run(

@@ -10,6 +10,10 @@ from typing import Any
 
 # Job states after which nothing changes any more (docs/api.md).
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "canceled", "expired", "timed_out"})
+# Batch states after which nothing changes any more.
+BATCH_TERMINAL_STATUSES = frozenset({"completed", "canceled"})
+# Worker states in which a worker takes jobs: the deployment's version is ready.
+SERVING_WORKER_STATES = frozenset({"idle", "busy"})
 
 
 class JobView:
@@ -88,8 +92,10 @@ SPEC_FIELDS = (
     "name",
     "model",
     "accelerator",
+    "accelerator_count",
     "min_workers",
     "max_workers",
+    "target_concurrency",
     "scaledown_window_s",
     "max_boot_s",
     "execution_timeout_s",
@@ -151,6 +157,122 @@ class Deployment:
 
     def __repr__(self) -> str:
         return f"Deployment(name={self.name!r}, version={self.version})"
+
+
+class BatchView:
+    """Fields of a `Batch` (docs/api.md); `Batch` and `AsyncBatch` add the I/O methods."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self._raw = raw
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The batch as the platform last sent it."""
+        return self._raw
+
+    @property
+    def id(self) -> str:
+        return str(self._raw.get("id", ""))
+
+    @property
+    def deployment(self) -> str | None:
+        return _opt_str(self._raw.get("deployment"))
+
+    @property
+    def status(self) -> str:
+        """running | completed | canceled"""
+        return str(self._raw.get("status", ""))
+
+    @property
+    def total(self) -> int:
+        """How many jobs (input lines) the batch has."""
+        value = self._raw.get("total")
+        return value if isinstance(value, int) else 0
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Its jobs by status, e.g. {"queued": 3, "running": 1, "succeeded": 6, ...}."""
+        counts = self._raw.get("counts")
+        if not isinstance(counts, dict):
+            return {}
+        return {str(k): v for k, v in counts.items() if isinstance(v, int)}
+
+    @property
+    def finished(self) -> int:
+        """Jobs that reached a final status (succeeded or not)."""
+        return sum(n for status, n in self.counts.items() if status in TERMINAL_STATUSES)
+
+    @property
+    def results_uri(self) -> str | None:
+        """Where the results JSONL is stored, once the batch completed."""
+        return _opt_str(self._raw.get("results_uri"))
+
+    @property
+    def webhook_status(self) -> str | None:
+        """none | pending | delivered | failed"""
+        return _opt_str(self._raw.get("webhook_status"))
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in BATCH_TERMINAL_STATUSES
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(id={self.id!r}, status={self.status!r}, "
+            f"finished={self.finished}/{self.total})"
+        )
+
+
+class ApiKey:
+    """An API key of this tenant. `key`, the secret, is only known right after `keys.create`.
+
+    Example:
+        key = client.keys.create(name="ci", scopes=["run", "read"])
+        print(key.id, key.key)        # store key.key now: the platform keeps only its hash
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self._raw = raw
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The key as the platform sent it (with the secret under "key" after a create)."""
+        return self._raw
+
+    @property
+    def id(self) -> str:
+        return str(self._raw.get("id", ""))
+
+    @property
+    def name(self) -> str:
+        return str(self._raw.get("name") or "")
+
+    @property
+    def prefix(self) -> str | None:
+        """The public part of the key ("pk_ab12cd"), safe to show and log."""
+        return _opt_str(self._raw.get("prefix"))
+
+    @property
+    def scopes(self) -> list[str]:
+        scopes = self._raw.get("scopes")
+        return [str(s) for s in scopes] if isinstance(scopes, list) else []
+
+    @property
+    def key(self) -> str | None:
+        """The full secret key: only in the answer to `keys.create`."""
+        return _opt_str(self._raw.get("key"))
+
+    @property
+    def revoked(self) -> bool:
+        return self._raw.get("revoked_at") is not None
+
+    def __repr__(self) -> str:
+        # NOTE: never the secret.
+        return f"ApiKey(id={self.id!r}, prefix={self.prefix!r}, scopes={self.scopes!r})"
 
 
 def _opt_str(value: object) -> str | None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -23,6 +26,15 @@ def _seg(value: str) -> str:
 
 def _query(**params: str | int | None) -> dict[str, str | int]:
     return {k: v for k, v in params.items() if v is not None}
+
+
+def _time(value: datetime | str | None) -> str | None:
+    """A query-string time: ISO 8601 in UTC ("2024-05-01T12:00:00Z"); a str is sent as is."""
+    if value is None or isinstance(value, str):
+        return value
+    if value.tzinfo is None:
+        raise ValueError(f"{value!r} has no time zone: pass an aware datetime (e.g. UTC)")
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def job_input(value: Mapping[str, Any] | str) -> dict[str, Any]:
@@ -78,7 +90,7 @@ def submit(
 
 
 def get_job(job_id: str) -> Call:
-    return Call("GET", f"/v1/jobs/{_seg(job_id)}")
+    return Call("GET", f"/v1/jobs/{_seg(job_id)}", job_id=job_id)
 
 
 def list_jobs(deployment: str | None, status: str | None) -> Call:
@@ -87,7 +99,7 @@ def list_jobs(deployment: str | None, status: str | None) -> Call:
 
 def cancel_job(job_id: str) -> Call:
     # Canceling twice is harmless: replayable.
-    return Call("POST", f"/v1/jobs/{_seg(job_id)}/cancel")
+    return Call("POST", f"/v1/jobs/{_seg(job_id)}/cancel", job_id=job_id)
 
 
 # --- deployments ----------------------------------------------------------------------------
@@ -131,3 +143,103 @@ def list_workers(deployment: str | None) -> Call:
 
 def webhook_secret() -> Call:
     return Call("GET", "/v1/webhooks/secret")
+
+
+# --- batches --------------------------------------------------------------------------------
+
+# What `batches.create` takes: a list of JobInputs (a str is a prompt), a path to a local
+# JSONL file, or an "s3://bucket/key.jsonl" the platform reads itself.
+BatchSource = Sequence[Mapping[str, Any] | str] | str | os.PathLike[str]
+
+
+def batch_source(source: BatchSource) -> dict[str, Any]:
+    """The BatchCreate member for `source`: `inputs`, `input_jsonl` (a file's text) or `input_uri`.
+
+    NOTE: a local file is sent as text and validated by the platform line by line, so a bad
+    line is reported with its line number before anything is created.
+    """
+    if isinstance(source, str) and source.startswith("s3://"):
+        return {"input_uri": source}
+    if isinstance(source, str | os.PathLike):
+        return {"input_jsonl": Path(source).read_text(encoding="utf-8")}
+    if isinstance(source, Mapping):
+        raise TypeError("a batch takes a list of inputs, not one input: pass [input]")
+    return {"inputs": [job_input(item) for item in source]}
+
+
+def create_batch(
+    deployment: str,
+    source: BatchSource,
+    *,
+    webhook: str | None,
+    max_in_flight: int | None,
+    idempotency_key: str,
+) -> Call:
+    body: dict[str, Any] = {"deployment": deployment, **batch_source(source)}
+    if webhook is not None:
+        body["webhook"] = webhook
+    if max_in_flight is not None:
+        body["max_in_flight"] = max_in_flight
+    return Call("POST", "/v1/batches", json=body, idempotency_key=idempotency_key)
+
+
+def get_batch(batch_id: str) -> Call:
+    return Call("GET", f"/v1/batches/{_seg(batch_id)}")
+
+
+def list_batches(deployment: str | None, status: str | None) -> Call:
+    return Call("GET", "/v1/batches", params=_query(deployment=deployment, status=status))
+
+
+def cancel_batch(batch_id: str) -> Call:
+    return Call("POST", f"/v1/batches/{_seg(batch_id)}/cancel")
+
+
+def batch_results(batch_id: str) -> Call:
+    return Call(
+        "GET", f"/v1/batches/{_seg(batch_id)}/results", stream=True, accept="application/jsonl"
+    )
+
+
+# --- API keys -------------------------------------------------------------------------------
+
+
+def create_key(name: str, scopes: Sequence[str] | None) -> Call:
+    body: dict[str, Any] = {"name": name}
+    if scopes is not None:
+        body["scopes"] = list(scopes)
+    # NOTE: not replayable: a create that reached the server and is re-sent makes a 2nd key.
+    return Call("POST", "/v1/keys", json=body, replayable=False)
+
+
+def list_keys() -> Call:
+    return Call("GET", "/v1/keys")
+
+
+def revoke_key(key_id: str) -> Call:
+    return Call("DELETE", f"/v1/keys/{_seg(key_id)}")
+
+
+# --- usage (per-job usage and cost summaries) -----------------------------------------------
+
+
+def list_usage(
+    deployment: str | None,
+    api_key_id: str | None,
+    start: datetime | str | None,
+    end: datetime | str | None,
+) -> Call:
+    params = _query(
+        deployment=deployment, api_key_id=api_key_id, start=_time(start), end=_time(end)
+    )
+    return Call("GET", "/v1/usage", params=params)
+
+
+def usage_summary(
+    group_by: str,
+    deployment: str | None,
+    start: datetime | str | None,
+    end: datetime | str | None,
+) -> Call:
+    params = _query(group_by=group_by, deployment=deployment, start=_time(start), end=_time(end))
+    return Call("GET", "/v1/usage/summary", params=params)

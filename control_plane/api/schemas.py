@@ -207,9 +207,52 @@ class BillingRecordPublic(BaseModel):
     phase: str
     start: str
     end: str
-    seconds: str  # decimal string, 3 places
+    seconds: str  # decimal string, 3 places: wall time of the segment
+    billed_seconds: str  # what is charged (boot beyond max_boot_s is not)
+    note: str | None  # boot_cap, rolled (closed at the minute), heartbeat (closed at the last one)
     rate_per_s: str  # decimal string
     amount: str  # decimal string, 9 places
+
+
+class UsagePublic(BaseModel):
+    job_id: str
+    deployment: str
+    deployment_version: int
+    api_key_id: str | None
+    status: str
+    created_at: str | None
+    queue_s: float | None
+    boot_wait_s: float
+    execution_s: float | None
+    billed_seconds: str  # decimal string
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    generated_tokens: int | None
+    attempt: int
+    workers: list[str]
+    cost: str  # decimal string: this job's share of busy worker time
+
+
+class UsageList(BaseModel):
+    data: list[UsagePublic]
+    next_cursor: str | None
+
+
+class UsageGroup(BaseModel):
+    group: str | None
+    seconds: str
+    amount: str
+
+
+class UsageSummary(BaseModel):
+    group_by: str
+    data: list[UsageGroup]
+    total_amount: str
+
+
+class BillingCheck(BaseModel):
+    ok: bool
+    issues: list[dict[str, Any]]
 
 
 class BillingRecordList(BaseModel):

@@ -270,8 +270,61 @@ class BillingRecord(Base):
     start: Mapped[datetime] = mapped_column(UTCDateTime)
     end: Mapped[datetime] = mapped_column(UTCDateTime)
     seconds: Mapped[Decimal] = mapped_column(DecimalText)
+    # Seconds charged: `seconds`, less what policy does not bill (boot beyond max_boot_s).
+    billed_seconds: Mapped[Decimal] = mapped_column(
+        DecimalText, default=Decimal(0), server_default="0"
+    )
     rate_per_s: Mapped[Decimal] = mapped_column(DecimalText)
+    # billed_seconds × rate_per_s.
     amount: Mapped[Decimal] = mapped_column(DecimalText)
+    # Why billed_seconds differs from seconds (boot_cap), or how it was closed (heartbeat).
+    note: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    # Busy segments: set once its amount has been split among the attempts it served.
+    allocated: Mapped[bool] = mapped_column(default=False, server_default=false())
+
+
+class JobAttempt(Base):
+    """One execution attempt of a job on one worker (claims create them)."""
+
+    __tablename__ = "job_attempts"
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt", name="uq_job_attempts"),
+        Index("ix_job_attempts_worker", "worker_id", "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    worker_id: Mapped[str] = mapped_column(String(40))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # succeeded | failed | canceled | timed_out | worker_lost (platform's fault: not billed)
+    outcome: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    # The job waited on a worker booting for it (it was `starting` when claimed).
+    boot_wait: Mapped[bool] = mapped_column(default=False, server_default=false())
+    prompt_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cached_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    generated_tokens: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+
+class CostAllocation(Base):
+    """The share of one busy billing record charged to one job attempt."""
+
+    __tablename__ = "cost_allocations"
+    __table_args__ = (
+        UniqueConstraint("billing_record_id", "job_id", "attempt", name="uq_cost_allocation"),
+        Index("ix_cost_allocations_job", "job_id"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    billing_record_id: Mapped[int] = mapped_column(ForeignKey("billing_records.id"))
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    seconds: Mapped[Decimal] = mapped_column(DecimalText)
+    amount: Mapped[Decimal] = mapped_column(DecimalText)
+    # False for attempts that failed through the platform's fault: absorbed, not charged.
+    billable: Mapped[bool] = mapped_column(default=True)
 
 
 class WebhookDelivery(Base):

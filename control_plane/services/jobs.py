@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from control_plane.db.models import Deployment, Job
+from control_plane.db.models import Deployment, Job, JobAttempt, Worker
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, NotFound
@@ -123,13 +123,18 @@ def list_(
 def cancel(session: Session, tenant_id: str, job_id: str, now: datetime) -> tuple[Job, bool]:
     """Cancel unless already terminal; returns (job, changed)."""
     job = get(session, tenant_id, job_id)
+    was_running = job.status == JobStatus.RUNNING
     res = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.status.in_([s.value for s in ACTIVE]))
         .values(status=JobStatus.CANCELED, completed_at=now, status_reason="canceled_by_user")
     )
+    changed = res.rowcount > 0  # type: ignore[attr-defined]
     session.refresh(job)
-    return job, res.rowcount > 0  # type: ignore[attr-defined]
+    if changed and was_running:
+        # The user's cancel: the time it ran is billed (its worker held it until now).
+        end_attempt(session, job.id, job.attempt, "canceled", now)
+    return job, changed
 
 
 def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job | None:
@@ -144,6 +149,7 @@ def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job |
             .values(status=JobStatus.EXPIRED, completed_at=now, status_reason="ttl_passed")
         )
         return None
+    waited_on_boot = job.status == JobStatus.STARTING
     res = session.execute(
         update(Job)
         .where(Job.id == job_id, Job.status.in_([s.value for s in PENDING]))
@@ -158,6 +164,15 @@ def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job |
     if res.rowcount == 0:  # type: ignore[attr-defined]
         return None
     session.refresh(job)
+    session.add(
+        JobAttempt(
+            job_id=job.id,
+            attempt=job.attempt,
+            worker_id=worker_id,
+            started_at=now,
+            boot_wait=waited_on_boot,
+        )
+    )
     return job
 
 
@@ -193,7 +208,42 @@ def complete(
     job = session.get(Job, job_id)
     assert job is not None
     session.refresh(job)
+    cached = (output or {}).get("cached_tokens")
+    end_attempt(
+        session,
+        job_id,
+        attempt,
+        status.value,
+        now,
+        prompt_tokens=prompt_tokens,
+        generated_tokens=generated_tokens,
+        cached_tokens=cached if isinstance(cached, int) else None,
+    )
     return job
+
+
+def end_attempt(
+    session: Session,
+    job_id: str,
+    attempt: int,
+    outcome: str,
+    at: datetime,
+    *,
+    prompt_tokens: int | None = None,
+    generated_tokens: int | None = None,
+    cached_tokens: int | None = None,
+) -> None:
+    """Close an attempt (first close wins: a later report cannot rewrite it)."""
+    row = session.scalars(
+        select(JobAttempt).where(JobAttempt.job_id == job_id, JobAttempt.attempt == attempt)
+    ).first()
+    if row is None or row.ended_at is not None:
+        return
+    row.ended_at = max(at, row.started_at)
+    row.outcome = outcome
+    row.prompt_tokens = prompt_tokens
+    row.generated_tokens = generated_tokens
+    row.cached_tokens = cached_tokens
 
 
 def mark_starting(session: Session, deployment_id: str, reason: str) -> list[str]:
@@ -313,6 +363,8 @@ def requeue_orphans(session: Session, dead_worker_ids: list[str], now: datetime)
     )
     requeued = []
     for job in rows:
+        # The platform lost this attempt: it ends where its worker's life ended, unbilled.
+        end_attempt(session, job.id, job.attempt, "worker_lost", _worker_end(session, job, now))
         if job.attempt >= MAX_ATTEMPTS:
             job.status = JobStatus.FAILED
             job.error = {
@@ -366,6 +418,7 @@ def time_out_overrun(
                 "message": f"the job ran longer than its execution limit of {float(limit):g} s",
             }
             job.completed_at = now
+            end_attempt(session, job.id, job.attempt, "timed_out", now)
             out.append(job)
     return out
 
@@ -419,3 +472,8 @@ def active_count(session: Session, tenant_id: str) -> int:
         )
     )
     return int(n or 0)
+
+
+def _worker_end(session: Session, job: Job, now: datetime) -> datetime:
+    w = session.get(Worker, job.worker_id) if job.worker_id else None
+    return (w.stopped_at if w is not None and w.stopped_at else None) or now

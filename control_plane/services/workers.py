@@ -6,13 +6,13 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import BillingRecord, Deployment, Worker
-from control_plane.domain.billing_math import PHASE_OF_STATE, segment_cost
+from control_plane.domain.billing_math import PHASE_OF_STATE
 from control_plane.domain.ids import new_id
 from control_plane.errors import NotFound
+from control_plane.services import billing
 from control_plane.settings import Settings
 from worker.protocol import WorkerState
 
@@ -54,6 +54,7 @@ def transition(
     at: datetime,
     now: datetime,
     reason: str | None = None,
+    note: str | None = None,
 ) -> Worker:
     """Move a worker to `state` at time `at`, closing the previous phase as a billing record.
 
@@ -68,7 +69,7 @@ def transition(
     at = min(max(at, w.state_since), now)
     phase = PHASE_OF_STATE.get(w.state)
     if phase is not None and at > w.state_since:
-        _write_segment(session, settings, w, phase, w.state_since, at)
+        billing.close_segment(session, settings, w, phase, w.state_since, at, note=note)
     w.state = state
     w.state_since = at
     if reason:
@@ -76,35 +77,6 @@ def transition(
     if state in ENDED_STATES:
         w.stopped_at = at
     return w
-
-
-def _write_segment(
-    session: Session, settings: Settings, w: Worker, phase: str, start: datetime, end: datetime
-) -> None:
-    dep = session.get(Deployment, w.deployment_id)
-    assert dep is not None
-    rate = settings.rate_per_s(w.accelerator)
-    cost = segment_cost(start, end, rate)
-    record = BillingRecord(
-        tenant_id=w.tenant_id,
-        worker_id=w.id,
-        deployment_id=w.deployment_id,
-        deployment_name=dep.name,
-        deployment_version=w.deployment_version,
-        accelerator=w.accelerator,
-        phase=phase,
-        start=start,
-        end=end,
-        seconds=cost.seconds,
-        rate_per_s=rate,
-        amount=cost.amount,
-    )
-    try:
-        with session.begin_nested():
-            session.add(record)
-    except IntegrityError:
-        # The same segment was already written (a replayed report): exactly once by constraint.
-        pass
 
 
 def live(session: Session, deployment_id: str | None = None) -> list[Worker]:

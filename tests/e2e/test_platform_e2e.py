@@ -11,6 +11,7 @@ import signal
 import subprocess
 import threading
 import time
+from datetime import datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -25,6 +26,28 @@ from sdk import Client, webhooks
 from tests.e2e.conftest import BIN, alive, cli, descendants, processes_mentioning
 
 pytestmark = pytest.mark.e2e
+
+
+def _t(iso: str) -> datetime:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00"))
+
+
+def wait_for_usage(
+    platform: dict[str, Any], deployment: str, expect_jobs: int
+) -> list[dict[str, Any]]:
+    """Usage rows once every job's busy time has been allocated (the loop does it)."""
+    headers = {"Authorization": f"Bearer {platform['api_key']}"}
+    deadline = time.monotonic() + 20
+    while True:
+        rows: list[dict[str, Any]] = httpx.get(
+            platform["url"] + "/v1/usage", params={"deployment": deployment}, headers=headers
+        ).json()["data"]
+        done = [
+            r for r in rows if r["status"] in ("succeeded", "failed") and Decimal(r["cost"]) > 0
+        ]
+        if len(done) >= expect_jobs or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
 
 
 class Receiver:
@@ -105,9 +128,25 @@ def test_deploy_run_stream_webhook_billing_scale_to_zero(
     for a, b in itertools.pairwise(records):
         assert a["end"] == b["start"]
     for r in records:
-        assert Decimal(r["amount"]) == (Decimal(r["seconds"]) * Decimal(r["rate_per_s"])).quantize(
-            Decimal("0.000000001")
-        )
+        assert Decimal(r["amount"]) == (
+            Decimal(r["billed_seconds"]) * Decimal(r["rate_per_s"])
+        ).quantize(Decimal("0.000000001"))
+    # Every wall-clock second of the worker is accounted for.
+    worker = workers[0]
+    life = (_t(worker["stopped_at"]) - _t(worker["started_at"])).total_seconds()
+    covered = sum(float(r["seconds"]) for r in records)
+    assert abs(covered - life) <= 0.01 * len(records) + 0.01
+    # Job costs + the rest (boot, load, warm, idle, drain) = the worker's cost, exactly.
+    usage = wait_for_usage(platform, "e2e", expect_jobs=3)
+    other = sum(Decimal(r["amount"]) for r in records if r["phase"] != "busy")
+    total = sum(Decimal(r["amount"]) for r in records)
+    assert sum(Decimal(u["cost"]) for u in usage) + other == total
+    assert all(Decimal(u["cost"]) > 0 for u in usage)
+    check = httpx.get(
+        platform["url"] + "/v1/billing/check",
+        headers={"Authorization": f"Bearer {platform['api_key']}"},
+    ).json()
+    assert check["ok"], check
 
 
 def test_foreground_up_stops_every_child_on_sigterm(
@@ -194,5 +233,17 @@ def test_job_of_a_killed_worker_is_retried_once_and_billed_for_its_worker(
     assert final.status == "succeeded" and final.attempt == 2
     expected = client.run("kill", input={"prompt": "The weather", "max_tokens": 400})
     assert final.output is not None and final.output["text"] == expected
-    states = sorted(w["state"] for w in client.workers.list("kill"))
+    workers = client.workers.list("kill")
+    states = sorted(w["state"] for w in workers)
     assert states[0] in ("idle", "busy") and "failed" in states
+    # Billing: the killed worker's open segment was closed; the lost attempt is not billed;
+    # the retried job is billed once, for its second attempt only.
+    dead = next(w for w in workers if w["state"] == "failed")
+    dead_recs = client.billing.records(worker_id=dead["id"])
+    assert dead_recs and dead_recs[-1]["end"] <= dead["stopped_at"]
+    usage = next(
+        u for u in wait_for_usage(platform, "kill", expect_jobs=3) if u["job_id"] == job.id
+    )
+    assert usage["attempt"] == 2 and dead["id"] in usage["workers"]
+    live_id = next(w["id"] for w in workers if w["state"] != "failed")
+    assert Decimal(usage["cost"]) > 0 and live_id in usage["workers"]

@@ -8,11 +8,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.loops import AutoscalerLoop
+from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.services import auth
+from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER_TOKEN
 
@@ -50,3 +54,46 @@ def keys(settings: Settings) -> dict[str, str]:
 def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
     with TestClient(create_app(settings)) as c:
         yield c
+
+
+class RecordingProvider:
+    def __init__(self) -> None:
+        self.started: list[WorkerSpec] = []
+        self.stopped: list[str] = []
+        self.killed: list[str] = []
+
+    def start(self, spec: WorkerSpec) -> int | None:
+        self.started.append(spec)
+        return None
+
+    def stop(self, worker_id: str) -> None:
+        self.stopped.append(worker_id)
+
+    def kill(self, worker_id: str) -> None:
+        self.killed.append(worker_id)
+
+    def reap(self) -> list[Exited]:
+        return []
+
+    def shutdown(self, timeout_s: float) -> list[Exited]:
+        return []
+
+
+@pytest.fixture
+def loop(settings: Settings, redis_client: Any) -> AutoscalerLoop:
+    """The autoscaler loop on the real Redis and SQL, driven by `tick(now)` from the test;
+    its provider records starts and stops instead of spawning processes."""
+    sessions = make_sessionmaker(make_engine(settings.database_url))
+    return AutoscalerLoop(
+        settings,
+        sessions,
+        redis.Redis.from_url(settings.redis_url),
+        make_celery(settings),
+        RecordingProvider(),
+    )
+
+
+def provider(loop: AutoscalerLoop) -> RecordingProvider:
+    p = loop.provider
+    assert isinstance(p, RecordingProvider)
+    return p

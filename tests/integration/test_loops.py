@@ -7,59 +7,14 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-import redis
 from fastapi.testclient import TestClient
 
 from control_plane.db.models import Job, Worker
-from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.loops import AutoscalerLoop
-from control_plane.providers.base import Exited, WorkerSpec
-from control_plane.services.dispatch import make_celery, queue_depth
-from control_plane.settings import Settings
+from control_plane.services.dispatch import queue_depth
 from tests.integration.api_helpers import WORKER, deploy, h
+from tests.integration.conftest import provider
 from worker.protocol import deployment_queue, worker_heartbeat_key
-
-
-class RecordingProvider:
-    def __init__(self) -> None:
-        self.started: list[WorkerSpec] = []
-        self.stopped: list[str] = []
-        self.killed: list[str] = []
-
-    def start(self, spec: WorkerSpec) -> int | None:
-        self.started.append(spec)
-        return None
-
-    def stop(self, worker_id: str) -> None:
-        self.stopped.append(worker_id)
-
-    def kill(self, worker_id: str) -> None:
-        self.killed.append(worker_id)
-
-    def reap(self) -> list[Exited]:
-        return []
-
-    def shutdown(self, timeout_s: float) -> list[Exited]:
-        return []
-
-
-@pytest.fixture
-def loop(settings: Settings, redis_client: Any) -> AutoscalerLoop:
-    sessions = make_sessionmaker(make_engine(settings.database_url))
-    return AutoscalerLoop(
-        settings,
-        sessions,
-        redis.Redis.from_url(settings.redis_url),
-        make_celery(settings),
-        RecordingProvider(),
-    )
-
-
-def provider(loop: AutoscalerLoop) -> RecordingProvider:
-    p = loop.provider
-    assert isinstance(p, RecordingProvider)
-    return p
 
 
 def now() -> datetime:

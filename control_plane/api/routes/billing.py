@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import csv
+import io
+import json
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 
 from control_plane.api.context import Db, Principal
-from control_plane.api.schemas import BillingRecordList, WebhookSecret, WorkerList
+from control_plane.api.schemas import (
+    BillingCheck,
+    BillingRecordList,
+    UsageList,
+    UsageSummary,
+    WebhookSecret,
+    WorkerList,
+)
 from control_plane.db.models import BillingRecord, Deployment, Tenant
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, SECONDS_QUANTUM
-from control_plane.services import workers
+from control_plane.services import billing, workers
 
 router = APIRouter(tags=["billing"])
 
@@ -29,23 +41,64 @@ def _record_public(r: BillingRecord) -> dict[str, Any]:
         # Fixed-point strings at fixed precision ("0.000000200", never "2.00E-7" nor a
         # backend-dependent scale): money is never a float.
         "seconds": f"{r.seconds.quantize(SECONDS_QUANTUM):f}",
+        "billed_seconds": f"{r.billed_seconds.quantize(SECONDS_QUANTUM):f}",
+        "note": r.note,
         "rate_per_s": f"{r.rate_per_s.quantize(AMOUNT_QUANTUM):f}",
         "amount": f"{r.amount.quantize(AMOUNT_QUANTUM):f}",
     }
 
 
-@router.get("/v1/billing/records", response_model=BillingRecordList)
+Format = Literal["json", "csv", "jsonl"]
+
+
+def export(rows: list[dict[str, Any]], fmt: Format, name: str) -> Response:
+    """CSV or JSONL download of `rows` (money as decimal strings in both)."""
+    if fmt == "jsonl":
+        body = "".join(json.dumps(r) + "\n" for r in rows)
+        return Response(
+            body,
+            media_type="application/jsonl",
+            headers={"Content-Disposition": f'attachment; filename="{name}.jsonl"'},
+        )
+    out = io.StringIO()
+    if rows:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        for r in rows:
+            writer.writerow(
+                {k: (json.dumps(v) if isinstance(v, list | dict) else v) for k, v in r.items()}
+            )
+    return Response(
+        out.getvalue(),
+        media_type="text/csv",
+        headers={"Content-Disposition": f'attachment; filename="{name}.csv"'},
+    )
+
+
+@router.get(
+    "/v1/billing/records",
+    response_model=BillingRecordList,
+    responses={200: {"content": {"text/csv": {}, "application/jsonl": {}}}},
+)
 def billing_records(
     session: Db,
     who: Principal,
     deployment: str | None = None,
     worker_id: str | None = None,
     phase: str | None = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     cursor: Annotated[int | None, Query(ge=0, le=2**62)] = None,
+    format: Format = "json",
 ) -> Any:
+    """Every closed segment of every worker: phase, seconds, billed seconds, rate, amount."""
     who.require("read")
     q = select(BillingRecord).where(BillingRecord.tenant_id == who.tenant_id)
+    if since:
+        q = q.where(BillingRecord.start >= _utc(since))
+    if until:
+        q = q.where(BillingRecord.start < _utc(until))
     if deployment:
         q = q.where(BillingRecord.deployment_name == deployment)
     if worker_id:
@@ -56,7 +109,87 @@ def billing_records(
         q = q.where(BillingRecord.id > cursor)
     rows = list(session.scalars(q.order_by(BillingRecord.id).limit(limit + 1)))
     next_cursor = str(rows[limit - 1].id) if len(rows) > limit else None
-    return {"data": [_record_public(r) for r in rows[:limit]], "next_cursor": next_cursor}
+    data = [_record_public(r) for r in rows[:limit]]
+    if format != "json":
+        return export(data, format, "billing-records")
+    return {"data": data, "next_cursor": next_cursor}
+
+
+def _utc(dt: datetime) -> datetime:
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+@router.get(
+    "/v1/usage",
+    response_model=UsageList,
+    responses={200: {"content": {"text/csv": {}, "application/jsonl": {}}}},
+)
+def usage(
+    session: Db,
+    who: Principal,
+    deployment: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    format: Format = "json",
+) -> Any:
+    """Per job: queue, boot wait, execution, billed seconds, tokens, cost share."""
+    who.require("read")
+    rows, next_cursor = billing.usage(
+        session,
+        who.tenant_id,
+        deployment=deployment,
+        since=since and _utc(since),
+        until=until and _utc(until),
+        limit=limit,
+        cursor=cursor,
+    )
+    if format != "json":
+        return export(rows, format, "usage")
+    return {"data": rows, "next_cursor": next_cursor}
+
+
+@router.get("/v1/usage/summary", response_model=UsageSummary)
+def usage_summary(
+    session: Db,
+    who: Principal,
+    group_by: Literal["deployment", "day", "hour", "api_key", "phase"] = "deployment",
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Any:
+    who.require("read")
+    groups = billing.summary(
+        session, who.tenant_id, group_by, since and _utc(since), until and _utc(until)
+    )
+    total = sum((Decimal(g["amount"]) for g in groups), Decimal(0))
+    return {"group_by": group_by, "data": groups, "total_amount": f"{total:f}"}
+
+
+@router.get("/v1/billing/check", response_model=BillingCheck)
+def billing_check(session: Db, who: Principal) -> Any:
+    """Drift between billing records, workers and jobs (empty `issues`: the books balance)."""
+    who.require("admin")
+    issues = billing.check(session, who.tenant_id, datetime.now(UTC))
+    return {"ok": not issues, "issues": issues}
+
+
+@router.get("/metrics", include_in_schema=False)
+def metrics(session: Db) -> Response:
+    """Prometheus text format: billing drift across all tenants, workers by state."""
+    issues = billing.check(session, None, datetime.now(UTC))
+    by_state: dict[str, int] = {}
+    for w in workers.live(session):
+        by_state[w.state] = by_state.get(w.state, 0) + 1
+    lines = [
+        "# HELP platform_billing_drift_issues Billing inconsistencies found by the check.",
+        "# TYPE platform_billing_drift_issues gauge",
+        f"platform_billing_drift_issues {len(issues)}",
+        "# HELP platform_workers Live workers by state.",
+        "# TYPE platform_workers gauge",
+        *(f'platform_workers{{state="{s}"}} {n}' for s, n in sorted(by_state.items())),
+    ]
+    return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 
 
 @router.get("/v1/workers", response_model=WorkerList)

@@ -1,0 +1,223 @@
+"""Billing end to end through the API and the loop, on real Redis and SQL (SQLite and
+PostgreSQL): phase records, exact job cost shares, policy, exports, summaries, drift check."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from control_plane.db.models import Worker
+from control_plane.loops import AutoscalerLoop
+from control_plane.settings import Settings
+from tests.integration.api_helpers import WORKER, deploy, h
+from tests.integration.conftest import provider
+from worker.protocol import worker_heartbeat_key
+
+
+def report(client: TestClient, wid: str, state: str, at: float | None = None) -> None:
+    body = {"state": state, "at": time.time() if at is None else at}
+    assert (
+        client.post(f"/internal/workers/{wid}/state", json=body, headers=WORKER).status_code == 200
+    )
+
+
+def start_worker(client: TestClient, key: str, loop: AutoscalerLoop, **spec: Any) -> str:
+    """Deploy, queue a job so the loop starts a worker, and bring it to idle; returns its id."""
+    deploy(client, key, **spec)
+    submit(client, key)
+    loop.tick(datetime.now(UTC))
+    wid = provider(loop).started[-1].worker_id
+    for state in ("loading", "warming", "idle"):
+        report(client, wid, state)
+    return wid  # the queued job stays for the caller to claim
+
+
+def submit(client: TestClient, key: str, prompt: str = "x") -> str:
+    r = client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": prompt}}, headers=h(key))
+    assert r.status_code == 202
+    job_id: str = r.json()["id"]
+    return job_id
+
+
+def claim(client: TestClient, jid: str, wid: str) -> int:
+    r = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": wid}, headers=WORKER)
+    assert r.status_code == 200, r.text
+    attempt: int = r.json()["attempt"]
+    return attempt
+
+
+def complete(client: TestClient, jid: str, wid: str, attempt: int, prompt: int, gen: int) -> None:
+    body = {
+        "worker_id": wid,
+        "attempt": attempt,
+        "status": "succeeded",
+        "output": {"text": "t", "finish_reason": "length"},
+        "prompt_tokens": prompt,
+        "generated_tokens": gen,
+    }
+    assert (
+        client.post(f"/internal/jobs/{jid}/complete", json=body, headers=WORKER).status_code == 200
+    )
+
+
+def records(client: TestClient, key: str, **filters: str) -> list[dict[str, Any]]:
+    data: list[dict[str, Any]] = client.get(
+        "/v1/billing/records", params={"limit": 1000, **filters}, headers=h(key)
+    ).json()["data"]
+    return data
+
+
+def test_overlapping_jobs_split_busy_cost_by_tokens_exactly(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+) -> None:
+    key = keys["a"]
+    wid = start_worker(client, key, loop, target_concurrency=2)
+    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": time.time()}), ex=10)
+    first = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
+    second = submit(client, key)
+    report(client, wid, "busy")
+    a1, a2 = claim(client, first, wid), claim(client, second, wid)
+    time.sleep(0.3)
+    complete(client, first, wid, a1, prompt=10, gen=20)
+    complete(client, second, wid, a2, prompt=5, gen=5)
+    report(client, wid, "idle")
+    for state in ("draining", "stopped"):
+        report(client, wid, state)
+    loop.tick(datetime.now(UTC))
+    loop.tick(datetime.now(UTC))  # replay: allocation is idempotent
+
+    recs = records(client, key, worker_id=wid)
+    assert [r["phase"] for r in recs] == ["boot", "load", "warm", "idle", "busy", "idle", "drain"]
+    for a, b in itertools.pairwise(recs):
+        assert a["end"] == b["start"], "segments tile the worker's life"
+    busy = Decimal(recs[4]["amount"])
+    usage = {u["job_id"]: u for u in client.get("/v1/usage", headers=h(key)).json()["data"]}
+    costs = {j: Decimal(usage[j]["cost"]) for j in (first, second)}
+    assert sum(costs.values()) == busy, "job shares add up to the busy amount exactly"
+    assert costs[first] > costs[second] * 2, "30 tokens vs 10 tokens over the same time"
+    idle = sum(Decimal(r["amount"]) for r in recs if r["phase"] != "busy")
+    assert sum(costs.values()) + idle == sum(Decimal(r["amount"]) for r in recs)
+    assert usage[first]["prompt_tokens"] == 10 and usage[first]["workers"] == [wid]
+    assert usage[first]["boot_wait_s"] > 0, "it waited on the worker booting for it"
+    assert client.get("/v1/billing/check", headers=h(key)).json() == {"ok": True, "issues": []}
+
+
+def test_boot_beyond_max_boot_s_is_not_billed(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
+) -> None:
+    deploy(client, keys["a"], max_boot_s=1)
+    submit(client, keys["a"])
+    loop.tick(datetime.now(UTC))
+    wid = provider(loop).started[-1].worker_id
+    with loop.sessions() as s:
+        w = s.get(Worker, wid)
+        assert w is not None
+        w.started_at = w.state_since = datetime.now(UTC) - timedelta(seconds=10)
+        t0 = w.state_since.timestamp()
+        s.commit()
+    report(client, wid, "loading", t0 + 0.75)
+    report(client, wid, "warming", t0 + 2.0)
+    recs = records(client, keys["a"], worker_id=wid)
+    assert [(r["phase"], r["seconds"], r["billed_seconds"], r["note"]) for r in recs] == [
+        ("boot", "0.750", "0.750", None),
+        ("load", "1.250", "0.250", "boot_cap"),
+    ]
+    rate = Decimal(recs[1]["rate_per_s"])
+    assert Decimal(recs[1]["amount"]) == (Decimal("0.250") * rate).quantize(Decimal("1e-9"))
+
+
+def test_lost_worker_attempt_is_not_billed_and_retry_is_billed_once(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+) -> None:
+    key = keys["a"]
+    wid = start_worker(client, key, loop)
+    jid = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
+    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": time.time()}), ex=10)
+    report(client, wid, "busy")
+    claim(client, jid, wid)
+    time.sleep(0.2)
+    loop.tick(datetime.now(UTC))  # records the heartbeat
+    redis_client.delete(worker_heartbeat_key(wid))  # SIGKILL: no more heartbeats
+    loop.tick(datetime.now(UTC) + timedelta(seconds=60))
+    recs = records(client, key, worker_id=wid)
+    assert recs[-1]["phase"] == "busy" and recs[-1]["note"] == "heartbeat"
+    # The dead worker's busy time ended at its last heartbeat, not when it was noticed.
+    assert Decimal(recs[-1]["seconds"]) < 5
+
+    w2 = "wrk_second"
+    with loop.sessions() as s:
+        dead = s.get(Worker, wid)
+        assert dead is not None and dead.state == "failed"
+        s.add(
+            Worker(
+                id=w2,
+                deployment_id=dead.deployment_id,
+                deployment_version=1,
+                tenant_id=dead.tenant_id,
+                accelerator="cpu",
+                state="idle",
+                state_since=datetime.now(UTC),
+                started_at=datetime.now(UTC),
+            )
+        )
+        s.commit()
+    report(client, w2, "busy")
+    attempt = claim(client, jid, w2)
+    assert attempt == 2
+    complete(client, jid, w2, attempt, prompt=3, gen=3)
+    report(client, w2, "idle")
+    loop.tick(datetime.now(UTC) + timedelta(seconds=61))
+    usage = next(
+        u for u in client.get("/v1/usage", headers=h(key)).json()["data"] if u["job_id"] == jid
+    )
+    busy2 = [r for r in records(client, key, worker_id=w2) if r["phase"] == "busy"]
+    assert Decimal(usage["cost"]) == sum(Decimal(r["amount"]) for r in busy2), "billed once"
+    assert usage["workers"] == sorted([wid, w2]) and usage["attempt"] == 2
+
+
+def test_long_phases_are_closed_every_minute(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+) -> None:
+    wid = start_worker(client, keys["a"], loop)
+    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": time.time() + 90}), ex=10)
+    loop.tick(datetime.now(UTC) + timedelta(seconds=90))
+    idle = [r for r in records(client, keys["a"], worker_id=wid) if r["phase"] == "idle"]
+    assert idle and idle[-1]["note"] == "rolled" and Decimal(idle[-1]["seconds"]) > 60
+
+
+def test_exports_and_summaries(
+    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, settings: Settings
+) -> None:
+    key = keys["a"]
+    wid = start_worker(client, key, loop)
+    jid = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
+    report(client, wid, "busy")
+    complete(client, jid, wid, claim(client, jid, wid), prompt=1, gen=1)
+    report(client, wid, "idle")
+    loop.tick(datetime.now(UTC))
+
+    csv_text = client.get("/v1/billing/records?format=csv", headers=h(key)).text
+    rows = list(csv.DictReader(io.StringIO(csv_text)))
+    assert [r["phase"] for r in rows] == [r["phase"] for r in records(client, key)]
+    jsonl = client.get("/v1/usage?format=jsonl", headers=h(key)).text.splitlines()
+    assert json.loads(jsonl[0])["job_id"] == jid
+
+    total = sum(Decimal(r["amount"]) for r in records(client, key))
+    for group_by in ("deployment", "day", "hour", "phase", "api_key"):
+        s = client.get(f"/v1/usage/summary?group_by={group_by}", headers=h(key)).json()
+        assert Decimal(s["total_amount"]) == total, group_by
+    by_phase = client.get("/v1/usage/summary?group_by=phase", headers=h(key)).json()["data"]
+    assert {g["group"] for g in by_phase} >= {"boot", "load", "warm", "idle", "busy"}
+    bad = client.get("/v1/usage/summary?group_by=color", headers=h(key))
+    assert bad.status_code == 422
+    assert client.get("/v1/usage", headers=h(keys["b"])).json()["data"] == []
+    metrics = client.get("/metrics").text
+    assert "platform_billing_drift_issues 0" in metrics
