@@ -27,7 +27,7 @@ from control_plane.domain.crash_loop import BootHistory, may_start
 from control_plane.domain.states import PENDING
 from control_plane.providers.base import Provider, WorkerSpec
 from control_plane.providers.local import LocalProvider, worker_env
-from control_plane.services import billing, deployments, events, jobs, workers
+from control_plane.services import batches, billing, deployments, events, jobs, workers
 from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_webhook
@@ -86,6 +86,8 @@ class AutoscalerLoop:
                 self._scale(session, dep, load.get(dep.id, (0, 0, None)), now)
             self._stop_deleted(session)
             session.commit()
+            # Bounded fan-out of batches (it commits itself).
+            batches.pump(session, self.celery, self.redis, now, settings=self.settings)
             self._billing(session, now)
             if time.monotonic() - self.last_redispatch > REDISPATCH_EVERY_S:
                 self.last_redispatch = time.monotonic()
@@ -291,7 +293,9 @@ class AutoscalerLoop:
         """Re-send wake-ups only where jobs wait but their queue is empty (a lost message)."""
         rows = session.execute(
             select(Job.id, Job.deployment_id, Job.kind).where(
-                Job.status.in_([s.value for s in PENDING])
+                Job.status.in_([s.value for s in PENDING]),
+                # Batch jobs without a slot must stay asleep: pump dispatches them.
+                Job.dispatched_at.is_not(None),
             )
         ).all()
         empty: dict[str, bool] = {}

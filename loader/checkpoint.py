@@ -137,9 +137,7 @@ def _read_head_once(source: Source, options: LoadOptions) -> _Head:
     return _Head(source, info, header, bytes(raw), prefetched, stream, False)
 
 
-def _placement_tensor(
-    arena: torch.Tensor, p: Placement, dtype: torch.dtype | None
-) -> torch.Tensor:
+def _placement_tensor(arena: torch.Tensor, p: Placement, dtype: torch.dtype | None) -> torch.Tensor:
     import torch
 
     tdtype = getattr(torch, DTYPES[p.dtype][0])
@@ -259,7 +257,7 @@ def load(
         fetcher = Fetcher(
             [h.source for h in heads],
             [h.info for h in heads],
-            {i: memoryview(h.prefetched) for i, h in enumerate(heads)},
+            {i: (h.header.data_offset, memoryview(h.prefetched)) for i, h in enumerate(heads)},
             HostSink(arena, lambda p: None),  # replaced below; needs the fetcher's callback
             options,
             writers,
@@ -271,12 +269,9 @@ def load(
             num_slots = max(2, options.ring_bytes // slot_bytes)
             pin = dev.type == "cuda"
             slots = [
-                torch.empty(slot_bytes, dtype=torch.uint8, pin_memory=pin)
-                for _ in range(num_slots)
+                torch.empty(slot_bytes, dtype=torch.uint8, pin_memory=pin) for _ in range(num_slots)
             ]
-            sink = staged_sink = StagedSink(
-                arena, slots, copier or CudaCopier(dev), fetcher.landed
-            )
+            sink = staged_sink = StagedSink(arena, slots, copier or CudaCopier(dev), fetcher.landed)
         else:
             sink = HostSink(arena, fetcher.landed)
         fetcher.sink = sink

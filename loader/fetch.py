@@ -73,9 +73,9 @@ class TimeoutPolicy:
         if len(samples) < 3:
             base = self._o.timeout_s
         else:
-            relative = self._o.slowdown_factor * statistics.median(samples) * nbytes
+            relative = self._o.slowdown_factor * float(statistics.median(samples)) * nbytes
             base = min(self._o.timeout_s, max(self._o.min_part_timeout_s, relative))
-        return base * (2**attempt)  # a part that timed out gets more time on each retry
+        return float(base * 2.0**attempt)  # a part that timed out gets more time per retry
 
 
 @dataclass
@@ -96,14 +96,14 @@ class Fetcher:
         self,
         sources: list[Source],
         pins: list[ObjectInfo],
-        prefetched: dict[int, memoryview],
+        prefetched: dict[int, tuple[int, memoryview]],
         sink: Sink,
         options: LoadOptions,
         caches: dict[int, CacheWriter],
     ) -> None:
         self.sources = sources
         self.pins = pins
-        self.prefetched = prefetched  # shard → bytes [data_offset, prefetched_end)
+        self.prefetched = prefetched  # shard → (data_offset, bytes [data_offset, prefetched_end))
         self.sink = sink
         self.options = options
         self.caches = caches
@@ -153,7 +153,7 @@ class Fetcher:
                 return
             try:
                 self._run_task(task, scratch)
-            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            except BaseException as exc:
                 self.cancelled.set()
                 self._done.put(exc)
                 return
@@ -199,7 +199,8 @@ class Fetcher:
             timeout_s = self.timeouts.timeout_for(part.size_bytes - got, attempt)
             try:
                 if part.prefetched:
-                    body = MemoryBody(self.prefetched[part.shard], part.start)
+                    base, data = self.prefetched[part.shard]
+                    body = MemoryBody(data, base)
                     body.skip_to(part.start + got, scratch)
                 elif body is None or body.pos > part.start + got:
                     # stream: one response for the rest of the object (Range is ignored)

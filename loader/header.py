@@ -65,7 +65,7 @@ class Header:
     metadata: dict[str, str]  # the free-form `__metadata__` map
 
 
-def header_length(uri: str, prefix: bytes | memoryview, object_size: int) -> int:
+def header_length(uri: str, prefix: bytes | bytearray | memoryview, object_size: int) -> int:
     """N from the first 8 bytes, checked against the object size."""
     if object_size < HEADER_PREFIX_BYTES or len(prefix) < HEADER_PREFIX_BYTES:
         raise CorruptCheckpoint(

@@ -84,7 +84,7 @@ class HfSource:
         target = location.path + (f"?{location.query}" if location.query else "")
         headers: dict[str, str] = {}
         if origin == hf_endpoint():
-            from huggingface_hub.utils import build_hf_headers
+            from huggingface_hub.utils import build_hf_headers  # type: ignore[attr-defined]
 
             # Auth goes to the Hub itself only, never to the (pre-signed) storage redirect.
             headers = {k: v for k, v in build_hf_headers().items() if k.lower() == "authorization"}
@@ -110,7 +110,9 @@ class HfSource:
         stat = self.stat()
         if info.size != stat.size:
             body.close()
-            raise FetchError(self.uri, f"storage serves {info.size} bytes, the Hub says {stat.size}")
+            raise FetchError(
+                self.uri, f"storage serves {info.size} bytes, the Hub says {stat.size}"
+            )
         return stat, body
 
     def read_all(self) -> bytes:
@@ -135,9 +137,7 @@ class HfSource:
         from huggingface_hub import HfApi
 
         try:
-            files = HfApi(endpoint=hf_endpoint()).list_repo_files(
-                self.repo, revision=self.revision
-            )
+            files = HfApi(endpoint=hf_endpoint()).list_repo_files(self.repo, revision=self.revision)
         except Exception:
             return []
         prefix = self.filename.rsplit("/", 1)[0] + "/" if "/" in self.filename else ""

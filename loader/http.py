@@ -14,11 +14,8 @@ skipping forward (see `RangeBody.skip_to`).
 
 from __future__ import annotations
 
-import contextlib
 import http.client
-import os
 import re
-import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
@@ -45,17 +42,6 @@ class ObjectInfo:
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 _RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 DISCARD_BYTES = 1 << 20
-
-
-# Wake the reader per RECV_LOWAT_BYTES received, not per packet: with the server and the
-# client sharing few cores, waking for every few KiB costs more CPU than the copy itself.
-RECV_LOWAT_BYTES = int(os.environ.get("LOADER_RECV_LOWAT", 256 << 10))
-_LOWAT_TAIL = 64 << 10
-
-
-def _set_lowat(sock: socket.socket, n: int) -> None:
-    with contextlib.suppress(OSError):
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, n)
 
 
 def normalize_etag(etag: str | None) -> str:
@@ -96,7 +82,6 @@ class HttpPool:
             conn.timeout = timeout_s
             if conn.sock is not None:
                 conn.sock.settimeout(timeout_s)
-                _set_lowat(conn.sock, 1)  # headers may be shorter than any larger mark
             try:
                 conn.request(method, target, headers=dict(headers))
                 resp = conn.getresponse()
@@ -161,27 +146,16 @@ class RangeBody:
         self.pos = pos  # object offset of the next byte
         self.end = end  # object offset after the last byte this body will deliver
         self.whole = whole  # the server ignored Range and sends the whole object
-        self._lowat = 1  # the socket's receive low-water mark
 
     def readinto(self, out: memoryview) -> int:
         """Fill `out` completely (it must fit before `end`); Retryable on a short body."""
         want = len(out)
         if self.pos + want > self.end:
             raise ValueError("read past the end of the range")
-        # NOTE: with a receive low-water mark, a read asking for more than will ever arrive
-        # blocks until the timeout. The buffered reader may ask for up to its buffer size
-        # (8 KiB) beyond `out`, so the last _LOWAT_TAIL bytes of a body are read without it.
-        safe = max(0, min(want, self.end - _LOWAT_TAIL - self.pos))
-        if safe:
-            self._fill(out[:safe], RECV_LOWAT_BYTES)
-        if safe < want:
-            self._fill(out[safe:], 1)
+        self._fill(out)
         return want
 
-    def _fill(self, out: memoryview, lowat: int) -> None:
-        if lowat != self._lowat and self._resp.conn.sock is not None:
-            _set_lowat(self._resp.conn.sock, lowat)
-            self._lowat = lowat
+    def _fill(self, out: memoryview) -> None:
         got = 0
         while got < len(out):
             n = self._resp.readinto(out[got:])

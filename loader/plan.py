@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from loader.errors import CorruptCheckpoint
 from loader.header import Header, TensorEntry
-from loader.options import MiB, Fused, NameMap
+from loader.options import Fused, MiB, NameMap
 
 ARENA_ALIGN = 256  # start of every object's run and of every fused tensor in the arena
 MERGE_GAP_BYTES = 1 * MiB  # skipped bytes below this are fetched and discarded
@@ -151,25 +151,24 @@ def _fused_shape(t: _Target) -> tuple[str, tuple[int, ...]]:
     return first.dtype, (sum(e.shape[0] for _, _, e in t.members), *first.shape[1:])
 
 
-def plan_load(
-    shards: list[ShardHeader], part_bytes: int, name_map: NameMap | None = None
-) -> Plan:
+def plan_load(shards: list[ShardHeader], part_bytes: int, name_map: NameMap | None = None) -> Plan:
     """Lay out the arena and split the needed bytes into parts of at most `part_bytes`."""
     targets = _targets(shards, name_map)
     # Where each (shard, entry start) lands, and which placement it fills.
-    dest: dict[tuple[int, int], tuple[int, int]] = {}
+    dest: dict[tuple[int, str], tuple[int, int]] = {}
     placements: list[Placement] = []
     cursor = 0
     last_shard = -1
     # Walk the objects in order so that, with no mapping, the arena is their byte image.
     order = sorted(
-        range(len(targets)), key=lambda i: (targets[i].members[0][1], targets[i].members[0][2].start)
+        range(len(targets)),
+        key=lambda i: (targets[i].members[0][1], targets[i].members[0][2].start),
     )
     for i in order:
         t = targets[i]
-        shard = t.members[0][1]
-        if shard != last_shard:
-            cursor, last_shard = _align(cursor, ARENA_ALIGN), shard
+        shard_index = t.members[0][1]
+        if shard_index != last_shard:
+            cursor, last_shard = _align(cursor, ARENA_ALIGN), shard_index
         if t.fused:
             dtype, shape = _fused_shape(t)
             cursor = _align(cursor, ARENA_ALIGN)
@@ -179,10 +178,12 @@ def plan_load(
             cursor = _align(cursor, e.itemsize)
         start = cursor
         for _, s, e in t.members:
-            dest[(s, e.start)] = (cursor, len(placements))
+            dest[(s, e.name)] = (cursor, len(placements))
             cursor += e.size_bytes
         placements.append(
-            Placement(t.name, dtype, shape, start, cursor - start, tuple(e.name for *_, e in t.members))
+            Placement(
+                t.name, dtype, shape, start, cursor - start, tuple(e.name for *_, e in t.members)
+            )
         )
     parts: list[Part] = []
     part_tensors: list[tuple[int, ...]] = []
@@ -194,8 +195,8 @@ def plan_load(
         # Entry-level destinations of this object, by object offset.
         runs: list[tuple[int, int, int, int]] = []  # (obj_start, length, arena_offset, placement)
         for e in shard.header.entries:
-            if (s, e.start) in dest and e.size_bytes:
-                off, p = dest[(s, e.start)]
+            if (s, e.name) in dest and e.size_bytes:
+                off, p = dest[(s, e.name)]
                 runs.append((base + e.start, e.size_bytes, off, p))
             elif e.size_bytes:
                 complete = False
@@ -260,8 +261,10 @@ def _clip(
             break
         a, b = max(start, obj_start), min(end, obj_start + length)
         off = arena_offset + (a - obj_start)
-        if segs and segs[-1].obj_start + segs[-1].length == a and (
-            segs[-1].arena_offset + segs[-1].length == off
+        if (
+            segs
+            and segs[-1].obj_start + segs[-1].length == a
+            and (segs[-1].arena_offset + segs[-1].length == off)
         ):
             last = segs.pop()
             segs.append(Segment(last.obj_start, last.length + b - a, last.arena_offset))

@@ -48,7 +48,7 @@ class Sink(Protocol):
 
 
 def arena_view(arena: torch.Tensor) -> memoryview:
-    return memoryview(arena.numpy()).cast("B")
+    return arena.numpy().data.cast("B")
 
 
 def part_chunks(part: Part, dest: memoryview, dest_base: int = 0) -> list[Chunk]:
@@ -111,7 +111,7 @@ class CudaCopier:
 
         s: torch.cuda.Stream | None = getattr(self._local, "stream", None)
         if s is None:
-            s = self._local.stream = torch.cuda.Stream(self.device)
+            s = self._local.stream = torch.cuda.Stream(self.device)  # type: ignore[no-untyped-call]
         return s
 
     def copy_async(self, dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -123,7 +123,7 @@ class CudaCopier:
     def record(self) -> Waitable:
         import torch
 
-        event = torch.cuda.Event()
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
         event.record(self._stream())
         return event
 

@@ -10,6 +10,7 @@ import builtins
 import random
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast, overload
 
@@ -387,8 +388,12 @@ class AsyncBilling(_AsyncResource):
         worker_id: str | None = None,
         phase: str | None = None,
         limit: int | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
     ) -> list[dict[str, Any]]:
-        return await self._list(routes.billing_records(deployment, worker_id, phase), limit)
+        return await self._list(
+            routes.billing_records(deployment, worker_id, phase, since, until), limit
+        )
 
 
 class AsyncWorkers(_AsyncResource):

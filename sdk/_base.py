@@ -241,8 +241,10 @@ def summary_rows(body: Any, group_by: str) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         if isinstance(row, dict):
-            # NOTE: the group may come as "key" or under its own name ("phase": "busy").
-            out.append({"key": row.get("key", row.get(group_by)), **row})
+            # NOTE: the API names the group "group"; "key" and the group's own name
+            # ("phase": "busy") are read too, so every row has one "key".
+            key = row.get("key", row.get("group", row.get(group_by)))
+            out.append({"key": key, **row})
     return out
 
 

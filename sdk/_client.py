@@ -6,6 +6,7 @@ import builtins
 import random
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast, overload
 
@@ -433,9 +434,11 @@ class Billing(_Resource):
         worker_id: str | None = None,
         phase: str | None = None,
         limit: int | None = None,
+        since: datetime | str | None = None,
+        until: datetime | str | None = None,
     ) -> list[dict[str, Any]]:
         """BillingRecords; `seconds`, `rate_per_s` and `amount` are decimal strings."""
-        return self._list(routes.billing_records(deployment, worker_id, phase), limit)
+        return self._list(routes.billing_records(deployment, worker_id, phase, since, until), limit)
 
 
 class Workers(_Resource):

@@ -132,8 +132,20 @@ def delete_deployment(name: str) -> Call:
 # --- billing, workers, webhooks -------------------------------------------------------------
 
 
-def billing_records(deployment: str | None, worker_id: str | None, phase: str | None) -> Call:
-    params = _query(deployment=deployment, worker_id=worker_id, phase=phase)
+def billing_records(
+    deployment: str | None,
+    worker_id: str | None,
+    phase: str | None,
+    since: datetime | str | None = None,
+    until: datetime | str | None = None,
+) -> Call:
+    params = _query(
+        deployment=deployment,
+        worker_id=worker_id,
+        phase=phase,
+        since=_time(since),
+        until=_time(until),
+    )
     return Call("GET", "/v1/billing/records", params=params)
 
 
@@ -224,22 +236,14 @@ def revoke_key(key_id: str) -> Call:
 
 
 def list_usage(
-    deployment: str | None,
-    api_key_id: str | None,
-    start: datetime | str | None,
-    end: datetime | str | None,
+    deployment: str | None, since: datetime | str | None, until: datetime | str | None
 ) -> Call:
-    params = _query(
-        deployment=deployment, api_key_id=api_key_id, start=_time(start), end=_time(end)
-    )
+    params = _query(deployment=deployment, since=_time(since), until=_time(until))
     return Call("GET", "/v1/usage", params=params)
 
 
 def usage_summary(
-    group_by: str,
-    deployment: str | None,
-    start: datetime | str | None,
-    end: datetime | str | None,
+    group_by: str, since: datetime | str | None, until: datetime | str | None
 ) -> Call:
-    params = _query(group_by=group_by, deployment=deployment, start=_time(start), end=_time(end))
+    params = _query(group_by=group_by, since=_time(since), until=_time(until))
     return Call("GET", "/v1/usage/summary", params=params)

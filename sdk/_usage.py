@@ -16,39 +16,41 @@ from sdk import _routes as routes
 from sdk._base import summary_rows
 from sdk._resource import AsyncResource, SyncResource
 
-# What `summary` can group by (docs/sdk.md).
+# What `summary` can group by (GET /v1/usage/summary).
 GROUP_BY = ("deployment", "day", "hour", "api_key", "phase")
 
+# A time filter: an aware datetime (sent in UTC) or an ISO 8601 string; None: no bound.
 Time = datetime | str | None
 
 
 class Usage(SyncResource):
-    """`client.usage`: per-job usage records and cost summaries."""
+    """`client.usage`: per-job usage records and cost summaries.
+
+    Example:
+        for row in client.usage.summary(group_by="day", since="2024-05-01T00:00:00Z"):
+            print(row["key"], row["amount"])
+    """
 
     def list(
         self,
         deployment: str | None = None,
-        api_key_id: str | None = None,
-        start: Time = None,
-        end: Time = None,
+        since: Time = None,
+        until: Time = None,
         limit: int | None = None,
     ) -> builtins.list[dict[str, Any]]:
-        """Usage records (one per job), oldest first, optionally within [start, end)."""
-        return self._list(routes.list_usage(deployment, api_key_id, start, end), limit)
+        """One record per job (created in [since, until)): queue_s, boot_wait_s, execution_s,
+        billed_seconds, tokens, the workers that served it, and its `cost`."""
+        return self._list(routes.list_usage(deployment, since, until), limit)
 
     def summary(
-        self,
-        group_by: str = "deployment",
-        deployment: str | None = None,
-        start: Time = None,
-        end: Time = None,
+        self, group_by: str = "deployment", since: Time = None, until: Time = None
     ) -> builtins.list[dict[str, Any]]:
-        """Totals per group: one row per deployment, day, hour, API key or billing phase.
+        """Billed seconds and cost per group: deployment, day, hour, api_key or phase.
 
-        Each row has its group under "key" (a deployment name, "2024-05-01", "busy", ...)
-        plus decimal strings such as "seconds" and "amount".
+        Each row has its group under "key" (a deployment name, "2024-05-01", "busy", or None
+        for cost no API key caused) plus "seconds" and "amount" decimal strings.
         """
-        body = self._json(routes.usage_summary(group_by, deployment, start, end))
+        body = self._json(routes.usage_summary(group_by, since, until))
         return summary_rows(body, group_by)
 
 
@@ -58,19 +60,14 @@ class AsyncUsage(AsyncResource):
     async def list(
         self,
         deployment: str | None = None,
-        api_key_id: str | None = None,
-        start: Time = None,
-        end: Time = None,
+        since: Time = None,
+        until: Time = None,
         limit: int | None = None,
     ) -> builtins.list[dict[str, Any]]:
-        return await self._list(routes.list_usage(deployment, api_key_id, start, end), limit)
+        return await self._list(routes.list_usage(deployment, since, until), limit)
 
     async def summary(
-        self,
-        group_by: str = "deployment",
-        deployment: str | None = None,
-        start: Time = None,
-        end: Time = None,
+        self, group_by: str = "deployment", since: Time = None, until: Time = None
     ) -> builtins.list[dict[str, Any]]:
-        body = await self._json(routes.usage_summary(group_by, deployment, start, end))
+        body = await self._json(routes.usage_summary(group_by, since, until))
         return summary_rows(body, group_by)

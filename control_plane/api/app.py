@@ -11,7 +11,16 @@ from fastapi import FastAPI, Request, Response
 
 from control_plane.api import openapi, problems
 from control_plane.api.context import AppContext
-from control_plane.api.routes import billing, deployments, internal, jobs, keys, openai
+from control_plane.api.routes import (
+    batches,
+    billing,
+    deployments,
+    internal,
+    jobs,
+    keys,
+    openai,
+    webhooks,
+)
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.services.dispatch import make_celery
 from control_plane.services.model_meta import ModelMetaCache
@@ -69,6 +78,6 @@ def create_app(settings: Settings) -> FastAPI:
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    for module in (deployments, jobs, billing, keys, openai, internal):
+    for module in (deployments, jobs, batches, webhooks, billing, keys, openai, internal):
         app.include_router(module.router)
     return app

@@ -250,7 +250,11 @@ def mark_starting(session: Session, deployment_id: str, reason: str) -> list[str
     """Queued jobs of a deployment now wait on a booting worker; returns their ids."""
     ids = list(
         session.scalars(
-            select(Job.id).where(Job.deployment_id == deployment_id, Job.status == JobStatus.QUEUED)
+            select(Job.id).where(
+                Job.deployment_id == deployment_id,
+                Job.status == JobStatus.QUEUED,
+                Job.dispatched_at.is_not(None),
+            )
         )
     )
     if ids:
@@ -266,7 +270,11 @@ def load_by_deployment(session: Session) -> dict[str, tuple[int, int, datetime |
     """deployment id → (pending jobs, running jobs, newest activity among active jobs)."""
     rows = session.execute(
         select(Job.deployment_id, Job.status, func.count(), func.max(Job.created_at))
-        .where(Job.status.in_([s.value for s in ACTIVE]))
+        .where(
+            Job.status.in_([s.value for s in ACTIVE]),
+            # A batch's undispatched jobs are not demand yet: max_in_flight bounds them.
+            Job.dispatched_at.is_not(None) | (Job.status == JobStatus.RUNNING),
+        )
         .group_by(Job.deployment_id, Job.status)
     ).all()
     out: dict[str, tuple[int, int, datetime | None]] = {}
@@ -468,7 +476,9 @@ def active_count(session: Session, tenant_id: str) -> int:
     """Jobs of a tenant that are queued, starting or running."""
     n = session.scalar(
         select(func.count()).where(
-            Job.tenant_id == tenant_id, Job.status.in_([s.value for s in ACTIVE])
+            Job.tenant_id == tenant_id,
+            Job.status.in_([s.value for s in ACTIVE]),
+            Job.dispatched_at.is_not(None) | (Job.status == JobStatus.RUNNING),
         )
     )
     return int(n or 0)

@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 import typer
 
 from sdk import Client
+from sdk._base import is_missing_route
 from sdk._errors import APIError, ModelError, PlatformError
 
 EXIT_OK = 0
@@ -72,6 +73,9 @@ def exit_code(error: PlatformError) -> int:
 def report(error: PlatformError) -> int:
     """Print an SDK error for a person (stderr) and return the exit code it means."""
     typer.echo(f"error: {error.message}", err=True)
+    if isinstance(error, APIError) and is_missing_route(error):
+        path = error.problem.get("instance") or "this endpoint"
+        typer.echo(f"  the platform does not serve {path}: it is older than this CLI", err=True)
     if isinstance(error, APIError):
         for item in error.errors:
             typer.echo(f"  {item.get('field', '?')}: {item.get('message', '')}", err=True)
@@ -98,7 +102,10 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(*columns, box=None, header_style="bold")
+        table = Table(box=None, header_style="bold")
+        for column in columns:
+            # NOTE: ids must stay whole to be copied: wrap a long cell, never cut it with "…".
+            table.add_column(column, overflow="fold")
         for row in cells:
             table.add_row(*row)
         Console().print(table)
@@ -106,6 +113,23 @@ def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     typer.echo("\t".join(columns))
     for row in cells:
         typer.echo("\t".join(row))
+
+
+def print_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    """RFC 4180 CSV (header first) on stdout; None is an empty cell."""
+    import csv
+    import io
+
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([["" if v is None else v for v in row] for row in rows])
+    typer.echo(out.getvalue(), nl=False)
+
+
+def info(message: str) -> None:
+    """A note for the person at the terminal (stderr), never mixed into the data on stdout."""
+    typer.echo(message, err=True)
 
 
 def print_fields(pairs: Sequence[tuple[str, Any]]) -> None:

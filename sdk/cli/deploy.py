@@ -7,9 +7,11 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 
+from sdk import Client
 from sdk._errors import NotFoundError
 from sdk._models import Deployment
 from sdk.cli import _common
+from sdk.cli._progress import Progress
 from sdk.cli.manifest import (
     ManifestError,
     Problem,
@@ -62,17 +64,30 @@ def deploy(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show what would change; change nothing.")
     ] = False,
+    wait: Annotated[
+        bool,
+        typer.Option(
+            "--wait",
+            help="Then wait until a worker of the new version is idle (needs min_workers >= 1).",
+        ),
+    ] = False,
+    wait_timeout: Annotated[
+        float, typer.Option(help="With --wait: give up after this many seconds.", min=1)
+    ] = 600.0,
 ) -> None:
     """Create or update a deployment.
 
     Flags override the manifest; fields left out keep their current value. The changes are
-    shown first; --dry-run stops there.
+    shown first; --dry-run stops there. --wait then follows a worker of the new version
+    (booting, loading, warming, idle); with min_workers 0 no worker starts until a call
+    arrives, so --wait only warns and returns.
 
     \b
     Examples:
         platform deploy deploy.yaml
         platform deploy --name demo --model s3://models/demo/ --max-workers 2
         platform deploy deploy.yaml --max-workers 4 --dry-run
+        platform deploy deploy.yaml --min-workers 1 --wait
     """
     flags: dict[str, Any] = {
         "--name": name,
@@ -113,18 +128,58 @@ def deploy(
             typer.echo(f"update deployment {deployment_name!r} (version {existing.version}):")
         else:
             typer.echo(f"deployment {deployment_name!r} is up to date (version {existing.version})")
-            return
         for line in changes:
             typer.echo(f"  {line}")
         if dry_run:
             typer.echo("dry run: nothing changed")
             return
         if existing is None:
-            created = client.deployments.create(new)
-            typer.echo(f"created deployment {created.name!r} (version {created.version})")
+            result = client.deployments.create(new)
+            typer.echo(f"created deployment {result.name!r} (version {result.version})")
+        elif changes:
+            result = client.deployments.update(deployment_name, new)
+            typer.echo(f"updated deployment {result.name!r} (version {result.version})")
         else:
-            updated = client.deployments.update(deployment_name, new)
-            typer.echo(f"updated deployment {updated.name!r} (version {updated.version})")
+            result = existing
+        if wait:
+            _wait_ready(client, result, wait_timeout)
+
+
+# A new worker's states in order; the progress display counts them.
+WORKER_STEPS = ("booting", "loading", "warming", "idle")
+
+
+def _wait_ready(client: Client, deployment: Deployment, timeout_s: float) -> None:
+    name, version = deployment.name, deployment.version
+    if not deployment.raw.get("min_workers"):
+        _common.info(
+            f"--wait: {name!r} has min_workers 0, so no worker starts until a call arrives; "
+            "not waiting (deploy with --min-workers 1 to keep a worker ready)"
+        )
+        return
+
+    with Progress(total=len(WORKER_STEPS)) as progress:
+
+        def on_update(workers: list[dict[str, Any]]) -> None:
+            best = max(workers, key=_step, default=None)
+            if best is None:
+                progress.update(f"version {version}: waiting for a worker to start", 0)
+            else:
+                state = best.get("state")
+                progress.update(
+                    f"worker {best.get('id')} (version {version}): {state}", _step(best)
+                )
+
+        worker = client.deployments.wait_ready(
+            name, version=version, timeout=timeout_s, on_update=on_update
+        )
+    typer.echo(f"ready: worker {worker.get('id')} serves {name!r} version {version}")
+
+
+def _step(worker: dict[str, Any]) -> int:
+    """How far along a worker is: booting 1 ... idle 4 (busy counts as idle)."""
+    state = "idle" if worker.get("state") == "busy" else worker.get("state")
+    return WORKER_STEPS.index(state) + 1 if state in WORKER_STEPS else 0
 
 
 def _given_spec(

@@ -9,7 +9,21 @@ import typer
 from typer.core import TyperGroup
 
 from sdk._errors import PlatformError
-from sdk.cli import _common, billing, deploy, deployments, jobs, local, login, models, run, status
+from sdk.cli import (
+    _common,
+    batch,
+    billing,
+    deploy,
+    deployments,
+    jobs,
+    keys,
+    local,
+    login,
+    models,
+    run,
+    status,
+    usage,
+)
 
 
 class _PlatformGroup(TyperGroup):
@@ -100,8 +114,11 @@ app.command("login")(login.login)
 app.command("deploy")(deploy.deploy)
 app.command("run")(run.run)
 app.command("status")(status.status)
+app.command("usage")(usage.usage)
 app.add_typer(deployments.app, name="deployments")
 app.add_typer(jobs.app, name="jobs")
+app.add_typer(batch.app, name="batch")
+app.add_typer(keys.app, name="keys")
 app.add_typer(billing.app, name="billing")
 app.add_typer(models.app, name="models")
 

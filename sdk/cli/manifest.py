@@ -32,8 +32,10 @@ SPEC_TYPES: dict[str, str] = {
     "name": _STR,
     "model": _STR,
     "accelerator": _STR,
+    "accelerator_count": _INT,
     "min_workers": _INT,
     "max_workers": _INT,
+    "target_concurrency": _INT,
     "scaledown_window_s": _NUMBER,
     "max_boot_s": _NUMBER,
     "execution_timeout_s": _NUMBER,
@@ -44,12 +46,11 @@ DEFAULTS_TYPES: dict[str, str] = {
     "max_tokens": _INT,
     "temperature": _NUMBER,
     "top_p": _NUMBER,
-    "seed": "an integer or null",
     "stop": "a list of strings",
 }
 MODEL_SCHEMES = ("s3://", "file://", "hf://")
-# A deployment name is one URL path segment: letters, digits, '.', '_', '-'.
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+# A deployment name, as the platform accepts it: lowercase letters, digits and '-'.
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,14 +224,18 @@ def _field_order(field: str) -> tuple[int, str]:
 
 def _check_value(field: str, value: Any) -> str | None:
     if field == "name" and not _NAME_RE.match(value):
-        return f"{value!r} is not a valid name (letters, digits, '.', '_', '-'; at most 63)"
+        return f"{value!r} is not a valid name (lowercase letters, digits, '-'; at most 63)"
     if field == "model":
         return check_model_uri(value)
     if field == "accelerator" and not value:
         return "must not be empty"
     if field in ("min_workers", "max_workers") and value < 0:
         return f"must be >= 0, got {value}"
-    if field.endswith("_s") and value <= 0:
+    if field in ("accelerator_count", "target_concurrency") and value < 1:
+        return f"must be >= 1, got {value}"
+    if field == "scaledown_window_s" and value < 0:
+        return f"must be >= 0 seconds, got {value}"
+    if field.endswith("_s") and field != "scaledown_window_s" and value <= 0:
         return f"must be > 0 seconds, got {value}"
     return None
 
@@ -246,8 +251,6 @@ def _is(value: Any, kind: str) -> bool:
         return isinstance(value, int | float)
     if kind == _MAP:
         return isinstance(value, dict)
-    if kind == "an integer or null":
-        return value is None or isinstance(value, int)
     if kind == "a list of strings":
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
     raise AssertionError(f"unknown kind {kind}")

@@ -1,4 +1,4 @@
-"""`platform models create-demo|upload`: make a small model and put weights in object storage."""
+"""`platform models create-demo|upload|verify`: make a small model, upload it, check it loads."""
 
 from __future__ import annotations
 
@@ -98,6 +98,45 @@ def upload(
     except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as e:
         _common.fail(f"upload to {destination} failed: {e}", _common.EXIT_PLATFORM)
     typer.echo(f"s3://{bucket}/{prefix}")
+
+
+@app.command("verify", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def verify(
+    ctx: typer.Context,
+    uri: Annotated[
+        str,
+        typer.Argument(
+            help="Weights: s3://bucket/prefix/, file:///path, hf://org/repo[@rev], /path.",
+            show_default=False,
+        ),
+    ],
+) -> None:
+    """Load a model's weights the way a worker does (with a progress bar), and check them.
+
+    Runs `python -m loader URI` (the loader package, from the worker extra); arguments
+    after URI are passed on to it. Object storage credentials come from the usual AWS
+    variables and PLATFORM_S3_ENDPOINT_URL.
+
+    \b
+    Example:
+        platform models verify s3://models/demo/
+    """
+    if not _loader_main_exists():
+        _common.fail(
+            "`platform models verify` needs the loader's command line (python -m loader), "
+            "which this installation lacks: pip install 'platform-serverless[worker]'"
+        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "loader", uri, *ctx.args])
+
+
+def _loader_main_exists() -> bool:
+    """Whether `python -m loader` would run; found without importing the loader (or torch)."""
+    spec = importlib.util.find_spec("loader")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    return any((Path(d) / "__main__.py").is_file() for d in spec.submodule_search_locations)
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:

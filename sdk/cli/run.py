@@ -59,6 +59,10 @@ def run(
     timeout: Annotated[
         float | None, typer.Option("--timeout", help="Seconds to wait for the result.")
     ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option("--detach", help="Queue an async job and print its id; do not wait."),
+    ] = False,
 ) -> None:
     """Run a deployment on one input and print the generated text.
 
@@ -67,18 +71,27 @@ def run(
         platform run demo --input prompt="Once upon a time" --input max_tokens=32
         platform run demo -i prompt=Hi --stream
         platform run demo -i prompt=Hi -i 'stop=["\\n"]' --json
+        JOB=$(platform run demo -i prompt=Hi --detach) && platform jobs watch "$JOB"
     """
     if not inputs:
         _common.fail("give the input, e.g. --input prompt=Hello")
     if stream and as_json:
         _common.fail("--stream and --json cannot be combined")
+    if detach and stream:
+        _common.fail("--detach and --stream cannot be combined")
     try:
         job_input = parse_inputs(inputs)
     except ValueError as e:
         _common.fail(str(e))
 
     with _common.client() as client:
-        if stream:
+        if detach:
+            job = client.submit(deployment, job_input)
+            if as_json:
+                _common.print_json(job.raw)
+            else:
+                typer.echo(job.id)
+        elif stream:
             _stream(client.run(deployment, job_input, stream=True, timeout=timeout))
         elif as_json:
             job = client.run(deployment, job_input, wait=False, timeout=timeout)

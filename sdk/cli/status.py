@@ -1,16 +1,25 @@
-"""`platform status`: every deployment with its workers by state."""
+"""`platform status`: deployments with their queues, workers by state (and why), warm pool."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections import Counter
+from typing import Annotated, Any
 
 import typer
 
 from sdk.cli import _common
 
+# Waiting jobs counted per state; a queue longer than this shows as "1000+".
+MAX_COUNTED = 1000
+# Jobs that wait for a worker: queued, or starting (a worker is booting for them).
+WAITING = ("queued", "starting")
+
 
 def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Show deployments and their workers by state.
+    """Show deployments with their queue depth, live workers by state with reasons, and the
+    warm pool.
+
+    Queue depth counts the jobs queued or starting (a worker is booting for them).
 
     \b
     Example:
@@ -19,21 +28,82 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     with _common.client() as client:
         url = client.base_url
         deployments = client.deployments.list()
+        workers = [w for w in client.workers.list() if w.get("state") != "stopped"]
+        waiting = {
+            state: Counter(j.deployment for j in client.jobs.list(status=state, limit=MAX_COUNTED))
+            for state in WAITING
+        }
+    warm_pool = [w for w in workers if _is_pooled(w)]
+    assigned = [w for w in workers if not _is_pooled(w)]
+    summary: list[dict[str, Any]] = [
+        {
+            "name": d.name,
+            "version": d.version,
+            "workers": d.workers,
+            "queued": waiting["queued"].get(d.name, 0),
+            "starting": waiting["starting"].get(d.name, 0),
+        }
+        for d in deployments
+    ]
     if as_json:
         _common.print_json(
             {
                 "url": url,
-                "deployments": [
-                    {"name": d.name, "version": d.version, "workers": d.workers}
-                    for d in deployments
-                ],
+                "deployments": summary,
+                "workers": assigned,
+                "warm_pool": {"workers": len(warm_pool), "idle": _idle(warm_pool)},
             }
         )
         return
-    typer.echo(f"platform at {url}: {len(deployments)} deployment(s)")
-    if deployments:
-        rows = [
-            (d.name, d.version, sum(d.workers.values()), _common.workers_summary(d.workers))
-            for d in deployments
-        ]
-        _common.print_table(("deployment", "version", "workers", "by state"), rows)
+    queued = sum(s["queued"] + s["starting"] for s in summary)
+    typer.echo(
+        f"platform at {url}: {len(deployments)} deployment(s), {len(assigned)} worker(s), "
+        f"{queued} job(s) waiting"
+    )
+    if summary:
+        typer.echo("")
+        _common.print_table(
+            ("deployment", "version", "workers", "queued", "starting"),
+            [
+                (
+                    s["name"],
+                    s["version"],
+                    _common.workers_summary(s["workers"]),
+                    _count(s["queued"]),
+                    _count(s["starting"]),
+                )
+                for s in summary
+            ],
+        )
+    if assigned:
+        typer.echo("")
+        _common.print_table(
+            ("worker", "deployment", "version", "state", "reason", "started"),
+            [
+                (
+                    w.get("id"),
+                    w.get("deployment"),
+                    w.get("deployment_version"),
+                    w.get("state"),
+                    w.get("reason"),
+                    w.get("started_at"),
+                )
+                for w in assigned
+            ],
+        )
+    if warm_pool:
+        typer.echo("")
+        typer.echo(f"warm pool: {len(warm_pool)} worker(s), {_idle(warm_pool)} idle")
+
+
+def _is_pooled(worker: dict[str, Any]) -> bool:
+    """A warm-pool worker: runtime up, no deployment assigned yet."""
+    return worker.get("deployment") in (None, "", "?")
+
+
+def _idle(workers: list[dict[str, Any]]) -> int:
+    return sum(1 for w in workers if w.get("state") == "idle")
+
+
+def _count(n: int) -> str:
+    return f"{n}+" if n >= MAX_COUNTED else str(n)

@@ -5,7 +5,7 @@ from typing import Any
 from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
 from control_plane.settings import Settings
 from worker.protocol import deployment_queue
-from worker.runtime.consumer import consume
+from worker.runtime.consumer import Delivery, consume
 
 
 def test_sent_wake_ups_are_consumed_in_priority_order(redis_url: str, redis_client: Any) -> None:
@@ -17,6 +17,11 @@ def test_sent_wake_ups_are_consumed_in_priority_order(redis_url: str, redis_clie
     dispatch_job(app, "dep_test", "job_sync", "sync")
     assert queue_depth(app, queue) == 3
     seen: list[str] = []
-    consume(redis_url, queue, 1, seen.append, lambda: len(seen) == 3, poll_s=0.1)
+
+    def handle(delivery: Delivery) -> None:
+        seen.append(delivery.job_id)
+        delivery.ack()  # prefetch 1: the next wake-up comes only after this one is acked
+
+    consume(redis_url, queue, 1, handle, lambda: len(seen) == 3, poll_s=0.1)
     assert seen == ["job_sync", "job_async", "job_batch"]
     assert queue_depth(app, queue) == 0

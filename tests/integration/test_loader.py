@@ -117,3 +117,140 @@ def test_corrupt_headers_are_refused(tmp_path: Path) -> None:
     _write_raw(bad, {"w": {"dtype": "C64", "shape": [1], "data_offsets": [0, 8]}}, b"\0" * 8)
     with pytest.raises(loader.UnsupportedDtype, match="C64"):
         loader.load_checkpoint(str(bad))
+
+
+# --------------------------------------------------------------------------- API features
+
+
+def test_name_map_fuses_renames_and_skips(checkpoint: Path) -> None:
+    want = load_file(str(checkpoint))
+
+    def name_map(name: str) -> str | loader.Fused | None:
+        if name in ("f32", "i8"):
+            return None
+        if name == "f16":
+            return loader.Fused("f16x2", 0)
+        if name == "odd":
+            return loader.Fused("f16x2", 1)  # [3, 9] + [1, 3]: trailing dims differ
+        return "renamed." + name
+
+    with pytest.raises(ValueError, match="cannot fuse"):
+        loader.load(str(checkpoint), name_map=name_map)
+
+    g = torch.Generator().manual_seed(0)
+    parts = {
+        "q": torch.randn(4, 6, generator=g).half(),
+        "k": torch.randn(2, 6, generator=g).half(),
+        "mid": torch.randn(5, generator=g),
+        "v": torch.randn(2, 6, generator=g).half(),
+    }
+    path = checkpoint.with_name("qkv.safetensors")
+    save_file(parts, str(path))
+    order = {"q": 0, "k": 1, "v": 2}
+    seen: list[str] = []
+    result = loader.load(
+        str(path),
+        name_map=lambda n: loader.Fused("qkv", order[n]) if n in order else None,
+        on_tensor=lambda n, t: seen.append(n),
+    )
+    assert list(result.tensors) == ["qkv"] and seen == ["qkv"]
+    assert torch.equal(result.tensors["qkv"], torch.cat([parts["q"], parts["k"], parts["v"]]))
+    renamed = loader.load(str(checkpoint), name_map=lambda n: f"x.{n}").tensors
+    assert_bitwise_equal({k[2:]: v for k, v in renamed.items()}, want)
+
+
+def test_tensors_arrive_before_the_load_returns_and_progress_is_reported(
+    checkpoint: Path,
+) -> None:
+    seen: dict[str, torch.Tensor] = {}
+    progress: list[loader.Progress] = []
+    options = loader.LoadOptions(part_bytes=64 << 10, first_request_bytes=256)
+    result = loader.load(
+        str(checkpoint),
+        on_tensor=lambda n, t: seen.__setitem__(n, t),
+        on_progress=progress.append,
+        options=options,
+    )
+    assert seen.keys() == result.tensors.keys()
+    assert all(seen[n] is result.tensors[n] for n in seen)
+    assert progress[0].phase == "header" and progress[-1].phase == "done"
+    assert progress[-1].bytes_done == progress[-1].bytes_total == result.metrics.bytes_total
+    assert progress[-1].tensors_ready == len(result.tensors)
+    m = result.metrics
+    assert m.seconds > 0 and set(m.phases_s) == {"header", "fetch", "copy", "finish"}
+    assert m.num_objects == 1 and m.num_retries == 0
+
+
+def test_dtype_conversion_touches_floats_only(checkpoint: Path) -> None:
+    got = loader.load(str(checkpoint), dtype=torch.float32).tensors
+    want = load_file(str(checkpoint))
+    assert got["bf16"].dtype == torch.float32 and torch.equal(got["bf16"], want["bf16"].float())
+    assert got["i8"].dtype == torch.int8 and got["flag"].dtype == torch.bool
+
+
+def test_header_longer_than_the_first_request(checkpoint: Path, s3_env: Any) -> None:
+    s3_client().upload_file(str(checkpoint), "test", "long/model.safetensors")
+    options = loader.LoadOptions(first_request_bytes=100, part_bytes=64 << 10)
+    got = loader.load("s3://test/long/model.safetensors", options=options).tensors
+    assert_bitwise_equal(got, load_file(str(checkpoint)))
+
+
+def test_prefix_without_index_loads_every_safetensors_object(tmp_path: Path, s3_env: Any) -> None:
+    tensors = sample_tensors()
+    names = sorted(tensors)
+    client = s3_client()
+    for i, chunk in enumerate((names[:5], names[5:])):
+        path = tmp_path / f"part{i}.safetensors"
+        save_file({k: tensors[k] for k in chunk}, str(path))
+        client.upload_file(str(path), "test", f"noindex/part{i}.safetensors")
+    client.put_object(Bucket="test", Key="noindex/config.json", Body=b"{}")
+    assert_bitwise_equal(loader.load_model_dir("s3://test/noindex/"), tensors)
+    with pytest.raises(loader.ObjectNotFound, match="found: nothing"):
+        loader.load_model_dir("s3://test/empty-prefix/")
+
+
+def test_local_sharded_directory(tmp_path: Path) -> None:
+    tensors = sample_tensors()
+    names = sorted(tensors)
+    shards = {"a.safetensors": names[:3], "b.safetensors": names[3:]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(tmp_path / shard))
+    index = {"weight_map": {k: s for s, ks in shards.items() for k in ks}}
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert_bitwise_equal(loader.load_model_dir(str(tmp_path)), tensors)
+    index["weight_map"]["ghost"] = "a.safetensors"
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(loader.CorruptCheckpoint, match="ghost"):
+        loader.load_model_dir(str(tmp_path))
+
+
+def test_cache_tier_serves_the_same_version_and_misses_a_new_one(
+    checkpoint: Path, s3_env: Any, tmp_path: Path
+) -> None:
+    s3_client().upload_file(str(checkpoint), "test", "cached/model.safetensors")
+    options = loader.LoadOptions(cache_dir=str(tmp_path / "cache"), cache_max_bytes=1 << 30)
+    uri = "s3://test/cached/model.safetensors"
+    first = loader.load(uri, options=options)
+    assert first.metrics.cache_hits == 0
+    entries = list((tmp_path / "cache").glob("*.safetensors"))
+    assert len(entries) == 1 and entries[0].read_bytes() == checkpoint.read_bytes()
+    second = loader.load(uri, options=options)
+    assert second.metrics.cache_hits == 1
+    assert_bitwise_equal(second.tensors, load_file(str(checkpoint)))
+    changed = sample_tensors() | {"f32": torch.zeros(7, 5)}
+    save_file(changed, str(tmp_path / "v2.safetensors"))
+    s3_client().upload_file(str(tmp_path / "v2.safetensors"), "test", "cached/model.safetensors")
+    third = loader.load(uri, options=options)
+    assert third.metrics.cache_hits == 0
+    assert_bitwise_equal(third.tensors, changed)
+
+
+def test_read_bytes_and_exists(s3_env: Any, tmp_path: Path) -> None:
+    s3_client().put_object(Bucket="test", Key="small/config.json", Body=b'{"a": 1}')
+    assert loader.read_bytes("s3://test/small/config.json") == b'{"a": 1}'
+    assert loader.exists("s3://test/small/config.json")
+    assert not loader.exists("s3://test/small/absent.json")
+    with pytest.raises(loader.ObjectNotFound):
+        loader.read_bytes("s3://test/small/absent.json")
+    (tmp_path / "f").write_bytes(b"x")
+    assert loader.read_bytes(str(tmp_path / "f")) == b"x" and loader.exists(str(tmp_path / "f"))

@@ -416,7 +416,7 @@ def test_retries_until_the_receiver_recovers(env: Env, keys: dict[str, str]) -> 
     got = env.receiver.at(path)
     assert len({r.headers["webhook-id"] for r in got}) == 1, "one message id for all attempts"
     gaps = [b.at - a.at for a, b in itertools.pairwise(got)]
-    assert all(g >= 0.2 for g in gaps), gaps
+    assert all(g >= 0.15 for g in gaps), gaps  # 0.2 s back-off, minus timer slack
 
 
 def test_failed_after_the_retry_schedule(env: Env, keys: dict[str, str]) -> None:
@@ -467,7 +467,7 @@ def test_output_events_are_throttled_and_carry_the_text_so_far(
     for p in pieces:
         events.publish(r, jid, EventType.OUTPUT, {"delta": p})
         time.sleep(0.05)
-    time.sleep(OUTPUT_INTERVAL_S * 1.5)
+    time.sleep(OUTPUT_INTERVAL_S * 3)  # the follower sends the last text before completion
     complete(env, jid, attempt, text="".join(pieces))
     env.wait(
         "job.completed",
@@ -477,7 +477,7 @@ def test_output_events_are_throttled_and_carry_the_text_so_far(
     got = env.receiver.at(path)
     outputs = [x for x in got if x.json()["type"] == "job.output"]
     texts = [x.json()["data"]["output"]["text"] for x in outputs]
-    assert 2 <= len(outputs) <= 1.5 / OUTPUT_INTERVAL_S + 2, texts
+    assert 2 <= len(outputs) <= 1.5 / OUTPUT_INTERVAL_S + 3, texts
     assert len({x.headers["webhook-id"] for x in outputs}) == len(outputs)
     assert all("".join(pieces).startswith(t) for t in texts)
     assert texts == sorted(texts, key=len) and texts[-1] == "".join(pieces)

@@ -127,10 +127,10 @@ def test_free_cached_blocks_are_evicted_least_recently_freed_first() -> None:
     assert bm.num_free_blocks == 6
     bm.check_invariants([])
 
-    c = _seq(list(range(200, 204)) + [1], "c")  # 2 blocks: the 2 uncached ones go first
+    c = _seq([*range(200, 204), 1], "c")  # 2 blocks: the 2 uncached ones go first
     _admit(bm, c)
     assert bm.stats().evictions == 0
-    d = _seq(list(range(300, 308)) + [1], "d")  # 3 blocks: evicts a's tail, a's head, b's tail
+    d = _seq([*range(300, 308), 1], "d")  # 3 blocks: evicts a's tail, a's head, b's tail
     _admit(bm, d)
     assert bm.stats().evictions == 3
     assert sorted(d.block_table) == sorted([a_full[1], a_full[0], b_full[1]])

@@ -165,7 +165,7 @@ def test_abort_frees_blocks_at_once_and_reports_abort() -> None:
 def test_bad_requests_fail_before_anything_is_allocated() -> None:
     engine, runner = _engine(lambda rid, i: 2, num_blocks=8, max_model_len=64)
     ok = SamplingParams(max_tokens=4)
-    with pytest.raises(ValueError, match="^prompt: must contain at least one token"):
+    with pytest.raises(ValueError, match=r"^prompt: must contain at least one token"):
         engine.add_request("a", [], ok)
     with pytest.raises(PromptTooLongError) as info:
         engine.add_request("a", [2] * 60, SamplingParams(max_tokens=5))
@@ -186,11 +186,11 @@ def test_bad_requests_fail_before_anything_is_allocated() -> None:
 
 
 def test_config_is_validated() -> None:
-    with pytest.raises(ValueError, match="^block_size: must be >= 1"):
+    with pytest.raises(ValueError, match=r"^block_size: must be >= 1"):
         EngineConfig(block_size=0)
-    with pytest.raises(ValueError, match="^kv_cache_memory_fraction"):
+    with pytest.raises(ValueError, match=r"^kv_cache_memory_fraction"):
         EngineConfig(kv_cache_memory_fraction=1.5)
-    with pytest.raises(ValueError, match="^attention_backend"):
+    with pytest.raises(ValueError, match=r"^attention_backend"):
         EngineConfig(attention_backend="cuda")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="without chunked prefill"):
         _engine(lambda rid, i: 2, enable_chunked_prefill=False, max_num_batched_tokens=16)

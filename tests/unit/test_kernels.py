@@ -52,7 +52,10 @@ def _attention_case(name: str, device: str) -> float:
     for query_len, seq_len in seqs:
         table = [free.pop() for _ in range(-(-seq_len // BLOCK_SIZE))]
         tables.append(table + [0] * (max_blocks - len(table)))
-        slots += [table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE for p in range(seq_len - query_len, seq_len)]
+        slots += [
+            table[p // BLOCK_SIZE] * BLOCK_SIZE + p % BLOCK_SIZE
+            for p in range(seq_len - query_len, seq_len)
+        ]
         starts.append(starts[-1] + query_len)
         lens.append(seq_len)
     num_tokens = starts[-1]
@@ -151,7 +154,10 @@ def _tolerance(case: str) -> float:
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, Any]:
-    code = "import json; from tests.unit.test_kernels import check_all; print(json.dumps(check_all('cpu')))"
+    code = (
+        "import json; from tests.unit.test_kernels import check_all; "
+        "print(json.dumps(check_all('cpu')))"
+    )
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     proc = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300

@@ -173,10 +173,12 @@ def run_engine(
     rounds: int = 1,
     one_at_a_time: bool = False,
 ) -> tuple[list[list[int]], LLMEngine, list[Any]]:
-    """Generate for every prompt (``rounds`` times); check the block books every step."""
+    """Generate for every prompt (``rounds`` times); check the block books every step.
+
+    Returns the tokens per request, the engine and every output (in order)."""
     engine = LLMEngine.from_model(model, _id_tokenizer(), (), config)
     tokens: dict[str, list[int]] = defaultdict(list)
-    finals = []
+    outputs = []
     order = []
     for r in range(rounds):
         for i, prompt in enumerate(prompts):
@@ -186,13 +188,12 @@ def run_engine(
             while engine.has_unfinished_requests() and (one_at_a_time or i == len(prompts) - 1):
                 for out in engine.step():
                     tokens[out.request_id].extend(out.new_token_ids)
-                    if out.finished:
-                        finals.append(out)
+                    outputs.append(out)
                 live = engine.scheduler.running + engine.scheduler.waiting
                 engine.block_manager.check_invariants(live)
     assert not engine.has_unfinished_requests()
     assert engine.block_manager.num_free_blocks == engine.cache.num_blocks, "blocks leaked"
-    return [tokens[r] for r in order], engine, finals
+    return [tokens[r] for r in order], engine, outputs
 
 
 GREEDY = SamplingParams(max_tokens=NEW_TOKENS)
@@ -206,17 +207,15 @@ def _config(**kwargs: Any) -> EngineConfig:
 def test_each_prompt_alone(case: Case) -> None:
     config = _config(max_num_seqs=1, enable_prefix_caching=False)
     params = SamplingParams(max_tokens=NEW_TOKENS, logprobs=3)
-    tokens, _, finals = run_engine(case.model, PROMPTS, config, params, one_at_a_time=True)
+    tokens, _, outputs = run_engine(case.model, PROMPTS, config, params, one_at_a_time=True)
     assert tokens == case.hf_tokens
-    assert all(f.finish_reason == "length" for f in finals)
+    finals = [o for o in outputs if o.finished]
+    assert len(finals) == len(PROMPTS) and all(f.finish_reason == "length" for f in finals)
 
     # log-probabilities of every generated token and of the top 3, as transformers computes
-    engine = LLMEngine.from_model(case.model, _id_tokenizer(), (), config)
-    for i, prompt in enumerate(PROMPTS):
-        engine.add_request(str(i), prompt, params)
-        steps = []
-        while engine.has_unfinished_requests():
-            steps.extend(lp for out in engine.step() for lp in out.logprobs or ())
+    for i in range(len(PROMPTS)):
+        steps = [lp for o in outputs if o.request_id == f"0-{i}" for lp in o.logprobs or ()]
+        assert len(steps) == NEW_TOKENS
         ref = torch.log_softmax(case.hf_logits[i], dim=-1)
         for j, lp in enumerate(steps):
             values, ids = torch.topk(ref[j], 3)
@@ -233,12 +232,13 @@ def test_batched_with_varied_lengths(case: Case) -> None:
 
 
 def test_prefix_caching_hits_shared_blocks(case: Case) -> None:
-    tokens, engine, finals = run_engine(case.model, PROMPTS, _config(), GREEDY, rounds=2)
+    tokens, engine, outputs = run_engine(case.model, PROMPTS, _config(), GREEDY, rounds=2)
     assert tokens == case.hf_tokens * 2
     stats = engine.stats().prefix_cache
     assert stats.hits > 0
     # the second round finds every full prompt block but the one holding the last token
-    second = finals[len(PROMPTS) :]
+    second = [o for o in outputs if o.finished and o.request_id.startswith("1-")]
+    assert len(second) == len(PROMPTS)
     for out in second:
         expected = (out.num_prompt_tokens - 1) // BLOCK_SIZE * BLOCK_SIZE
         assert out.num_cached_tokens == expected
@@ -253,22 +253,23 @@ def test_chunked_prefill_under_a_small_budget(case: Case) -> None:
 def test_preemption_under_a_tiny_cache(case: Case) -> None:
     # 64 tokens of cache: the longest request (45 + 14 tokens) fits alone, not all together
     config = _config(num_kv_blocks=16, enable_prefix_caching=case.name != "llama_gqa")
-    tokens, engine, finals = run_engine(case.model, PROMPTS, config, GREEDY)
+    tokens, engine, outputs = run_engine(case.model, PROMPTS, config, GREEDY)
     assert tokens == case.hf_tokens
     assert engine.stats().num_preemptions > 0
-    assert any(f.metrics.num_preemptions for f in finals)
+    assert any(o.metrics.num_preemptions for o in outputs if o.finished)
 
 
 def test_bfloat16_and_float16_track_transformers(tmp_path: Path) -> None:
     """Half precision: greedy tokens agree until transformers' own top two logits are within
     rounding of each other (a near-tie either side may break)."""
     hf_fp32 = _save_hf_model("llama_gqa", tmp_path)
+    prompts = PROMPTS[1:3]
     for dtype, margin in ((torch.bfloat16, 0.1), (torch.float16, 0.02)):
         hf_model = hf_fp32.to(dtype)
         model = _our_model(tmp_path, dtype)
         assert model.lm_head.weight.dtype == dtype
-        tokens, _, _ = run_engine(model, PROMPTS[:4], _config(), GREEDY)
-        for prompt, ours in zip(PROMPTS[:4], tokens, strict=True):
+        tokens, _, _ = run_engine(model, prompts, _config(), GREEDY)
+        for prompt, ours in zip(prompts, tokens, strict=True):
             ref, logits = _hf_greedy(hf_model, prompt)
             top2 = logits.float().topk(2, dim=-1).values
             for j, (a, b) in enumerate(zip(ours, ref, strict=True)):

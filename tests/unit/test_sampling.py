@@ -1,4 +1,5 @@
-"""Token choice from logits: greedy, seeded sampling, top-p, and parameter validation."""
+"""Token choice from logits: greedy, seeded sampling, top-k/top-p/min-p, penalties (as
+transformers and OpenAI define them), batched sampling, logprobs, and parameter validation."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from typing import Any
 import pytest
 import torch
 
-from worker.engine.sampling import SamplingParams, sample
+from worker.engine.sampling import (
+    SamplingParams,
+    apply_penalties,
+    request_generator,
+    sample,
+    sample_batch,
+)
 
 
 def _draws(logits: torch.Tensor, params: SamplingParams, n: int) -> list[int]:
@@ -69,6 +76,14 @@ def test_top_p_restricts_support() -> None:
         ({"seed": "7"}, "seed"),
         ({"stop": ("",)}, "stop"),
         ({"stop": "END"}, "stop"),
+        ({"top_k": -1}, "top_k"),
+        ({"min_p": 1.5}, "min_p"),
+        ({"repetition_penalty": 0.0}, "repetition_penalty"),
+        ({"presence_penalty": 3.0}, "presence_penalty"),
+        ({"frequency_penalty": -2.5}, "frequency_penalty"),
+        ({"stop_token_ids": (-1,)}, "stop_token_ids"),
+        ({"ignore_eos": 1}, "ignore_eos"),
+        ({"logprobs": 21}, "logprobs"),
     ],
 )
 def test_invalid_params_name_the_field(kwargs: dict[str, Any], field: str) -> None:
@@ -88,3 +103,89 @@ def test_error_states_the_allowed_range() -> None:
 def test_stop_list_becomes_tuple() -> None:
     params = SamplingParams(stop=["\n", "END"])  # type: ignore[arg-type]
     assert params.stop == ("\n", "END")
+
+
+def test_top_k_and_min_p_restrict_support() -> None:
+    # probabilities 0.5, 0.3, 0.15, 0.05
+    logits = torch.tensor([0.5, 0.3, 0.15, 0.05]).log()
+    assert set(_draws(logits, SamplingParams(temperature=1.0, top_k=2, seed=3), 300)) == {0, 1}
+    # min_p 0.2: tokens below 0.2 * 0.5 = 0.1 are dropped
+    assert set(_draws(logits, SamplingParams(temperature=1.0, min_p=0.2, seed=3), 300)) == {
+        0,
+        1,
+        2,
+    }
+    assert set(_draws(logits, SamplingParams(temperature=1.0, top_k=1, seed=3), 50)) == {0}
+
+
+def test_repetition_penalty_matches_transformers() -> None:
+    transformers = pytest.importorskip("transformers")
+    logits = torch.randn(32, generator=torch.Generator().manual_seed(1))
+    prompt, output = [3, 5, 5], [7, 3]
+    ours = apply_penalties(logits, SamplingParams(repetition_penalty=1.3), prompt, output)
+    processor = transformers.RepetitionPenaltyLogitsProcessor(penalty=1.3)
+    ref = processor(torch.tensor([prompt + output]), logits[None].clone())[0]
+    torch.testing.assert_close(ours, ref)
+
+
+def test_presence_and_frequency_penalties_count_output_tokens_only() -> None:
+    logits = torch.zeros(6)
+    params = SamplingParams(presence_penalty=0.5, frequency_penalty=0.25)
+    out = apply_penalties(logits, params, prompt_ids=[1, 1, 1], output_ids=[2, 2, 3])
+    assert out.tolist() == [0.0, 0.0, -1.0, -0.75, 0.0, 0.0]
+    # greedy follows the penalised logits
+    assert (
+        sample(torch.tensor([2.0, 1.9]), SamplingParams(presence_penalty=0.5), None, [], [0]) == 1
+    )
+
+
+def test_sample_batch_draws_per_request_whatever_the_batch() -> None:
+    vocab = 50
+    logits = torch.randn(4, vocab, generator=torch.Generator().manual_seed(0))
+    params = [
+        SamplingParams(),  # greedy
+        SamplingParams(temperature=1.0, seed=5),
+        SamplingParams(temperature=0.7, top_p=0.9, seed=6),
+        SamplingParams(repetition_penalty=2.0),  # greedy with a penalty
+    ]
+    history = [[1, 2], [3], [4, 5, 6], [int(logits[3].argmax()), 9]]
+
+    def draw(rows: list[int]) -> list[int]:
+        gens = [request_generator(params[i], torch.device("cpu")) for i in rows]
+        return [
+            r.token_id
+            for r in sample_batch(
+                logits[rows], [params[i] for i in rows], gens, [history[i] for i in rows],
+                [1 for _ in rows],
+            )
+        ]  # fmt: skip
+
+    together = draw([0, 1, 2, 3])
+    assert together[0] == int(logits[0].argmax())
+    assert together[3] != int(logits[3].argmax())  # the penalty moved greedy off the repeat
+    assert draw([2, 1]) == [together[2], together[1]]
+    assert draw([1]) == [together[1]]
+
+
+def test_logprobs_of_the_sampled_token_and_the_top_alternatives() -> None:
+    logits = torch.tensor([[2.0, 1.0, 0.5, -1.0]])
+    (result,) = sample_batch(logits, [SamplingParams(logprobs=2)], [None], [[0]], [1])
+    ref = torch.log_softmax(logits[0], dim=-1)
+    assert result.token_id == 0 and result.logprobs is not None
+    assert result.logprobs.logprob == pytest.approx(float(ref[0]))
+    assert [t for t, _ in result.logprobs.top] == [0, 1]
+    assert [v for _, v in result.logprobs.top] == pytest.approx(ref[:2].tolist())
+
+
+def test_params_from_job_input() -> None:
+    params = SamplingParams.from_input(
+        {"prompt": "hi", "max_tokens": 5, "stop": "END", "seed": None, "stop_token_ids": [7]}
+    )
+    assert (params.max_tokens, params.stop, params.seed, params.stop_token_ids) == (
+        5,
+        ("END",),
+        None,
+        (7,),
+    )
+    with pytest.raises(ValueError, match=r"^max_tokens: must be an integer"):
+        SamplingParams.from_input({"max_tokens": "5"})

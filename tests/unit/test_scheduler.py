@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.engine import WORKLOADS, TraceRequest, clip, read_trace
+from bench.traces import WORKLOADS, TraceRequest, clip, read_trace
 from worker.engine.block_manager import BlockManager
 from worker.engine.params import SamplingParams
 from worker.engine.scheduler import Scheduler, SchedulerConfig, SchedulerOutput

@@ -24,7 +24,7 @@ Two implementations with identical semantics:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -59,6 +59,8 @@ class AttentionMetadata:
     seq_lens_host: tuple[int, ...]
     # which implementation runs
     backend: Backend = "torch"
+    # scratch buffers of the torch path, allocated by the first layer and reused by the others
+    workspace: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 def paged_attention(
@@ -117,7 +119,7 @@ def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, seq_len: int) -> t
     block_size = cache.shape[1]
     num_blocks = -(-seq_len // block_size)
     # blocks: [num_blocks, block_size, num_kv_heads, head_dim] (a copy)
-    blocks = cache[block_table[:num_blocks].long()]
+    blocks = cache.index_select(0, block_table[:num_blocks])
     return blocks.flatten(0, 1)[:seq_len]
 
 
@@ -214,37 +216,84 @@ def _decode_attention(
     scale: float,
     window: int | None,
 ) -> torch.Tensor:
-    """One new token per sequence, all decodes as one masked batch.
+    """One new token per sequence; decodes of similar length run as one masked batch.
 
     q: [num_decodes, Hq, D]. Returns [num_decodes, Hq, D].
     """
-    num_decodes, num_heads, head_dim = q.shape
-    num_kv_heads, block_size = k_cache.shape[2], k_cache.shape[1]
     first = meta.num_prefills
-    seq_lens_host = meta.seq_lens_host[first:]
-    max_blocks = -(-max(seq_lens_host) // block_size)
-    # block_tables: [num_decodes, max_blocks]
-    block_tables = meta.block_tables[first:, :max_blocks].long()
-    max_len = max_blocks * block_size
-    # keys, values: [num_decodes, Hkv, max_len, D] (gathered copies)
-    keys = k_cache[block_tables].view(num_decodes, max_len, num_kv_heads, head_dim).transpose(1, 2)
-    values = v_cache[block_tables].view(num_decodes, max_len, num_kv_heads, head_dim)
-    values = values.transpose(1, 2)
-    # seq_lens: [num_decodes, 1]; k_pos: [1, max_len]
-    seq_lens = meta.seq_lens[first:].to(torch.long)[:, None]
+    block_size = k_cache.shape[1]
+    num_blocks = [-(-n // block_size) for n in meta.seq_lens_host[first:]]
+    out = torch.empty_like(q)
+    for g, rows in enumerate(_length_groups(num_blocks)):
+        index = torch.tensor(rows, device=q.device)
+        # group: [group_size, max_blocks] tables, [group_size] lengths
+        max_blocks = num_blocks[rows[0]]
+        tables = meta.block_tables[first:][index, :max_blocks]
+        seq_lens = meta.seq_lens[first:][index]
+        # gathered blocks: [group_size * max_blocks, block_size, Hkv, D], reused across layers
+        shape = (len(rows) * max_blocks, *k_cache.shape[1:])
+        keys, values = (_scratch(meta, f"decode{g}{kv}", shape, k_cache) for kv in "kv")
+        torch.index_select(k_cache, 0, tables.flatten(), out=keys)
+        torch.index_select(v_cache, 0, tables.flatten(), out=values)
+        out[index] = _decode_group(q[index], keys, values, seq_lens, scale, window)
+    return out
+
+
+def _scratch(
+    meta: AttentionMetadata, name: str, shape: tuple[int, ...], like: torch.Tensor
+) -> torch.Tensor:
+    buf = meta.workspace.get(name)
+    if buf is None or buf.shape != shape:
+        buf = meta.workspace[name] = torch.empty(shape, dtype=like.dtype, device=like.device)
+    return buf
+
+
+def _length_groups(num_blocks: list[int], max_groups: int = 4) -> list[list[int]]:
+    """Rows grouped by length, longest first, so that padding every row of a group to its
+    longest wastes little (gathering padded blocks is most of the CPU decode cost)."""
+    order = sorted(range(len(num_blocks)), key=lambda i: -num_blocks[i])
+    groups: list[list[int]] = [[]]
+    for i in order:
+        group = groups[-1]
+        # a new group once a row is under 3/4 of the group's longest (at most max_groups)
+        if group and len(groups) < max_groups and num_blocks[i] * 4 < num_blocks[group[0]] * 3:
+            groups.append([i])
+        else:
+            group.append(i)
+    return groups
+
+
+def _decode_group(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    window: int | None,
+) -> torch.Tensor:
+    """q: [n, Hq, D]; keys, values: the rows' blocks [n * max_blocks, block_size, Hkv, D];
+    seq_lens: [n]. Returns [n, Hq, D]."""
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads = keys.shape[2]
+    max_len = keys.shape[0] * keys.shape[1] // num_seqs
+    # keys, values: [n, Hkv, max_len, D] (views)
+    keys = keys.view(num_seqs, max_len, num_kv_heads, head_dim).transpose(1, 2)
+    values = values.view(num_seqs, max_len, num_kv_heads, head_dim).transpose(1, 2)
+    # lens: [n, 1]; k_pos: [1, max_len]
+    lens = seq_lens.to(torch.long)[:, None]
     k_pos = torch.arange(max_len, device=q.device)[None, :]
-    mask = k_pos < seq_lens
+    mask = k_pos < lens
     if window is not None:
-        mask &= k_pos >= seq_lens - window
+        mask &= k_pos >= lens - window
     # GQA without repeating keys: the query heads of one kv head act as its "query tokens"
-    # q: [num_decodes, Hkv, group, D]; mask: [num_decodes, 1, 1, max_len]
+    # q: [n, Hkv, group, D]; mask: [n, 1, 1, max_len]
     group = num_heads // num_kv_heads
     out = F.scaled_dot_product_attention(
-        q.view(num_decodes, num_kv_heads, group, head_dim),
+        q.view(num_seqs, num_kv_heads, group, head_dim),
         keys,
         values,
         attn_mask=mask[:, None, None, :],
         scale=scale,
     )
-    # out: [num_decodes, Hkv, group, D] -> [num_decodes, Hq, D]
-    return out.reshape(num_decodes, num_heads, head_dim)
+    # out: [n, Hkv, group, D] -> [n, Hq, D]
+    return out.reshape(num_seqs, num_heads, head_dim)

@@ -15,10 +15,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
+from torch import nn
 
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
@@ -81,6 +83,20 @@ def hf_tensor_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+@contextlib.contextmanager
+def _skip_init() -> Iterator[None]:
+    """No random init while building the skeleton: it is thrown away, and on the meta device
+    torch's first ``normal_`` imports its compiler stack (seconds of cold start)."""
+    saved = {cls: cls.reset_parameters for cls in (nn.Linear, nn.Embedding)}
+    try:
+        for cls in saved:
+            cls.reset_parameters = lambda self: None  # type: ignore[method-assign]
+        yield
+    finally:
+        for cls, method in saved.items():
+            cls.reset_parameters = method  # type: ignore[method-assign]
+
+
 def _fused_sources(name: str) -> tuple[str, ...] | None:
     """HF names stacked into the fused parameter ``name`` (None if ``name`` is not fused)."""
     for fused, parts in _FUSED.items():
@@ -101,7 +117,7 @@ def build_model(
     ``lm_head.weight`` is accepted and ignored.
     """
     dtype = dtype or torch_dtype(config)
-    with torch.device("meta"):
+    with torch.device("meta"), _skip_init():
         model = LlamaModel(config)
     params = model.state_dict()
     if config.tie_word_embeddings:

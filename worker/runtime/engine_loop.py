@@ -143,7 +143,7 @@ class EngineLoop:
         try:
             self.engine.add_request(job.job_id, job.prompt_ids, job.params, job.priority)
         except ValueError as exc:  # validated before submit; a duplicate delivery lands here
-            self._finish(job, _failed("invalid_input", str(exc), job))
+            self._report(job, _failed("invalid_input", str(exc), job))
             return
         self._jobs[job.job_id] = job
 
@@ -211,7 +211,10 @@ class EngineLoop:
             self._finish(job, _failed("model_error", message, job))
 
     def _finish(self, job: Job, result: JobResult) -> None:
-        self._jobs.pop(job.job_id, None)
+        del self._jobs[job.job_id]
+        self._report(job, result)
+
+    def _report(self, job: Job, result: JobResult) -> None:
         try:
             self.on_finished(job, result)
         except Exception:

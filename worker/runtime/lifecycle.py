@@ -68,8 +68,8 @@ class WorkerRuntime:
         self._state_lock = threading.Lock()
         self.generator: Any = None
         self.engine: Any = None
-        # deliveries of the jobs in the engine, acked once their outcome is stored
-        self._acks: dict[str, Delivery] = {}
+        # deliveries of the jobs in the engine (by id() of their Job), acked once stored
+        self._acks: dict[int, Delivery] = {}
         self.loop: Any = None
         # claims and completion reports (HTTP with retries) run here, off the engine thread
         self._pool = ThreadPoolExecutor(
@@ -217,14 +217,19 @@ class WorkerRuntime:
         except ValueError as exc:
             self._report(job_id, attempt, delivery, "failed", error=_invalid(exc))
             return
+        except Exception as exc:  # never leave a claimed job without an outcome
+            log.exception("could not start job %s", job_id)
+            error = {"type": "model_error", "message": f"{type(exc).__name__}: {exc}"}
+            self._report(job_id, attempt, delivery, "failed", error=error)
+            return
         deadline = time.monotonic() + float(claim.get("execution_timeout_s") or 600)
         job = Job(job_id, attempt, prompt_ids, params, deadline, priority=delivery.priority)
-        self._acks[job_id] = delivery
+        self._acks[id(job)] = delivery
         self.loop.submit(job)
 
     def _on_finished(self, job: Any, result: Any) -> None:
         """Engine thread: report on the pool, never block the engine."""
-        delivery = self._acks.pop(job.job_id)
+        delivery = self._acks.pop(id(job))
         self._pool.submit(
             self._report,
             job.job_id,

@@ -7,13 +7,17 @@ import logging
 import time
 from typing import Any
 
-from loader import LoaderError, exists, join_uri, load_model_dir, read_bytes
+from loader import LoaderError, LoadOptions, exists, join_uri, load, read_bytes
 
 log = logging.getLogger(__name__)
 
 
-def load_generator(model_uri: str) -> Any:
-    """Return a ready `worker.engine.generate.Generator` for the model at `model_uri`."""
+def load_generator(model_uri: str, device: str = "cpu", options: LoadOptions | None = None) -> Any:
+    """Return a ready `worker.engine.generate.Generator` for the model at `model_uri`.
+
+    Every weight byte comes through `loader.load` (concurrent ranged GETs straight into the
+    destination; on CUDA through the pinned staging ring); a LoaderError leaves nothing loaded.
+    """
     from tokenizers import Tokenizer
 
     from worker.engine.generate import Generator
@@ -30,17 +34,26 @@ def load_generator(model_uri: str) -> Any:
         eos = gen_cfg.get("eos_token_id")
         eos_ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     t1 = time.monotonic()
-    weights = load_model_dir(model_uri)
-    size_bytes = sum(t.numel() * t.element_size() for t in weights.values())
+    result = load(model_uri, device=device, options=options)
+    m = result.metrics
     t2 = time.monotonic()
-    model = build_model(config, weights)
+    model = build_model(config, result.tensors)
     log.info(
-        "loaded %d tensors (%d bytes) in %.2fs (files %.2fs, weights %.2fs, build %.2fs)",
-        len(weights),
-        size_bytes,
+        "loaded %d tensors (%d bytes, %d objects) in %.2fs (files %.2fs, weights %.2fs at "
+        "%.2f GB/s [header %.2fs, fetch %.2fs, copy %.2fs], %d retries, %d cache hits; "
+        "build %.2fs)",
+        len(result.tensors),
+        m.bytes_total,
+        m.num_objects,
         time.monotonic() - t0,
         t1 - t0,
         t2 - t1,
+        m.gbps,
+        m.phases_s["header"],
+        m.phases_s["fetch"],
+        m.phases_s["copy"],
+        m.num_retries,
+        m.cache_hits,
         time.monotonic() - t2,
     )
     return Generator(model, tokenizer, eos_ids, max_context=config.max_position_embeddings)

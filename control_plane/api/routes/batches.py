@@ -10,7 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from typing import Annotated, Any
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from sqlalchemy import select
 
 from control_plane.api.context import Ctx, Db, Principal, now
+from control_plane.api.routes.jobs import admit
 from control_plane.api.schemas import JobInput
 from control_plane.db.models import Job
 from control_plane.errors import InvalidRequest
@@ -54,6 +56,26 @@ class BatchCreate(BaseModel):
                 + (f" (got {', '.join(given)})" if given else "")
             )
         return self
+
+
+class BatchPublic(BaseModel):
+    id: str
+    deployment: str
+    status: Literal["running", "completed", "canceled"]
+    total: int  # input lines (= jobs)
+    max_in_flight: int  # jobs dispatched at once, at most
+    counts: dict[str, int]  # jobs per status (every status, zeros included)
+    input_uri: str | None
+    results_uri: str | None  # s3:// JSONL, once completed
+    webhook: str | None
+    webhook_status: str
+    created_at: str
+    completed_at: str | None
+
+
+class BatchList(BaseModel):
+    data: list[BatchPublic]
+    next_cursor: str | None
 
 
 def _request_hash(body: BatchCreate) -> str:
@@ -93,9 +115,9 @@ def _raw_lines(body: BatchCreate, settings: Settings, tenant_id: str) -> list[tu
     return out
 
 
+@dataclass(frozen=True, slots=True)
 class _BadJson:
-    def __init__(self, message: str) -> None:
-        self.message = message
+    message: str  # why the line is not JSON (kept to report it with the other line errors)
 
 
 def _validate_lines(lines: list[tuple[int, Any]], source: str, max_lines: int) -> list[JobInput]:
@@ -133,7 +155,12 @@ def _validate_lines(lines: list[tuple[int, Any]], source: str, max_lines: int) -
     return parsed
 
 
-@router.post("", status_code=201, responses={200: {"description": "idempotent replay"}})
+@router.post(
+    "",
+    status_code=201,
+    response_model=BatchPublic,
+    responses={200: {"model": BatchPublic, "description": "replay of an Idempotency-Key"}},
+)
 def create_batch(
     body: BatchCreate,
     ctx: Ctx,
@@ -161,6 +188,9 @@ def create_batch(
     source = "input_uri" if body.input_uri is not None else source
     lines = _raw_lines(body, settings, who.tenant_id)
     parsed = _validate_lines(lines, source, settings.batch_max_lines)
+    # A batch is one request against the tenant's rate; its jobs run at batch priority and
+    # enter the in-flight count as pump dispatches them.
+    admit(ctx, session, who.tenant_id, tokens=0)
     defaults = dep.spec.get("defaults") or {}
     batch, created, wake = batches.create(
         session,
@@ -187,7 +217,7 @@ def create_batch(
     return JSONResponse(public, status_code=201 if created else 200)
 
 
-@router.get("")
+@router.get("", response_model=BatchList)
 def list_batches(
     session: Db,
     who: Principal,
@@ -203,13 +233,13 @@ def list_batches(
     return {"data": [batches.to_public(session, b) for b in rows], "next_cursor": next_cursor}
 
 
-@router.get("/{batch_id}")
+@router.get("/{batch_id}", response_model=BatchPublic)
 def get_batch(batch_id: str, session: Db, who: Principal) -> Any:
     who.require("read")
     return batches.to_public(session, batches.get(session, who.tenant_id, batch_id))
 
 
-@router.post("/{batch_id}/cancel")
+@router.post("/{batch_id}/cancel", response_model=BatchPublic)
 def cancel_batch(batch_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
     who.require("run")
     batch, canceled = batches.cancel(session, who.tenant_id, batch_id, now())
@@ -224,7 +254,7 @@ def cancel_batch(batch_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
 @router.get(
     "/{batch_id}/results",
     response_class=StreamingResponse,
-    responses={200: {"content": {batches.RESULTS_CONTENT_TYPE: {}}}},
+    responses={200: {"content": {batches.RESULTS_CONTENT_TYPE: {"schema": {"type": "string"}}}}},
 )
 def batch_results(batch_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
     """JSONL, one line per job in input order: from object storage once the batch completed,

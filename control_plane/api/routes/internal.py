@@ -20,7 +20,7 @@ from control_plane.db.models import Deployment, Job
 from control_plane.domain.states import JobStatus
 from control_plane.errors import InvalidRequest
 from control_plane.services import events, jobs, workers
-from control_plane.tasks_api import enqueue_webhook
+from control_plane.tasks_api import enqueue_output_follower, enqueue_webhook
 from worker.protocol import EventType, WorkerState
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,11 @@ def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db) -> Any:
         ctx.redis, job.id, EventType.RUNNING, {"attempt": job.attempt, "worker_id": body.worker_id}
     )
     _maybe_webhook(ctx, job, "started")
+    if job.webhook_url and "output" in (job.webhook_events or []):
+        try:
+            enqueue_output_follower(ctx.celery, job.id, job.attempt)
+        except Exception:
+            log.exception("could not start output webhooks for job %s", job.id)
     return {
         "claimed": True,
         "job_id": job.id,

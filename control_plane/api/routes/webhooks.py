@@ -25,7 +25,44 @@ class EndpointCreate(BaseModel):
     url: str = Field(max_length=2_000)
 
 
-@router.post("/v1/webhooks/endpoints", status_code=201)
+class EndpointPublic(BaseModel):
+    id: str
+    url: str
+    created_at: str
+    disabled_at: str | None  # set after the receiver answered 410; nothing is sent then
+    disabled_reason: str | None
+    previous_secret_expires_at: str | None  # the previous secret signs too until then
+
+
+class EndpointWithSecret(EndpointPublic):
+    secret: str  # whsec_…: only in answers about one endpoint (admin scope)
+
+
+class EndpointList(BaseModel):
+    data: list[EndpointPublic]
+
+
+class DeliveryPublic(BaseModel):
+    msg_id: str  # webhook-id: the same for every attempt of one event
+    event_type: str
+    attempt: int
+    url: str | None
+    status_code: int | None  # None: no answer (transport error) or not sent
+    error: str | None
+    delivered: bool
+    created_at: str
+
+
+class DeliveryList(BaseModel):
+    data: list[DeliveryPublic]
+
+
+class Redelivery(BaseModel):
+    job_id: str
+    msg_id: str  # webhook-id of the new message
+
+
+@router.post("/v1/webhooks/endpoints", status_code=201, response_model=EndpointWithSecret)
 def create_endpoint(body: EndpointCreate, ctx: Ctx, session: Db, who: Principal) -> Any:
     who.require("admin")
     webhooks.check_target(body.url, ctx.settings.webhook_allow_private, field="url")
@@ -34,14 +71,14 @@ def create_endpoint(body: EndpointCreate, ctx: Ctx, session: Db, who: Principal)
     return JSONResponse(webhook_endpoints.to_public(ep, with_secret=True), status_code=201)
 
 
-@router.get("/v1/webhooks/endpoints")
+@router.get("/v1/webhooks/endpoints", response_model=EndpointList)
 def list_endpoints(session: Db, who: Principal) -> Any:
     who.require("admin")
     rows = webhook_endpoints.list_(session, who.tenant_id)
     return {"data": [webhook_endpoints.to_public(ep, with_secret=False) for ep in rows]}
 
 
-@router.get("/v1/webhooks/endpoints/{endpoint_id}")
+@router.get("/v1/webhooks/endpoints/{endpoint_id}", response_model=EndpointWithSecret)
 def get_endpoint(endpoint_id: str, session: Db, who: Principal) -> Any:
     who.require("admin")
     ep = webhook_endpoints.get(session, who.tenant_id, endpoint_id)
@@ -56,7 +93,7 @@ def delete_endpoint(endpoint_id: str, session: Db, who: Principal) -> Response:
     return Response(status_code=204)
 
 
-@router.post("/v1/webhooks/endpoints/{endpoint_id}/rotate")
+@router.post("/v1/webhooks/endpoints/{endpoint_id}/rotate", response_model=EndpointWithSecret)
 def rotate_endpoint(endpoint_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
     who.require("admin")
     ep = webhook_endpoints.rotate(
@@ -66,7 +103,7 @@ def rotate_endpoint(endpoint_id: str, ctx: Ctx, session: Db, who: Principal) -> 
     return webhook_endpoints.to_public(ep, with_secret=True)
 
 
-@router.get("/v1/jobs/{job_id}/webhook/deliveries")
+@router.get("/v1/jobs/{job_id}/webhook/deliveries", response_model=DeliveryList)
 def job_deliveries(job_id: str, session: Db, who: Principal) -> Any:
     who.require("read")
     job = jobs.get(session, who.tenant_id, job_id)
@@ -74,7 +111,7 @@ def job_deliveries(job_id: str, session: Db, who: Principal) -> Any:
     return {"data": [webhook_delivery.delivery_public(d) for d in rows]}
 
 
-@router.post("/v1/jobs/{job_id}/webhook/redeliver", status_code=202)
+@router.post("/v1/jobs/{job_id}/webhook/redeliver", status_code=202, response_model=Redelivery)
 def redeliver(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
     """Send `job.completed` of a finished job again, as a new message (fresh webhook-id)."""
     who.require("run")
@@ -90,7 +127,7 @@ def redeliver(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
     return JSONResponse({"job_id": job.id, "msg_id": msg_id}, status_code=202)
 
 
-@router.get("/v1/batches/{batch_id}/webhook/deliveries")
+@router.get("/v1/batches/{batch_id}/webhook/deliveries", response_model=DeliveryList)
 def batch_deliveries(batch_id: str, session: Db, who: Principal) -> Any:
     who.require("read")
     batch = batches.get(session, who.tenant_id, batch_id)

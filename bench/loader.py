@@ -1,0 +1,314 @@
+"""Weight loading from S3: this loader vs run:ai Model Streamer, boto3 + safetensors, and the
+raw ceiling, on one ≥1 GB checkpoint shaped like a small Llama, served by `rclone serve s3` on
+loopback, interleaved in one run.
+
+    .venv/bin/python bench/loader.py            # 5 interleaved rounds; prints a table + JSON
+    .venv/bin/python bench/loader.py --rounds 3 --layers 10
+
+Every measured load runs in a fresh subprocess (so peak RSS and CPU are its own); the server's
+CPU-seconds come from /proc of the rclone process. Needs the `bench` extra
+(runai-model-streamer, runai-model-streamer-s3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, this file's folder is sys.path[0] and `import loader` would import this file.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(ROOT))
+BUCKET = "models"
+KEY = "bench-llama/model.safetensors"
+
+
+# --------------------------------------------------------------------------- child side
+
+
+def _rss_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def _cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def child(name: str, uri: str, size: int) -> None:
+    """Run one load; print one JSON line."""
+    import torch  # noqa: F401  (import cost is not measured)
+
+    extra_env = json.loads(os.environ.get("BENCH_ENV", "{}"))
+    os.environ.update(extra_env)
+    if name.startswith("runai"):
+        import runai_model_streamer  # noqa: F401
+    import boto3  # noqa: F401
+    import safetensors.torch  # noqa: F401
+
+    import loader
+
+    base_rss = _rss_kb("VmRSS")
+    cpu0, t0 = _cpu_s(), time.perf_counter()
+    dest_bytes = 0
+    if name == "loader":
+        result = loader.load(uri)
+        dest_bytes = sum(t.numel() * t.element_size() for t in result.tensors.values())
+    elif name.startswith("runai"):
+        from runai_model_streamer import SafetensorsStreamer
+
+        tensors = {}
+        with SafetensorsStreamer() as streamer:
+            streamer.stream_file(uri)
+            for tname, tensor in streamer.get_tensors():
+                tensors[tname] = tensor
+        dest_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    elif name == "boto3":
+        from safetensors.torch import load_file
+
+        from loader.s3 import s3_client
+
+        with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
+            path = os.path.join(d, "model.safetensors")
+            s3_client().download_file(BUCKET, KEY, path)
+            tensors = load_file(path)
+            dest_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    elif name == "ceiling":
+        dest_bytes = raw_ceiling(size, int(os.environ.get("BENCH_CONCURRENCY", "4")))
+    else:
+        raise SystemExit(f"unknown contender {name}")
+    seconds = time.perf_counter() - t0
+    out = {
+        "name": name,
+        "seconds": seconds,
+        "cpu_s": _cpu_s() - cpu0,
+        "peak_rss_mb": _rss_kb("VmHWM") / 1024,
+        "extra_rss_mb": (_rss_kb("VmHWM") - base_rss) / 1024 - dest_bytes / 2**20,
+        "bytes": size,
+    }
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def raw_ceiling(size: int, concurrency: int) -> int:
+    """Concurrent ranged GETs into one preallocated buffer: signing + receive, no parsing."""
+    import queue
+    import threading
+
+    import torch
+
+    from loader.options import S3Options
+    from loader.s3 import S3Source
+
+    src = S3Source(f"s3://{BUCKET}/{KEY}", S3Options())
+    # Allocated, not touched, by torch's allocator like the loader's arena (it backs large
+    # blocks with transparent huge pages: numpy's malloc'd buffer costs 2-3x the CPU here).
+    buf = torch.empty(size, dtype=torch.uint8)
+    view = memoryview(buf.numpy())
+    part = int(os.environ.get("BENCH_PART_BYTES", str(8 << 20)))
+    work: queue.Queue[int] = queue.Queue()
+    for start in range(0, size, part):
+        work.put(start)
+
+    def run() -> None:
+        while True:
+            try:
+                start = work.get_nowait()
+            except queue.Empty:
+                return
+            end = min(start + part, size)
+            _, body = src.open_range(start, end, None, 60.0)
+            body.readinto(view[start:end])
+            body.close()
+
+    threads = [threading.Thread(target=run) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return size
+
+
+# --------------------------------------------------------------------------- parent side
+
+
+def make_checkpoint(path: Path, layers: int) -> int:
+    """A small-Llama-shaped bf16 checkpoint (hidden 2048, GQA 4:1, MLP 5632, vocab 32000)."""
+    import torch
+    from safetensors.torch import save_file
+
+    hidden, kv, mlp, vocab = 2048, 512, 5632, 32000
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (vocab, hidden),
+        "model.norm.weight": (hidden,),
+        "lm_head.weight": (vocab, hidden),
+    }
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        shapes |= {
+            p + "self_attn.q_proj.weight": (hidden, hidden),
+            p + "self_attn.k_proj.weight": (kv, hidden),
+            p + "self_attn.v_proj.weight": (kv, hidden),
+            p + "self_attn.o_proj.weight": (hidden, hidden),
+            p + "mlp.gate_proj.weight": (mlp, hidden),
+            p + "mlp.up_proj.weight": (mlp, hidden),
+            p + "mlp.down_proj.weight": (hidden, mlp),
+            p + "input_layernorm.weight": (hidden,),
+            p + "post_attention_layernorm.weight": (hidden,),
+        }
+    g = torch.Generator().manual_seed(0)
+    tensors = {}
+    for n, s in shapes.items():
+        t = torch.empty(s, dtype=torch.bfloat16)
+        # cheap, non-constant content: a random row repeated
+        t.view(-1, s[-1])[:] = torch.randn(s[-1], generator=g).bfloat16()
+        tensors[n] = t
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    return path.stat().st_size
+
+
+def proc_cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+CONTENDERS: dict[str, dict[str, str]] = {
+    "loader": {},
+    "runai default": {},
+    "runai c=1": {"RUNAI_STREAMER_CONCURRENCY": "1", "RUNAI_STREAMER_S3_TARGET_GBPS": "1"},
+    "runai c=2": {"RUNAI_STREAMER_CONCURRENCY": "2", "RUNAI_STREAMER_S3_TARGET_GBPS": "1"},
+    "runai c=4": {"RUNAI_STREAMER_CONCURRENCY": "4", "RUNAI_STREAMER_S3_TARGET_GBPS": "1"},
+    "boto3 + load_file": {},
+    "raw ceiling": {},
+}
+KIND = {
+    "loader": "loader",
+    "boto3 + load_file": "boto3",
+    "raw ceiling": "ceiling",
+}
+
+
+def run_one(label: str, s3_env: dict[str, str], size: int, server_pid: int) -> dict[str, float]:
+    kind = KIND.get(label, "runai")
+    env = {
+        **os.environ,
+        **s3_env,
+        "BENCH_ENV": json.dumps(CONTENDERS[label]),
+        "RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING": "0",
+        "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": "60000",
+        "RUNAI_STREAMER_LOG_LEVEL": "WARNING",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "PYTHONPATH": str(ROOT),
+    }
+    os.sync()  # no writeback of an earlier contender's files during this one
+    time.sleep(0.5)
+    s0 = proc_cpu_s(server_pid)
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", kind, f"s3://{BUCKET}/{KEY}", str(size)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    server_cpu = proc_cpu_s(server_pid) - s0
+    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"{label} failed ({out.returncode}):\n{out.stdout}\n{out.stderr[-3000:]}")
+    r: dict[str, float] = json.loads(lines[-1][len("RESULT ") :])
+    r["server_cpu_s"] = server_cpu
+    return r
+
+
+def machine() -> str:
+    cpu = "?"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (
+        f"{os.cpu_count()} cores {cpu}, {mem_gb:.0f} GiB RAM, Linux {platform.release()}, "
+        f"Python {platform.python_version()}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--layers", type=int, default=10, help="10 layers ≈ 1.16 GB")
+    ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], int(args.child[2]))
+        return
+
+    from control_plane.embedded.processes import free_port, start_s3
+
+    with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
+        root = Path(tmp)
+        size = make_checkpoint(root / "objects" / BUCKET / KEY, args.layers)
+        access, secret = "AKBENCH" + secrets.token_hex(8).upper(), secrets.token_urlsafe(24)
+        server = start_s3(
+            root / "objects", free_port(), access, secret, root / "rclone.log", (BUCKET,)
+        )
+        s3_env = {
+            "AWS_ENDPOINT_URL": server.extra["url"],
+            "AWS_ACCESS_KEY_ID": access,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "AWS_DEFAULT_REGION": "us-east-1",
+            # boto3's download goes to tmpfs when there is one: no disk writeback to skew others
+            "BENCH_TMP": "/dev/shm" if os.path.isdir("/dev/shm") else tmp,
+        }
+        try:
+            print(f"checkpoint {size / 1e9:.2f} GB; machine: {machine()}", flush=True)
+            run_one("raw ceiling", s3_env, size, server.pid)  # warm-up: rclone hashes the file
+            results: dict[str, list[dict[str, float]]] = {k: [] for k in CONTENDERS}
+            labels = list(CONTENDERS)
+            for i in range(args.rounds):
+                for label in labels[i % len(labels) :] + labels[: i % len(labels)]:
+                    r = run_one(label, s3_env, size, server.pid)
+                    results[label].append(r)
+                    print(f"  round {i + 1} {label:18s} {r['seconds']:.2f}s", flush=True)
+        finally:
+            server.stop()
+
+    def med(label: str, key: str) -> float:
+        return statistics.median(r[key] for r in results[label])
+
+    print()
+    print(f"{'contender':18s} {'median s':>9s} {'GB/s':>6s} {'client cpu-s':>12s} "
+          f"{'server cpu-s':>12s} {'peak RSS MB':>11s}")  # fmt: skip
+    for label in CONTENDERS:
+        s = med(label, "seconds")
+        print(
+            f"{label:18s} {s:9.2f} {size / s / 1e9:6.2f} {med(label, 'cpu_s'):12.2f} "
+            f"{med(label, 'server_cpu_s'):12.2f} {med(label, 'peak_rss_mb'):11.0f}"
+        )
+    ours = med("loader", "seconds")
+    runai = {k: med(k, "seconds") for k in CONTENDERS if k.startswith("runai")}
+    summary = {
+        "bench": "loader",
+        "gbps": round(size / ours / 1e9, 3),
+        "vs_runai_best": round(min(runai.values()) / ours, 3),
+        "vs_runai_default": round(runai["runai default"] / ours, 3),
+        "vs_ceiling": round(med("raw ceiling", "seconds") / ours, 3),
+        "peak_extra_rss_mb": round(max(r["extra_rss_mb"] for r in results["loader"]), 1),
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""The worker's engine thread: many jobs in one engine, deltas streamed in one pipeline per
+step, cancel flags and deadlines, engine failures; and the consumer's message helpers.
+(A fake Redis here; the end-to-end tests run the real one.)"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from tests.unit.test_engine import BOS, ScriptedRunner, _engine
+from worker.engine.params import SamplingParams
+from worker.protocol import job_cancel_key, job_events_key
+from worker.runtime.consumer import _acker, priority_of
+from worker.runtime.engine_loop import EngineLoop, Job, JobResult
+
+
+class FakeRedis:
+    def __init__(self) -> None:
+        self.streams: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.keys: set[str] = set()
+        self.pipelines = 0
+
+    def pipeline(self, transaction: bool = False) -> FakePipeline:
+        self.pipelines += 1
+        return FakePipeline(self)
+
+
+class FakePipeline:
+    def __init__(self, redis: FakeRedis) -> None:
+        self.redis = redis
+        self.ops: list[Any] = []
+
+    def exists(self, key: str) -> None:
+        self.ops.append(lambda: int(key in self.redis.keys))
+
+    def xadd(self, key: str, fields: dict[str, Any], **_: Any) -> None:
+        self.ops.append(lambda: self.redis.streams[key].append(fields))
+
+    def execute(self) -> list[Any]:
+        return [op() for op in self.ops]
+
+
+class Harness:
+    def __init__(self, script: Any = lambda rid, i: 2, **config: Any) -> None:
+        self.engine, self.runner = _engine(script, **config)
+        self.redis = FakeRedis()
+        self.results: queue.SimpleQueue[tuple[Job, JobResult]] = queue.SimpleQueue()
+        self.loop = EngineLoop(
+            self.engine,
+            self.redis,  # type: ignore[arg-type]
+            cancel_poll_s=0.01,
+            on_finished=lambda job, result: self.results.put((job, result)),
+        )
+        self.loop.start()
+
+    def job(self, job_id: str, max_tokens: int = 4, deadline_s: float = 60.0) -> Job:
+        params = SamplingParams(max_tokens=max_tokens)
+        return Job(job_id, 1, [BOS, 2], params, time.monotonic() + deadline_s)
+
+    def wait(self, n: int) -> dict[str, JobResult]:
+        out = {}
+        for _ in range(n):
+            job, result = self.results.get(timeout=10)
+            out[job.job_id] = result
+        return out
+
+    def deltas(self, job_id: str) -> str:
+        return "".join(
+            json.loads(e["data"])["delta"] for e in self.redis.streams[job_events_key(job_id)]
+        )
+
+
+def test_jobs_share_the_engine_and_stream_their_text() -> None:
+    h = Harness(max_num_seqs=4)
+    for i in range(5):
+        h.loop.submit(h.job(f"j{i}", max_tokens=3 + i))
+    results = h.wait(5)
+    h.loop.stop(timeout_s=5)
+    for i in range(5):
+        r = results[f"j{i}"]
+        assert r.status == "succeeded" and r.error is None
+        assert r.output is not None
+        assert r.output["text"] == "Hello" * (3 + i) == h.deltas(f"j{i}")
+        assert r.output["finish_reason"] == "length" and r.output["cached_tokens"] == 0
+        assert set(r.output["timings"]) >= {"queue_s", "ttft_s", "itl_mean_s"}
+        assert (r.prompt_tokens, r.generated_tokens) == (2, 3 + i)
+    # one pipeline per step for all deltas (plus cancel polls), not one round trip per token
+    assert h.redis.pipelines < sum(3 + i for i in range(5)) * 2
+    assert not h.loop._thread.is_alive()
+
+
+def test_cancel_flag_and_deadline_abort_jobs() -> None:
+    gate = threading.Event()
+
+    def slow(rid: str, i: int) -> int:
+        gate.wait(0.01)
+        return 2
+
+    h = Harness(slow, max_num_seqs=4)
+    h.loop.submit(h.job("cancel-me", max_tokens=10_000 // 200))
+    h.loop.submit(h.job("too-slow", max_tokens=50, deadline_s=0.05))
+    h.loop.submit(h.job("fine", max_tokens=3))
+    h.redis.keys.add(job_cancel_key("cancel-me"))
+    results = h.wait(3)
+    h.loop.stop(timeout_s=5)
+    assert results["cancel-me"].status == "canceled"
+    assert results["too-slow"].status == "timed_out"
+    assert results["fine"].status == "succeeded"
+    for r in (results["cancel-me"], results["too-slow"]):
+        assert r.output is not None and r.output["finish_reason"] == "abort"
+    assert h.engine.block_manager.num_free_blocks == h.engine.cache.num_blocks
+
+
+def test_engine_failure_fails_the_jobs_in_flight_and_keeps_serving() -> None:
+    calls = {"n": 0}
+
+    def flaky(rid: str, i: int) -> int:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("device lost")
+        return 2
+
+    h = Harness(flaky)
+    h.loop.submit(h.job("a", max_tokens=5))
+    first = h.wait(1)["a"]
+    assert first.status == "failed"
+    assert first.error == {"type": "model_error", "message": "RuntimeError: device lost"}
+    h.loop.submit(h.job("b", max_tokens=2))
+    assert h.wait(1)["b"].status == "succeeded"
+    h.loop.stop(timeout_s=5)
+
+
+def test_a_duplicate_job_is_refused_not_run_twice() -> None:
+    h = Harness(lambda rid, i: (time.sleep(0.005), 2)[1])
+    h.loop.submit(h.job("dup", max_tokens=20))
+    h.loop.submit(h.job("dup", max_tokens=20))
+    results = [h.results.get(timeout=10)[1] for _ in range(2)]
+    h.loop.stop(timeout_s=5)
+    assert sorted(r.status for r in results) == ["failed", "succeeded"]
+    failed = next(r for r in results if r.status == "failed")
+    assert failed.error is not None and "already running" in failed.error["message"]
+
+
+def test_consumer_helpers() -> None:
+    assert priority_of({"priority": 3}) == 3
+    assert priority_of({}) == 0
+    assert priority_of({"priority": "x"}) == 0
+    done: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    ack = _acker(done, "message")  # type: ignore[arg-type]
+    ack()
+    ack()  # idempotent: a message is acknowledged once
+    assert done.get_nowait() == "message"
+    with pytest.raises(queue.Empty):
+        done.get_nowait()
+
+
+def test_runner_is_released_for_every_job() -> None:
+    h = Harness()
+    h.loop.submit(h.job("x", max_tokens=2))
+    h.wait(1)
+    h.loop.stop(timeout_s=5)
+    assert isinstance(h.runner, ScriptedRunner) and h.runner.released == ["x"]
