@@ -86,4 +86,3 @@ def _timestamp_s(raw: str) -> float:
 
 def clip(value: float, low: int, high: int) -> int:
     return max(low, min(high, int(value)))
-

@@ -174,7 +174,7 @@ def run_demo(port: int, t_start: float) -> int:
 
     step("Per-second billing records (every second of every worker, by phase)")
     records = client.billing.records(deployment="demo")
-    print(f"    {'worker':<28} {'phase':<6} {'seconds':>9} {'rate/s':>10} {'amount':>13}")
+    print(f"    {'worker':<28} {'phase':<6} {'seconds':>9} {'rate/s':>12} {'amount':>13}")
     total = Decimal(0)
     for r in records:
         total += Decimal(r["amount"])
@@ -182,7 +182,10 @@ def run_demo(port: int, t_start: float) -> int:
             f"    {r['worker_id']:<28} {r['phase']:<6} {r['seconds']:>9} {r['rate_per_s']:>10} "
             f"{r['amount']:>13}"
         )
-    print(f"    {'total':<28} {'':<6} {'':>9} {'':>10} {total:>13f} USD")
+    print(f"    {'total':<28} {'':<6} {'':>9} {'':>12} {total:>13f} USD")
+
+    step("Where the seconds went: per-job usage and cost by phase")
+    platform("usage", "--by", "phase", env=env)
 
     print(f"\nDemo finished in {time.monotonic() - t_start:.0f}s.")
     return 0

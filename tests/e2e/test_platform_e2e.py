@@ -177,7 +177,12 @@ def test_foreground_up_stops_every_child_on_sigterm(
         assert client.run("fg", input={"prompt": "hi", "max_tokens": 2})
         assert httpx.get(state["url"] + "/healthz").status_code == 200
         tree = descendants(proc.pid)
-        worker_procs = [p for p in processes_mentioning(str(demo_model)) if "-m worker" in p]
+        # Only this platform's children: other deployments of the shared demo model run too.
+        worker_procs = [
+            p
+            for p in processes_mentioning(str(demo_model))
+            if "-m worker" in p and int(p.split(":")[0]) in tree
+        ]
         assert len(worker_procs) == 1, "a worker process serves the deployment"
         assert len(tree) >= 6  # redis, s3, api, celery, loops, worker (+ helpers)
         proc.send_signal(signal.SIGTERM)
@@ -234,8 +239,8 @@ def test_job_of_a_killed_worker_is_retried_once_and_billed_for_its_worker(
     expected = client.run("kill", input={"prompt": "The weather", "max_tokens": 400})
     assert final.output is not None and final.output["text"] == expected
     workers = client.workers.list("kill")
-    states = sorted(w["state"] for w in workers)
-    assert states[0] in ("idle", "busy") and "failed" in states
+    states = {w["state"] for w in workers}
+    assert "failed" in states and states - {"failed"} <= {"idle", "busy"}
     # Billing: the killed worker's open segment was closed; the lost attempt is not billed;
     # the retried job is billed once, for its second attempt only.
     dead = next(w for w in workers if w["state"] == "failed")

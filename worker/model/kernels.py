@@ -71,6 +71,7 @@ def _paged_attention_kernel(  # type: ignore[no-untyped-def]
     BLOCK_M: tl.constexpr,  # query tokens per program
     BLOCK_SIZE: tl.constexpr,  # tokens per cache block
     WINDOW: tl.constexpr,  # sliding window (0: none)
+    DOT_PRECISION: tl.constexpr,  # "ieee" for fp32 inputs (no TF32); the default otherwise
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -111,7 +112,7 @@ def _paged_attention_kernel(  # type: ignore[no-untyped-def]
             # k, v: [BLOCK_SIZE, BLOCK_D]
             k = tl.load(K_cache + kv_offs, mask=d_valid[None, :], other=0.0)
             # s: [BLOCK_M, BLOCK_SIZE]
-            s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION) * scale
             valid = (k_pos[None, :] <= q_pos[:, None]) & (k_pos[None, :] < seq_len)
             if WINDOW > 0:
                 valid = valid & (q_pos[:, None] - k_pos[None, :] < WINDOW)
@@ -123,7 +124,7 @@ def _paged_attention_kernel(  # type: ignore[no-untyped-def]
             alpha = tl.exp(m_i - m_safe)
             l_i = l_i * alpha + tl.sum(p, 1)
             v = tl.load(V_cache + kv_offs, mask=d_valid[None, :], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
             m_i = m_new
         l_safe = tl.where(l_i == 0.0, 1.0, l_i)
         out = acc / l_safe[:, None]
@@ -216,5 +217,6 @@ def paged_attention(
         BLOCK_M=BLOCK_M,
         BLOCK_SIZE=block_size,
         WINDOW=sliding_window or 0,
+        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )
     return out

@@ -114,7 +114,9 @@ class WorkerRuntime:
             self._set_state(WorkerState.LOADING)
             from worker.runtime.loading import load_generator
 
-            self.generator = load_generator(self.identity.model_uri)
+            # a GPU worker loads straight into device memory; "cpu" workers stay on the host
+            device = "cpu" if self.identity.accelerator == "cpu" else "cuda"
+            self.generator = load_generator(self.identity.model_uri, device=device)
             self.engine = self._build_engine(self.generator)
             self._set_state(WorkerState.WARMING)
             self._warm_up()

@@ -1,0 +1,118 @@
+"""The worker runtime around the engine: claim → validate → engine → complete → ack, with
+BUSY/IDLE reported as the first job starts and the last one ends, and bad input answered as
+``invalid_input`` before anything reaches the engine (fakes for the control plane and Redis)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from tests.unit.test_engine import WORDS, _engine
+from tests.unit.test_engine_loop import FakeRedis
+from worker.runtime.consumer import Delivery
+from worker.runtime.engine_loop import EngineLoop
+from worker.runtime.lifecycle import WorkerIdentity, WorkerRuntime
+from worker.settings import WorkerSettings
+
+
+class FakeControl:
+    def __init__(self, inputs: dict[str, dict[str, Any]]) -> None:
+        self.inputs = inputs
+        self.completed: dict[str, dict[str, Any]] = {}
+        self.states: list[str] = []
+        self.lock = threading.Lock()
+        self.done = threading.Semaphore(0)
+
+    def claim(self, job_id: str) -> dict[str, Any] | None:
+        if job_id not in self.inputs:
+            return None
+        return {"attempt": 1, "input": self.inputs[job_id], "execution_timeout_s": 60}
+
+    def complete(self, job_id: str, attempt: int, status: str, **fields: Any) -> bool:
+        with self.lock:
+            self.completed[job_id] = {"status": status, **fields}
+        self.done.release()
+        return True
+
+    def report_state(self, state: str, reason: str | None = None) -> None:
+        with self.lock:
+            self.states.append(state)
+
+    def close(self) -> None:
+        pass
+
+
+def _runtime(inputs: dict[str, dict[str, Any]], max_concurrency: int = 4) -> WorkerRuntime:
+    identity = WorkerIdentity("wrk_1", "dep_1", 1, "file:///m", "cpu", "q", max_concurrency)
+    rt = WorkerRuntime(WorkerSettings(), identity)
+    rt.control = FakeControl(inputs)  # type: ignore[assignment]
+    rt.redis = FakeRedis()  # type: ignore[assignment]
+    rt.redis.set = lambda *a, **k: None  # type: ignore[attr-defined]
+    rt.engine, _ = _engine(lambda rid, i: 2 + i % 3, max_num_seqs=max_concurrency)
+    rt.loop = EngineLoop(rt.engine, rt.redis, 0.01, rt._on_finished)
+    rt.loop.start()
+    return rt
+
+
+def _deliver(rt: WorkerRuntime, job_ids: list[str]) -> list[str]:
+    acked: list[str] = []
+    for job_id in job_ids:
+        rt._handle(Delivery(job_id, 0, lambda j=job_id: acked.append(j)))  # type: ignore[misc]
+    return acked
+
+
+def _wait(rt: WorkerRuntime, n: int, acked: list[str], num_acks: int | None = None) -> None:
+    control: FakeControl = rt.control  # type: ignore[assignment]
+    for _ in range(n):
+        assert control.done.acquire(timeout=10)
+    deadline = time.monotonic() + 10
+    while len(acked) < (num_acks or n):
+        assert time.monotonic() < deadline, "not acked"
+        time.sleep(0.01)
+
+
+def test_jobs_run_together_and_are_reported_then_acked() -> None:
+    inputs = {f"j{i}": {"prompt": "Hello", "max_tokens": 3 + i} for i in range(3)}
+    rt = _runtime(inputs)
+    acked = _deliver(rt, list(inputs))
+    _wait(rt, 3, acked)
+    rt.loop.stop(timeout_s=5)
+    control: FakeControl = rt.control  # type: ignore[assignment]
+    for i in range(3):
+        done = control.completed[f"j{i}"]
+        assert done["status"] == "succeeded"
+        assert done["generated_tokens"] == 3 + i
+        assert done["prompt_tokens"] == len(rt.engine.encode("Hello"))
+        assert done["output"]["finish_reason"] == "length"
+        assert done["output"]["text"] == "".join(WORDS[2 + k % 3] for k in range(3 + i))
+        assert "ttft_s" in done["output"]["timings"]
+    assert sorted(acked) == ["j0", "j1", "j2"]
+    # BUSY when the first job starts, IDLE only when the last one ends
+    assert control.states[0] == "busy" and control.states[-1] == "idle"
+    assert rt.inflight == 0
+    assert rt.engine.block_manager.num_free_blocks == rt.engine.cache.num_blocks
+
+
+def test_bad_input_fails_as_invalid_input_before_the_engine() -> None:
+    inputs = {
+        "too-long": {"prompt": "Hello " * 40, "max_tokens": 60},
+        "bad-param": {"prompt": "Hello", "temperature": -1},
+        "no-prompt": {"max_tokens": 3},
+    }
+    rt = _runtime(inputs)
+    acked = _deliver(rt, [*inputs, "not-claimable"])
+    _wait(rt, 3, acked, num_acks=4)
+    rt.loop.stop(timeout_s=5)
+    control: FakeControl = rt.control  # type: ignore[assignment]
+    errors = {k: v["error"] for k, v in control.completed.items()}
+    assert all(v["status"] == "failed" for v in control.completed.values())
+    assert all(e["type"] == "invalid_input" for e in errors.values())
+    assert (
+        "prompt tokens + max_tokens 60 exceeds the context window of 64"
+        in (errors["too-long"]["message"])
+    )
+    assert errors["bad-param"]["message"].startswith("temperature: ")
+    assert errors["no-prompt"]["message"].startswith("prompt: ")
+    assert sorted(acked) == sorted([*inputs, "not-claimable"])
+    assert rt.engine.scheduler.num_unfinished == 0 and rt.inflight == 0
