@@ -395,6 +395,11 @@ class AsyncBilling(_AsyncResource):
             routes.billing_records(deployment, worker_id, phase, since, until), limit
         )
 
+    async def check(self) -> dict[str, Any]:
+        """Drift between billing records, workers and jobs: `{"ok": bool, "issues": [...]}`."""
+        result: dict[str, Any] = await self._json(routes.billing_check())
+        return result
+
 
 class AsyncWorkers(_AsyncResource):
     """`client.workers` of AsyncClient."""

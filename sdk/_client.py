@@ -440,6 +440,11 @@ class Billing(_Resource):
         """BillingRecords; `seconds`, `rate_per_s` and `amount` are decimal strings."""
         return self._list(routes.billing_records(deployment, worker_id, phase, since, until), limit)
 
+    def check(self) -> dict[str, Any]:
+        """Drift between billing records, workers and jobs: `{"ok": bool, "issues": [...]}`."""
+        result: dict[str, Any] = self._json(routes.billing_check())
+        return result
+
 
 class Workers(_Resource):
     """`client.workers`: live and recently stopped workers."""

@@ -149,6 +149,10 @@ def billing_records(
     return Call("GET", "/v1/billing/records", params=params)
 
 
+def billing_check() -> Call:
+    return Call("GET", "/v1/billing/check")
+
+
 def list_workers(deployment: str | None) -> Call:
     return Call("GET", "/v1/workers", params=_query(deployment=deployment))
 

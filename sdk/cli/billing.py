@@ -42,6 +42,31 @@ def records(
     typer.echo(f"total: {total_amount(rows)} over {len(rows)} records")
 
 
+@app.command("check")
+def check(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Check that the books balance: records tile every worker's life, job shares add up.
+
+    Exits 1 when drift is found (each issue is listed).
+
+    \b
+    Example:
+        platform billing check
+    """
+    with _common.client() as client:
+        result = client.billing.check()
+    if as_json:
+        _common.print_json(result)
+    elif result.get("ok"):
+        typer.echo("ok: billing records, workers and job shares agree")
+    else:
+        for issue in result.get("issues", []):
+            typer.echo(" ".join(f"{k}={v}" for k, v in issue.items()))
+    if not result.get("ok"):
+        raise typer.Exit(1)
+
+
 def total_amount(rows: list[dict[str, Any]]) -> Decimal:
     """Sum of the `amount` decimal strings. NOTE: Decimal, never float, for money."""
     total = Decimal(0)

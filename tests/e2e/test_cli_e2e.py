@@ -77,6 +77,11 @@ def test_status_keys_and_usage(env: dict[str, str]) -> None:
     by_phase = json.loads(ok("usage", "--by", "phase", "--json", env=env))
     assert by_phase["group_by"] == "phase" and by_phase["data"]
 
+    checked = cli("billing", "check", env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.startswith("ok")
+    assert json.loads(ok("billing", "check", "--json", env=env))["ok"] is True
+
 
 def test_models_verify_loads_the_demo_weights(env: dict[str, str], demo_model: Path) -> None:
     from sdk.cli.models import _loader_main_exists

@@ -252,3 +252,28 @@ def test_job_of_a_killed_worker_is_retried_once_and_billed_for_its_worker(
     assert usage["attempt"] == 2 and dead["id"] in usage["workers"]
     live_id = next(w["id"] for w in workers if w["state"] != "failed")
     assert Decimal(usage["cost"]) > 0 and live_id in usage["workers"]
+
+
+def test_streaming_client_that_disconnects_cancels_its_job(
+    platform: dict[str, Any], demo_model: Path
+) -> None:
+    client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+    client.deployments.create(name="gone", model=str(demo_model), scaledown_window_s=600)
+    assert client.run("gone", input={"prompt": "warm", "max_tokens": 1})  # a worker is up
+    headers = {"Authorization": f"Bearer {platform['api_key']}"}
+    body = {"input": {"prompt": "The weather", "max_tokens": 480}, "stream": True}
+    with (
+        httpx.Client(base_url=platform["url"], timeout=30) as http,
+        http.stream("POST", "/v1/deployments/gone/run", json=body, headers=headers) as resp,
+    ):
+        job_id = resp.headers["X-Job-Id"]
+        for line in resp.iter_lines():
+            if line.startswith("event: output"):
+                break  # the job runs; now the client goes away
+    deadline = time.monotonic() + 20
+    while (status := client.jobs.get(job_id).status) != "canceled":
+        assert status in ("running", "queued", "starting"), status
+        assert time.monotonic() < deadline, "the job was not canceled"
+        time.sleep(0.1)
+    job = client.jobs.get(job_id)
+    assert job.output is None or job.output.get("finish_reason") != "length"
