@@ -31,6 +31,7 @@ from control_plane.domain.states import ACTIVE, PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
 from control_plane.services import events, object_store
 from control_plane.services.dispatch import dispatch_job
+from control_plane.services.paging import newest_first
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_batch_webhook
 from worker.protocol import EventType
@@ -159,11 +160,7 @@ def list_(
         q = q.where(Batch.deployment_name == deployment)
     if status:
         q = q.where(Batch.status == status)
-    if cursor:
-        q = q.where(Batch.id < cursor)
-    rows = list(session.scalars(q.order_by(Batch.id.desc()).limit(limit + 1)))
-    next_cursor = rows[limit - 1].id if len(rows) > limit else None
-    return rows[:limit], next_cursor
+    return newest_first(session, q, Batch.id, limit, cursor)
 
 
 def counts(session: Session, batch_id: str) -> dict[str, int]:

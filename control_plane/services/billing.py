@@ -31,6 +31,7 @@ from control_plane.db.models import (
 )
 from control_plane.domain.allocation import AttemptSpan, allocate, billable_boot_seconds
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, segment_cost
+from control_plane.services.paging import newest_first
 from control_plane.settings import Settings
 
 # No open segment grows past this: a crash loses at most this much, rebuilt from heartbeats.
@@ -223,10 +224,7 @@ def usage(
         q = q.where(Job.created_at >= since)
     if until:
         q = q.where(Job.created_at < until)
-    if cursor:
-        q = q.where(Job.id < cursor)
-    jobs = list(session.scalars(q.order_by(Job.id.desc()).limit(limit + 1)))
-    page = jobs[:limit]
+    page, next_cursor = newest_first(session, q, Job.id, limit, cursor)
     attempts: dict[str, list[JobAttempt]] = defaultdict(list)
     for a in session.scalars(
         select(JobAttempt)
@@ -237,7 +235,7 @@ def usage(
     costs = job_costs(session, [j.id for j in page])
     zero = (Decimal(0), Decimal(0))
     rows = [usage_row(j, attempts[j.id], costs.get(j.id, zero)) for j in page]
-    return rows, (page[-1].id if len(jobs) > limit else None)
+    return rows, next_cursor
 
 
 GROUPS = ("deployment", "day", "hour", "api_key", "phase")

@@ -18,6 +18,7 @@ from control_plane.db.models import Deployment, Job, JobAttempt, Worker
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, NotFound
+from control_plane.services.paging import newest_first
 
 
 def create(
@@ -113,11 +114,7 @@ def list_(
         q = q.where(Job.deployment_name == deployment)
     if status:
         q = q.where(Job.status == status)
-    if cursor:
-        q = q.where(Job.id < cursor)
-    rows = list(session.scalars(q.order_by(Job.id.desc()).limit(limit + 1)))
-    next_cursor = rows[limit - 1].id if len(rows) > limit else None
-    return rows[:limit], next_cursor
+    return newest_first(session, q, Job.id, limit, cursor)
 
 
 def cancel(session: Session, tenant_id: str, job_id: str, now: datetime) -> tuple[Job, bool]:
