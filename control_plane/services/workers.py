@@ -65,8 +65,11 @@ def transition(
         raise NotFound(f"worker '{worker_id}' does not exist")
     if w.state in ENDED_STATES or w.state == state:
         return w
-    # Clamp the reported time into [phase start, now]: clocks of two processes differ a little.
-    at = min(max(at, w.state_since), now)
+    if at < w.state_since:
+        # A stale report (a retried POST overtaken by a newer one): the newer state stands.
+        return w
+    # Never in the future: clocks of two processes differ a little.
+    at = min(at, now)
     phase = PHASE_OF_STATE.get(w.state)
     if phase is not None and at > w.state_since:
         billing.close_segment(session, settings, w, phase, w.state_since, at, note=note)

@@ -277,3 +277,38 @@ def test_streaming_client_that_disconnects_cancels_its_job(
         time.sleep(0.1)
     job = client.jobs.get(job_id)
     assert job.output is None or job.output.get("finish_reason") != "length"
+
+
+def test_overlapping_jobs_on_one_worker_are_billed_exactly(
+    platform: dict[str, Any], demo_model: Path
+) -> None:
+    """Scale from zero, two jobs at once in one worker's engine, idle, scale to zero: the
+    records cover the worker's life and job costs + the other phases = the worker's cost."""
+    client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+    client.deployments.create(
+        name="overlap", model=str(demo_model), target_concurrency=2, max_workers=1,
+        scaledown_window_s=2,
+    )  # fmt: skip
+    jobs = [
+        client.submit("overlap", input={"prompt": p, "max_tokens": 200})
+        for p in ("The weather", "A good soup")
+    ]
+    finished = [j.wait(timeout=120) for j in jobs]
+    assert all(j.status == "succeeded" for j in finished)
+    (a, b) = finished
+    assert (
+        a.raw["started_at"] < b.raw["completed_at"] and b.raw["started_at"] < a.raw["completed_at"]
+    )
+    deadline = time.monotonic() + 60
+    while any(w["state"] not in ("stopped", "failed") for w in client.workers.list("overlap")):
+        assert time.monotonic() < deadline, "did not scale to zero"
+        time.sleep(0.3)
+    (worker,) = client.workers.list("overlap")
+    records = client.billing.records(deployment="overlap")
+    life = (_t(worker["stopped_at"]) - _t(worker["started_at"])).total_seconds()
+    assert abs(sum(float(r["seconds"]) for r in records) - life) <= 0.01 * len(records) + 0.01
+    usage = wait_for_usage(platform, "overlap", expect_jobs=2)
+    costs = [Decimal(u["cost"]) for u in usage]
+    assert len(costs) == 2 and all(c > 0 for c in costs)
+    other = sum(Decimal(r["amount"]) for r in records if r["phase"] != "busy")
+    assert sum(costs) + other == sum(Decimal(r["amount"]) for r in records)

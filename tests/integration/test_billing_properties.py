@@ -1,0 +1,97 @@
+"""Property test: whatever order, duplication and timing a worker's phase reports arrive in,
+its billing records never go negative, never overlap, tile its life without gaps, and a replay
+of every report changes nothing."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import select
+
+from control_plane.db.models import BillingRecord, Deployment, Tenant
+from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.services import deployments, workers
+from control_plane.settings import Settings
+from worker.protocol import WorkerState
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+LIFE = [WorkerState.LOADING, WorkerState.WARMING, WorkerState.IDLE]
+SERVE = [WorkerState.BUSY, WorkerState.IDLE]
+END = [WorkerState.DRAINING, WorkerState.STOPPED]
+
+reports = st.lists(st.integers(1, 4000), min_size=1, max_size=10).flatmap(
+    lambda gaps: st.tuples(
+        st.just(gaps),
+        st.permutations(range(len(gaps) + 5)),  # delivery order
+        st.lists(st.integers(0, len(gaps) + 4), max_size=6),  # duplicated deliveries
+    )
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=reports)
+def test_segments_tile_the_life_whatever_the_delivery(
+    database_url: str, data: tuple[list[int], list[int], list[int]]
+) -> None:
+    gaps_ms, order, dups = data
+    cfg = Settings(database_url=database_url)
+    sessions = make_sessionmaker(make_engine(database_url))
+    with sessions() as s:
+        tenant = s.scalars(select(Tenant)).first()
+        if tenant is None:
+            tenant = Tenant(id="ten_p", name="p", webhook_secret="whsec_AAAA", created_at=T0)
+            s.add(tenant)
+            s.flush()
+        dep = s.scalars(select(Deployment)).first() or deployments.create(
+            s, tenant.id, {"name": "p", "model": "s3://m/p/", "max_boot_s": 3600}, T0
+        )
+        w = workers.create(s, dep, "cpu", "test", T0)
+        s.commit()
+        wid = w.id
+    # The worker's true sequence of phases, with increasing times.
+    states = LIFE + SERVE * ((len(gaps_ms) + 5 - len(LIFE) - len(END)) // 2 + 1)
+    states = states[: len(gaps_ms) + 5 - len(END)] + END
+    times = list(itertools.accumulate([1, *gaps_ms, *[1] * 10]))[: len(states)]
+    events = [(st_, T0 + timedelta(milliseconds=t)) for st_, t in zip(states, times, strict=False)]
+    now = T0 + timedelta(hours=1)
+    delivered = [events[i] for i in order if i < len(events)] + [
+        events[i] for i in dups if i < len(events)
+    ]
+
+    def deliver(batch: list[tuple[WorkerState, datetime]]) -> list[tuple[str, datetime, datetime]]:
+        with sessions() as s:
+            for state, at in batch:
+                workers.transition(s, cfg, wid, state, at, now)
+                s.commit()
+            return [
+                (r.phase, r.start, r.end)
+                for r in s.scalars(
+                    select(BillingRecord)
+                    .where(BillingRecord.worker_id == wid)
+                    .order_by(BillingRecord.start)
+                )
+            ]
+
+    first = deliver(delivered)
+    assert all(end > start for _, start, end in first), "no empty or negative segment"
+    for (_, _, end), (_, start, _) in itertools.pairwise(first):
+        assert start == end, "segments neither overlap nor leave gaps"
+    if first:
+        assert first[0][1] == T0, "billing starts when the worker started"
+    with sessions() as s:
+        w = s.get(workers.Worker, wid)
+        assert w is not None
+        if w.state in ("stopped", "failed"):
+            assert first and first[-1][2] == w.stopped_at, "records end when the worker ended"
+        seconds = sum(
+            r.seconds
+            for r in s.scalars(select(BillingRecord).where(BillingRecord.worker_id == wid))
+        )
+        if first:
+            span = (first[-1][2] - first[0][1]).total_seconds()
+            assert abs(seconds - Decimal(str(span))) <= Decimal("0.001") * len(first)
+    assert deliver(delivered) == first, "replaying every report changes nothing"
