@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 # Traces live beside the project, never inside it.
-WORKLOADS = Path(__file__).resolve().parents[1].parent / "shared" / "workloads"
+# `PLATFORM_WORKLOADS_DIR` points elsewhere (a checkout without ../shared beside it).
+WORKLOADS = Path(
+    os.environ.get("PLATFORM_WORKLOADS_DIR")
+    or Path(__file__).resolve().parents[1].parent / "shared" / "workloads"
+)
 
 
 @dataclass(frozen=True, slots=True)
