@@ -16,8 +16,8 @@ BATCH_TERMINAL_STATUSES = frozenset({"completed", "canceled"})
 SERVING_WORKER_STATES = frozenset({"idle", "busy"})
 
 
-class JobView:
-    """Fields of a `Job` (docs/api.md); `Job` and `AsyncJob` add the I/O methods."""
+class _RawView:
+    """A resource as the platform last sent it (`raw`), read through typed properties."""
 
     __slots__ = ("_raw",)
 
@@ -26,7 +26,7 @@ class JobView:
 
     @property
     def raw(self) -> dict[str, Any]:
-        """The job as the platform last sent it."""
+        """The resource as the platform last sent it."""
         return self._raw
 
     @property
@@ -36,6 +36,12 @@ class JobView:
     @property
     def deployment(self) -> str | None:
         return _opt_str(self._raw.get("deployment"))
+
+
+class JobView(_RawView):
+    """Fields of a `Job` (docs/api.md); `Job` and `AsyncJob` add the I/O methods."""
+
+    __slots__ = ()
 
     @property
     def status(self) -> str:
@@ -159,26 +165,10 @@ class Deployment:
         return f"Deployment(name={self.name!r}, version={self.version})"
 
 
-class BatchView:
+class BatchView(_RawView):
     """Fields of a `Batch` (docs/api.md); `Batch` and `AsyncBatch` add the I/O methods."""
 
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: dict[str, Any]) -> None:
-        self._raw = raw
-
-    @property
-    def raw(self) -> dict[str, Any]:
-        """The batch as the platform last sent it."""
-        return self._raw
-
-    @property
-    def id(self) -> str:
-        return str(self._raw.get("id", ""))
-
-    @property
-    def deployment(self) -> str | None:
-        return _opt_str(self._raw.get("deployment"))
+    __slots__ = ()
 
     @property
     def status(self) -> str:
