@@ -28,7 +28,7 @@ from control_plane.domain.states import PENDING
 from control_plane.providers.base import Provider, WorkerSpec
 from control_plane.providers.local import LocalProvider, worker_env
 from control_plane.services import batches, billing, deployments, events, jobs, workers
-from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
+from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth, wake
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_webhook
 from worker.protocol import (
@@ -193,8 +193,14 @@ class AutoscalerLoop:
         session.commit()
         for job in requeued:
             log.warning("job %s lost its worker; requeued (attempt %d)", job.id, job.attempt)
-            events.publish(self.redis, job.id, EventType.QUEUED, {"reason": "worker_lost"})
-            dispatch_job(self.celery, job.deployment_id, job.id, job.kind)
+            wake(
+                self.redis,
+                self.celery,
+                job.deployment_id,
+                job.id,
+                job.kind,
+                {"reason": "worker_lost"},
+            )
 
     def _reap(self, session: Session, now: datetime) -> list[str]:
         dead = []

@@ -151,10 +151,7 @@ class Deployment:
     @property
     def workers(self) -> dict[str, int]:
         """Live workers by state, e.g. {"idle": 1, "busy": 2}."""
-        workers = self._raw.get("workers")
-        if not isinstance(workers, dict):
-            return {}
-        return {str(k): v for k, v in workers.items() if isinstance(v, int)}
+        return _int_map(self._raw.get("workers"))
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -184,10 +181,7 @@ class BatchView(_RawView):
     @property
     def counts(self) -> dict[str, int]:
         """Its jobs by status, e.g. {"queued": 3, "running": 1, "succeeded": 6, ...}."""
-        counts = self._raw.get("counts")
-        if not isinstance(counts, dict):
-            return {}
-        return {str(k): v for k, v in counts.items() if isinstance(v, int)}
+        return _int_map(self._raw.get("counts"))
 
     @property
     def finished(self) -> int:
@@ -271,3 +265,10 @@ def _opt_str(value: object) -> str | None:
 
 def _opt_dict(value: object) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
+
+
+def _int_map(value: Any) -> dict[str, int]:
+    """A JSON object of counts as {str: int}; anything else (missing, malformed) as {}."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v for k, v in value.items() if isinstance(v, int)}

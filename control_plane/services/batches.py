@@ -29,12 +29,11 @@ from control_plane.db.models import Batch, Deployment, Job
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import ACTIVE, PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
-from control_plane.services import events, object_store
-from control_plane.services.dispatch import dispatch_job
+from control_plane.services import object_store
+from control_plane.services.dispatch import wake
 from control_plane.services.paging import newest_first
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_batch_webhook
-from worker.protocol import EventType
 
 log = logging.getLogger(__name__)
 
@@ -301,8 +300,7 @@ def _pump_one(
     # wake-up for an uncommitted slot could exceed max_in_flight.
     session.commit()
     for job_id in next_ids:
-        events.publish(r, job_id, EventType.QUEUED, {"job_id": job_id})
-        dispatch_job(celery, batch.deployment_id, job_id, "batch")
+        wake(r, celery, batch.deployment_id, job_id, "batch")
     log.info("batch %s: dispatched %d more jobs", batch_id, len(next_ids))
 
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
+import redis
 from celery import Celery
 
+from control_plane.services import events
 from control_plane.settings import Settings
-from worker.protocol import BROKER_TRANSPORT_OPTIONS, RUN_JOB_TASK, deployment_queue
+from worker.protocol import BROKER_TRANSPORT_OPTIONS, RUN_JOB_TASK, EventType, deployment_queue
+
+log = logging.getLogger(__name__)
 
 # Celery priorities on Redis: lower number = served first (sync before async before batch).
 PRIORITY = {"sync": 0, "async": 3, "batch": 6}
@@ -48,3 +55,25 @@ def queue_depth(app: Celery, queue: str) -> int:
             return int(conn.default_channel.queue_declare(queue=queue, passive=True).message_count)
         except ChannelError:
             return 0
+
+
+def wake(
+    r: redis.Redis,
+    app: Celery,
+    deployment_id: str,
+    job_id: str,
+    kind: str,
+    event: dict[str, Any] | None = None,
+) -> bool:
+    """Announce a committed job on its event stream and send its wake-up; False if that failed.
+
+    Best effort by design: the row is already committed, and the loop's redispatch re-sends
+    wake-ups for pending jobs whose queue is empty, so a broker outage loses nothing.
+    """
+    try:
+        events.publish(r, job_id, EventType.QUEUED, event or {"job_id": job_id})
+        dispatch_job(app, deployment_id, job_id, kind)
+    except Exception:
+        log.exception("wake-up for job %s failed; left for the redispatch", job_id)
+        return False
+    return True

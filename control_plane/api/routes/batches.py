@@ -24,7 +24,7 @@ from control_plane.api.schemas import JobInput
 from control_plane.db.models import Job
 from control_plane.errors import InvalidRequest
 from control_plane.services import batches, deployments, events, jobs, object_store, webhooks
-from control_plane.services.dispatch import dispatch_job
+from control_plane.services.dispatch import wake
 from control_plane.settings import Settings
 from worker.protocol import EventType, job_cancel_key
 
@@ -192,7 +192,7 @@ def create_batch(
     # enter the in-flight count as pump dispatches them.
     admit(ctx, session, who.tenant_id, tokens=0)
     defaults = dep.spec.get("defaults") or {}
-    batch, created, wake = batches.create(
+    batch, created, to_wake = batches.create(
         session,
         dep,
         [p.resolved(defaults) for p in parsed],
@@ -207,13 +207,8 @@ def create_batch(
     # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
     session.commit()
     public = batches.to_public(session, batch)
-    for job_id in wake:
-        try:
-            events.publish(ctx.redis, job_id, EventType.QUEUED, {"job_id": job_id})
-            dispatch_job(ctx.celery, batch.deployment_id, job_id, "batch")
-        except Exception:
-            # The rows are committed; the reconciler re-sends wake-ups for dispatched jobs.
-            log.exception("wake-up for batch job %s failed; left for the reconciler", job_id)
+    for job_id in to_wake:
+        wake(ctx.redis, ctx.celery, batch.deployment_id, job_id, "batch")
     return JSONResponse(public, status_code=201 if created else 200)
 
 

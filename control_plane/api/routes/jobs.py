@@ -20,7 +20,7 @@ from control_plane.domain.eta import estimate_wait_s
 from control_plane.domain.states import JobKind, is_terminal
 from control_plane.errors import InvalidRequest, Unauthorized
 from control_plane.services import auth, deployments, events, jobs, webhooks, workers
-from control_plane.services.dispatch import dispatch_job
+from control_plane.services.dispatch import wake
 from control_plane.services.quotas import Limits
 from worker.protocol import TERMINAL_EVENTS, EventType, job_cancel_key
 
@@ -79,12 +79,7 @@ def create_job_for(
         dep_id = dep.id
         tenant_id = who.tenant_id
     if created:
-        try:
-            events.publish(ctx.redis, public["id"], EventType.QUEUED, {"job_id": public["id"]})
-            dispatch_job(ctx.celery, dep_id, public["id"], kind)
-        except Exception:
-            # The row is committed; the reconciler re-sends wake-ups for pending jobs.
-            log.exception("wake-up for job %s failed; left for the reconciler", public["id"])
+        wake(ctx.redis, ctx.celery, dep_id, public["id"], kind)
     return public, tenant_id
 
 
