@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -17,3 +19,26 @@ class WorkerSettings(BaseSettings):
     worker_threads: int = Field(1, ge=0)
     # Seconds between cancel-flag checks while generating.
     cancel_poll_s: float = Field(0.2, gt=0)
+
+    # --- engine tuning (PLATFORM_ENGINE_*; None: the engine's default) ---
+    # Token budget of one engine step (prompt chunks + one token per decoding request).
+    engine_max_num_batched_tokens: int | None = Field(None, ge=1)
+    # KV-cache size in bytes (CPU default: room for every held job at full context, <= 2 GiB).
+    engine_kv_cache_bytes: int | None = Field(None, ge=1)
+    # On CUDA without an explicit size: share of the device memory free after loading weights.
+    engine_kv_cache_memory_fraction: float | None = Field(None, gt=0, le=1)
+    # Tokens per KV-cache block.
+    engine_block_size: int | None = Field(None, ge=1)
+    engine_enable_prefix_caching: bool | None = None
+    engine_enable_chunked_prefill: bool | None = None
+    # "triton" (CUDA only), "torch" (the reference path) or "auto" (triton on CUDA).
+    engine_attention_backend: Literal["auto", "torch", "triton"] | None = None
+
+    def engine_overrides(self) -> dict[str, object]:
+        """The engine settings given in the environment, as `EngineConfig` keyword arguments."""
+        prefix = "engine_"
+        return {
+            name[len(prefix) :]: value
+            for name, value in self.model_dump().items()
+            if name.startswith(prefix) and value is not None
+        }

@@ -156,13 +156,26 @@ class WorkerRuntime:
         from worker.engine.config import EngineConfig
         from worker.engine.llm_engine import LLMEngine
 
+        # PLATFORM_ENGINE_* settings override the engine's defaults (ValueError if invalid).
         config = EngineConfig(
             max_num_seqs=self.identity.max_concurrency,
             max_model_len=generator.max_context,
+            **self.settings.engine_overrides(),  # type: ignore[arg-type]
         )
-        return LLMEngine.from_model(
+        engine = LLMEngine.from_model(
             generator.model, generator.tokenizer, generator.eos_token_ids, config
         )
+        log.info(
+            "engine: %d KV blocks of %d tokens, max_model_len %d, max_num_seqs %d, "
+            "token budget %d, prefix caching %s",
+            engine.cache.num_blocks,
+            engine.cache.block_size,
+            engine.cache.max_model_len,
+            config.max_num_seqs,
+            config.max_num_batched_tokens,
+            config.enable_prefix_caching,
+        )
+        return engine
 
     def _warm_up(self) -> None:
         from worker.engine.params import SamplingParams

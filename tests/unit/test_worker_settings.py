@@ -1,0 +1,98 @@
+"""Engine tuning through the environment: PLATFORM_ENGINE_* reach local workers (and only
+those of the control plane's PLATFORM_* settings), are validated, and size the engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from control_plane.providers.local import worker_env
+from worker.runtime.lifecycle import WorkerIdentity, WorkerRuntime
+from worker.settings import WorkerSettings
+
+
+def test_engine_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert WorkerSettings().engine_overrides() == {}
+    monkeypatch.setenv("PLATFORM_ENGINE_KV_CACHE_BYTES", str(64 << 20))
+    monkeypatch.setenv("PLATFORM_ENGINE_MAX_NUM_BATCHED_TOKENS", "256")
+    monkeypatch.setenv("PLATFORM_ENGINE_ENABLE_PREFIX_CACHING", "false")
+    monkeypatch.setenv("PLATFORM_ENGINE_ATTENTION_BACKEND", "torch")
+    assert WorkerSettings().engine_overrides() == {
+        "kv_cache_bytes": 64 << 20,
+        "max_num_batched_tokens": 256,
+        "enable_prefix_caching": False,
+        "attention_backend": "torch",
+    }
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PLATFORM_ENGINE_KV_CACHE_BYTES", "0"),
+        ("PLATFORM_ENGINE_KV_CACHE_MEMORY_FRACTION", "1.5"),
+        ("PLATFORM_ENGINE_ATTENTION_BACKEND", "cuda"),
+        ("PLATFORM_ENGINE_BLOCK_SIZE", "sixteen"),
+    ],
+)
+def test_bad_engine_settings_are_refused(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValidationError, match=name.removeprefix("PLATFORM_").lower()):
+        WorkerSettings()
+
+
+def test_worker_env_passes_engine_tuning_but_no_other_platform_setting() -> None:
+    base = {
+        "PATH": "/bin",
+        "PLATFORM_DATABASE_URL": "postgresql://secret",
+        "PLATFORM_ADMIN_KEY": "sk_admin",
+        "PLATFORM_ENGINE_KV_CACHE_BYTES": "1024",
+    }
+    env = worker_env(base, {"PLATFORM_REDIS_URL": "redis://x"})
+    assert env["PATH"] == "/bin"
+    assert env["PLATFORM_ENGINE_KV_CACHE_BYTES"] == "1024"
+    assert env["PLATFORM_REDIS_URL"] == "redis://x"
+    assert "PLATFORM_DATABASE_URL" not in env and "PLATFORM_ADMIN_KEY" not in env
+
+
+def test_the_worker_sizes_its_engine_from_the_settings(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+    from tokenizers import Tokenizer
+
+    from worker.engine.generate import Generator
+    from worker.model.config import ModelConfig
+    from worker.model.demo import create_demo_model
+    from worker.model.runner import kv_block_bytes
+    from worker.model.weights import build_model, torch_dtype
+
+    checkpoint = create_demo_model(tmp_path, seed=0, train_steps=0)
+    config = ModelConfig.from_hf_dict(json.loads((checkpoint / "config.json").read_text()))
+    model = build_model(config, load_file(str(checkpoint / "model.safetensors")))
+    generator = Generator(
+        model, Tokenizer.from_file(str(checkpoint / "tokenizer.json")), {2}, max_context=128
+    )
+    identity = WorkerIdentity("wrk_1", "dep_1", 1, "file:///m", "cpu", "q", 3)
+
+    def build(**settings: Any) -> Any:
+        return WorkerRuntime(WorkerSettings(**settings), identity)._build_engine(generator)
+
+    block_bytes = kv_block_bytes(config, 8, torch_dtype(config))
+    engine = build(
+        engine_kv_cache_bytes=10 * block_bytes + 1,
+        engine_block_size=8,
+        engine_max_num_batched_tokens=64,
+    )
+    assert engine.cache.num_blocks == 10
+    assert engine.cache.block_size == 8
+    assert engine.config.max_num_batched_tokens == 64
+    assert engine.config.max_num_seqs == 3
+
+    default = build()
+    assert default.config.max_num_batched_tokens == 2048
+    # default CPU cache: room for max_num_seqs sequences of the whole context
+    assert default.cache.num_blocks == 3 * -(-128 // 16)
