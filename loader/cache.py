@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from loader.http import ObjectInfo
@@ -83,6 +84,24 @@ class DiskCache:
             return None
         self.evict(self.max_bytes - info.size)
         return CacheWriter(self.path_for(uri, info), info.size)
+
+    def fill(self, uri: str, info: ObjectInfo, download: Callable[[Path], None]) -> Path | None:
+        """A new entry written whole by `download(tmp_path)`; None if it can never fit.
+
+        The entry appears (atomically) only once `download` returned; if it raises, the
+        partial file is removed and the error propagates.
+        """
+        writer = self.writer(uri, info)
+        if writer is None:
+            return None
+        os.close(writer.fd)  # `download` writes the file itself
+        try:
+            download(writer.tmp)
+        except BaseException:
+            writer.tmp.unlink(missing_ok=True)
+            raise
+        os.replace(writer.tmp, writer.final)
+        return writer.final
 
     def entries(self) -> list[tuple[float, int, Path]]:
         out = []

@@ -3,13 +3,19 @@
 `huggingface_hub` resolves the file (HEAD on `{endpoint}/{repo}/resolve/{revision}/{path}`,
 following the redirect to the storage URL, with the token from `HF_TOKEN` or the login
 cache); the bytes are then fetched with this loader's own concurrent ranged GETs into their
-destination. That is what `hf_transfer` did for downloads to disk (recent `huggingface_hub`
-releases dropped it), minus the disk. `HF_ENDPOINT` points it at a mirror or a test server.
+destination. That is what `hf_transfer` does for downloads to disk (recent `huggingface_hub`
+releases no longer call it), minus the disk. When the local cache tier is on, the bytes go
+to disk anyway: then, if `hf_transfer` is installed, it fills the cache entry (`download`) and
+the load reads the entry. `HF_ENDPOINT` points everything at a mirror or a test server.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -28,6 +34,14 @@ def parse_hf_uri(uri: str) -> tuple[str, str, str]:
     if "@" in repo:
         repo, revision = repo.split("@", 1)
     return f"{parts[0]}/{repo}", revision, parts[2] if len(parts) == 3 else ""
+
+
+def hf_transfer_installed() -> bool:
+    try:
+        import hf_transfer  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def hf_endpoint() -> str:
@@ -77,7 +91,8 @@ class HfSource:
                 raise FetchError(self.uri, "the Hub did not report the file size")
         return self._meta
 
-    def _target(self) -> tuple[HttpPool, str, dict[str, str]]:
+    def _location(self) -> tuple[str, str, dict[str, str]]:
+        """(origin, path?query, headers) of the file's bytes after the Hub's redirect."""
         meta = self._metadata()
         location = urlsplit(meta.location)
         origin = f"{location.scheme}://{location.netloc}"
@@ -88,7 +103,41 @@ class HfSource:
 
             # Auth goes to the Hub itself only, never to the (pre-signed) storage redirect.
             headers = {k: v for k, v in build_hf_headers().items() if k.lower() == "authorization"}
+        return origin, target, headers
+
+    def _target(self) -> tuple[HttpPool, str, dict[str, str]]:
+        origin, target, headers = self._location()
         return pool_for(origin), target, headers
+
+    def download(self, path: Path, concurrency: int, part_bytes: int, max_retries: int) -> None:
+        """The whole file into `path` with hf_transfer (concurrent ranged GETs, in Rust), run
+        in a child process (`loader.hf_transfer_child` says why)."""
+        origin, target, headers = self._location()
+        size = self.stat().size
+        args = {
+            "url": origin + target,
+            "filename": str(path),
+            "max_files": concurrency,
+            "chunk_size": part_bytes,
+            "parallel_failures": min(concurrency, 4),
+            "max_retries": max_retries,
+            "headers": headers,
+        }
+        done = subprocess.run(
+            [sys.executable, "-m", "loader.hf_transfer_child"],
+            input=json.dumps(args).encode(),
+            capture_output=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            reason = done.stderr.decode(errors="replace").strip().splitlines()
+            raise FetchError(
+                self.uri,
+                f"hf_transfer download failed: {reason[-1] if reason else done.returncode}",
+            )
+        got = path.stat().st_size
+        if got != size:
+            raise FetchError(self.uri, f"hf_transfer wrote {got} bytes, the Hub says {size}")
 
     def stat(self) -> ObjectInfo:
         meta = self._metadata()

@@ -42,6 +42,9 @@ class LoadOptions:
     slowdown_factor: float = 8.0  # a part slower than this × the median part time is retried
     cache_dir: str | None = None  # local cache tier (write-through); None: off
     cache_max_bytes: int = 100 << 30  # size cap of the cache tier; LRU eviction beyond it
+    # hf:// objects missing from the cache tier are downloaded into it by hf_transfer when it
+    # is installed (without a cache tier they always stream straight into memory)
+    hf_transfer: bool = True
     s3: S3Options = field(default_factory=S3Options)  # S3 endpoint and credentials
 
     def resolved_concurrency(self) -> int:
@@ -86,7 +89,8 @@ ProgressCallback = Callable[[Progress], None]
 
 @dataclass(frozen=True, slots=True)
 class LoadMetrics:
-    """What one load did; `phases_s` keys: header, fetch, copy (device copy wait), finish."""
+    """What one load did; `phases_s` keys: header, fetch, copy (device copy wait), finish,
+    and download (only when hf_transfer filled cache entries; it is part of header)."""
 
     uri: str  # what was loaded
     bytes_total: int  # data bytes landed (headers excluded)
@@ -99,6 +103,7 @@ class LoadMetrics:
     part_bytes: int  # bytes per ranged read
     cache_hits: int  # objects read from the local cache tier
     device: str  # where the tensors are
+    hf_transfer_objects: int = 0  # hf:// objects hf_transfer downloaded into the cache tier
 
     @property
     def gbps(self) -> float:

@@ -22,9 +22,10 @@ from enum import StrEnum
 
 KEY_PREFIX = "platform"
 
-# Environment variables with this prefix reach workers unchanged (engine tuning, read by
-# worker.settings.WorkerSettings); the control plane's other PLATFORM_* settings do not.
-ENGINE_ENV_PREFIX = "PLATFORM_ENGINE_"
+# Environment variables with these prefixes reach workers unchanged (engine and loader
+# tuning, read by worker.settings.WorkerSettings); the control plane's other PLATFORM_*
+# settings (secrets among them) do not.
+WORKER_ENV_PREFIXES = ("PLATFORM_ENGINE_", "PLATFORM_LOADER_")
 
 # Celery task name the control plane sends and workers consume (kombu, Celery protocol v2).
 RUN_JOB_TASK = "worker.run_job"

@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from loader.options import LoadOptions
+
 
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PLATFORM_", frozen=True, extra="ignore")
@@ -33,6 +35,28 @@ class WorkerSettings(BaseSettings):
     engine_enable_chunked_prefill: bool | None = None
     # "triton" (CUDA only), "torch" (the reference path) or "auto" (triton on CUDA).
     engine_attention_backend: Literal["auto", "torch", "triton"] | None = None
+
+    # --- weight loading (PLATFORM_LOADER_*) ---
+    # Local cache tier for weights (a node's disk): the next load of the same object version
+    # reads it; None: off.
+    loader_cache_dir: str | None = None
+    # Size cap of the cache tier (LRU eviction beyond it).
+    loader_cache_max_bytes: int = Field(100 << 30, ge=1)
+    # Concurrent ranged GETs (None: from the core count).
+    loader_concurrency: int | None = Field(None, ge=1)
+    # Expected link bandwidth in bytes/s (sizes the parts).
+    loader_bandwidth_bps: float = Field(1.25e9, gt=0)
+    # Pinned staging ring for GPU loads: bounds the extra host memory.
+    loader_ring_bytes: int = Field(64 << 20, ge=1 << 20)
+
+    def load_options(self) -> LoadOptions:
+        return LoadOptions(
+            concurrency=self.loader_concurrency,
+            bandwidth_bps=self.loader_bandwidth_bps,
+            ring_bytes=self.loader_ring_bytes,
+            cache_dir=self.loader_cache_dir,
+            cache_max_bytes=self.loader_cache_max_bytes,
+        )
 
     def engine_overrides(self) -> dict[str, object]:
         """The engine settings given in the environment, as `EngineConfig` keyword arguments."""

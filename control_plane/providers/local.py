@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from control_plane.providers.base import Exited, WorkerSpec
-from worker.protocol import ENGINE_ENV_PREFIX
+from worker.protocol import WORKER_ENV_PREFIXES
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
@@ -103,11 +103,11 @@ class LocalProvider:
 
 def worker_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
     """A worker's environment: the control plane's, minus its PLATFORM_* settings (secrets
-    among them), plus `extra`; engine tuning (PLATFORM_ENGINE_*) passes through."""
+    among them), plus `extra`; engine and loader tuning (WORKER_ENV_PREFIXES) pass through."""
     env = {
         k: v
         for k, v in base.items()
-        if not k.startswith("PLATFORM_") or k.startswith(ENGINE_ENV_PREFIX)
+        if not k.startswith("PLATFORM_") or k.startswith(WORKER_ENV_PREFIXES)
     }
     env.update(extra)
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -85,7 +85,13 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     """`platform up --detach` on a free port; `platform down` at the end, leaving nothing."""
     state_dir = tmp_path_factory.mktemp("platform")
     port = free_port()
-    env = {**os.environ, "PLATFORM_STATE_DIR": str(state_dir)}
+    env = {
+        **os.environ,
+        "PLATFORM_STATE_DIR": str(state_dir),
+        # reach the workers through the control plane (PLATFORM_LOADER_*/ENGINE_* pass through)
+        "PLATFORM_LOADER_CACHE_DIR": str(state_dir / "weights-cache"),
+        "PLATFORM_ENGINE_MAX_NUM_BATCHED_TOKENS": "512",
+    }
     up = cli("up", "--detach", "--port", str(port), "--state-dir", str(state_dir), env=env)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "Admin key:" in up.stdout and f"127.0.0.1:{port}" in up.stdout

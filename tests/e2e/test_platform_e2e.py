@@ -88,6 +88,10 @@ def test_deploy_run_stream_webhook_billing_scale_to_zero(
 
     text = client.run("e2e", input={"prompt": "The weather", "max_tokens": 12})
     assert isinstance(text, str) and text
+    # the worker loaded the weights through the cache tier the operator configured
+    weights = (demo_model / "model.safetensors").read_bytes()
+    cached = (platform["state_dir"] / "weights-cache").glob("*.safetensors")
+    assert any(p.read_bytes() == weights for p in cached)
 
     deltas = list(client.run("e2e", input={"prompt": "The weather", "max_tokens": 12}, stream=True))
     assert len(deltas) >= 2

@@ -113,3 +113,57 @@ def test_hf_repo_loads_like_safetensors(hub: Path) -> None:
 def test_hf_missing_file_is_object_not_found(hub: Path) -> None:
     with pytest.raises(loader.ObjectNotFound, match=re.escape("hf://org/model@v9/x.safetensors")):
         loader.load("hf://org/model@v9/x.safetensors")
+
+
+def test_hf_transfer_fills_the_cache_tier_then_the_cache_serves(
+    hub: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    pytest.importorskip("hf_transfer")
+    g = torch.Generator().manual_seed(9)
+    tensors = {"w": torch.randn(257, 33, generator=g), "n": torch.arange(7, dtype=torch.int64)}
+    save_file(tensors, str(hub / "model.safetensors"))
+    cache_dir = tmp_path_factory.mktemp("cache")
+    options = loader.LoadOptions(cache_dir=str(cache_dir), part_bytes=1 << 14)
+
+    first = loader.load("hf://org/model/model.safetensors", options=options)
+    assert first.metrics.hf_transfer_objects == 1 and first.metrics.cache_hits == 0
+    assert "download" in first.metrics.phases_s
+    for name, t in tensors.items():
+        assert torch.equal(first.tensors[name], t), name
+    entries = list(cache_dir.glob("*.safetensors"))
+    assert [e.read_bytes() for e in entries] == [(hub / "model.safetensors").read_bytes()]
+    assert not list(cache_dir.glob("*.partial"))
+
+    again = loader.load("hf://org/model/model.safetensors", options=options)
+    assert again.metrics.cache_hits == 1 and again.metrics.hf_transfer_objects == 0
+    assert torch.equal(again.tensors["w"], tensors["w"])
+
+    # switched off, or without a cache tier, the bytes stream straight into memory
+    off = loader.LoadOptions(cache_dir=str(tmp_path_factory.mktemp("c2")), hf_transfer=False)
+    plain = loader.load("hf://org/model/model.safetensors", options=off)
+    assert plain.metrics.hf_transfer_objects == 0
+    assert loader.load("hf://org/model").metrics.hf_transfer_objects == 0
+
+
+def test_hf_transfer_failure_is_a_fetch_error_and_leaves_no_entry(
+    hub: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("hf_transfer")
+    from loader.hf import HfSource
+
+    save_file({"w": torch.ones(64)}, str(hub / "model.safetensors"))
+    cache_dir = tmp_path_factory.mktemp("cache")
+    # the file disappears from storage between the header read and hf_transfer's requests
+    download = HfSource.download
+
+    def vanishing(self: HfSource, *args: Any) -> None:
+        (hub / "model.safetensors").unlink()
+        download(self, *args)
+
+    monkeypatch.setattr(HfSource, "download", vanishing)
+    with pytest.raises(loader.FetchError, match="hf_transfer download failed"):
+        loader.load(
+            "hf://org/model/model.safetensors",
+            options=loader.LoadOptions(cache_dir=str(cache_dir), max_retries=0),
+        )
+    assert not list(cache_dir.iterdir())

@@ -1,5 +1,6 @@
-"""Engine tuning through the environment: PLATFORM_ENGINE_* reach local workers (and only
-those of the control plane's PLATFORM_* settings), are validated, and size the engine."""
+"""Engine and loader tuning through the environment: PLATFORM_ENGINE_* and PLATFORM_LOADER_*
+reach local workers (and only those of the control plane's PLATFORM_* settings), are
+validated, and size the engine and the weight loads."""
 
 from __future__ import annotations
 
@@ -29,6 +30,18 @@ def test_engine_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPat
     }
 
 
+def test_loader_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    default = WorkerSettings().load_options()
+    assert default.cache_dir is None and default.concurrency is None
+    monkeypatch.setenv("PLATFORM_LOADER_CACHE_DIR", "/var/cache/weights")
+    monkeypatch.setenv("PLATFORM_LOADER_CACHE_MAX_BYTES", str(10 << 30))
+    monkeypatch.setenv("PLATFORM_LOADER_CONCURRENCY", "8")
+    monkeypatch.setenv("PLATFORM_LOADER_RING_BYTES", str(256 << 20))
+    options = WorkerSettings().load_options()
+    assert (options.cache_dir, options.cache_max_bytes) == ("/var/cache/weights", 10 << 30)
+    assert (options.concurrency, options.ring_bytes) == (8, 256 << 20)
+
+
 @pytest.mark.parametrize(
     ("name", "value"),
     [
@@ -36,6 +49,8 @@ def test_engine_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPat
         ("PLATFORM_ENGINE_KV_CACHE_MEMORY_FRACTION", "1.5"),
         ("PLATFORM_ENGINE_ATTENTION_BACKEND", "cuda"),
         ("PLATFORM_ENGINE_BLOCK_SIZE", "sixteen"),
+        ("PLATFORM_LOADER_CONCURRENCY", "0"),
+        ("PLATFORM_LOADER_RING_BYTES", "4096"),
     ],
 )
 def test_bad_engine_settings_are_refused(
@@ -52,10 +67,12 @@ def test_worker_env_passes_engine_tuning_but_no_other_platform_setting() -> None
         "PLATFORM_DATABASE_URL": "postgresql://secret",
         "PLATFORM_ADMIN_KEY": "sk_admin",
         "PLATFORM_ENGINE_KV_CACHE_BYTES": "1024",
+        "PLATFORM_LOADER_CACHE_DIR": "/var/cache/weights",
     }
     env = worker_env(base, {"PLATFORM_REDIS_URL": "redis://x"})
     assert env["PATH"] == "/bin"
     assert env["PLATFORM_ENGINE_KV_CACHE_BYTES"] == "1024"
+    assert env["PLATFORM_LOADER_CACHE_DIR"] == "/var/cache/weights"
     assert env["PLATFORM_REDIS_URL"] == "redis://x"
     assert "PLATFORM_DATABASE_URL" not in env and "PLATFORM_ADMIN_KEY" not in env
 

@@ -116,7 +116,9 @@ class WorkerRuntime:
 
             # a GPU worker loads straight into device memory; "cpu" workers stay on the host
             device = "cpu" if self.identity.accelerator == "cpu" else "cuda"
-            self.generator = load_generator(self.identity.model_uri, device=device)
+            self.generator = load_generator(
+                self.identity.model_uri, device=device, options=self.settings.load_options()
+            )
             self.engine = self._build_engine(self.generator)
             self._set_state(WorkerState.WARMING)
             self._warm_up()
