@@ -219,5 +219,9 @@ def test_exports_and_summaries(
     bad = client.get("/v1/usage/summary?group_by=color", headers=h(key))
     assert bad.status_code == 422
     assert client.get("/v1/usage", headers=h(keys["b"])).json()["data"] == []
-    metrics = client.get("/metrics").text
+    metrics = client.get("/metrics", headers=h(key)).text
     assert "platform_billing_drift_issues 0" in metrics
+    # platform-wide numbers: the operator's admin keys only
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers=h(keys["b"])).status_code == 403
+    assert client.get("/metrics", headers=h(keys["ro"])).status_code == 403

@@ -23,7 +23,7 @@ from control_plane.api.schemas import (
 )
 from control_plane.db.models import BillingRecord, Deployment, Tenant
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, SECONDS_QUANTUM
-from control_plane.services import billing, workers
+from control_plane.services import auth, billing, workers
 
 router = APIRouter(tags=["billing"])
 
@@ -175,8 +175,13 @@ def billing_check(session: Db, who: Principal) -> Any:
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(session: Db) -> Response:
-    """Prometheus text format: billing drift across all tenants, workers by state."""
+def metrics(session: Db, who: Principal) -> Response:
+    """Prometheus text format: billing drift across all tenants, workers by state.
+
+    Platform-wide numbers: only the operator's admin keys may scrape (Prometheus sends one as
+    `authorization: {credentials: sk_...}`).
+    """
+    auth.require_operator(session, who)
     issues = billing.check(session, None, datetime.now(UTC))
     by_state: dict[str, int] = {}
     for w in workers.live(session):
