@@ -413,3 +413,6 @@ class AsyncWebhooks(_AsyncResource):
 
     async def secret(self) -> str:
         return secret_of(await self._json(routes.webhook_secret()))
+
+    async def rotate_secret(self) -> str:
+        return secret_of(await self._json(routes.rotate_webhook_secret()))

@@ -258,10 +258,10 @@ def is_missing_route(error: APIError) -> bool:
 
 
 def secret_of(body: Any) -> str:
-    """The secret of a GET /v1/webhooks/secret answer."""
+    """The secret of a /v1/webhooks/secret (or /rotate) answer."""
     secret = body.get("secret") if isinstance(body, dict) else None
     if not isinstance(secret, str) or not secret:
-        raise PlatformError("GET /v1/webhooks/secret: the answer holds no secret")
+        raise PlatformError("/v1/webhooks/secret: the answer holds no secret")
     return secret
 
 

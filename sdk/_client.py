@@ -459,3 +459,8 @@ class Webhooks(_Resource):
     def secret(self) -> str:
         """The `whsec_...` secret to pass to `sdk.webhooks.verify`."""
         return secret_of(self._json(routes.webhook_secret()))
+
+    def rotate_secret(self) -> str:
+        """A new signing secret, returned; the old one keeps signing too for the platform's
+        rotation overlap (24 h by default), so receivers can switch without losing events."""
+        return secret_of(self._json(routes.rotate_webhook_secret()))

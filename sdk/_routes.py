@@ -161,6 +161,12 @@ def webhook_secret() -> Call:
     return Call("GET", "/v1/webhooks/secret")
 
 
+def rotate_webhook_secret() -> Call:
+    # NOTE: not replayable: a second rotation would push the secret receivers know out of
+    # the overlap before anyone saw the one in between
+    return Call("POST", "/v1/webhooks/secret/rotate", replayable=False)
+
+
 # --- batches --------------------------------------------------------------------------------
 
 # What `batches.create` takes: a list of JobInputs (a str is a prompt), a path to a local

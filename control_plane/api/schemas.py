@@ -310,4 +310,7 @@ class TenantList(BaseModel):
 
 
 class WebhookSecret(BaseModel):
+    # signs messages to URLs that have no endpoint of their own
     secret: str
+    # after a rotation the previous secret also signs until then (None: no previous one)
+    previous_secret_expires_at: str | None = None

@@ -84,6 +84,11 @@ class Tenant(Base):
     name: Mapped[str] = mapped_column(String(200))
     # Standard Webhooks signing secret (`whsec_...`) for URLs without an endpoint of their own.
     webhook_secret: Mapped[str] = mapped_column(String(100))
+    # After a rotation the previous default secret signs too, until it expires.
+    previous_webhook_secret: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    previous_webhook_secret_expires_at: Mapped[datetime | None] = mapped_column(
+        UTCDateTime, nullable=True
+    )
     # The operator's tenant (the bootstrap one) may create other tenants.
     is_operator: Mapped[bool] = mapped_column(default=False, server_default=false())
     # Quotas; None = the platform default from settings.

@@ -68,6 +68,26 @@ def rotate(
     return ep
 
 
+def rotate_default(session: Session, tenant_id: str, now: datetime, overlap_s: float) -> Tenant:
+    """New default secret (URLs without an endpoint); the current one signs too for
+    `overlap_s`, an older previous one is dropped."""
+    tenant = session.get(Tenant, tenant_id)
+    if tenant is None:
+        raise NotFound(f"tenant '{tenant_id}' does not exist")
+    tenant.previous_webhook_secret = tenant.webhook_secret
+    tenant.previous_webhook_secret_expires_at = now + timedelta(seconds=overlap_s)
+    tenant.webhook_secret = new_webhook_secret()
+    return tenant
+
+
+def default_secret_to_public(tenant: Tenant, now: datetime) -> dict[str, Any]:
+    expires = tenant.previous_webhook_secret_expires_at
+    return {
+        "secret": tenant.webhook_secret,
+        "previous_secret_expires_at": _iso(expires) if expires and expires > now else None,
+    }
+
+
 def for_url(session: Session, tenant_id: str, url: str) -> WebhookEndpoint | None:
     return session.scalars(
         select(WebhookEndpoint).where(
@@ -85,7 +105,11 @@ def signing_secrets(
         tenant = session.get(Tenant, tenant_id)
         if tenant is None:
             raise NotFound(f"tenant '{tenant_id}' does not exist")
-        return [tenant.webhook_secret], None
+        secrets = [tenant.webhook_secret]
+        expires = tenant.previous_webhook_secret_expires_at
+        if tenant.previous_webhook_secret and expires and expires > now:
+            secrets.append(tenant.previous_webhook_secret)
+        return secrets, None
     secrets = [ep.secret]
     if ep.previous_secret and ep.previous_expires_at and ep.previous_expires_at > now:
         secrets.append(ep.previous_secret)

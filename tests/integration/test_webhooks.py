@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,7 @@ from standardwebhooks import Webhook
 
 from control_plane.api.app import create_app
 from control_plane.db.migrate import upgrade
-from control_plane.db.models import Job
+from control_plane.db.models import Job, Tenant
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.providers.local import die_with_parent
 from control_plane.services import auth, batches, events, webhook_delivery
@@ -398,6 +398,51 @@ def test_unregistered_urls_use_the_tenant_default_secret(env: Env, keys: dict[st
     [got] = env.wait("job.completed", lambda: env.receiver.at(path))
     secret = env.client.get("/v1/webhooks/secret", headers=h(keys["a"])).json()["secret"]
     assert verify(secret, got)["data"]["status"] == "succeeded"
+
+
+def test_rotating_the_default_secret_keeps_the_old_one_signing_for_the_overlap(
+    env: Env, keys: dict[str, str]
+) -> None:
+    deploy(env, keys["a"])
+    before = env.client.get("/v1/webhooks/secret", headers=h(keys["a"])).json()
+    ro = env.client.post("/v1/webhooks/secret/rotate", headers=h(keys["ro"]))
+    assert ro.status_code == 403
+    assert env.client.get("/v1/webhooks/secret", headers=h(keys["a"])).json() == before
+
+    rotated = env.client.post("/v1/webhooks/secret/rotate", headers=h(keys["a"])).json()
+    assert rotated["secret"] != before["secret"] and rotated["secret"].startswith("whsec_")
+    overlap = datetime.fromisoformat(rotated["previous_secret_expires_at"]) - datetime.now(UTC)
+    assert 23.9 * 3600 < overlap.total_seconds() <= 24 * 3600
+    assert env.client.get("/v1/webhooks/secret", headers=h(keys["a"])).json() == rotated
+
+    path = unique("/ok")
+    jid = submit(env, keys["a"], env.receiver.url(path))
+    complete(env, jid, claim(env, jid))
+    [got] = env.wait("job.completed", lambda: env.receiver.at(path))
+    assert len(got.headers["webhook-signature"].split(" ")) == 2
+    assert verify(rotated["secret"], got)["data"]["id"] == jid
+    assert verify(before["secret"], got)["data"]["id"] == jid  # receivers not yet updated
+
+    # Once the overlap is over, only the new secret signs.
+    engine = make_engine(env.settings.database_url)
+    with make_sessionmaker(engine)() as s:
+        tenant_id = s.scalars(select(Job.tenant_id).where(Job.id == jid)).one()
+        tenant = s.get(Tenant, tenant_id)
+        assert tenant is not None
+        tenant.previous_webhook_secret_expires_at = datetime.now(UTC) - timedelta(seconds=1)
+        s.commit()
+    engine.dispose()
+    assert env.client.get("/v1/webhooks/secret", headers=h(keys["a"])).json() == {
+        "secret": rotated["secret"],
+        "previous_secret_expires_at": None,
+    }
+    r = env.client.post(f"/v1/jobs/{jid}/webhook/redeliver", headers=h(keys["a"]))
+    assert r.status_code == 202, r.text
+    again = env.wait("redelivery", lambda: env.receiver.at(path)[1:])[0]
+    assert len(again.headers["webhook-signature"].split(" ")) == 1
+    assert verify(rotated["secret"], again)["data"]["id"] == jid
+    with pytest.raises(Exception, match=r"(?i)signature"):
+        verify(before["secret"], again)
 
 
 def test_retries_until_the_receiver_recovers(env: Env, keys: dict[str, str]) -> None:

@@ -592,12 +592,16 @@ def test_billing_workers_webhooks_and_job_resources(fake_time: FakeTime) -> None
         answer(200, {"data": [{"id": "wrk_1", "state": "idle"}]}),
         answer(200, {"secret": "whsec_abc"}),
         answer(200, job(status="canceled")),
+        answer(502, {"title": "Bad Gateway"}),
     )
     client = make_client(server, fake_time)
     assert client.billing.records(deployment="demo", phase="busy", limit=10) == [record]
     assert client.workers.list(deployment="demo") == [{"id": "wrk_1", "state": "idle"}]
     assert client.webhooks.secret() == "whsec_abc"
     assert client.jobs.cancel("job_1").status == "canceled"
+    # a rotation that may have happened is never sent twice
+    with pytest.raises(APIError):
+        client.webhooks.rotate_secret()
     assert dict(server.requests[0].url.params) == {
         "deployment": "demo",
         "phase": "busy",
@@ -607,6 +611,7 @@ def test_billing_workers_webhooks_and_job_resources(fake_time: FakeTime) -> None
         "GET /v1/workers",
         "GET /v1/webhooks/secret",
         "POST /v1/jobs/job_1/cancel",
+        "POST /v1/webhooks/secret/rotate",
     ]
 
 

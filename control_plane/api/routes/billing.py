@@ -18,10 +18,9 @@ from control_plane.api.schemas import (
     BillingRecordList,
     UsageList,
     UsageSummary,
-    WebhookSecret,
     WorkerList,
 )
-from control_plane.db.models import BillingRecord, Deployment, Tenant
+from control_plane.db.models import BillingRecord, Deployment
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, SECONDS_QUANTUM
 from control_plane.services import auth, billing, workers
 
@@ -207,11 +206,3 @@ def list_workers(session: Db, who: Principal, deployment: str | None = None) -> 
     dep_id = next((i for i, n in names.items() if n == deployment), "none") if deployment else None
     rows = workers.list_for_tenant(session, who.tenant_id, dep_id)
     return {"data": [workers.to_public(w, names.get(w.deployment_id, "?")) for w in rows]}
-
-
-@router.get("/v1/webhooks/secret", response_model=WebhookSecret)
-def webhook_secret(session: Db, who: Principal) -> Any:
-    who.require("admin")
-    tenant = session.get(Tenant, who.tenant_id)
-    assert tenant is not None
-    return {"secret": tenant.webhook_secret}

@@ -11,6 +11,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Ctx, Db, Principal, now
+from control_plane.api.schemas import WebhookSecret
+from control_plane.db.models import Tenant
 from control_plane.domain.states import is_terminal
 from control_plane.errors import Conflict
 from control_plane.services import batches, jobs, webhook_delivery, webhook_endpoints, webhooks
@@ -91,6 +93,27 @@ def delete_endpoint(endpoint_id: str, session: Db, who: Principal) -> Response:
     webhook_endpoints.delete(session, who.tenant_id, endpoint_id)
     session.commit()
     return Response(status_code=204)
+
+
+@router.get("/v1/webhooks/secret", response_model=WebhookSecret)
+def webhook_secret(session: Db, who: Principal) -> Any:
+    """The tenant's default signing secret (URLs without an endpoint of their own)."""
+    who.require("admin")
+    tenant = session.get(Tenant, who.tenant_id)
+    assert tenant is not None
+    return webhook_endpoints.default_secret_to_public(tenant, now())
+
+
+@router.post("/v1/webhooks/secret/rotate", response_model=WebhookSecret)
+def rotate_webhook_secret(ctx: Ctx, session: Db, who: Principal) -> Any:
+    """A new default secret; the current one keeps signing for the rotation overlap."""
+    who.require("admin")
+    at = now()
+    tenant = webhook_endpoints.rotate_default(
+        session, who.tenant_id, at, ctx.settings.webhook_rotation_overlap_s
+    )
+    session.commit()
+    return webhook_endpoints.default_secret_to_public(tenant, at)
 
 
 @router.post("/v1/webhooks/endpoints/{endpoint_id}/rotate", response_model=EndpointWithSecret)
