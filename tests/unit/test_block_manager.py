@@ -1,11 +1,14 @@
-"""Block manager as pure logic: allocation, reference counts, prefix hits, LRU eviction."""
+"""Block manager as pure logic: allocation, reference counts, prefix hits, LRU eviction,
+preemption plans, blocks freed out of a sliding window."""
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 
 from worker.engine import block_manager as bm_module
-from worker.engine.block_manager import BlockManager
+from worker.engine.block_manager import NULL_BLOCK, BlockManager
 from worker.engine.params import SamplingParams
 from worker.engine.sequence import Sequence
 
@@ -163,3 +166,133 @@ def test_prefix_caching_off_never_hits() -> None:
     bm.free(a)
     assert bm.get_computed_blocks(_seq(list(range(9)))) == []
     assert all(b.block_hash is None for b in bm.blocks)
+
+
+# sliding window -------------------------------------------------------------------------------
+
+
+def _decode(bm: BlockManager, seq: Sequence, num_tokens: int) -> None:
+    """Compute ``num_tokens`` more tokens one step at a time, as the scheduler does."""
+    for _ in range(num_tokens):
+        seq.token_ids.append(seq.num_tokens % 50)
+        assert bm.can_append(seq, 1)
+        bm.append_slots(seq, 1)
+        seq.num_computed_tokens += 1
+        bm.free_out_of_window(seq)
+
+
+def test_blocks_out_of_every_future_window_are_freed_behind_placeholders() -> None:
+    # window 6: a query at position p reads keys p-5 .. p
+    bm = BlockManager(num_blocks=8, block_size=BS, enable_prefix_caching=True, sliding_window=6)
+    a = _seq(list(range(9)), "a")
+    _admit(bm, a)
+    # 9 computed: the next query (position 9) reads keys 4..9: block 0 (keys 0..3) goes
+    assert bm.num_out_of_window(9) == 1
+    assert bm.free_out_of_window(a) == 1
+    assert a.block_table[0] == NULL_BLOCK and len(a.block_table) == 3
+    assert bm.free_out_of_window(a) == 0  # idempotent
+    bm.check_invariants([a])
+    # the freed block was full, hence hashed: it stays in the prefix cache, free
+    assert bm.num_free_blocks == 6 and bm.stats().evictions == 0
+    _decode(bm, a, 20)  # 29 tokens: reads keys from 24 on; blocks 0..5 freed
+    assert a.block_table[:6] == [NULL_BLOCK] * 6 and NULL_BLOCK not in a.block_table[6:]
+    # held: blocks 6 and 7 (keys 24..31); the table length still counts logical blocks
+    assert len(a.block_table) == 8 and bm.num_free_blocks == 6
+    bm.check_invariants([a])
+    # 8 blocks for 29+ tokens on a cache of 8: only possible because the head was freed
+    _decode(bm, a, 10)
+    bm.check_invariants([a])
+    bm.free(a)  # placeholders are skipped
+    assert bm.num_free_blocks == 8 and a.block_table == []
+    bm.check_invariants([])
+
+
+def test_unhashed_blocks_go_back_to_the_free_list() -> None:
+    bm = BlockManager(num_blocks=4, block_size=BS, enable_prefix_caching=False, sliding_window=4)
+    a = _seq(list(range(3)), "a")
+    _admit(bm, a)
+    _decode(bm, a, 10)  # 13 tokens: reads keys from 9 on; blocks 0, 1 freed
+    assert a.block_table[:2] == [NULL_BLOCK] * 2
+    assert bm.num_free_blocks == 2 and bm.stats().evictions == 0
+    bm.check_invariants([a])
+
+
+def test_shared_blocks_keep_their_other_owners() -> None:
+    bm = BlockManager(num_blocks=16, block_size=BS, enable_prefix_caching=True, sliding_window=5)
+    prefix = list(range(100, 108))
+    a = _seq([*prefix, 1, 2, 3, 4], "a")
+    b = _seq([*prefix, 7], "b")
+    _admit(bm, a)
+    hits = _admit(bm, b)  # b's next query (position 8) reads keys 4..8: block 0 is not needed
+    assert hits == [NULL_BLOCK, a.block_table[1]]
+    assert bm.blocks[a.block_table[1]].ref_count == 2
+    first, second = a.block_table[:2]
+    assert bm.free_out_of_window(a) == 2  # a's next query (12) reads keys 8..12
+    assert bm.blocks[first].ref_count == 0 and bm.blocks[second].ref_count == 1  # b's
+    bm.check_invariants([a, b])
+
+
+@pytest.mark.parametrize("window", [5, 6])
+def test_a_window_hit_needs_only_the_blocks_the_next_query_reads(window: int) -> None:
+    bm = BlockManager(
+        num_blocks=4, block_size=BS, enable_prefix_caching=True, sliding_window=window
+    )
+    prefix = list(range(100, 108))
+    a = _seq([*prefix, 1, 2, 3, 4], "a")
+    _admit(bm, a)
+    first, second = a.block_table[:2]
+    bm.free_out_of_window(a)  # block 0 (window 6), or blocks 0, 1 (window 5); head first
+    c = _seq(list(range(200, 208)), "c")  # 2 new blocks: the uncached one, then evicts `first`
+    _admit(bm, c)
+    assert bm.stats().evictions == 1 and first in c.block_table
+    b = _seq([*prefix, 7], "b")
+    hits = bm.get_computed_blocks(b)
+    if window == 6:
+        # b's next query (position 8) reads keys 3..8: block 0 is needed, and gone
+        assert hits == []
+        return
+    # a chained lookup would miss at block 0; the next query reads keys 4..8, all in block 1
+    assert hits == [NULL_BLOCK, second]
+    bm.free(c)
+    _admit(bm, b)
+    assert b.num_computed_tokens == 9 and b.num_cached_tokens == 8
+    bm.check_invariants([a, b])
+
+
+def test_a_placeholder_inside_the_window_breaks_the_invariants() -> None:
+    bm = BlockManager(num_blocks=8, block_size=BS, enable_prefix_caching=False, sliding_window=6)
+    a = _seq(list(range(9)), "a")
+    _admit(bm, a)
+    bm.free_out_of_window(a)
+    taken = a.block_table[1]
+    a.block_table[1] = NULL_BLOCK  # block 1 holds keys 4..7, read by the next query
+    bm.blocks[taken].ref_count -= 1
+    bm._free.append(taken)
+    with pytest.raises(AssertionError, match="nulls"):
+        bm.check_invariants([a])
+    plain = BlockManager(num_blocks=8, block_size=BS, enable_prefix_caching=False)
+    b = _seq(list(range(9)), "b")
+    _admit(plain, b)
+    assert plain.free_out_of_window(b) == 0  # no window: nothing is ever freed early
+    plain.check_invariants([b])
+
+
+def test_can_allocate_with_a_preemption_plan_matches_preempting() -> None:
+    bm = BlockManager(num_blocks=6, block_size=BS, enable_prefix_caching=True)
+    victim = _seq(list(range(12)), "victim")  # 3 full blocks, all cached
+    other = _seq(list(range(50, 62)), "other")
+    _admit(bm, victim)
+    _admit(bm, other)
+    # 8 tokens hit the victim's first 2 blocks; 5 more need 2 new blocks
+    w = _seq([*range(8), 90, 91, 92, 93, 94], "w")
+    hits = bm.get_computed_blocks(w)
+    assert hits == victim.block_table[:2]
+    assert not bm.can_allocate(w, hits, 5)
+    # preempting the victim frees 3 blocks, but 2 of them are w's hits, not room
+    for plan, expected in (([victim], False), ([victim, other], True)):
+        assert bm.can_allocate(w, hits, 5, preempting=plan) is expected
+        trial = copy.deepcopy((bm, w, plan))
+        for seq in trial[2]:
+            trial[0].free(seq)
+        assert trial[0].can_allocate(trial[1], hits, 5) is expected
+    bm.check_invariants([victim, other])

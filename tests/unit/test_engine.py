@@ -205,6 +205,28 @@ def test_priority_is_served_first() -> None:
     assert order == ["sync", "batch"]
 
 
+def test_a_sync_request_preempts_batch_work_and_everyone_finishes() -> None:
+    engine, runner = _engine(lambda rid, i: 2, num_blocks=8, max_num_seqs=2)
+    engine.add_request("batch-1", [BOS, 2, 3, 3, 3], SamplingParams(max_tokens=8), priority=2)
+    engine.add_request("batch-2", [BOS, 3, 3, 3, 3], SamplingParams(max_tokens=8), priority=2)
+    engine.step()
+    engine.step()
+    engine.add_request("sync", [BOS, 4], SamplingParams(max_tokens=2), priority=0)
+    outs = _drain(engine)
+    # the next step preempted the latest batch request for a slot and admitted the sync one
+    step = runner.steps[2]
+    assert [q.request_id for q in step.preempted] == ["batch-2"]
+    assert [s.seq.request_id for s in step.scheduled] == ["sync", "batch-1"]
+    assert engine.stats().num_preemptions == 1
+    finals = {rid: o[-1] for rid, o in outs.items()}
+    assert all(f.finish_reason == "length" for f in finals.values())
+    preemptions = {rid: f.metrics.num_preemptions for rid, f in finals.items() if f.metrics}
+    assert preemptions == {"sync": 0, "batch-1": 0, "batch-2": 1}
+    # the victim's recompute streams nothing twice: 2 tokens before it, 6 after
+    assert finals["batch-2"].num_generated_tokens == 8
+    assert sum(len(o.new_token_ids) for o in outs["batch-2"]) == 6
+
+
 def test_encode_adds_bos_once() -> None:
     engine, _ = _engine(lambda rid, i: 2)
     assert engine.encode("") == [BOS]

@@ -1,6 +1,7 @@
 """Triton kernels against the torch reference: KV-cache writes and paged attention (decodes,
-whole prompts, chunks after cached context; MHA/GQA/MQA; sliding window; fp32/fp16), and a
-whole engine run on the Triton backend against the torch backend.
+whole prompts, chunks after cached context; MHA/GQA/MQA; sliding window; fp32/fp16; block
+tables with blocks freed out of the window), and whole engine runs on the Triton backend
+against the torch backend (one freeing blocks out of a sliding window).
 
 On CPU the kernels run in Triton's interpreter, which must be switched on before triton is
 first imported: the checks run in a child process with ``TRITON_INTERPRET=1``. On a GPU
@@ -91,6 +92,64 @@ def _attention_case(name: str, device: str) -> float:
     return float((out.cpu().float() - ref).abs().max())
 
 
+def _placeholder_case(device: str) -> dict[str, float]:
+    """Blocks freed out of the sliding window: their block-table entries point at a null block.
+
+    The reference reads the real blocks; Triton gets a null block full of NaN (it must never
+    load it: any read, even masked, would leak NaN through p @ v), the torch reference a
+    zeroed one (it reads it masked, as the runner's cache guarantees). Returns max errors.
+    """
+    from worker.model import kernels
+    from worker.model.attention import paged_attention_ref
+
+    num_heads, num_kv_heads, head_dim, window = 2, 1, 16, 20
+    # (query_len, seq_len): a decode, a short chunk, a chunk of two query tiles
+    seqs = [(1, 70), (4, 50), (20, 60)]
+    gen = torch.Generator().manual_seed(1)
+    num_blocks = sum(-(-seq_len // BLOCK_SIZE) for _, seq_len in seqs)
+    null = num_blocks  # one past the real blocks, as in the runner
+    shape = (num_blocks + 1, BLOCK_SIZE, num_kv_heads, head_dim)
+    k_cache, v_cache = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    free = torch.randperm(num_blocks, generator=gen).tolist()
+    max_blocks = max(-(-s // BLOCK_SIZE) for _, s in seqs)
+    tables, freed_tables, starts, lens = [], [], [0], []
+    for query_len, seq_len in seqs:
+        table = [free.pop() for _ in range(-(-seq_len // BLOCK_SIZE))]
+        # what BlockManager.num_out_of_window frees before this step
+        num_freed = max(seq_len - query_len - window + 1, 0) // BLOCK_SIZE
+        assert num_freed >= 1
+        pad = [null] * (max_blocks - len(table))
+        tables.append(table + pad)
+        freed_tables.append([null] * num_freed + table[num_freed:] + pad)
+        starts.append(starts[-1] + query_len)
+        lens.append(seq_len)
+    q = torch.randn(starts[-1], num_heads, head_dim, generator=gen)
+    scale = head_dim**-0.5
+    ref = paged_attention_ref(
+        q, k_cache, v_cache, starts, lens, torch.tensor(tables, dtype=torch.int32), scale, window
+    )
+    freed = torch.tensor(freed_tables, dtype=torch.int32)
+    k_cache[null], v_cache[null] = 0.0, 0.0
+    torch_out = paged_attention_ref(q, k_cache, v_cache, starts, lens, freed, scale, window)
+    k_cache[null], v_cache[null] = float("nan"), float("nan")
+    dev = torch.device(device)
+    triton_out = kernels.paged_attention(
+        q.to(dev),
+        k_cache.to(dev),
+        v_cache.to(dev),
+        torch.tensor(starts, dtype=torch.int32, device=dev),
+        torch.tensor(lens, dtype=torch.int32, device=dev),
+        freed.to(dev),
+        max(ql for ql, _ in seqs),
+        scale,
+        window,
+    )
+    return {
+        "triton": float((triton_out.cpu() - ref).abs().max()),
+        "torch": float((torch_out - ref).abs().max()),
+    }
+
+
 def _skipped_slots(device: str) -> bool:
     from worker.model import kernels
 
@@ -102,8 +161,10 @@ def _skipped_slots(device: str) -> bool:
     return bool(written == [5, 40])
 
 
-def _engine_tokens(device: str, backend: str) -> list[list[int]]:
-    """Greedy tokens of a tiny random Llama through the whole engine."""
+def _engine_tokens(device: str, backend: str, window: int | None = None) -> list[list[int]]:
+    """Greedy tokens of a tiny random Llama through the whole engine; with ``window``, a
+    Mistral whose sequences outgrow it, so that blocks are freed (asserted)."""
+    from worker.engine.block_manager import NULL_BLOCK
     from worker.engine.config import EngineConfig
     from worker.engine.llm_engine import LLMEngine
     from worker.engine.params import SamplingParams
@@ -113,7 +174,7 @@ def _engine_tokens(device: str, backend: str) -> list[list[int]]:
     tokenizer = train_tokenizer(load_corpus()[:20])
     config = ModelConfig.from_hf_dict(
         {
-            "model_type": "llama",
+            "model_type": "llama" if window is None else "mistral",
             "vocab_size": tokenizer.get_vocab_size(),
             "hidden_size": 32,
             "intermediate_size": 48,
@@ -122,6 +183,7 @@ def _engine_tokens(device: str, backend: str) -> list[list[int]]:
             "num_key_value_heads": 1,
             "max_position_embeddings": 64,
             "initializer_range": 0.1,
+            "sliding_window": window,
         }
     )
     model = init_model(config, torch.Generator().manual_seed(0)).eval().to(device)
@@ -131,20 +193,29 @@ def _engine_tokens(device: str, backend: str) -> list[list[int]]:
     )
     engine = LLMEngine.from_model(model, tokenizer, (), engine_config)
     prompts = ["The river ran", "Snow falls on the high mountain pass tonight"]
+    max_tokens = 4 if window is None else 40
     for i, prompt in enumerate(prompts):
-        engine.add_request(str(i), engine.encode(prompt), SamplingParams(max_tokens=4))
+        engine.add_request(str(i), engine.encode(prompt), SamplingParams(max_tokens=max_tokens))
     tokens: list[list[int]] = [[] for _ in prompts]
+    freed = False
     while engine.has_unfinished_requests():
         for out in engine.step():
             tokens[int(out.request_id)].extend(out.new_token_ids)
+        freed |= any(NULL_BLOCK in seq.block_table for seq in engine.scheduler.running)
+    assert freed == (window is not None)
     return tokens
 
 
 def check_all(device: str) -> dict[str, Any]:
     """Every comparison (run in the child process on CPU, in this one on a GPU)."""
     results: dict[str, Any] = {name: _attention_case(name, device) for name in ATTENTION_CASES}
+    results["placeholders"] = _placeholder_case(device)
     results["skipped_slots"] = _skipped_slots(device)
     results["engine"] = [_engine_tokens(device, "triton"), _engine_tokens(device, "torch")]
+    results["engine_window"] = [
+        _engine_tokens(device, "triton", window=16),
+        _engine_tokens(device, "torch", window=16),
+    ]
     return results
 
 
@@ -172,6 +243,21 @@ def test_paged_attention_matches_reference_in_the_interpreter(
     interpreted: dict[str, Any], case: str
 ) -> None:
     assert interpreted[case] <= _tolerance(case)
+
+
+def test_freed_blocks_are_never_read_unmasked_in_the_interpreter(
+    interpreted: dict[str, Any],
+) -> None:
+    assert interpreted["placeholders"]["triton"] <= 1e-5  # never loaded at all (NaN there)
+    assert interpreted["placeholders"]["torch"] <= 1e-5  # read masked: the zeros are harmless
+
+
+def test_engine_freeing_window_blocks_on_triton_matches_torch_path(
+    interpreted: dict[str, Any],
+) -> None:
+    triton_tokens, torch_tokens = interpreted["engine_window"]
+    assert triton_tokens == torch_tokens
+    assert all(len(t) == 40 for t in torch_tokens)
 
 
 def test_store_kv_skips_negative_slots_in_the_interpreter(interpreted: dict[str, Any]) -> None:
@@ -204,3 +290,5 @@ def test_kernels_match_reference_on_gpu() -> None:
         assert results[case] <= _tolerance(case), case
     assert results["skipped_slots"] is True
     assert results["engine"][0] == results["engine"][1]
+    assert max(results["placeholders"].values()) <= 1e-5
+    assert results["engine_window"][0] == results["engine_window"][1]

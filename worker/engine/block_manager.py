@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from worker.engine.sequence import Sequence
 
 _ROOT_HASH = b""
+# block-table placeholder of a block freed for being out of every future query's window
+NULL_BLOCK = -1
 
 
 class Block:
@@ -76,14 +78,24 @@ def hash_block(parent_hash: bytes, token_ids: Iterable[int]) -> bytes:
 class BlockManager:
     """Owns the free lists, reference counts and the prefix-cache index."""
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool,
+        sliding_window: int | None = None,
+    ) -> None:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(
                 f"num_blocks ({num_blocks}) and block_size ({block_size}) must be >= 1"
             )
+        if sliding_window is not None and sliding_window < 1:
+            raise ValueError(f"sliding_window: must be >= 1, got {sliding_window}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        # keys every layer's query sees (None: some layer sees all; never free blocks early)
+        self.sliding_window = sliding_window
         self.blocks = [Block(i) for i in range(num_blocks)]
         # never-used (or uncached) free blocks, taken first
         self._free: deque[int] = deque(range(num_blocks))
@@ -116,7 +128,8 @@ class BlockManager:
     # prefix cache -------------------------------------------------------------------------
 
     def get_computed_blocks(self, seq: Sequence) -> list[int]:
-        """Cached blocks holding a prefix of ``seq`` (no references taken, nothing counted).
+        """Cached blocks holding a prefix of ``seq`` (no references taken, nothing counted);
+        with a sliding window, ``NULL_BLOCK`` for the leading ones no query will read.
 
         NOTE: at most ``num_tokens - 1`` tokens can hit: the last token is always computed,
         since its logits give the next token. So computed tokens never land in a shared block.
@@ -125,19 +138,55 @@ class BlockManager:
             return []
         max_blocks = (seq.num_tokens - 1) // self.block_size
         hashes = self._block_hashes(seq, max_blocks)
+        if self.sliding_window is not None:
+            return self._computed_blocks_in_window(seq, hashes, max_blocks)
         hits: list[int] = []
-        parent = _ROOT_HASH
-        for i, key in enumerate(hashes[:max_blocks]):
-            block_id = self._cached.get(key)
+        for i in range(max_blocks):
+            block_id = self._lookup(seq, hashes, i)
             if block_id is None:
                 break
-            block = self.blocks[block_id]
-            tokens = seq.token_ids[i * self.block_size : (i + 1) * self.block_size]
-            if block.parent_hash != parent or list(block.token_ids) != tokens:
-                break  # a hash collision: treat as a miss
             hits.append(block_id)
-            parent = key
         return hits
+
+    def _computed_blocks_in_window(
+        self, seq: Sequence, hashes: list[bytes], max_blocks: int
+    ) -> list[int]:
+        """The longest prefix of ``k`` blocks whose last blocks, those the first query after it
+        reads, are all cached; the blocks before them need not be (they become NULL_BLOCK)."""
+        best, run = 0, 0  # run: cached blocks in a row ending at block i
+        found: list[int | None] = []
+        for i in range(max_blocks):
+            block_id = self._lookup(seq, hashes, i)
+            found.append(block_id)
+            run = run + 1 if block_id is not None else 0
+            k = i + 1
+            if run >= k - self.num_out_of_window(k * self.block_size):
+                best = k
+        skipped = self.num_out_of_window(best * self.block_size)
+        hits = [NULL_BLOCK] * skipped
+        for block_id in found[skipped:best]:
+            assert block_id is not None
+            hits.append(block_id)
+        return hits
+
+    def _lookup(self, seq: Sequence, hashes: list[bytes], i: int) -> int | None:
+        """The cached block holding ``seq``'s block ``i``, None on a miss.
+
+        The block's own tokens and its parent key are compared, so a hash collision is a miss,
+        never wrong keys/values.
+        """
+        block_id = self._cached.get(hashes[i])
+        if block_id is None:
+            return None
+        block = self.blocks[block_id]
+        bs = self.block_size
+        parent = hashes[i - 1] if i else _ROOT_HASH
+        if (
+            block.parent_hash != parent
+            or list(block.token_ids) != seq.token_ids[i * bs : (i + 1) * bs]
+        ):
+            return None
+        return block_id
 
     def _block_hashes(self, seq: Sequence, num_blocks: int) -> list[bytes]:
         """Keys of ``seq``'s first ``num_blocks`` full blocks, extending ``seq.block_hashes``."""
@@ -151,18 +200,33 @@ class BlockManager:
 
     # allocation ---------------------------------------------------------------------------
 
-    def can_allocate(self, seq: Sequence, computed_blocks: list[int], num_new_tokens: int) -> bool:
-        """Whether a waiting ``seq`` can start: its prefix hits plus ``num_new_tokens``."""
+    def can_allocate(
+        self,
+        seq: Sequence,
+        computed_blocks: list[int],
+        num_new_tokens: int,
+        preempting: Iterable[Sequence] = (),
+    ) -> bool:
+        """Whether a waiting ``seq`` can start: its prefix hits plus ``num_new_tokens``;
+        with ``preempting``, as if those running sequences were freed first (a preemption plan:
+        their hashed blocks stay cached, so ``computed_blocks`` stay valid)."""
+        # references the plan would drop, per block
+        dropped = Counter(b for s in preempting for b in s.block_table if b != NULL_BLOCK)
+        freed = sum(1 for b, n in dropped.items() if self.blocks[b].ref_count == n)
         num_computed = len(computed_blocks) * self.block_size
         needed = self.blocks_needed(num_computed + num_new_tokens) - len(computed_blocks)
         # free hits get reused, not allocated: they do not count as room for new blocks
-        free_hits = sum(1 for b in computed_blocks if self.blocks[b].ref_count == 0)
-        return needed <= self.num_free_blocks - free_hits
+        free_hits = sum(
+            1 for b in computed_blocks if b != NULL_BLOCK and self.blocks[b].ref_count == dropped[b]
+        )
+        return needed <= self.num_free_blocks + freed - free_hits
 
     def allocate(self, seq: Sequence, computed_blocks: list[int], num_new_tokens: int) -> None:
         """Admit ``seq``: take references on its prefix hits, then room for the new tokens."""
         assert not seq.block_table, f"{seq} already holds blocks"
         for block_id in computed_blocks:
+            if block_id == NULL_BLOCK:
+                continue
             block = self.blocks[block_id]
             if block.ref_count == 0:
                 del self._free_cached[block_id]
@@ -215,7 +279,10 @@ class BlockManager:
         hashes = self._block_hashes(seq, num_full_blocks)
         bs = self.block_size
         for i in range(num_full_blocks):
-            block = self.blocks[seq.block_table[i]]
+            block_id = seq.block_table[i]
+            if block_id == NULL_BLOCK:
+                continue  # freed out of the window (or never taken): nothing to register
+            block = self.blocks[block_id]
             if block.block_hash is not None:
                 continue  # a prefix hit, or registered in an earlier step
             key = hashes[i]
@@ -233,16 +300,48 @@ class BlockManager:
         are evicted before its first ones.
         """
         for block_id in reversed(seq.block_table):
-            block = self.blocks[block_id]
-            assert block.ref_count > 0, f"block {block_id} freed twice"
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                if block.block_hash is not None:
-                    self._free_cached[block_id] = None
-                else:
-                    self._free.append(block_id)
+            if block_id != NULL_BLOCK:
+                self._release(block_id)
         seq.block_table = []
         seq.num_computed_tokens = 0
+
+    def _release(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        assert block.ref_count > 0, f"block {block_id} freed twice"
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            if block.block_hash is not None:
+                self._free_cached[block_id] = None
+            else:
+                self._free.append(block_id)
+
+    # sliding window -----------------------------------------------------------------------
+
+    def num_out_of_window(self, num_computed_tokens: int) -> int:
+        """Leading blocks that no query at a position >= ``num_computed_tokens`` reads."""
+        if self.sliding_window is None:
+            return 0
+        first_read = num_computed_tokens - self.sliding_window + 1  # oldest key still read
+        return max(first_read, 0) // self.block_size
+
+    def free_out_of_window(self, seq: Sequence) -> int:
+        """Release ``seq``'s blocks that its future queries can no longer read (after its
+        ``num_computed_tokens`` grew); returns how many were released.
+
+        NOTE: call it only once the step that computed those tokens has run: a block released
+        here may be handed to another sequence and overwritten in the very next step.
+        """
+        table = seq.block_table
+        end = min(self.num_out_of_window(seq.num_computed_tokens), len(table))
+        # placeholders form a prefix: walk back from its end to the last one already placed
+        start = end
+        while start > 0 and table[start - 1] != NULL_BLOCK:
+            start -= 1
+        # head first, as successive decode steps free them: the oldest is evicted first
+        for i in range(start, end):
+            self._release(table[i])
+            table[i] = NULL_BLOCK
+        return end - start
 
     # checks -------------------------------------------------------------------------------
 
@@ -250,10 +349,16 @@ class BlockManager:
         """Assert the books balance against the live sequences (tests and debugging)."""
         owners = [0] * self.num_blocks
         for seq in live:
-            assert len(set(seq.block_table)) == len(seq.block_table), f"{seq} repeats a block"
-            for block_id in seq.block_table:
+            table = seq.block_table
+            num_null = table.count(NULL_BLOCK)
+            assert table[:num_null] == [NULL_BLOCK] * num_null, f"{seq}: a hole in its table"
+            # only blocks no future query reads may be placeholders (none without a window)
+            assert num_null <= self.num_out_of_window(seq.num_computed_tokens), f"{seq} nulls"
+            held = table[num_null:]
+            assert len(set(held)) == len(held), f"{seq} repeats a block"
+            for block_id in held:
                 owners[block_id] += 1
-            assert seq.num_computed_tokens <= len(seq.block_table) * self.block_size
+            assert seq.num_computed_tokens <= len(table) * self.block_size
         free = list(self._free) + list(self._free_cached)
         free_set = set(free)
         assert len(free_set) == len(free), "a block is free twice"

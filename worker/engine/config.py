@@ -78,6 +78,9 @@ class CacheSpec:
     block_size: int
     # longest sequence (prompt + generated) accepted
     max_model_len: int
+    # keys every layer's query sees, when *every* layer has a sliding window (blocks before
+    # it are freed as sequences advance); None when some layer attends to the whole sequence
+    sliding_window: int | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -117,7 +117,10 @@ class LLMEngine:
         self.max_model_len = cache.max_model_len
         self._clock = clock
         self.block_manager = BlockManager(
-            cache.num_blocks, cache.block_size, config.enable_prefix_caching
+            cache.num_blocks,
+            cache.block_size,
+            config.enable_prefix_caching,
+            sliding_window=cache.sliding_window,
         )
         self.scheduler = Scheduler(
             SchedulerConfig(

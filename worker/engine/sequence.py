@@ -4,7 +4,9 @@ Pure Python (no torch). The model runner reads these objects to build a step's i
 
 NOTE: ``token_ids`` is prompt + generated tokens and only grows; ``num_computed_tokens`` of
 them have their keys/values in the cache (in the blocks of ``block_table``). A preemption
-drops the blocks and resets ``num_computed_tokens`` to 0, never the tokens.
+drops the blocks and resets ``num_computed_tokens`` to 0, never the tokens. Under a sliding
+window, leading ``block_table`` entries may be ``NULL_BLOCK`` (-1): blocks freed because no
+future query reads them (``worker.engine.block_manager``).
 
 Example:
 
@@ -74,7 +76,8 @@ class Sequence:
         self.num_computed_tokens = 0
         # prompt tokens found in the prefix cache at first admission (-1: not admitted yet)
         self.num_cached_tokens = -1
-        # physical KV block of each logical block (block i holds tokens [i*bs, (i+1)*bs))
+        # physical KV block of each logical block (block i holds tokens [i*bs, (i+1)*bs)), or
+        # NULL_BLOCK (-1) for a leading block freed out of the sliding window
         self.block_table: list[int] = []
         # chained hash of each full block of token_ids (filled lazily by the block manager)
         self.block_hashes: list[bytes] = []

@@ -8,7 +8,9 @@ A step's new tokens are flattened ([num_tokens, ...]) sequence after sequence; s
 owns tokens ``query_start_loc[i] .. query_start_loc[i+1]`` and, after the step, has
 ``seq_lens[i]`` tokens in the cache, so its new tokens sit at positions ``seq_lens[i] -
 query_len .. seq_lens[i] - 1`` and each attends causally to every cached position up to its
-own (within the sliding window, if any).
+own (within the sliding window, if any). Block tables are padded with a zeroed *null block*,
+which also stands in for blocks freed because they lie before the sliding window of every
+query (``worker.model.runner``): attention may read such entries, but always masks them out.
 
 Each layer first writes the step's new keys/values into the cache, then attends: so a query
 may read keys written in the same step by another sequence (a prefix-cache hit).
@@ -45,7 +47,8 @@ class AttentionMetadata:
     query_start_loc: torch.Tensor
     # [num_seqs] int32: tokens cached for sequence i once this step's are written
     seq_lens: torch.Tensor
-    # [num_seqs, max_blocks] int32: block tables, padded with 0 (never read: masked)
+    # [num_seqs, max_blocks] int32: block tables; padding and freed (out-of-window) blocks
+    # point at the zeroed null block, only ever read masked
     block_tables: torch.Tensor
     # longest query (new tokens of one sequence) and longest sequence of the step
     max_query_len: int

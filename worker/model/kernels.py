@@ -7,7 +7,9 @@ Triton's interpreter on CPU tensors: that is how the tests exercise them without
 
 ``paged_attention`` is one kernel for decodes, whole prompts and prompt chunks after cached
 context: program (sequence, query head, tile of BLOCK_M query tokens) walks the sequence's
-blocks up to its last query position with an online softmax (FlashAttention-2 style).
+blocks up to its last query position with an online softmax (FlashAttention-2 style). With a
+sliding window it starts at the block holding the tile's first visible key: blocks freed out of
+the window (placeholders in the block table) are never loaded at all.
 
 NOTE: fp32 inputs use IEEE dot products (no TF32), so fp32 results match the reference to
 rounding. Block sizes must be powers of two >= 16 (``tl.dot`` tile constraints on GPUs).

@@ -1,10 +1,13 @@
 """Runs the engine's scheduled steps on the model: builds the flat batch, owns the KV cache,
 samples.
 
-The KV cache is allocated once at start: per layer ``(k_cache, v_cache)``, each [num_blocks,
+The KV cache is allocated once at start: per layer ``(k_cache, v_cache)``, each [num_blocks + 1,
 block_size, num_kv_heads, head_dim] in the model's dtype. Its size comes from the engine config:
 an explicit block count or byte size, else on CUDA a share of the free device memory, else
-(CPU) room for ``max_num_seqs`` full-length sequences, capped.
+(CPU) room for ``max_num_seqs`` full-length sequences, capped. The extra last block is the
+*null block*: never handed out, never written, all zeros; block-table padding and
+``NULL_BLOCK`` placeholders (blocks freed out of a sliding window) point at it, so the reads
+attention masks out are always of finite values.
 
 Example:
 
@@ -20,6 +23,7 @@ import os
 
 import torch
 
+from worker.engine.block_manager import NULL_BLOCK
 from worker.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, CacheSpec, EngineConfig
 from worker.engine.outputs import SampleResult
 from worker.engine.sampling import request_generator, sample_batch
@@ -65,6 +69,14 @@ def kv_cache_num_blocks(
     return num_blocks
 
 
+def freeable_sliding_window(config: ModelConfig) -> int | None:
+    """The window past which KV blocks may be freed: only when every layer slides (a
+    full-attention layer reads every key of the sequence)."""
+    if len(config.sliding_window_layers) < config.num_hidden_layers:
+        return None
+    return config.sliding_window
+
+
 def resolve_backend(requested: str, device: torch.device) -> Backend:
     if requested == "torch" or (requested == "auto" and device.type != "cuda"):
         return "torch"
@@ -91,10 +103,14 @@ class ModelRunner:
         self.dtype = model.model.embed_tokens.weight.dtype
         self.backend = resolve_backend(config.attention_backend, self.device)
         num_blocks = kv_cache_num_blocks(mc, config, self.dtype, self.device, max_model_len)
-        self.cache = CacheSpec(num_blocks, config.block_size, max_model_len)
-        shape = (num_blocks, config.block_size, mc.num_key_value_heads, mc.head_dim)
-        # NOTE: zeros, not empty: padded block-table entries are read (then masked) by the
-        # torch path, and 0 * NaN garbage would poison the output.
+        self.cache = CacheSpec(
+            num_blocks, config.block_size, max_model_len, freeable_sliding_window(mc)
+        )
+        # the null block (module doc): one past the blocks the block manager hands out
+        self.null_block = num_blocks
+        shape = (num_blocks + 1, config.block_size, mc.num_key_value_heads, mc.head_dim)
+        # NOTE: zeros, not empty: padded and placeholder block-table entries are read (then
+        # masked) by the torch path, and 0 * NaN garbage would poison the output.
         self.kv_caches: list[KVCacheLayer] = [
             (
                 torch.zeros(shape, dtype=self.dtype, device=self.device),
@@ -171,6 +187,8 @@ class ModelRunner:
             start = seq.num_computed_tokens
             end = start + s.num_new_tokens
             table = seq.block_table
+            # new tokens never go to a placeholder: those lie before every future query's window
+            assert table[start // block_size] != NULL_BLOCK, f"{seq} writes to a freed block"
             input_ids.extend(seq.token_ids[start:end])
             positions.extend(range(start, end))
             slots.extend(
@@ -179,9 +197,14 @@ class ModelRunner:
             query_start_loc.append(query_start_loc[-1] + s.num_new_tokens)
             seq_lens.append(end)
         max_blocks = max(len(s.seq.block_table) for s in ordered)
-        block_tables = [
-            s.seq.block_table + [0] * (max_blocks - len(s.seq.block_table)) for s in ordered
-        ]
+        null = self.null_block
+        block_tables = []
+        for s in ordered:
+            table = s.seq.block_table
+            # NOTE: placeholders only ever form a prefix of a table (BlockManager invariant)
+            if table and table[0] == NULL_BLOCK:
+                table = [null if b == NULL_BLOCK else b for b in table]
+            block_tables.append(table + [null] * (max_blocks - len(table)))
         dev = self.device
         meta = AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.long, device=dev),
