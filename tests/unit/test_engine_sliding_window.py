@@ -19,6 +19,7 @@ import torch
 from tests.unit.test_llama_matches_transformers import _id_tokenizer, _our_model
 from worker.engine.block_manager import NULL_BLOCK
 from worker.engine.config import EngineConfig
+from worker.engine.errors import PromptTooLongError
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.params import SamplingParams
 from worker.engine.scheduler import SchedulerOutput
@@ -136,6 +137,27 @@ def test_freed_blocks_keep_greedy_tokens_and_bound_the_blocks_held(
     assert max_held <= WINDOW // block_size + 2
     # three sequences of 150 tokens on a cache of 160 tokens: none had to be preempted
     assert engine.stats().num_preemptions == 0
+
+
+def test_a_request_longer_than_the_cache_runs_when_the_window_fits(
+    mistral: tuple[LlamaModel, list[list[int]]],
+) -> None:
+    model, expected = mistral
+    # 150 tokens on a 96-token cache: a step holds at most (16 + 31) // 8 + 2 = 7 blocks
+    config = EngineConfig(block_size=8, max_num_batched_tokens=16, num_kv_blocks=12)
+    engine = LLMEngine.from_model(model, _id_tokenizer(), (), config)
+    params = SamplingParams(max_tokens=NEW_TOKENS)
+    engine.add_request("long", PROMPTS[0], params)
+    tokens: list[int] = []
+    while engine.has_unfinished_requests():
+        for out in engine.step():
+            tokens.extend(out.new_token_ids)
+    assert tokens == expected[0]
+    # a budget that lets one step need more blocks than the cache has is refused up front
+    wide = EngineConfig(block_size=8, max_num_batched_tokens=128, num_kv_blocks=12)
+    engine = LLMEngine.from_model(model, _id_tokenizer(), (), wide)
+    with pytest.raises(PromptTooLongError, match="KV cache"):
+        engine.add_request("long", PROMPTS[0], params)
 
 
 def test_a_rerun_resumes_from_the_blocks_inside_the_window(

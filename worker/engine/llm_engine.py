@@ -175,7 +175,7 @@ class LLMEngine:
             raise ValueError("prompt: must contain at least one token")
         if len(prompt_ids) + params.max_tokens > self.max_model_len:
             raise PromptTooLongError(len(prompt_ids), params.max_tokens, self.max_model_len)
-        if len(prompt_ids) + params.max_tokens > self.cache.num_tokens:
+        if self._blocks_alone(len(prompt_ids) + params.max_tokens) > self.cache.num_blocks:
             raise PromptTooLongError(
                 len(prompt_ids), params.max_tokens, self.cache.num_tokens, "the KV cache"
             )
@@ -184,6 +184,20 @@ class LLMEngine:
             raise ValueError(f"prompt: token ids must be in [0, {vocab_size})")
         if not all(t < vocab_size for t in params.stop_token_ids):
             raise ValueError(f"stop_token_ids: token ids must be in [0, {vocab_size})")
+
+    def _blocks_alone(self, num_tokens: int) -> int:
+        """Most KV blocks a sequence of ``num_tokens`` holds at once when it runs alone (so a
+        request is accepted only if it can finish even after being preempted)."""
+        bs = self.cache.block_size
+        whole = -(-num_tokens // bs)
+        window = self.cache.sliding_window
+        if window is None or not self.config.enable_chunked_prefill:
+            return whole  # (without chunks a recompute takes the whole sequence in one step)
+        # Blocks out of every future query's window are freed after each step: a step that
+        # computes C new tokens after n holds ceil((n + C) / bs) - floor((n - window + 1) / bs)
+        # blocks, at most floor((C + window - 1) / bs) + 2, and C <= the token budget.
+        chunk = self.config.max_num_batched_tokens
+        return min(whole, (chunk + window - 1) // bs + 2)
 
     def add_request(
         self,
