@@ -28,7 +28,7 @@ class CacheWriter:
 
     def __init__(self, final: Path, size: int) -> None:
         self.final = final
-        self.tmp = final.with_name(f"{final.name}.{os.getpid()}.{threading.get_ident()}.partial")
+        self.tmp = _partial_path(final)
         self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.ftruncate(self.fd, size)
 
@@ -80,10 +80,15 @@ class DiskCache:
 
     def writer(self, uri: str, info: ObjectInfo) -> CacheWriter | None:
         """A writer for a new entry, after evicting to make room; None if it can never fit."""
+        final = self._make_room(uri, info)
+        return CacheWriter(final, info.size) if final is not None else None
+
+    def _make_room(self, uri: str, info: ObjectInfo) -> Path | None:
+        """Evict until a new entry for `uri` fits; its path, or None if it can never fit."""
         if not info.etag or info.size > self.max_bytes:
             return None
         self.evict(self.max_bytes - info.size)
-        return CacheWriter(self.path_for(uri, info), info.size)
+        return self.path_for(uri, info)
 
     def fill(self, uri: str, info: ObjectInfo, download: Callable[[Path], None]) -> Path | None:
         """A new entry written whole by `download(tmp_path)`; None if it can never fit.
@@ -91,17 +96,17 @@ class DiskCache:
         The entry appears (atomically) only once `download` returned; if it raises, the
         partial file is removed and the error propagates.
         """
-        writer = self.writer(uri, info)
-        if writer is None:
+        final = self._make_room(uri, info)
+        if final is None:
             return None
-        os.close(writer.fd)  # `download` writes the file itself
+        tmp = _partial_path(final)
         try:
-            download(writer.tmp)
+            download(tmp)
         except BaseException:
-            writer.tmp.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
-        os.replace(writer.tmp, writer.final)
-        return writer.final
+        os.replace(tmp, final)
+        return final
 
     def entries(self) -> list[tuple[float, int, Path]]:
         out = []
@@ -122,3 +127,8 @@ class DiskCache:
                 break
             path.unlink(missing_ok=True)
             total -= size
+
+
+def _partial_path(final: Path) -> Path:
+    """Where an entry is written before it is renamed into place (unique per thread)."""
+    return final.with_name(f"{final.name}.{os.getpid()}.{threading.get_ident()}.partial")

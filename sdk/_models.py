@@ -33,12 +33,18 @@ class _RawView:
     def id(self) -> str:
         return str(self._raw.get("id", ""))
 
+
+class _RunView(_RawView):
+    """A job or batch: work sent to a deployment."""
+
+    __slots__ = ()
+
     @property
     def deployment(self) -> str | None:
         return _opt_str(self._raw.get("deployment"))
 
 
-class JobView(_RawView):
+class JobView(_RunView):
     """Fields of a `Job` (docs/api.md); `Job` and `AsyncJob` add the I/O methods."""
 
     __slots__ = ()
@@ -162,7 +168,7 @@ class Deployment:
         return f"Deployment(name={self.name!r}, version={self.version})"
 
 
-class BatchView(_RawView):
+class BatchView(_RunView):
     """Fields of a `Batch` (docs/api.md); `Batch` and `AsyncBatch` add the I/O methods."""
 
     __slots__ = ()
@@ -209,27 +215,16 @@ class BatchView(_RawView):
         )
 
 
-class ApiKey:
-    """An API key of this tenant. `key`, the secret, is only known right after `keys.create`.
+class ApiKey(_RawView):
+    """An API key of this tenant. `key`, the secret, is only known right after `keys.create`;
+    `raw` then holds it under "key" too.
 
     Example:
         key = client.keys.create(name="ci", scopes=["run", "read"])
         print(key.id, key.key)        # store key.key now: the platform keeps only its hash
     """
 
-    __slots__ = ("_raw",)
-
-    def __init__(self, raw: dict[str, Any]) -> None:
-        self._raw = raw
-
-    @property
-    def raw(self) -> dict[str, Any]:
-        """The key as the platform sent it (with the secret under "key" after a create)."""
-        return self._raw
-
-    @property
-    def id(self) -> str:
-        return str(self._raw.get("id", ""))
+    __slots__ = ()
 
     @property
     def name(self) -> str:

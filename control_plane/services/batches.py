@@ -31,7 +31,7 @@ from control_plane.domain.states import ACTIVE, PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
 from control_plane.services import object_store
 from control_plane.services.dispatch import wake
-from control_plane.services.paging import newest_first
+from control_plane.services.paging import tenant_page
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_batch_webhook
 
@@ -154,12 +154,9 @@ def list_(
     cursor: str | None,
 ) -> tuple[list[Batch], str | None]:
     """Newest first; the cursor is the last id of the previous page (ids sort by time)."""
-    q = select(Batch).where(Batch.tenant_id == tenant_id)
-    if deployment:
-        q = q.where(Batch.deployment_name == deployment)
-    if status:
-        q = q.where(Batch.status == status)
-    return newest_first(session, q, Batch.id, limit, cursor)
+    return tenant_page(
+        session, Batch, tenant_id, deployment=deployment, status=status, limit=limit, cursor=cursor
+    )
 
 
 def counts(session: Session, batch_id: str) -> dict[str, int]:

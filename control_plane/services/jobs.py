@@ -18,7 +18,7 @@ from control_plane.db.models import Deployment, Job, JobAttempt, Worker
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, NotFound
-from control_plane.services.paging import newest_first
+from control_plane.services.paging import tenant_page
 
 
 def create(
@@ -109,12 +109,9 @@ def list_(
     cursor: str | None,
 ) -> tuple[list[Job], str | None]:
     """Newest first; the cursor is the last id of the previous page (ids sort by time)."""
-    q = select(Job).where(Job.tenant_id == tenant_id)
-    if deployment:
-        q = q.where(Job.deployment_name == deployment)
-    if status:
-        q = q.where(Job.status == status)
-    return newest_first(session, q, Job.id, limit, cursor)
+    return tenant_page(
+        session, Job, tenant_id, deployment=deployment, status=status, limit=limit, cursor=cursor
+    )
 
 
 def cancel(session: Session, tenant_id: str, job_id: str, now: datetime) -> tuple[Job, bool]:

@@ -101,19 +101,20 @@ def signing_secrets(
 ) -> tuple[list[str], WebhookEndpoint | None]:
     """Secrets that sign a message to `url` (newest first), and the endpoint, if one matches."""
     ep = for_url(session, tenant_id, url)
-    if ep is None:
-        tenant = session.get(Tenant, tenant_id)
-        if tenant is None:
-            raise NotFound(f"tenant '{tenant_id}' does not exist")
-        secrets = [tenant.webhook_secret]
-        expires = tenant.previous_webhook_secret_expires_at
-        if tenant.previous_webhook_secret and expires and expires > now:
-            secrets.append(tenant.previous_webhook_secret)
-        return secrets, None
-    secrets = [ep.secret]
-    if ep.previous_secret and ep.previous_expires_at and ep.previous_expires_at > now:
-        secrets.append(ep.previous_secret)
-    return secrets, ep
+    if ep is not None:
+        return _signing(ep.secret, ep.previous_secret, ep.previous_expires_at, now), ep
+    tenant = session.get(Tenant, tenant_id)
+    if tenant is None:
+        raise NotFound(f"tenant '{tenant_id}' does not exist")
+    previous, expires = tenant.previous_webhook_secret, tenant.previous_webhook_secret_expires_at
+    return _signing(tenant.webhook_secret, previous, expires, now), None
+
+
+def _signing(
+    secret: str, previous: str | None, expires: datetime | None, now: datetime
+) -> list[str]:
+    """The current secret, then the previous one while its rotation overlap lasts."""
+    return [secret, previous] if previous and expires and expires > now else [secret]
 
 
 def disable(ep: WebhookEndpoint, reason: str, now: datetime) -> None:
