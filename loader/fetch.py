@@ -78,9 +78,9 @@ class TimeoutPolicy:
         return float(base * 2.0**attempt)  # a part that timed out gets more time per retry
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class Task:
-    parts: list[Part]  # consecutive parts of one object
+    parts: tuple[Part, ...]  # consecutive parts of one object
     stream: bool  # one response for all of them (a server that ignores Range)
 
 
@@ -97,14 +97,12 @@ class Fetcher:
         sources: list[Source],
         pins: list[ObjectInfo],
         prefetched: dict[int, tuple[int, memoryview]],
-        sink: Sink,
         options: LoadOptions,
         caches: dict[int, CacheWriter],
     ) -> None:
         self.sources = sources
         self.pins = pins
         self.prefetched = prefetched  # shard → (data_offset, bytes [data_offset, prefetched_end))
-        self.sink = sink
         self.options = options
         self.caches = caches
         self.timeouts = TimeoutPolicy(options)
@@ -118,14 +116,22 @@ class Fetcher:
         self._done.put(part)
 
     def run(
-        self, tasks: list[Task], num_parts: int, on_landed: Callable[[Part], None], threads: int
+        self,
+        tasks: list[Task],
+        sink: Sink,
+        num_parts: int,
+        on_landed: Callable[[Part], None],
+        threads: int,
     ) -> None:
-        """Fetch everything; returns when every part landed, raises the first hard error."""
+        """Fetch everything into `sink`; returns when every part landed (the sink calls
+        `landed`), raises the first hard error."""
         work: queue.Queue[Task] = queue.Queue()
         for t in tasks:
             work.put(t)
         workers = [
-            threading.Thread(target=self._worker, args=(work,), name=f"loader-{i}", daemon=True)
+            threading.Thread(
+                target=self._worker, args=(work, sink), name=f"loader-{i}", daemon=True
+            )
             for i in range(max(1, min(threads, len(tasks))))
         ]
         for w in workers:
@@ -144,7 +150,7 @@ class Fetcher:
                 w.join(timeout=1.0)
         self.stats.parts = landed
 
-    def _worker(self, work: queue.Queue[Task]) -> None:
+    def _worker(self, work: queue.Queue[Task], sink: Sink) -> None:
         scratch = memoryview(bytearray(_SCRATCH_BYTES))
         while not self.cancelled.is_set():
             try:
@@ -152,19 +158,19 @@ class Fetcher:
             except queue.Empty:
                 return
             try:
-                self._run_task(task, scratch)
+                self._run_task(task, sink, scratch)
             except BaseException as exc:
                 self.cancelled.set()
                 self._done.put(exc)
                 return
 
-    def _run_task(self, task: Task, scratch: memoryview) -> None:
+    def _run_task(self, task: Task, sink: Sink, scratch: memoryview) -> None:
         shard = task.parts[0].shard
         source = self.sources[shard]
         body: Body | None = None
         try:
             for part in task.parts:
-                chunks, handle = self.sink.acquire(part, self.cancelled)
+                chunks, handle = sink.acquire(part, self.cancelled)
                 try:
                     body = self._receive_part(source, part, chunks, body, task.stream, scratch)
                     if not task.stream and body is not None:
@@ -174,9 +180,9 @@ class Fetcher:
                     if cache is not None:
                         cache.write_chunks(part.start, chunks)
                 except BaseException:
-                    self.sink.abandon(handle)
+                    sink.abandon(handle)
                     raise
-                self.sink.received(part, handle)
+                sink.received(part, handle)
         finally:
             if body is not None:
                 body.close()

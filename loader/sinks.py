@@ -31,6 +31,7 @@ Chunk = memoryview | int
 
 class Sink(Protocol):
     arena: torch.Tensor  # the destination: one uint8 tensor on the target device
+    copy_wait_s: float  # seconds spent waiting for device copies (0 when nothing is staged)
 
     def acquire(self, part: Part, cancelled: threading.Event) -> tuple[list[Chunk], object]:
         """Chunks covering the part's bytes in order, and a handle; may block for a slot."""
@@ -73,6 +74,7 @@ class HostSink:
         self.arena = arena
         self._view = arena_view(arena)
         self._landed = landed
+        self.copy_wait_s = 0.0  # nothing is copied
 
     def acquire(self, part: Part, cancelled: threading.Event) -> tuple[list[Chunk], object]:
         return part_chunks(part, self._view), None

@@ -7,7 +7,7 @@
 - `hf://org/repo[@revision]/file`: the Hugging Face Hub or `HF_ENDPOINT` (`loader.hf.HfSource`)
 
 A source serves validated byte ranges (`open_range`) of one object version; directories and
-prefixes are resolved by `loader.checkpoint`.
+prefixes are resolved by `loader.objects`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ validated, and size the engine and the weight loads."""
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -78,25 +78,18 @@ def test_worker_env_passes_engine_tuning_but_no_other_platform_setting() -> None
 
 
 def test_the_worker_sizes_its_engine_from_the_settings(tmp_path: Path) -> None:
-    from safetensors.torch import load_file
-    from tokenizers import Tokenizer
-
-    from worker.engine.generate import Generator
-    from worker.model.config import ModelConfig
     from worker.model.demo import create_demo_model
     from worker.model.runner import kv_block_bytes
-    from worker.model.weights import build_model, torch_dtype
+    from worker.model.weights import torch_dtype
+    from worker.runtime.loading import load_model
 
     checkpoint = create_demo_model(tmp_path, seed=0, train_steps=0)
-    config = ModelConfig.from_hf_dict(json.loads((checkpoint / "config.json").read_text()))
-    model = build_model(config, load_file(str(checkpoint / "model.safetensors")))
-    generator = Generator(
-        model, Tokenizer.from_file(str(checkpoint / "tokenizer.json")), {2}, max_context=128
-    )
+    loaded = dataclasses.replace(load_model(str(checkpoint)), max_context=128)
+    config = loaded.model.config
     identity = WorkerIdentity("wrk_1", "dep_1", 1, "file:///m", "cpu", "q", 3)
 
     def build(**settings: Any) -> Any:
-        return WorkerRuntime(WorkerSettings(**settings), identity)._build_engine(generator)
+        return WorkerRuntime(WorkerSettings(**settings), identity)._build_engine(loaded)
 
     block_bytes = kv_block_bytes(config, 8, torch_dtype(config))
     engine = build(

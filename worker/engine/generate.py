@@ -1,8 +1,12 @@
-"""An offline, iterator-style front end to the engine: ``Generator``.
+"""``Generator``: run prompts on a model in process, through its own ``LLMEngine``; no I/O.
 
-``Generator`` keeps the walking skeleton's API (``encode``, ``validate``, ``generate``,
-``run``) on top of ``LLMEngine``; several ``generate`` iterators may be open at once and share
-the engine's batches. The worker runtime drives ``LLMEngine`` directly (``engine``).
+An offline, iterator-style front end: ``encode``, ``validate``, ``generate`` (one
+``StepOutput`` per token), ``run`` and ``run_batch`` (one ``GenerationResult`` per prompt).
+Several ``generate`` iterators may be open at once; they share the engine's batches. The demo
+model's sample (``python -m worker.model.demo``) and the tests that compare tokens with
+``transformers`` use it. The worker runtime does not: it builds an ``LLMEngine`` from a
+``worker.runtime.loading.LoadedModel`` and drives it from its engine loop
+(``worker.runtime.engine_loop``).
 
 Finish reasons: ``"stop"`` (an eos or stop token, or a stop string, which is cut from the
 text), ``"length"`` (``max_tokens`` generated), ``"abort"`` (``should_abort()`` returned True).

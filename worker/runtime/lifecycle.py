@@ -25,7 +25,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -38,6 +38,10 @@ from worker.protocol import (
 from worker.runtime.consumer import Delivery, consume
 from worker.runtime.control_client import ControlClient
 from worker.settings import WorkerSettings
+
+if TYPE_CHECKING:
+    from worker.engine.llm_engine import LLMEngine
+    from worker.runtime.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +70,6 @@ class WorkerRuntime:
         self._stop = threading.Event()
         # serialises inflight changes with their BUSY / IDLE reports
         self._state_lock = threading.Lock()
-        self.generator: Any = None
         self.engine: Any = None
         # deliveries of the jobs in the engine (by id() of their Job), acked once stored
         self._acks: dict[int, Delivery] = {}
@@ -112,14 +115,14 @@ class WorkerRuntime:
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         try:
             self._set_state(WorkerState.LOADING)
-            from worker.runtime.loading import load_generator
+            from worker.runtime.loading import load_model
 
             # a GPU worker loads straight into device memory; "cpu" workers stay on the host
             device = "cpu" if self.identity.accelerator == "cpu" else "cuda"
-            self.generator = load_generator(
+            loaded = load_model(
                 self.identity.model_uri, device=device, options=self.settings.load_options()
             )
-            self.engine = self._build_engine(self.generator)
+            self.engine = self._build_engine(loaded)
             self._set_state(WorkerState.WARMING)
             self._warm_up()
             from worker.runtime.engine_loop import EngineLoop
@@ -153,7 +156,7 @@ class WorkerRuntime:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self.control.close()
 
-    def _build_engine(self, generator: Any) -> Any:
+    def _build_engine(self, loaded: LoadedModel) -> LLMEngine:
         """A continuous-batching engine over the loaded model, sized for max_concurrency."""
         from worker.engine.config import EngineConfig
         from worker.engine.llm_engine import LLMEngine
@@ -161,12 +164,10 @@ class WorkerRuntime:
         # PLATFORM_ENGINE_* settings override the engine's defaults (ValueError if invalid).
         config = EngineConfig(
             max_num_seqs=self.identity.max_concurrency,
-            max_model_len=generator.max_context,
+            max_model_len=loaded.max_context,
             **self.settings.engine_overrides(),  # type: ignore[arg-type]
         )
-        engine = LLMEngine.from_model(
-            generator.model, generator.tokenizer, generator.eos_token_ids, config
-        )
+        engine = LLMEngine.from_model(loaded.model, loaded.tokenizer, loaded.eos_token_ids, config)
         log.info(
             "engine: %d KV blocks of %d tokens, max_model_len %d, max_num_seqs %d, "
             "token budget %d, prefix caching %s",

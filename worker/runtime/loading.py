@@ -1,26 +1,48 @@
-"""Load a model directory (config, tokenizer, weights) through the loader into a Generator."""
+"""Load a model directory (config, tokenizer, weights) through the loader: a `LoadedModel`.
+
+>>> loaded = load_model("s3://models/demo/", device="cuda", options=settings.load_options())
+>>> engine = LLMEngine.from_model(loaded.model, loaded.tokenizer, loaded.eos_token_ids, config)
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from loader import LoaderError, LoadOptions, exists, join_uri, load, read_bytes
+from loader import LoaderError, LoadMetrics, LoadOptions, exists, join_uri, load, read_bytes
+
+if TYPE_CHECKING:
+    import tokenizers
+
+    from worker.model.llama import LlamaModel
 
 log = logging.getLogger(__name__)
 
 
-def load_generator(model_uri: str, device: str = "cpu", options: LoadOptions | None = None) -> Any:
-    """Return a ready `worker.engine.generate.Generator` for the model at `model_uri`.
+@dataclass(frozen=True, slots=True)
+class LoadedModel:
+    """A model ready to serve: what the runtime builds its engine from."""
+
+    model: LlamaModel  # eval-mode weights on the target device (`model.config` its config)
+    tokenizer: tokenizers.Tokenizer  # from tokenizer.json
+    eos_token_ids: frozenset[int]  # config.json's eos ids and generation_config.json's
+    max_context: int  # most tokens (prompt + generated) of one request: the model's positions
+    metrics: LoadMetrics  # what the weight load did (bytes, phase times, retries, cache hits)
+
+
+def load_model(
+    model_uri: str, device: str = "cpu", options: LoadOptions | None = None
+) -> LoadedModel:
+    """The model at `model_uri`, loaded onto `device`.
 
     Every weight byte comes through `loader.load` (concurrent ranged GETs straight into the
     destination; on CUDA through the pinned staging ring); a LoaderError leaves nothing loaded.
     """
     from tokenizers import Tokenizer
 
-    from worker.engine.generate import Generator
     from worker.model.config import ModelConfig
     from worker.model.weights import build_model
 
@@ -56,7 +78,13 @@ def load_generator(model_uri: str, device: str = "cpu", options: LoadOptions | N
         m.cache_hits,
         time.monotonic() - t2,
     )
-    return Generator(model, tokenizer, eos_ids, max_context=config.max_position_embeddings)
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        eos_token_ids=frozenset(eos_ids),
+        max_context=config.max_position_embeddings,
+        metrics=m,
+    )
 
 
-__all__ = ["LoaderError", "load_generator"]
+__all__ = ["LoadedModel", "LoaderError", "load_model"]
