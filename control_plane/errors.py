@@ -1,12 +1,16 @@
-"""Exceptions of the control plane, mapped to problem+json in one place (`api/problems.py`).
+"""Exceptions of the control plane, mapped to problem+json (or OpenAI's error shape on the
+OpenAI routes) in one place (`api/problems.py`).
 
-ControlPlaneError
+ControlPlaneError          500  (base; an unexpected error never leaks details)
  ├── NotFound          404  a resource of this tenant does not exist (or is another's)
  ├── Conflict          409  state conflict: name taken, idempotency key reused, stale attempt
  ├── InvalidRequest    422  input is well-formed JSON but not acceptable (names the field)
  ├── Unauthorized      401  missing or unknown API key
  ├── Forbidden         403  key lacks the scope
- └── Unavailable       503  a dependency (Redis, broker) is down; nothing was accepted
+ ├── RateLimited       429  a tenant quota is exhausted (`limit`, `retry_after_s`)
+ ├── Unavailable       503  a dependency (Redis, broker) is down; nothing was accepted
+ ├── JobFailed         500  an OpenAI-style call's job ended without output (names the job)
+ └── JobStillRunning   504  an OpenAI-style call's job outlived the sync wait (poll the job)
 """
 
 from __future__ import annotations
@@ -60,3 +64,21 @@ class Unavailable(ControlPlaneError):
     status = 503
     type_slug = "unavailable"
     title = "Service Unavailable"
+
+
+class RateLimited(ControlPlaneError):
+    status = 429
+    type_slug = "rate-limited"
+    title = "Too Many Requests"
+
+
+class JobFailed(ControlPlaneError):
+    status = 500
+    type_slug = "job-failed"
+    title = "Job Failed"
+
+
+class JobStillRunning(ControlPlaneError):
+    status = 504
+    type_slug = "timeout"
+    title = "Gateway Timeout"

@@ -1,4 +1,4 @@
-"""Names and senders of the control plane's own Celery tasks (used by API and loops).
+"""Names and senders of the control plane's own Celery tasks (used by the API and the reconciler).
 
 Kept free of task bodies, so senders do not import the Celery worker module.
 """

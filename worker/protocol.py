@@ -30,6 +30,10 @@ WORKER_ENV_PREFIXES = ("PLATFORM_ENGINE_", "PLATFORM_LOADER_")
 # Celery task name the control plane sends and workers consume (kombu, Celery protocol v2).
 RUN_JOB_TASK = "worker.run_job"
 
+# Broker priority of a job's wake-up per kind (lower = served first: sync, async, batch); the
+# worker passes it on as the engine's scheduling class, and queue positions rank by it.
+PRIORITY_OF_KIND = {"sync": 0, "async": 3, "batch": 6}
+
 # Broker transport options both producer and consumer must share: Redis has no native
 # priorities, so kombu keeps one list per priority step and polls them in order.
 BROKER_TRANSPORT_OPTIONS = {"priority_steps": list(range(10)), "queue_order_strategy": "priority"}
@@ -51,6 +55,10 @@ def deployment_queue(deployment_id: str) -> str:
 def job_events_key(job_id: str) -> str:
     """Redis Stream of a job's events (state changes and output deltas)."""
     return f"{KEY_PREFIX}:job:{job_id}:events"
+
+
+# A cancel flag outlives any execution limit (86,400 s at most), so a worker always sees it.
+CANCEL_FLAG_TTL_S = 24 * 3600
 
 
 def job_cancel_key(job_id: str) -> str:
@@ -78,9 +86,22 @@ class EventType(StrEnum):
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELED = "canceled"
+    # Its ttl passed before it started.
+    EXPIRED = "expired"
+    # It ran past its execution limit.
+    TIMED_OUT = "timed_out"
 
 
-TERMINAL_EVENTS = frozenset({EventType.COMPLETED, EventType.FAILED, EventType.CANCELED})
+# One terminal event per terminal job status (`completed` is the event of `succeeded`).
+TERMINAL_EVENTS = frozenset(
+    {
+        EventType.COMPLETED,
+        EventType.FAILED,
+        EventType.CANCELED,
+        EventType.EXPIRED,
+        EventType.TIMED_OUT,
+    }
+)
 
 
 class WorkerState(StrEnum):

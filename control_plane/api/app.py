@@ -10,7 +10,6 @@ import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, Response
 
 from control_plane.api import openapi, problems
-from control_plane.api.context import AppContext
 from control_plane.api.routes import (
     batches,
     billing,
@@ -21,14 +20,17 @@ from control_plane.api.routes import (
     openai,
     webhooks,
 )
+from control_plane.context import AppContext
 from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.domain.clock import Clock, utc_now
 from control_plane.services.dispatch import make_celery
 from control_plane.services.model_meta import ModelMetaCache
 from control_plane.services.quotas import Quotas
 from control_plane.settings import Settings
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
+    """The app; `clock` is the time every route uses (tests pass one they control)."""
     engine = make_engine(settings.database_url)
     sync_redis = redis.Redis.from_url(settings.redis_url)
     ctx = AppContext(
@@ -39,6 +41,7 @@ def create_app(settings: Settings) -> FastAPI:
         celery=make_celery(settings),
         model_meta=ModelMetaCache(settings),
         quotas=Quotas(sync_redis, settings.quota_fail_open),
+        clock=clock,
     )
 
     @asynccontextmanager

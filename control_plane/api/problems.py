@@ -95,23 +95,14 @@ def install(app: FastAPI) -> None:
             exc.status, exc.type_slug, exc.title, exc.detail, request.url.path, **exc.extra
         )
 
+    # A request shape (RequestValidationError) or one built inside a route from request data
+    # (a pydantic ValidationError, e.g. an OpenAI body mapped to a JobInput) failed: either is
+    # the caller's input, so 422, never 500.
     @app.exception_handler(RequestValidationError)
-    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {"field": _field(tuple(e.get("loc", ()))), "message": e.get("msg", "invalid")}
-            for e in exc.errors()
-        ]
-        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors)
-        if request.url.path.startswith(OPENAI_PATHS):
-            return openai_error(422, detail, param=errors[0]["field"] if errors else None)
-        return problem(
-            422, "invalid-request", "Invalid Request", detail, request.url.path, errors=errors
-        )
-
     @app.exception_handler(ValidationError)
-    async def _inner_validation(request: Request, exc: ValidationError) -> JSONResponse:
-        # A shape built inside a route from request data (e.g. an OpenAI body mapped to a
-        # JobInput) failed: still the caller's input, so 422, never 500.
+    async def _validation(
+        request: Request, exc: RequestValidationError | ValidationError
+    ) -> JSONResponse:
         errors = [
             {"field": _field(tuple(e.get("loc", ()))), "message": e.get("msg", "invalid")}
             for e in exc.errors()

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from control_plane.domain.spec import default_of
+
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MODEL_URI_RE = re.compile(r"^(s3://[^/]+/.*|file:///.+|hf://[^/]+/[^@]+(@.+)?|/.+)$")
 MAX_PROMPT_CHARS = 200_000
@@ -26,14 +28,15 @@ class DeploymentSpec(BaseModel):
 
     name: str = Field(description="lowercase letters, digits and '-', at most 63 characters")
     model: str = Field(description="s3://bucket/prefix/, file:///path, hf://org/repo[@rev]")
-    accelerator: str = "cpu"
-    accelerator_count: int = Field(1, ge=1, le=8)
-    min_workers: int = Field(0, ge=0, le=64)
-    max_workers: int = Field(1, ge=1, le=64)
-    target_concurrency: int = Field(1, ge=1, le=256)
-    scaledown_window_s: float = Field(60.0, ge=0, le=86_400)
-    max_boot_s: float = Field(600.0, gt=0, le=3_600)
-    execution_timeout_s: float = Field(600.0, gt=0, le=86_400)
+    # Defaults live in the domain's Spec; these shapes only add the bounds.
+    accelerator: str = default_of("accelerator")
+    accelerator_count: int = Field(default_of("accelerator_count"), ge=1, le=8)
+    min_workers: int = Field(default_of("min_workers"), ge=0, le=64)
+    max_workers: int = Field(default_of("max_workers"), ge=1, le=64)
+    target_concurrency: int = Field(default_of("target_concurrency"), ge=1, le=256)
+    scaledown_window_s: float = Field(default_of("scaledown_window_s"), ge=0, le=86_400)
+    max_boot_s: float = Field(default_of("max_boot_s"), gt=0, le=3_600)
+    execution_timeout_s: float = Field(default_of("execution_timeout_s"), gt=0, le=86_400)
     defaults: SamplingDefaults = Field(default_factory=SamplingDefaults)
 
     @field_validator("name")

@@ -12,61 +12,22 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
-    DateTime,
-    Dialect,
     ForeignKey,
     Index,
     Integer,
     Numeric,
     String,
     Text,
-    TypeDecorator,
     UniqueConstraint,
     false,
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """Timezone-aware UTC datetimes on every backend (SQLite drops the zone otherwise)."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime written to the database")
-        return value.astimezone(UTC)
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-
-
-class DecimalText(TypeDecorator[Decimal]):
-    """Exact decimals: NUMERIC on PostgreSQL, text on SQLite (whose NUMERIC is a float)."""
-
-    impl = Numeric(24, 9)
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> Any:
-        if dialect.name == "sqlite":
-            return dialect.type_descriptor(String(40))
-        return dialect.type_descriptor(Numeric(24, 9))
-
-    def process_bind_param(self, value: Decimal | None, dialect: Dialect) -> Any:
-        if value is None:
-            return None
-        if not isinstance(value, Decimal):
-            raise TypeError(f"money and seconds must be Decimal, got {type(value).__name__}")
-        return str(value) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> Decimal | None:
-        return None if value is None else Decimal(str(value))
+# Re-exported: the migrations name these types as control_plane.db.models.*.
+from control_plane.db.types import DecimalText as DecimalText
+from control_plane.db.types import UTCDateTime as UTCDateTime
+from control_plane.domain.spec import Spec
 
 
 def utcnow() -> datetime:
@@ -132,10 +93,15 @@ class Deployment(Base):
     name: Mapped[str] = mapped_column(String(100))
     # Current version; every spec change appends a DeploymentVersion.
     version: Mapped[int] = mapped_column(Integer, default=1)
-    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The spec as stored (JSON); read it as `spec`, the typed object parsed from it.
+    spec_doc: Mapped[dict[str, Any]] = mapped_column("spec", JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+    @property
+    def spec(self) -> Spec:
+        return Spec.from_doc(self.spec_doc)
 
 
 class DeploymentVersion(Base):

@@ -16,7 +16,7 @@ def make_engine(database_url: str) -> Engine:
         @event.listens_for(engine, "connect")
         def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
             cur = dbapi_conn.cursor()
-            # WAL lets the API, the Celery worker and the loops read while one writes.
+            # WAL lets the API, the Celery worker and the reconciler read while one writes.
             cur.execute("PRAGMA journal_mode=WAL")
             cur.execute("PRAGMA busy_timeout=30000")
             cur.execute("PRAGMA foreign_keys=ON")

@@ -1,8 +1,9 @@
 """Autoscaler decision: pure function of (policy, load, now) → how many workers to run.
 
-The live loop (`control_plane/loops.py`) and, later, the trace simulator in `bench/` call the
-same `decide`. This is the reactive part: scale from zero when work waits, keep enough workers
-for `target_concurrency`, and scale down only after `scaledown_window_s` without demand.
+The scaling reconciler (`control_plane/reconcile/scale.py`) calls it once per deployment and
+tick; a trace simulator must call the same `decide`. This is the reactive part: scale from zero
+when work waits, keep enough workers for `target_concurrency`, and scale down only after
+`scaledown_window_s` without demand.
 """
 
 from __future__ import annotations

@@ -28,6 +28,27 @@ class StartVerdict:
     reason: str  # why (for job status_reason and logs)
 
 
+@dataclass(frozen=True, slots=True)
+class PastWorker:
+    failed: bool  # it ended in `failed`
+    served: bool  # it reached idle or busy once (booted fine)
+    stopped_at: datetime | None  # when it ended
+    reason: str | None  # why it ended
+
+
+def history_of(newest_first: list[PastWorker]) -> BootHistory:
+    """The run of workers, newest first, that failed before serving. A worker that served once
+    booted fine: its later death is not a crash loop of the deployment version."""
+    count, last_at, last_reason = 0, None, None
+    for w in newest_first:
+        if not w.failed or w.served:
+            break
+        if count == 0:
+            last_at, last_reason = w.stopped_at, w.reason
+        count += 1
+    return BootHistory(count, last_at, last_reason)
+
+
 def backoff_s(consecutive_failures: int) -> float:
     if consecutive_failures <= 0:
         return 0.0

@@ -1,4 +1,11 @@
-"""Job states and the transitions allowed between them (DESIGN §4)."""
+"""Job states (DESIGN §4), the groups the code reasons with, and job kinds.
+
+    queued → starting → running → succeeded | failed | canceled | expired | timed_out
+                 ↖ worker lost ↙  (running → queued: a new attempt; after the last, failed)
+
+Every move into a terminal state goes through `services/finish.py`; a claim (pending →
+running) through `services/jobs.claim`; a requeue through `reconcile/jobs.requeue_orphans`.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +35,7 @@ TERMINAL = frozenset(
         JobStatus.TIMED_OUT,
     }
 )
-# NOTE: terminal states are final; a job leaves `running` only through a fenced report.
+# NOTE: terminal states are final: `finish` only ends a job that is still active.
 PENDING = frozenset({JobStatus.QUEUED, JobStatus.STARTING})
 ACTIVE = PENDING | {JobStatus.RUNNING}
 

@@ -6,7 +6,7 @@
       ├── SQLite + Alembic migrations                        unless PLATFORM_DATABASE_URL is set
       ├── API            python -m control_plane.api
       ├── Celery worker  celery -A control_plane.tasks worker   (webhooks)
-      └── loops          python -m control_plane.loops          (autoscaler; owns worker processes)
+      └── reconciler     python -m control_plane.reconcile      (autoscaler; owns worker processes)
 
 SIGINT/SIGTERM stop every child in reverse order; `STATE/platform.json` says where it runs.
 """
@@ -40,6 +40,7 @@ from control_plane.embedded.processes import (
     start_s3,
     wait_until,
 )
+from control_plane.tasks_api import CONTROL_QUEUE
 
 log = logging.getLogger(__name__)
 STATE_FILE = "platform.json"
@@ -160,16 +161,18 @@ class Supervisor:
         wait_until(api, lambda: httpx.get(api_url + "/healthz", timeout=1).status_code == 200, 60)
         celery = start_python(
             "celery",
-            ["-m", "celery", "-A", "control_plane.tasks", "worker", "-Q", "platform.control",
+            ["-m", "celery", "-A", "control_plane.tasks", "worker", "-Q", CONTROL_QUEUE,
              "-P", "threads", "-c", "4", "--without-gossip", "--without-mingle",
              "--without-heartbeat", "-l", "INFO"],
             env, self._log("celery"),
         )  # fmt: skip
         self.children.append(celery)
-        loops = start_python("loops", ["-m", "control_plane.loops"], env, self._log("loops"))
-        self.children.append(loops)
+        reconciler = start_python(
+            "reconciler", ["-m", "control_plane.reconcile"], env, self._log("reconciler")
+        )
+        self.children.append(reconciler)
         time.sleep(0.5)
-        for c in (celery, loops):
+        for c in (celery, reconciler):
             if not c.alive():
                 raise StartError(f"{c.name} exited at start; log {c.log_path}:\n{c.log_tail()}")
 
@@ -222,9 +225,9 @@ class Supervisor:
         return rc
 
     def stop(self) -> None:
-        # Reverse order: loops drain workers first; the stores go last.
+        # Reverse order: the reconciler drains workers first; the stores go last.
         for child in reversed(self.children):
-            child.stop(timeout_s=30 if child.name == "loops" else 15)
+            child.stop(timeout_s=30 if child.name == "reconciler" else 15)
         self.children.clear()
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
 

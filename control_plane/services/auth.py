@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import ApiKey, Tenant
+from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
 from control_plane.errors import Forbidden, NotFound, Unauthorized
 
@@ -150,8 +151,8 @@ def key_public(row: ApiKey) -> dict[str, object]:
         "name": row.name,
         "prefix": f"{KEY_PREFIX}_{row.prefix}",
         "scopes": row.scopes.split(),
-        "created_at": row.created_at.isoformat().replace("+00:00", "Z"),
-        "revoked_at": row.revoked_at.isoformat().replace("+00:00", "Z") if row.revoked_at else None,
+        "created_at": iso(row.created_at),
+        "revoked_at": iso(row.revoked_at),
     }
 
 

@@ -26,10 +26,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Batch, Deployment, Job
+from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import ACTIVE, PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
-from control_plane.services import object_store
+from control_plane.services import finish, object_store, webhooks
 from control_plane.services.dispatch import wake
 from control_plane.services.paging import tenant_page
 from control_plane.settings import Settings
@@ -182,36 +183,33 @@ def to_public(session: Session, batch: Batch) -> dict[str, Any]:
         "results_uri": batch.results_uri,
         "webhook": batch.webhook_url,
         "webhook_status": batch.webhook_status,
-        "created_at": _iso(batch.created_at),
-        "completed_at": _iso(batch.completed_at),
+        "created_at": iso(batch.created_at),
+        "completed_at": iso(batch.completed_at),
     }
 
 
 def cancel(
-    session: Session, tenant_id: str, batch_id: str, now: datetime
-) -> tuple[Batch, list[str]]:
-    """Cancel every unfinished job; returns (batch, ids of the jobs this canceled).
+    session: Session, outbox: finish.Outbox, tenant_id: str, batch_id: str, now: datetime
+) -> Batch:
+    """Cancel the batch and every unfinished job of it (one transaction); returns the batch.
 
-    A canceled batch stays canceled (repeats change nothing); a completed one is a 409.
+    A canceled batch stays canceled (repeats change nothing); a completed one is a 409. Its
+    running jobs stop at their worker's next check; pending ones are never claimed.
     """
     batch = get(session, tenant_id, batch_id)
     if batch.status == COMPLETED:
         raise Conflict(f"batch '{batch_id}' is already completed", batch_id=batch_id)
     if batch.status == CANCELED:
-        return batch, []
+        return batch
     active = [s.value for s in ACTIVE]
     ids = list(
         session.scalars(select(Job.id).where(Job.batch_id == batch_id, Job.status.in_(active)))
     )
-    if ids:
-        session.execute(
-            update(Job)
-            .where(Job.id.in_(ids), Job.status.in_(active))
-            .values(status=JobStatus.CANCELED, completed_at=now, status_reason="batch_canceled")
-        )
     batch.status = CANCELED
     batch.completed_at = now
-    return batch, ids
+    ending = finish.canceled("batch_canceled")
+    finish.finish(session, outbox, [(job_id, ending) for job_id in ids], now)
+    return batch
 
 
 def result_line(job: Job) -> bytes:
@@ -318,10 +316,8 @@ def _complete(
     log.info("batch %s: completed, %d results at %s", batch.id, batch.total, uri)
     if batch.webhook_url:
         try:
-            enqueue_batch_webhook(celery, batch.id, "batch.completed", f"msg_{batch.id}_completed")
+            enqueue_batch_webhook(
+                celery, batch.id, "batch.completed", webhooks.message_id(batch.id, "completed")
+            )
         except Exception:
             log.exception("batch %s: could not enqueue its webhook", batch.id)
-
-
-def _iso(dt: datetime | None) -> str | None:
-    return None if dt is None else dt.isoformat().replace("+00:00", "Z")

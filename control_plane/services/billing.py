@@ -31,6 +31,7 @@ from control_plane.db.models import (
 )
 from control_plane.domain.allocation import AttemptSpan, allocate, billable_boot_seconds
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, segment_cost
+from control_plane.domain.clock import iso
 from control_plane.services.paging import newest_first
 from control_plane.settings import Settings
 
@@ -62,7 +63,7 @@ def close_segment(
                 BillingRecord.worker_id == w.id, BillingRecord.phase.in_(BOOT_PHASES)
             )
         )
-        max_boot = Decimal(str(dep.spec.get("max_boot_s", 600)))
+        max_boot = Decimal(str(dep.spec.max_boot_s))
         billed = billable_boot_seconds(wall, Decimal(str(used or 0)), max_boot)
         if billed < wall:
             note = note or "boot_cap"
@@ -190,7 +191,7 @@ def usage_row(
         "deployment_version": job.deployment_version,
         "api_key_id": job.api_key_id,
         "status": job.status,
-        "created_at": _iso(job.created_at),
+        "created_at": iso(job.created_at),
         "queue_s": round(queue_s, 3) if queue_s is not None else None,
         # Waiting on a worker that booted for the job is part of its queue time.
         "boot_wait_s": (
@@ -304,7 +305,7 @@ def check(session: Session, tenant_id: str | None, now: datetime) -> list[dict[s
         for a, b in itertools.pairwise(recs):
             if b.start != a.end:
                 kind = "overlap" if b.start < a.end else "gap"
-                issues.append({"worker_id": w.id, "issue": kind, "at": _iso(a.end)})
+                issues.append({"worker_id": w.id, "issue": kind, "at": iso(a.end)})
         if w.stopped_at is not None and recs:
             covered = (recs[-1].end - recs[0].start).total_seconds()
             life = (w.stopped_at - w.started_at).total_seconds()
@@ -341,7 +342,3 @@ def check(session: Session, tenant_id: str | None, now: datetime) -> list[dict[s
     if stale:
         issues.append({"issue": "unallocated_busy_records", "count": int(stale)})
     return issues
-
-
-def _iso(dt: datetime | None) -> str | None:
-    return None if dt is None else dt.isoformat().replace("+00:00", "Z")

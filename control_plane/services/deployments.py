@@ -48,7 +48,7 @@ def create(session: Session, tenant_id: str, spec: dict[str, Any], now: datetime
         tenant_id=tenant_id,
         name=spec["name"],
         version=1,
-        spec=spec,
+        spec_doc=spec,
         created_at=now,
         updated_at=now,
     )
@@ -69,10 +69,10 @@ def update(
 ) -> Deployment:
     """Replace the spec; a changed spec becomes a new version (jobs keep the one they got)."""
     row = get(session, tenant_id, name)
-    if row.spec == spec:
+    if row.spec_doc == spec:
         return row
     row.version += 1
-    row.spec = spec
+    row.spec_doc = spec
     row.updated_at = now
     session.add(
         DeploymentVersion(deployment_id=row.id, version=row.version, spec=spec, created_at=now)

@@ -10,12 +10,16 @@ from celery import Celery
 
 from control_plane.services import events
 from control_plane.settings import Settings
-from worker.protocol import BROKER_TRANSPORT_OPTIONS, RUN_JOB_TASK, EventType, deployment_queue
+from control_plane.tasks_api import CONTROL_QUEUE
+from worker.protocol import (
+    BROKER_TRANSPORT_OPTIONS,
+    PRIORITY_OF_KIND,
+    RUN_JOB_TASK,
+    EventType,
+    deployment_queue,
+)
 
 log = logging.getLogger(__name__)
-
-# Celery priorities on Redis: lower number = served first (sync before async before batch).
-PRIORITY = {"sync": 0, "async": 3, "batch": 6}
 
 
 def make_celery(settings: Settings) -> Celery:
@@ -30,7 +34,7 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options=BROKER_TRANSPORT_OPTIONS,
         task_serializer="json",
         accept_content=["json"],
-        task_default_queue="platform.control",
+        task_default_queue=CONTROL_QUEUE,
         worker_hijack_root_logger=False,
     )
     return app
@@ -42,7 +46,7 @@ def dispatch_job(app: Celery, deployment_id: str, job_id: str, kind: str) -> Non
         RUN_JOB_TASK,
         kwargs={"job_id": job_id},
         queue=deployment_queue(deployment_id),
-        priority=PRIORITY.get(kind, 3),
+        priority=PRIORITY_OF_KIND.get(kind, PRIORITY_OF_KIND["async"]),
     )
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import redis
 
-from control_plane.errors import ControlPlaneError, Unavailable
+from control_plane.errors import RateLimited, Unavailable
 from worker.protocol import rate_limit_key
 
 log = logging.getLogger(__name__)
@@ -51,12 +51,6 @@ for i = 1, 2 do
 end
 return {1, 0}
 """
-
-
-class RateLimited(ControlPlaneError):
-    status = 429
-    type_slug = "rate-limited"
-    title = "Too Many Requests"
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db.models import Batch, Job, WebhookDelivery, WebhookEndpoint
+from control_plane.domain.clock import iso
 from control_plane.domain.states import TERMINAL
 from control_plane.services import batches, jobs, webhook_endpoints, webhooks
 from control_plane.services.webhooks import DeliveryResult
@@ -206,7 +207,7 @@ def delivery_public(d: WebhookDelivery) -> dict[str, Any]:
         "status_code": d.status_code,
         "error": d.error,
         "delivered": d.delivered,
-        "created_at": d.created_at.isoformat().replace("+00:00", "Z"),
+        "created_at": iso(d.created_at),
     }
 
 
@@ -265,7 +266,7 @@ def follow_step(
         return stop  # job.completed carries the final text
     if progress.last_output_id is None or progress.last_output_id == sent_id:
         return FollowStep(None, sent_id, again=True)
-    msg_id = f"msg_{job_id}_output_{attempt}_{seq}"
+    msg_id = webhooks.message_id(job_id, "output", attempt, seq)
     return FollowStep(msg_id, progress.last_output_id, again=True)
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Tenant, WebhookEndpoint
+from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
 from control_plane.errors import Conflict, NotFound
 from control_plane.services.auth import new_webhook_secret
@@ -84,7 +85,7 @@ def default_secret_to_public(tenant: Tenant, now: datetime) -> dict[str, Any]:
     expires = tenant.previous_webhook_secret_expires_at
     return {
         "secret": tenant.webhook_secret,
-        "previous_secret_expires_at": _iso(expires) if expires and expires > now else None,
+        "previous_secret_expires_at": iso(expires) if expires and expires > now else None,
     }
 
 
@@ -127,15 +128,11 @@ def to_public(ep: WebhookEndpoint, *, with_secret: bool) -> dict[str, Any]:
     out: dict[str, Any] = {
         "id": ep.id,
         "url": ep.url,
-        "created_at": _iso(ep.created_at),
-        "disabled_at": _iso(ep.disabled_at),
+        "created_at": iso(ep.created_at),
+        "disabled_at": iso(ep.disabled_at),
         "disabled_reason": ep.disabled_reason,
-        "previous_secret_expires_at": _iso(ep.previous_expires_at),
+        "previous_secret_expires_at": iso(ep.previous_expires_at),
     }
     if with_secret:
         out["secret"] = ep.secret
     return out
-
-
-def _iso(dt: datetime | None) -> str | None:
-    return None if dt is None else dt.isoformat().replace("+00:00", "Z")

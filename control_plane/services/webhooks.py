@@ -24,6 +24,14 @@ from control_plane.errors import InvalidRequest
 WEBHOOK_EVENTS = frozenset({"started", "output", "completed"})
 
 
+def message_id(subject_id: str, event: str, *parts: str | int) -> str:
+    """The Standard Webhooks `webhook-id` of one event of a job or batch, the same wherever it
+    is sent from: `msg_<subject>_<event>[_<part>...]`. An event that happens once per subject
+    (`completed`) needs no part; `started` is per attempt; `output` per attempt and sequence; a
+    redelivery is a new message (a fresh random part). Repeats of one id are delivered once."""
+    return "_".join(["msg", subject_id, event, *(str(p) for p in parts)])
+
+
 def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     """`v1,<base64 HMAC-SHA256 of "id.timestamp.body">` with a `whsec_` secret."""
     key = base64.b64decode(secret.removeprefix("whsec_"))

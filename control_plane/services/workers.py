@@ -10,6 +10,8 @@ from sqlalchemy.orm import Session
 
 from control_plane.db.models import BillingRecord, Deployment, Worker
 from control_plane.domain.billing_math import PHASE_OF_STATE
+from control_plane.domain.clock import iso
+from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
 from control_plane.domain.ids import new_id
 from control_plane.errors import NotFound
 from control_plane.services import billing
@@ -108,31 +110,27 @@ def to_public(w: Worker, deployment_name: str) -> dict[str, Any]:
         "state": w.state,
         "reason": w.reason,
         "accelerator": w.accelerator,
-        "started_at": w.started_at.isoformat().replace("+00:00", "Z"),
-        "stopped_at": w.stopped_at.isoformat().replace("+00:00", "Z") if w.stopped_at else None,
+        "started_at": iso(w.started_at),
+        "stopped_at": iso(w.stopped_at),
     }
 
 
-def boot_history(session: Session, deployment_id: str, version: int) -> tuple[int, Any, Any]:
-    """(workers in a row that failed before serving, newest failure time, its reason).
-
-    A worker that reached idle or busy once (it has such a billing segment) booted fine; its
-    later death is not a crash loop of the deployment.
-    """
+def boot_history(session: Session, deployment_id: str, version: int) -> BootHistory:
+    """The crash-loop history of a deployment version (its newest workers)."""
     rows = session.scalars(
         select(Worker)
         .where(Worker.deployment_id == deployment_id, Worker.deployment_version == version)
         .order_by(Worker.started_at.desc())
         .limit(10)
     )
-    count, last_at, last_reason = 0, None, None
+    past = []
     for w in rows:
-        if w.state != WorkerState.FAILED or _served(session, w.id):
+        failed = w.state == WorkerState.FAILED
+        # Only failed workers need the billing lookup; history_of stops at the first other one.
+        past.append(PastWorker(failed, failed and _served(session, w.id), w.stopped_at, w.reason))
+        if not failed:
             break
-        if count == 0:
-            last_at, last_reason = w.stopped_at, w.reason
-        count += 1
-    return count, last_at, last_reason
+    return history_of(past)
 
 
 def _served(session: Session, worker_id: str) -> bool:

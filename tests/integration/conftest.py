@@ -4,7 +4,7 @@ tenants with keys, and the app in process (FastAPI TestClient)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,8 +13,9 @@ from fastapi.testclient import TestClient
 
 from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.loops import AutoscalerLoop
 from control_plane.providers.base import Exited, WorkerSpec
+from control_plane.reconcile.driver import Reconciler
+from control_plane.reconcile.env import Env
 from control_plane.services import auth
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
@@ -50,9 +51,29 @@ def keys(settings: Settings) -> dict[str, str]:
     return {"a": key_a, "b": key_b, "ro": key_ro}
 
 
+class SteppedClock:
+    """The API's and the reconciler's clock in tests: real time plus what the test added, so a
+    test moves time forward (ttl, limits, billed seconds) without sleeping."""
+
+    def __init__(self) -> None:
+        self.offset = timedelta()
+
+    def __call__(self) -> datetime:
+        return datetime.now(UTC) + self.offset
+
+    def advance(self, seconds: float) -> datetime:
+        self.offset += timedelta(seconds=seconds)
+        return self()
+
+
 @pytest.fixture
-def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
+def clock() -> SteppedClock:
+    return SteppedClock()
+
+
+@pytest.fixture
+def client(settings: Settings, redis_client: Any, clock: SteppedClock) -> Iterator[TestClient]:
+    with TestClient(create_app(settings, clock=clock)) as c:
         yield c
 
 
@@ -80,20 +101,20 @@ class RecordingProvider:
 
 
 @pytest.fixture
-def loop(settings: Settings, redis_client: Any) -> AutoscalerLoop:
-    """The autoscaler loop on the real Redis and SQL, driven by `tick(now)` from the test;
+def loop(settings: Settings, redis_client: Any) -> Reconciler:
+    """The reconciler on the real Redis and SQL, driven by `tick(now)` from the test;
     its provider records starts and stops instead of spawning processes."""
     sessions = make_sessionmaker(make_engine(settings.database_url))
-    return AutoscalerLoop(
+    env = Env(
         settings,
-        sessions,
         redis.Redis.from_url(settings.redis_url),
         make_celery(settings),
         RecordingProvider(),
     )
+    return Reconciler(env, sessions)
 
 
-def provider(loop: AutoscalerLoop) -> RecordingProvider:
-    p = loop.provider
+def provider(loop: Reconciler) -> RecordingProvider:
+    p = loop.env.provider
     assert isinstance(p, RecordingProvider)
     return p

@@ -7,36 +7,39 @@ import csv
 import io
 import itertools
 import json
-import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from fastapi.testclient import TestClient
 
 from control_plane.db.models import Worker
-from control_plane.loops import AutoscalerLoop
+from control_plane.reconcile.driver import Reconciler
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h
-from tests.integration.conftest import provider
+from tests.integration.conftest import SteppedClock, provider
 from worker.protocol import worker_heartbeat_key
 
 
-def report(client: TestClient, wid: str, state: str, at: float | None = None) -> None:
-    body = {"state": state, "at": time.time() if at is None else at}
+def report(
+    client: TestClient, clock: SteppedClock, wid: str, state: str, at: float | None = None
+) -> None:
+    body = {"state": state, "at": clock().timestamp() if at is None else at}
     assert (
         client.post(f"/internal/workers/{wid}/state", json=body, headers=WORKER).status_code == 200
     )
 
 
-def start_worker(client: TestClient, key: str, loop: AutoscalerLoop, **spec: Any) -> str:
+def start_worker(
+    client: TestClient, clock: SteppedClock, key: str, loop: Reconciler, **spec: Any
+) -> str:
     """Deploy, queue a job so the loop starts a worker, and bring it to idle; returns its id."""
     deploy(client, key, **spec)
     submit(client, key)
-    loop.tick(datetime.now(UTC))
+    loop.tick(clock())
     wid = provider(loop).started[-1].worker_id
     for state in ("loading", "warming", "idle"):
-        report(client, wid, state)
+        report(client, clock, wid, state)
     return wid  # the queued job stays for the caller to claim
 
 
@@ -76,23 +79,27 @@ def records(client: TestClient, key: str, **filters: str) -> list[dict[str, Any]
 
 
 def test_overlapping_jobs_split_busy_cost_by_tokens_exactly(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    redis_client: Any,
+    clock: SteppedClock,
 ) -> None:
     key = keys["a"]
-    wid = start_worker(client, key, loop, target_concurrency=2)
-    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": time.time()}), ex=10)
+    wid = start_worker(client, clock, key, loop, target_concurrency=2)
+    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": clock().timestamp()}), ex=10)
     first = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
     second = submit(client, key)
-    report(client, wid, "busy")
+    report(client, clock, wid, "busy")
     a1, a2 = claim(client, first, wid), claim(client, second, wid)
-    time.sleep(0.3)
+    clock.advance(0.3)
     complete(client, first, wid, a1, prompt=10, gen=20)
     complete(client, second, wid, a2, prompt=5, gen=5)
-    report(client, wid, "idle")
+    report(client, clock, wid, "idle")
     for state in ("draining", "stopped"):
-        report(client, wid, state)
-    loop.tick(datetime.now(UTC))
-    loop.tick(datetime.now(UTC))  # replay: allocation is idempotent
+        report(client, clock, wid, state)
+    loop.tick(clock())
+    loop.tick(clock())  # replay: allocation is idempotent
 
     recs = records(client, key, worker_id=wid)
     assert [r["phase"] for r in recs] == ["boot", "load", "warm", "idle", "busy", "idle", "drain"]
@@ -111,20 +118,20 @@ def test_overlapping_jobs_split_busy_cost_by_tokens_exactly(
 
 
 def test_boot_beyond_max_boot_s_is_not_billed(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
+    client: TestClient, keys: dict[str, str], loop: Reconciler, clock: SteppedClock
 ) -> None:
     deploy(client, keys["a"], max_boot_s=1)
     submit(client, keys["a"])
-    loop.tick(datetime.now(UTC))
+    loop.tick(clock())
     wid = provider(loop).started[-1].worker_id
     with loop.sessions() as s:
         w = s.get(Worker, wid)
         assert w is not None
-        w.started_at = w.state_since = datetime.now(UTC) - timedelta(seconds=10)
+        w.started_at = w.state_since = clock() - timedelta(seconds=10)
         t0 = w.state_since.timestamp()
         s.commit()
-    report(client, wid, "loading", t0 + 0.75)
-    report(client, wid, "warming", t0 + 2.0)
+    report(client, clock, wid, "loading", t0 + 0.75)
+    report(client, clock, wid, "warming", t0 + 2.0)
     recs = records(client, keys["a"], worker_id=wid)
     assert [(r["phase"], r["seconds"], r["billed_seconds"], r["note"]) for r in recs] == [
         ("boot", "0.750", "0.750", None),
@@ -135,18 +142,22 @@ def test_boot_beyond_max_boot_s_is_not_billed(
 
 
 def test_lost_worker_attempt_is_not_billed_and_retry_is_billed_once(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    redis_client: Any,
+    clock: SteppedClock,
 ) -> None:
     key = keys["a"]
-    wid = start_worker(client, key, loop)
+    wid = start_worker(client, clock, key, loop)
     jid = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
-    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": time.time()}), ex=10)
-    report(client, wid, "busy")
+    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": clock().timestamp()}), ex=10)
+    report(client, clock, wid, "busy")
     claim(client, jid, wid)
-    time.sleep(0.2)
-    loop.tick(datetime.now(UTC))  # records the heartbeat
+    clock.advance(0.2)
+    loop.tick(clock())  # records the heartbeat
     redis_client.delete(worker_heartbeat_key(wid))  # SIGKILL: no more heartbeats
-    loop.tick(datetime.now(UTC) + timedelta(seconds=60))
+    loop.tick(clock() + timedelta(seconds=60))
     recs = records(client, key, worker_id=wid)
     assert recs[-1]["phase"] == "busy" and recs[-1]["note"] == "heartbeat"
     # The dead worker's busy time ended at its last heartbeat, not when it was noticed.
@@ -164,17 +175,17 @@ def test_lost_worker_attempt_is_not_billed_and_retry_is_billed_once(
                 tenant_id=dead.tenant_id,
                 accelerator="cpu",
                 state="idle",
-                state_since=datetime.now(UTC),
-                started_at=datetime.now(UTC),
+                state_since=clock(),
+                started_at=clock(),
             )
         )
         s.commit()
-    report(client, w2, "busy")
+    report(client, clock, w2, "busy")
     attempt = claim(client, jid, w2)
     assert attempt == 2
     complete(client, jid, w2, attempt, prompt=3, gen=3)
-    report(client, w2, "idle")
-    loop.tick(datetime.now(UTC) + timedelta(seconds=61))
+    report(client, clock, w2, "idle")
+    loop.tick(clock() + timedelta(seconds=61))
     usage = next(
         u for u in client.get("/v1/usage", headers=h(key)).json()["data"] if u["job_id"] == jid
     )
@@ -184,25 +195,33 @@ def test_lost_worker_attempt_is_not_billed_and_retry_is_billed_once(
 
 
 def test_long_phases_are_closed_every_minute(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    redis_client: Any,
+    clock: SteppedClock,
 ) -> None:
-    wid = start_worker(client, keys["a"], loop)
-    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": time.time() + 90}), ex=10)
-    loop.tick(datetime.now(UTC) + timedelta(seconds=90))
+    wid = start_worker(client, clock, keys["a"], loop)
+    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": clock().timestamp() + 90}), ex=10)
+    loop.tick(clock() + timedelta(seconds=90))
     idle = [r for r in records(client, keys["a"], worker_id=wid) if r["phase"] == "idle"]
     assert idle and idle[-1]["note"] == "rolled" and Decimal(idle[-1]["seconds"]) > 60
 
 
 def test_exports_and_summaries(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, settings: Settings
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    settings: Settings,
+    clock: SteppedClock,
 ) -> None:
     key = keys["a"]
-    wid = start_worker(client, key, loop)
+    wid = start_worker(client, clock, key, loop)
     jid = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
-    report(client, wid, "busy")
+    report(client, clock, wid, "busy")
     complete(client, jid, wid, claim(client, jid, wid), prompt=1, gen=1)
-    report(client, wid, "idle")
-    loop.tick(datetime.now(UTC))
+    report(client, clock, wid, "idle")
+    loop.tick(clock())
 
     csv_text = client.get("/v1/billing/records?format=csv", headers=h(key)).text
     rows = list(csv.DictReader(io.StringIO(csv_text)))

@@ -10,7 +10,7 @@ from typing import Any
 from fastapi.testclient import TestClient
 
 from control_plane.db.models import Job, Worker
-from control_plane.loops import AutoscalerLoop
+from control_plane.reconcile.driver import Reconciler
 from control_plane.services.dispatch import queue_depth
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import provider
@@ -21,7 +21,7 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-def job_row(loop: AutoscalerLoop, job_id: str) -> Job:
+def job_row(loop: Reconciler, job_id: str) -> Job:
     with loop.sessions() as s:
         job = s.get(Job, job_id)
         assert job is not None
@@ -29,7 +29,7 @@ def job_row(loop: AutoscalerLoop, job_id: str) -> Job:
 
 
 def test_scale_from_zero_marks_jobs_starting(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
+    client: TestClient, keys: dict[str, str], loop: Reconciler
 ) -> None:
     deploy(client, keys["a"])
     jid = client.post(
@@ -45,7 +45,7 @@ def test_scale_from_zero_marks_jobs_starting(
 
 
 def test_ttl_expires_jobs_that_never_started(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
+    client: TestClient, keys: dict[str, str], loop: Reconciler
 ) -> None:
     deploy(client, keys["a"], max_workers=1)
     jid = client.post(
@@ -67,7 +67,7 @@ def test_ttl_expires_jobs_that_never_started(
 
 
 def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
 ) -> None:
     deploy(client, keys["a"])
     jid = client.post(
@@ -99,7 +99,7 @@ def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
         "worker_lost",
         "no_capacity",
     )
-    assert queue_depth(loop.celery, deployment_queue(job.deployment_id)) >= 1
+    assert queue_depth(loop.env.celery, deployment_queue(job.deployment_id)) >= 1
     # The dead attempt can no longer report; a new claim is attempt 2.
     stale = {"worker_id": wid, "attempt": 1, "status": "succeeded", "output": {"text": "x"}}
     assert (
@@ -110,7 +110,7 @@ def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
 
 
 def test_new_version_drains_old_workers(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop, redis_client: Any
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
 ) -> None:
     deploy(client, keys["a"], min_workers=1)
     loop.tick(now())
@@ -130,7 +130,7 @@ def test_new_version_drains_old_workers(
 
 
 def test_execution_overrun_is_timed_out_by_the_control_plane(
-    client: TestClient, keys: dict[str, str], loop: AutoscalerLoop
+    client: TestClient, keys: dict[str, str], loop: Reconciler
 ) -> None:
     deploy(client, keys["a"])
     jid = client.post(

@@ -16,17 +16,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from sqlalchemy import select
 
-from control_plane.api.context import Ctx, Db, Principal, now
-from control_plane.api.routes.jobs import admit
+from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.schemas import JobInput
-from control_plane.db.models import Job
 from control_plane.errors import InvalidRequest
-from control_plane.services import batches, deployments, events, jobs, object_store, webhooks
+from control_plane.services import batches, deployments, object_store, runs, webhooks
 from control_plane.services.dispatch import wake
 from control_plane.settings import Settings
-from worker.protocol import EventType, job_cancel_key
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
@@ -166,6 +162,7 @@ def create_batch(
     ctx: Ctx,
     session: Db,
     who: Principal,
+    at: Now,
     idempotency_key: Annotated[str | None, Header(max_length=180)] = None,
 ) -> Any:
     who.require("run")
@@ -190,13 +187,12 @@ def create_batch(
     parsed = _validate_lines(lines, source, settings.batch_max_lines)
     # A batch is one request against the tenant's rate; its jobs run at batch priority and
     # enter the in-flight count as pump dispatches them.
-    admit(ctx, session, who.tenant_id, tokens=0)
-    defaults = dep.spec.get("defaults") or {}
+    runs.admit(ctx, session, who.tenant_id, tokens=0)
     batch, created, to_wake = batches.create(
         session,
         dep,
-        [p.resolved(defaults) for p in parsed],
-        now(),
+        [p.resolved(dep.spec.defaults) for p in parsed],
+        at,
         max_in_flight=body.max_in_flight,
         webhook_url=body.webhook,
         input_uri=body.input_uri,
@@ -235,14 +231,9 @@ def get_batch(batch_id: str, session: Db, who: Principal) -> Any:
 
 
 @router.post("/{batch_id}/cancel", response_model=BatchPublic)
-def cancel_batch(batch_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
+def cancel_batch(batch_id: str, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("run")
-    batch, canceled = batches.cancel(session, who.tenant_id, batch_id, now())
-    session.commit()
-    for job in session.scalars(select(Job).where(Job.id.in_(canceled))):
-        # Running jobs stop at the worker's next check; pending ones are never claimed.
-        ctx.redis.set(job_cancel_key(job.id), "1", ex=24 * 3600)
-        events.publish(ctx.redis, job.id, EventType.CANCELED, jobs.to_public(job))
+    batch = batches.cancel(session, ctx.outbox, who.tenant_id, batch_id, at)
     return batches.to_public(session, batch)
 
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 
-from control_plane.api.context import Db, Principal
+from control_plane.api.context import Db, Now, Principal
 from control_plane.api.schemas import (
     BillingCheck,
     BillingRecordList,
@@ -22,6 +22,7 @@ from control_plane.api.schemas import (
 )
 from control_plane.db.models import BillingRecord, Deployment
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, SECONDS_QUANTUM
+from control_plane.domain.clock import iso
 from control_plane.services import auth, billing, workers
 
 router = APIRouter(tags=["billing"])
@@ -35,8 +36,8 @@ def _record_public(r: BillingRecord) -> dict[str, Any]:
         "deployment_version": r.deployment_version,
         "accelerator": r.accelerator,
         "phase": r.phase,
-        "start": r.start.isoformat().replace("+00:00", "Z"),
-        "end": r.end.isoformat().replace("+00:00", "Z"),
+        "start": iso(r.start),
+        "end": iso(r.end),
         # Fixed-point strings at fixed precision ("0.000000200", never "2.00E-7" nor a
         # backend-dependent scale): money is never a float.
         "seconds": f"{r.seconds.quantize(SECONDS_QUANTUM):f}",
@@ -166,22 +167,22 @@ def usage_summary(
 
 
 @router.get("/v1/billing/check", response_model=BillingCheck)
-def billing_check(session: Db, who: Principal) -> Any:
+def billing_check(session: Db, who: Principal, at: Now) -> Any:
     """Drift between billing records, workers and jobs (empty `issues`: the books balance)."""
     who.require("admin")
-    issues = billing.check(session, who.tenant_id, datetime.now(UTC))
+    issues = billing.check(session, who.tenant_id, at)
     return {"ok": not issues, "issues": issues}
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(session: Db, who: Principal) -> Response:
+def metrics(session: Db, who: Principal, at: Now) -> Response:
     """Prometheus text format: billing drift across all tenants, workers by state.
 
     Platform-wide numbers: only the operator's admin keys may scrape (Prometheus sends one as
     `authorization: {credentials: sk_...}`).
     """
     auth.require_operator(session, who)
-    issues = billing.check(session, None, datetime.now(UTC))
+    issues = billing.check(session, None, at)
     by_state: dict[str, int] = {}
     for w in workers.live(session):
         by_state[w.state] = by_state.get(w.state, 0) + 1

@@ -8,9 +8,10 @@ from typing import Any
 from fastapi import APIRouter, Response
 from sqlalchemy.orm import Session
 
-from control_plane.api.context import Ctx, Db, Principal, now
+from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.schemas import DeploymentList, DeploymentPublic, DeploymentSpec
 from control_plane.db.models import Deployment
+from control_plane.domain.clock import iso
 from control_plane.errors import InvalidRequest
 from control_plane.services import deployments, workers
 
@@ -20,11 +21,11 @@ router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 def to_public(session: Session, dep: Deployment) -> dict[str, Any]:
     states = Counter(w.state for w in workers.live(session, dep.id))
     return {
-        **dep.spec,
+        **dep.spec_doc,
         "id": dep.id,
         "version": dep.version,
-        "created_at": dep.created_at.isoformat().replace("+00:00", "Z"),
-        "updated_at": dep.updated_at.isoformat().replace("+00:00", "Z"),
+        "created_at": iso(dep.created_at),
+        "updated_at": iso(dep.updated_at),
         "workers": dict(states),
     }
 
@@ -39,17 +40,17 @@ def _check_accelerator(ctx: Ctx, spec: DeploymentSpec) -> None:
 
 
 @router.post("", status_code=201, response_model=DeploymentPublic)
-def create_deployment(spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal) -> Any:
+def create_deployment(spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("deploy")
     _check_accelerator(ctx, spec)
-    dep = deployments.create(session, who.tenant_id, spec.model_dump(), now())
+    dep = deployments.create(session, who.tenant_id, spec.model_dump(), at)
     session.commit()
     return to_public(session, dep)
 
 
 @router.put("/{name}", response_model=DeploymentPublic)
 def update_deployment(
-    name: str, spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal
+    name: str, spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal, at: Now
 ) -> Any:
     who.require("deploy")
     if spec.name != name:
@@ -58,7 +59,7 @@ def update_deployment(
             errors=[{"field": "name", "message": "must match the URL"}],
         )
     _check_accelerator(ctx, spec)
-    dep = deployments.update(session, who.tenant_id, name, spec.model_dump(), now())
+    dep = deployments.update(session, who.tenant_id, name, spec.model_dump(), at)
     session.commit()
     return to_public(session, dep)
 
@@ -76,8 +77,8 @@ def get_deployment(name: str, session: Db, who: Principal) -> Any:
 
 
 @router.delete("/{name}", status_code=204)
-def delete_deployment(name: str, session: Db, who: Principal) -> Response:
+def delete_deployment(name: str, session: Db, who: Principal, at: Now) -> Response:
     who.require("deploy")
-    deployments.delete(session, who.tenant_id, name, now())
+    deployments.delete(session, who.tenant_id, name, at)
     session.commit()
     return Response(status_code=204)

@@ -7,34 +7,33 @@ here, so fencing and billing are enforced in one place.
 from __future__ import annotations
 
 import logging
-import secrets
 from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from control_plane.api.context import AppContext, Ctx, Db, now, worker_auth
+from control_plane.api.context import Ctx, Db, Now, worker_auth
 from control_plane.api.schemas import ClaimRequest, CompleteRequest, WorkerStateReport
 from control_plane.db.models import Deployment, Job
-from control_plane.domain.states import JobStatus
-from control_plane.errors import InvalidRequest
-from control_plane.services import events, jobs, workers
+from control_plane.domain.states import TERMINAL, JobStatus
+from control_plane.errors import Conflict, InvalidRequest
+from control_plane.services import events, finish, jobs, webhooks, workers
 from control_plane.tasks_api import enqueue_output_follower, enqueue_webhook
 from worker.protocol import EventType, WorkerState
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/internal", dependencies=[Depends(worker_auth)], include_in_schema=False)
 
-_EVENT_OF_STATUS = {
-    JobStatus.SUCCEEDED: EventType.COMPLETED,
-    JobStatus.CANCELED: EventType.CANCELED,
-}
-
 
 @router.post("/jobs/{job_id}/claim")
-def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db) -> Any:
-    job = jobs.claim(session, job_id, body.worker_id, now())
+def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db, at: Now) -> Any:
+    pending = session.get(Job, job_id)
+    if pending is not None and jobs.ttl_passed(pending, at):
+        # Its ttl ran out while it waited: it ends here, never runs.
+        finish.finish(session, ctx.outbox, [(job_id, finish.expired())], at)
+        return JSONResponse({"claimed": False}, status_code=409)
+    job = jobs.claim(session, job_id, body.worker_id, at)
     session.commit()
     if job is None:
         return JSONResponse({"claimed": False}, status_code=409)
@@ -43,7 +42,12 @@ def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db) -> Any:
     events.publish(
         ctx.redis, job.id, EventType.RUNNING, {"attempt": job.attempt, "worker_id": body.worker_id}
     )
-    _maybe_webhook(ctx, job, "started")
+    if job.webhook_url and "started" in (job.webhook_events or []):
+        try:
+            msg_id = webhooks.message_id(job.id, "started", job.attempt)
+            enqueue_webhook(ctx.celery, job.id, "job.started", msg_id)
+        except Exception:
+            log.exception("could not enqueue the started webhook of job %s", job.id)
     if job.webhook_url and "output" in (job.webhook_events or []):
         try:
             enqueue_output_follower(ctx.celery, job.id, job.attempt)
@@ -54,56 +58,43 @@ def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db) -> Any:
         "job_id": job.id,
         "attempt": job.attempt,
         "input": job.input,
-        "execution_timeout_s": job.execution_timeout_s or dep.spec.get("execution_timeout_s", 600),
+        "execution_timeout_s": job.execution_timeout_s or dep.spec.execution_timeout_s,
     }
 
 
 @router.post("/jobs/{job_id}/complete")
-def complete(job_id: str, body: CompleteRequest, ctx: Ctx, session: Db) -> Any:
+def complete(job_id: str, body: CompleteRequest, ctx: Ctx, session: Db, at: Now) -> Any:
     try:
         status = JobStatus(body.status)
     except ValueError:
         raise InvalidRequest(f"unknown status {body.status!r}") from None
-    job = jobs.complete(
-        session,
-        job_id,
-        body.attempt,
+    if status not in TERMINAL:
+        raise InvalidRequest(f"{status} is not a terminal status")
+    ending = finish.reported(
         status,
-        now(),
+        body.attempt,
         output=body.output,
         error=body.error,
         prompt_tokens=body.prompt_tokens,
         generated_tokens=body.generated_tokens,
     )
-    if job.webhook_url and "completed" in (job.webhook_events or []):
-        job.webhook_status = "pending"
-    elif job.webhook_url:
-        job.webhook_status = "none"
-    session.commit()
-    public = jobs.to_public(job)
-    events.publish(ctx.redis, job.id, _EVENT_OF_STATUS.get(status, EventType.FAILED), public)
-    _maybe_webhook(ctx, job, "completed")
+    if not finish.finish(session, ctx.outbox, [(job_id, ending)], at):
+        raise Conflict(
+            f"attempt {body.attempt} of job '{job_id}' is no longer current", job_id=job_id
+        )
     return {"ok": True}
 
 
 @router.post("/workers/{worker_id}/state")
-def worker_state(worker_id: str, body: WorkerStateReport, ctx: Ctx, session: Db) -> Any:
+def worker_state(
+    worker_id: str, body: WorkerStateReport, ctx: Ctx, session: Db, received: Now
+) -> Any:
     try:
         state = WorkerState(body.state)
     except ValueError:
         raise InvalidRequest(f"unknown worker state {body.state!r}") from None
     at = datetime.fromtimestamp(body.at, UTC)
-    w = workers.transition(session, ctx.settings, worker_id, state, at, now(), body.reason)
-    w.last_heartbeat_at = now()
+    w = workers.transition(session, ctx.settings, worker_id, state, at, received, body.reason)
+    w.last_heartbeat_at = received
     session.commit()
     return {"ok": True, "state": w.state}
-
-
-def _maybe_webhook(ctx: AppContext, job: Job, event: str) -> None:
-    if not job.webhook_url or event not in (job.webhook_events or []):
-        return
-    msg_id = f"msg_{job.id}_{event}_{job.attempt}_{secrets.token_hex(3)}"
-    try:
-        enqueue_webhook(ctx.celery, job.id, f"job.{event}", msg_id)
-    except Exception:
-        log.exception("could not enqueue webhook for job %s", job.id)

@@ -7,9 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from control_plane.api.context import Db, Principal, now
+from control_plane.api.context import Db, Now, Principal
 from control_plane.api.schemas import KeyCreated, KeyList, TenantCreated, TenantList
 from control_plane.db.models import Tenant
+from control_plane.domain.clock import iso
 from control_plane.services import auth
 
 router = APIRouter(tags=["keys"])
@@ -44,11 +45,11 @@ def _check_scopes(scopes: list[str]) -> None:
 
 
 @router.post("/v1/keys", status_code=201, response_model=KeyCreated)
-def create_key(body: KeyCreate, session: Db, who: Principal) -> Any:
+def create_key(body: KeyCreate, session: Db, who: Principal, at: Now) -> Any:
     """Create an API key; its secret is in this answer only (stored hashed)."""
     who.require("admin")
     _check_scopes(body.scopes)
-    row, full = auth.create_api_key(session, who.tenant_id, set(body.scopes), now(), body.name)
+    row, full = auth.create_api_key(session, who.tenant_id, set(body.scopes), at, body.name)
     session.commit()
     return {**auth.key_public(row), "key": full}
 
@@ -60,9 +61,9 @@ def list_keys(session: Db, who: Principal) -> Any:
 
 
 @router.delete("/v1/keys/{key_id}", status_code=204)
-def revoke_key(key_id: str, session: Db, who: Principal) -> Response:
+def revoke_key(key_id: str, session: Db, who: Principal, at: Now) -> Response:
     who.require("admin")
-    auth.revoke_key(session, who.tenant_id, key_id, now())
+    auth.revoke_key(session, who.tenant_id, key_id, at)
     session.commit()
     return Response(status_code=204)
 
@@ -74,15 +75,15 @@ def _tenant_public(t: Tenant) -> dict[str, Any]:
         "requests_per_min": t.requests_per_min,
         "tokens_per_min": t.tokens_per_min,
         "max_in_flight": t.max_in_flight,
-        "created_at": t.created_at.isoformat().replace("+00:00", "Z"),
+        "created_at": iso(t.created_at),
     }
 
 
 @router.post("/v1/tenants", status_code=201, response_model=TenantCreated)
-def create_tenant(body: TenantCreate, session: Db, who: Principal) -> Any:
+def create_tenant(body: TenantCreate, session: Db, who: Principal, at: Now) -> Any:
     """Operator only: a new tenant and its first admin key (shown once)."""
     auth.require_operator(session, who)
-    t = now()
+    t = at
     tenant = auth.create_tenant(session, body.name, t)
     tenant.requests_per_min = body.requests_per_min
     tenant.tokens_per_min = body.tokens_per_min

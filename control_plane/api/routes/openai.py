@@ -17,14 +17,14 @@ from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from control_plane.api.context import AppContext, Ctx, Db, Principal
-from control_plane.api.routes.jobs import create_job_for, follow_or_cancel, read_job
+from control_plane.api.context import Ctx, Db, Principal, bearer_token
 from control_plane.api.schemas import JobInput
+from control_plane.context import AppContext
 from control_plane.domain.states import JobKind
-from control_plane.errors import ControlPlaneError, InvalidRequest, Unauthorized
-from control_plane.services import auth, deployments
+from control_plane.errors import InvalidRequest, JobFailed, JobStillRunning
+from control_plane.services import auth, deployments, runs
 from control_plane.services.model_meta import DEFAULT_CHAT_TEMPLATE, render_chat
-from worker.protocol import EventType
+from worker.protocol import TERMINAL_EVENTS, EventType
 
 router = APIRouter(tags=["openai"])
 
@@ -105,14 +105,12 @@ class CompletionRequest(_Common):
         return self.prompt[0]
 
 
-def _render(ctx: AppContext, authorization: str | None, body: ChatCompletionRequest) -> str:
+def _render(ctx: AppContext, token: str, body: ChatCompletionRequest) -> str:
     """The chat rendered with the deployment's template (runs in a thread)."""
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise Unauthorized("missing API key: send 'Authorization: Bearer <key>'")
     with ctx.sessions() as session:
-        who = auth.authenticate(session, authorization[7:].strip())
+        who = auth.authenticate(session, token)
         dep = deployments.get(session, who.tenant_id, body.model)
-        dep_id, version, model_uri = dep.id, dep.version, str(dep.spec["model"])
+        dep_id, version, model_uri = dep.id, dep.version, dep.spec.model
     meta = ctx.model_meta.get(dep_id, version, model_uri)
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
     try:
@@ -144,36 +142,24 @@ def _raise_for_job(job: dict[str, Any]) -> None:
     error = job.get("error") or {}
     if error.get("type") == "invalid_input":
         raise InvalidRequest(str(error.get("message", "invalid input")), job_id=job["id"])
-    raise JobFailedError(
+    raise JobFailed(
         f"the job ended {job['status']}: {error.get('message', 'no detail')}", job_id=job["id"]
     )
-
-
-class JobFailedError(ControlPlaneError):
-    status = 500
-    type_slug = "job-failed"
-    title = "Job Failed"
-
-
-class JobStillRunning(ControlPlaneError):
-    status = 504
-    type_slug = "timeout"
-    title = "Gateway Timeout"
 
 
 async def _run(
     ctx: AppContext, authorization: str | None, model: str, job_input: JobInput
 ) -> tuple[dict[str, Any], str]:
     return await asyncio.to_thread(
-        create_job_for, ctx, authorization, model, job_input, JobKind.SYNC
+        runs.create, ctx, bearer_token(authorization), model, job_input, JobKind.SYNC
     )
 
 
 async def _wait(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
     try:
         async with asyncio.timeout(ctx.settings.sync_wait_max_s):
-            async for event, _ in follow_or_cancel(ctx, job_id, tenant_id):
-                if event in (EventType.COMPLETED, EventType.FAILED, EventType.CANCELED):
+            async for event, _ in runs.follow_or_cancel(ctx, job_id, tenant_id):
+                if event in TERMINAL_EVENTS:
                     break
     except TimeoutError:
         raise JobStillRunning(
@@ -181,7 +167,7 @@ async def _wait(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
             f"poll GET /v1/jobs/{job_id}",
             job_id=job_id,
         ) from None
-    return await asyncio.to_thread(read_job, ctx, job_id, tenant_id)
+    return await asyncio.to_thread(runs.read, ctx, job_id, tenant_id)
 
 
 def _sse(obj: dict[str, Any]) -> str:
@@ -199,7 +185,7 @@ async def _stream(
     first = chunk(None, None)
     if first is not None:
         yield _sse(first)
-    async for event, data in follow_or_cancel(ctx, job["id"], tenant_id):
+    async for event, data in runs.follow_or_cancel(ctx, job["id"], tenant_id):
         if event == EventType.OUTPUT:
             yield _sse(chunk(data.get("delta", ""), None))
         elif event == EventType.COMPLETED:
@@ -208,7 +194,7 @@ async def _stream(
                 usage = {**chunk("", None), "choices": [], "usage": _usage(data)}
                 yield _sse(usage)
             break
-        elif event in (EventType.FAILED, EventType.CANCELED):
+        elif event in TERMINAL_EVENTS:  # failed, canceled, expired, timed_out
             message = (data.get("error") or {}).get("message") or f"job {data.get('status')}"
             yield _sse({"error": {"message": message, "type": "server_error", "param": None,
                                   "code": None}})  # fmt: skip
@@ -239,7 +225,7 @@ async def chat_completions(
     ctx: Ctx,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Any:
-    prompt = await asyncio.to_thread(_render, ctx, authorization, body)
+    prompt = await asyncio.to_thread(_render, ctx, bearer_token(authorization), body)
     job_input = body.job_input(prompt, body.max_completion_tokens or body.max_tokens)
     job, tenant_id = await _run(ctx, authorization, body.model, job_input)
     cid, created = f"chatcmpl-{job['id']}", int(time.time())

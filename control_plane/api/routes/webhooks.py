@@ -10,7 +10,7 @@ from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from control_plane.api.context import Ctx, Db, Principal, now
+from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.schemas import WebhookSecret
 from control_plane.db.models import Tenant
 from control_plane.domain.states import is_terminal
@@ -65,10 +65,10 @@ class Redelivery(BaseModel):
 
 
 @router.post("/v1/webhooks/endpoints", status_code=201, response_model=EndpointWithSecret)
-def create_endpoint(body: EndpointCreate, ctx: Ctx, session: Db, who: Principal) -> Any:
+def create_endpoint(body: EndpointCreate, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("admin")
     webhooks.check_target(body.url, ctx.settings.webhook_allow_private, field="url")
-    ep = webhook_endpoints.create(session, who.tenant_id, body.url, now())
+    ep = webhook_endpoints.create(session, who.tenant_id, body.url, at)
     session.commit()
     return JSONResponse(webhook_endpoints.to_public(ep, with_secret=True), status_code=201)
 
@@ -96,19 +96,18 @@ def delete_endpoint(endpoint_id: str, session: Db, who: Principal) -> Response:
 
 
 @router.get("/v1/webhooks/secret", response_model=WebhookSecret)
-def webhook_secret(session: Db, who: Principal) -> Any:
+def webhook_secret(session: Db, who: Principal, at: Now) -> Any:
     """The tenant's default signing secret (URLs without an endpoint of their own)."""
     who.require("admin")
     tenant = session.get(Tenant, who.tenant_id)
     assert tenant is not None
-    return webhook_endpoints.default_secret_to_public(tenant, now())
+    return webhook_endpoints.default_secret_to_public(tenant, at)
 
 
 @router.post("/v1/webhooks/secret/rotate", response_model=WebhookSecret)
-def rotate_webhook_secret(ctx: Ctx, session: Db, who: Principal) -> Any:
+def rotate_webhook_secret(ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     """A new default secret; the current one keeps signing for the rotation overlap."""
     who.require("admin")
-    at = now()
     tenant = webhook_endpoints.rotate_default(
         session, who.tenant_id, at, ctx.settings.webhook_rotation_overlap_s
     )
@@ -117,10 +116,10 @@ def rotate_webhook_secret(ctx: Ctx, session: Db, who: Principal) -> Any:
 
 
 @router.post("/v1/webhooks/endpoints/{endpoint_id}/rotate", response_model=EndpointWithSecret)
-def rotate_endpoint(endpoint_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
+def rotate_endpoint(endpoint_id: str, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("admin")
     ep = webhook_endpoints.rotate(
-        session, who.tenant_id, endpoint_id, now(), ctx.settings.webhook_rotation_overlap_s
+        session, who.tenant_id, endpoint_id, at, ctx.settings.webhook_rotation_overlap_s
     )
     session.commit()
     return webhook_endpoints.to_public(ep, with_secret=True)
@@ -145,7 +144,7 @@ def redeliver(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
         raise Conflict(f"job '{job_id}' has no webhook")
     job.webhook_status = "pending"
     session.commit()
-    msg_id = f"msg_{job.id}_completed_r{secrets.token_hex(4)}"
+    msg_id = webhooks.message_id(job.id, "completed", "r" + secrets.token_hex(4))
     enqueue_webhook(ctx.celery, job.id, "job.completed", msg_id)
     return JSONResponse({"job_id": job.id, "msg_id": msg_id}, status_code=202)
 

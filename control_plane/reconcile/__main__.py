@@ -1,0 +1,62 @@
+"""`python -m control_plane.reconcile`: the reconciler process of the embedded platform. It
+owns the local worker processes (the local provider) and ticks every autoscaler_interval_s."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+
+import redis
+
+from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.domain.clock import utc_now
+from control_plane.providers.local import LocalProvider, worker_env
+from control_plane.reconcile.driver import Reconciler
+from control_plane.reconcile.env import Env
+from control_plane.services.dispatch import make_celery
+from control_plane.settings import Settings
+
+log = logging.getLogger("control_plane.reconcile")
+
+
+def main() -> None:
+    settings = Settings()
+    logging.basicConfig(
+        level=settings.log_level,
+        format="%(asctime)s %(levelname)s reconciler %(name)s: %(message)s",
+    )
+    env = worker_env(
+        os.environ,
+        {
+            "PLATFORM_INTERNAL_URL": settings.internal_url,
+            "PLATFORM_WORKER_TOKEN": settings.worker_token.get_secret_value(),
+            "PLATFORM_REDIS_URL": settings.redis_url,
+            "PLATFORM_WORKER_THREADS": str(settings.worker_threads),
+        },
+    )
+    if settings.s3_endpoint_url:
+        env["AWS_ENDPOINT_URL"] = settings.s3_endpoint_url
+    env.setdefault("AWS_DEFAULT_REGION", settings.s3_region)
+    provider = LocalProvider(env, settings.state_dir / "logs" / "workers", settings.worker_python)
+    reconciler = Reconciler(
+        Env(settings, redis.Redis.from_url(settings.redis_url), make_celery(settings), provider),
+        make_sessionmaker(make_engine(settings.database_url)),
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("reconciler running every %.2fs", settings.autoscaler_interval_s)
+    while not stop.is_set():
+        try:
+            reconciler.tick(utc_now())
+        except Exception:
+            log.exception("reconciler tick failed")
+        stop.wait(settings.autoscaler_interval_s)
+    reconciler.shutdown(utc_now())
+    log.info("reconciler stopped")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The reconciler's driver: one tick runs each reconciler in order, each with its own
+transaction, so one concern's failure or slowness is visible on its own.
+
+    workers.reap, workers.check_liveness   → ids of workers that died this tick
+    jobs.requeue_orphans                   their running jobs: a new attempt, or failed
+    jobs.expire_overdue, jobs.time_out_overruns
+    scale.scale_all, scale.stop_deleted    decide() per deployment; start / drain workers
+    batches.pump                           bounded fan-out and completion of batches
+    billing                                roll open segments, allocate busy cost to jobs
+    jobs.redispatch                        every REDISPATCH_EVERY_S: re-send lost wake-ups
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from control_plane.reconcile import jobs, scale, workers
+from control_plane.reconcile.env import Env
+from control_plane.services import batches, billing
+from control_plane.services import workers as worker_records
+from worker.protocol import WorkerState
+
+log = logging.getLogger(__name__)
+# Pending jobs get a fresh wake-up this often (lost broker messages, broker restarts).
+REDISPATCH_EVERY = timedelta(seconds=30)
+
+
+class Reconciler:
+    """Runs the reconcilers; holds only what must survive between ticks in this process."""
+
+    def __init__(self, env: Env, sessions: sessionmaker[Session]) -> None:
+        self.env = env
+        self.sessions = sessions
+        self.demand = scale.Demand()
+        self.last_redispatch: datetime | None = None
+
+    def tick(self, now: datetime) -> None:
+        env = self.env
+        with self.sessions() as session:
+            dead = workers.reap(session, env, now) + workers.check_liveness(session, env, now)
+            jobs.requeue_orphans(session, env, dead, now)
+            jobs.expire_overdue(session, env, now)
+            jobs.time_out_overruns(session, env, now)
+            scale.scale_all(session, env, self.demand, now)
+            scale.stop_deleted(session, env)
+            batches.pump(session, env.celery, env.redis, now, settings=env.settings)
+            billing.roll_open_segments(session, env.settings, now)
+            billing.allocate_ready(session, now)
+            session.commit()
+            if self.last_redispatch is None:
+                self.last_redispatch = now
+            elif now - self.last_redispatch > REDISPATCH_EVERY:
+                self.last_redispatch = now
+                jobs.redispatch(session, env)
+
+    def shutdown(self, now: datetime) -> None:
+        """Stop every worker (they drain); record them as stopped by the platform."""
+        exited = self.env.provider.shutdown(timeout_s=10.0)
+        with self.sessions() as session:
+            for e in exited:
+                worker_records.transition(
+                    session,
+                    self.env.settings,
+                    e.worker_id,
+                    WorkerState.STOPPED,
+                    now,
+                    now,
+                    reason="platform_shutdown",
+                )
+            session.commit()

@@ -1,0 +1,85 @@
+"""Reconcilers of worker liveness: reap exited processes, fail workers that went silent or
+overran their boot. Both return the ids of the workers that died this tick, whose running jobs
+`orphans.requeue` then hands back to the queue."""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import UTC, datetime
+
+from sqlalchemy.orm import Session
+
+from control_plane.db.models import Deployment, Worker
+from control_plane.domain.fleet import liveness
+from control_plane.reconcile.env import Env
+from control_plane.services import workers
+from worker.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
+
+log = logging.getLogger(__name__)
+# A worker without a heartbeat for HEARTBEAT_TTL_S is lost, once it had time to send one.
+HEARTBEAT_GRACE_S = 2 * HEARTBEAT_TTL_S
+
+
+def reap(session: Session, env: Env, now: datetime) -> list[str]:
+    """Workers whose process ended: stopped (exit 0) or failed (any other status)."""
+    dead = []
+    for exited in env.provider.reap():
+        dead.append(exited.worker_id)
+        if session.get(Worker, exited.worker_id) is None:
+            continue
+        if exited.returncode == 0:
+            state, reason = WorkerState.STOPPED, None
+        else:
+            log.warning("worker %s exited with %d", exited.worker_id, exited.returncode)
+            state, reason = WorkerState.FAILED, f"exit_{exited.returncode}"
+        workers.transition(session, env.settings, exited.worker_id, state, now, now, reason)
+    session.commit()
+    return dead
+
+
+def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
+    """Record heartbeats; kill and fail the workers `fleet.liveness` says are lost."""
+    live = workers.live(session)
+    beats = env.redis.mget([worker_heartbeat_key(w.id) for w in live]) if live else []
+    lost = []
+    for w, beat in zip(live, beats, strict=True):
+        if beat is not None:
+            w.last_heartbeat_at = _heartbeat_time(beat, w.last_heartbeat_at, now)
+        dep = session.get(Deployment, w.deployment_id)
+        verdict = liveness(
+            WorkerState(w.state),
+            w.started_at,
+            w.state_since,
+            w.last_heartbeat_at,
+            beat is not None,
+            dep.spec.max_boot_s if dep else float("inf"),
+            HEARTBEAT_GRACE_S,
+            now,
+        )
+        if verdict.reason is None:
+            continue
+        log.warning("worker %s failed: %s", w.id, verdict.reason)
+        env.provider.kill(w.id)
+        workers.transition(
+            session,
+            env.settings,
+            w.id,
+            WorkerState.FAILED,
+            verdict.ended_at,
+            now,
+            reason=verdict.reason,
+            note="heartbeat" if verdict.reason == "heartbeat_lost" else None,
+        )
+        lost.append(w.id)
+    session.commit()
+    return lost
+
+
+def _heartbeat_time(beat: bytes | str, previous: datetime | None, now: datetime) -> datetime:
+    """The heartbeat's own time, never earlier than the last one seen nor later than now."""
+    try:
+        seen = datetime.fromtimestamp(float(json.loads(beat)["at"]), UTC)
+    except (ValueError, KeyError, TypeError):
+        return now
+    return min(max(seen, previous or seen), now)

@@ -1,0 +1,212 @@
+"""Finishing a job: the one path from an active job to a terminal state.
+
+Every terminal path calls `finish` — the worker's report (succeeded, failed, canceled,
+timed_out), a user's cancel of a job or a batch, the reconcilers' expiry, execution overrun,
+crash-loop failure and worker-lost-too-often failure, and a claim that finds the ttl passed.
+For each job it
+
+    1. writes the row with a conditional UPDATE (only from the states the ending allows, and
+       for a worker's report only for the current attempt: the fence), closes the running
+       attempt for billing, and sets `webhook_status`;
+    2. commits (the database is the truth before anyone hears of it: DESIGN §5);
+    3. sets the cancel flag of a job a worker may still hold, publishes the terminal event of
+       its status, and enqueues `job.completed` with a message id that is the same for every
+       path (`webhooks.message_id`), so a repeated announcement is one message to the receiver.
+
+A job already terminal (or past its attempt) is left alone and not announced again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import redis
+from celery import Celery
+from sqlalchemy import update
+from sqlalchemy.orm import Session
+
+from control_plane.db.models import Job
+from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobStatus
+from control_plane.services import events, jobs, webhooks
+from control_plane.tasks_api import enqueue_webhook
+from worker.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
+
+log = logging.getLogger(__name__)
+
+# The event that ends a job's stream, per terminal status.
+EVENT_OF_STATUS = {
+    JobStatus.SUCCEEDED: EventType.COMPLETED,
+    JobStatus.FAILED: EventType.FAILED,
+    JobStatus.CANCELED: EventType.CANCELED,
+    JobStatus.EXPIRED: EventType.EXPIRED,
+    JobStatus.TIMED_OUT: EventType.TIMED_OUT,
+}
+COMPLETED_WEBHOOK = "job.completed"
+
+
+@dataclass(frozen=True, slots=True)
+class Outbox:
+    """Where a finished job is announced after its row is committed."""
+
+    redis: redis.Redis  # job event streams and cancel flags
+    celery: Celery  # webhook delivery tasks
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How a job ends. Build one with the constructors below rather than by hand."""
+
+    status: JobStatus  # terminal status
+    reason: str | None = None  # status_reason (ttl_passed, canceled_by_user, ...); None keeps it
+    error: dict[str, Any] | None = None  # {"type", "message"} for failures
+    output: dict[str, Any] | None = None  # the worker's output (text, finish_reason, ...)
+    prompt_tokens: int | None = None  # reported by the worker
+    generated_tokens: int | None = None  # reported by the worker
+    # The fence of a worker's report: applies only to this attempt while it runs.
+    attempt: int | None = None
+    # States the job may end from (a running job never expires; a pending one never overruns).
+    only_from: frozenset[JobStatus] = field(default=ACTIVE)
+
+
+def reported(
+    status: JobStatus,
+    attempt: int,
+    *,
+    output: dict[str, Any] | None,
+    error: dict[str, Any] | None,
+    prompt_tokens: int | None,
+    generated_tokens: int | None,
+) -> Ending:
+    """A worker's final report of `attempt` (fenced)."""
+    if status not in TERMINAL:
+        raise ValueError(f"{status} is not a terminal status")
+    return Ending(
+        status,
+        error=error,
+        output=output,
+        prompt_tokens=prompt_tokens,
+        generated_tokens=generated_tokens,
+        attempt=attempt,
+        only_from=frozenset({JobStatus.RUNNING}),
+    )
+
+
+def canceled(reason: str) -> Ending:
+    """A user's cancel (of the job, or of its batch)."""
+    return Ending(JobStatus.CANCELED, reason=reason)
+
+
+def expired() -> Ending:
+    """Its ttl passed before a worker claimed it."""
+    return Ending(JobStatus.EXPIRED, reason="ttl_passed", only_from=PENDING)
+
+
+def timed_out(limit_s: float) -> Ending:
+    """It ran past its execution limit and the worker did not end it."""
+    return Ending(
+        JobStatus.TIMED_OUT,
+        reason="execution_timeout",
+        error={
+            "type": "timed_out",
+            "message": f"the job ran longer than its execution limit of {limit_s:g} s",
+        },
+        only_from=frozenset({JobStatus.RUNNING}),
+    )
+
+
+def failed(error: dict[str, Any], reason: str, *, pending_only: bool = False) -> Ending:
+    """The platform gives up on it (crash loop, worker lost too often)."""
+    return Ending(
+        JobStatus.FAILED, reason=reason, error=error, only_from=PENDING if pending_only else ACTIVE
+    )
+
+
+def finish(
+    session: Session, outbox: Outbox, endings: Sequence[tuple[str, Ending]], now: datetime
+) -> list[Job]:
+    """End each `(job id, ending)` that still may end; commit; announce. Returns the jobs ended.
+
+    Other changes pending in `session` are committed with them (a batch's own status, say),
+    so a group of jobs and what ended them change in one transaction.
+    """
+    ended: list[tuple[Job, bool]] = []
+    for job_id, ending in endings:
+        result = _end(session, job_id, ending, now)
+        if result is not None:
+            ended.append(result)
+    session.commit()
+    for job, was_running in ended:
+        _announce(outbox, job, flag=was_running)
+    return [job for job, _ in ended]
+
+
+def _end(session: Session, job_id: str, ending: Ending, now: datetime) -> tuple[Job, bool] | None:
+    """Write the terminal row (not committed); (job, it was running) or None if it may not end."""
+    job = session.get(Job, job_id)
+    if job is None or job.status not in ending.only_from:
+        return None
+    was_running, attempt = job.status == JobStatus.RUNNING, job.attempt
+    conditions = [Job.id == job_id, Job.status.in_([s.value for s in ending.only_from])]
+    if ending.attempt is not None:
+        conditions.append(Job.attempt == ending.attempt)
+    values: dict[str, Any] = {
+        "status": ending.status,
+        "completed_at": now,
+        "webhook_status": _webhook_status(job),
+    }
+    if ending.reason is not None:
+        values["status_reason"] = ending.reason
+    if ending.error is not None:
+        values["error"] = ending.error
+    if ending.attempt is not None:  # the worker's report carries the results
+        values.update(
+            output=ending.output,
+            error=ending.error,
+            prompt_tokens=ending.prompt_tokens,
+            generated_tokens=ending.generated_tokens,
+        )
+    res = session.execute(update(Job).where(*conditions).values(**values))
+    if res.rowcount == 0:  # type: ignore[attr-defined]
+        return None  # another path ended it first, or the attempt is stale
+    session.refresh(job)
+    if was_running:
+        # A user's cancel and an overrun are billed up to now, like a worker's own report;
+        # an attempt lost with its worker was already closed (unbilled) by the reconciler.
+        cached = (ending.output or {}).get("cached_tokens")
+        jobs.end_attempt(
+            session,
+            job_id,
+            attempt,
+            ending.status.value,
+            now,
+            prompt_tokens=ending.prompt_tokens,
+            generated_tokens=ending.generated_tokens,
+            cached_tokens=cached if isinstance(cached, int) else None,
+        )
+    # A worker that reported the end itself holds nothing more; any other path may race it.
+    return job, was_running and ending.attempt is None
+
+
+def _webhook_status(job: Job) -> str:
+    return "pending" if job.webhook_url and "completed" in (job.webhook_events or []) else "none"
+
+
+def _announce(outbox: Outbox, job: Job, *, flag: bool) -> None:
+    """Best effort after the commit: the row is the truth, readers fall back to it."""
+    status = JobStatus(job.status)
+    try:
+        if flag:
+            outbox.redis.set(job_cancel_key(job.id), "1", ex=CANCEL_FLAG_TTL_S)
+        events.publish(outbox.redis, job.id, EVENT_OF_STATUS[status], jobs.to_public(job))
+    except Exception:
+        log.exception("job %s: could not publish its end (%s)", job.id, status)
+    if job.webhook_status == "pending":
+        try:
+            msg_id = webhooks.message_id(job.id, "completed")
+            enqueue_webhook(outbox.celery, job.id, COMPLETED_WEBHOOK, msg_id)
+        except Exception:
+            log.exception("job %s: could not enqueue its completed webhook", job.id)

@@ -1,0 +1,149 @@
+"""Read-side job queries: load per deployment for the scaler, jobs each reconciler must end or
+requeue, queue positions and recent execution times for ETAs, a tenant's in-flight count.
+
+Nothing here writes; the reconcilers act on what these return (`control_plane/reconcile/`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from control_plane.db.models import Deployment, Job
+from control_plane.domain.spec import Spec
+from control_plane.domain.states import ACTIVE, PENDING, JobStatus
+from worker.protocol import PRIORITY_OF_KIND
+
+_PENDING = [s.value for s in PENDING]
+_ACTIVE = [s.value for s in ACTIVE]
+
+
+def load_by_deployment(session: Session) -> dict[str, tuple[int, int, datetime | None]]:
+    """deployment id → (pending jobs, running jobs, newest activity among active jobs)."""
+    rows = session.execute(
+        select(Job.deployment_id, Job.status, func.count(), func.max(Job.created_at))
+        .where(
+            Job.status.in_(_ACTIVE),
+            # A batch's undispatched jobs are not demand yet: max_in_flight bounds them.
+            Job.dispatched_at.is_not(None) | (Job.status == JobStatus.RUNNING),
+        )
+        .group_by(Job.deployment_id, Job.status)
+    ).all()
+    out: dict[str, tuple[int, int, datetime | None]] = {}
+    for dep_id, status, count, newest in rows:
+        pending, running, _ = out.get(dep_id, (0, 0, None))
+        if status == JobStatus.RUNNING:
+            running += count
+        else:
+            pending += count
+        out[dep_id] = (pending, running, newest)
+    return out
+
+
+def last_completed_at(session: Session, deployment_id: str) -> datetime | None:
+    value: datetime | None = session.scalar(
+        select(func.max(Job.completed_at)).where(Job.deployment_id == deployment_id)
+    )
+    return value
+
+
+def pending_ids(session: Session, deployment_id: str) -> list[str]:
+    """Jobs of a deployment waiting for a worker (queued or starting)."""
+    return list(
+        session.scalars(
+            select(Job.id).where(Job.deployment_id == deployment_id, Job.status.in_(_PENDING))
+        )
+    )
+
+
+def overdue_ids(session: Session, now: datetime) -> list[str]:
+    """Pending jobs whose ttl passed before a worker claimed them."""
+    rows = session.execute(
+        select(Job.id, Job.created_at, Job.ttl_s).where(
+            Job.status.in_(_PENDING), Job.ttl_s.is_not(None)
+        )
+    ).all()
+    return [
+        job_id
+        for job_id, created_at, ttl_s in rows
+        if now > created_at + timedelta(seconds=float(ttl_s or 0))
+    ]
+
+
+def overrunning(session: Session, grace_s: float, now: datetime) -> list[tuple[str, float]]:
+    """(job id, its limit) of running jobs past their execution limit + `grace_s`.
+
+    A job's limit is its own `execution_timeout_s`, else its deployment's.
+    """
+    rows = session.execute(
+        select(Job.id, Job.started_at, Job.execution_timeout_s, Deployment.spec_doc)
+        .join(Deployment, Deployment.id == Job.deployment_id)
+        .where(Job.status == JobStatus.RUNNING)
+    ).all()
+    out = []
+    for job_id, started_at, own_limit_s, spec_doc in rows:
+        limit_s = float(own_limit_s or Spec.from_doc(spec_doc).execution_timeout_s)
+        if started_at is not None and now > started_at + timedelta(seconds=limit_s + grace_s):
+            out.append((job_id, limit_s))
+    return out
+
+
+def running_on(session: Session, worker_ids: list[str]) -> list[Job]:
+    """Running jobs held by these workers."""
+    if not worker_ids:
+        return []
+    return list(
+        session.scalars(
+            select(Job).where(Job.worker_id.in_(worker_ids), Job.status == JobStatus.RUNNING)
+        )
+    )
+
+
+def queue_position(session: Session, job: Job) -> int | None:
+    """Jobs ahead of this one for its deployment (higher priority class, or same and older)."""
+    if job.status not in PENDING:
+        return None
+    mine = PRIORITY_OF_KIND.get(job.kind, PRIORITY_OF_KIND["async"])
+    ahead_kinds = [k for k, p in PRIORITY_OF_KIND.items() if p < mine]
+    same_deployment = Job.deployment_id == job.deployment_id
+    higher = session.scalar(
+        select(func.count()).where(
+            same_deployment, Job.status.in_(_PENDING), Job.kind.in_(ahead_kinds)
+        )
+    )
+    older = session.scalar(
+        select(func.count()).where(
+            same_deployment, Job.status.in_(_PENDING), Job.kind == job.kind, Job.id < job.id
+        )
+    )
+    return int(higher or 0) + int(older or 0)
+
+
+def recent_execution_s(session: Session, deployment_id: str, limit: int = 20) -> float | None:
+    """Mean execution time of the deployment's latest finished jobs (None: no history)."""
+    rows = session.execute(
+        select(Job.started_at, Job.completed_at)
+        .where(
+            Job.deployment_id == deployment_id,
+            Job.status == JobStatus.SUCCEEDED,
+            Job.started_at.is_not(None),
+        )
+        .order_by(Job.completed_at.desc())
+        .limit(limit)
+    ).all()
+    spans = [(c - s).total_seconds() for s, c in rows if s is not None and c is not None]
+    return sum(spans) / len(spans) if spans else None
+
+
+def active_count(session: Session, tenant_id: str) -> int:
+    """Jobs of a tenant that are queued, starting or running."""
+    n = session.scalar(
+        select(func.count()).where(
+            Job.tenant_id == tenant_id,
+            Job.status.in_(_ACTIVE),
+            Job.dispatched_at.is_not(None) | (Job.status == JobStatus.RUNNING),
+        )
+    )
+    return int(n or 0)

@@ -1,0 +1,170 @@
+"""Runs: what a call of a deployment does, whichever route it came through (the platform's own
+`/run` and `/jobs`, OpenAI's completions, batches' quota check).
+
+    create        authenticate, resolve the input with the deployment's defaults, check it fits
+                  the model's context and the tenant's quota, commit the job, then wake a worker
+    read / cancel a job of the caller's tenant (cancel ends it through `services.finish`)
+    follow_or_cancel  a job's events until its end; a consumer that goes away cancels it
+
+`create` runs in a worker thread of the API (it does blocking SQL and Redis calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
+
+from sqlalchemy.orm import Session
+
+from control_plane.context import AppContext
+from control_plane.db.models import Deployment, Tenant
+from control_plane.domain.states import JobKind
+from control_plane.errors import InvalidRequest
+from control_plane.services import auth, deployments, events, finish, job_queries, jobs, webhooks
+from control_plane.services.dispatch import wake
+from control_plane.services.quotas import Limits
+from worker.protocol import TERMINAL_EVENTS, EventType
+
+log = logging.getLogger(__name__)
+
+
+class JobInput(Protocol):
+    """A validated job input (`api.schemas.JobInput`)."""
+
+    def resolved(self, defaults: dict[str, Any]) -> dict[str, Any]:
+        """The input with the deployment's `defaults`, then the platform's, filled in."""
+        ...
+
+
+def create(
+    ctx: AppContext,
+    token: str,
+    name: str,
+    job_input: JobInput,
+    kind: JobKind,
+    *,
+    webhook: str | None = None,
+    webhook_events: list[str] | None = None,
+    ttl_s: float | None = None,
+    execution_timeout_s: float | None = None,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> tuple[dict[str, Any], str]:
+    """Commit the job, then wake a worker; returns (public job, tenant id)."""
+    with ctx.sessions() as session:
+        who = auth.authenticate(session, token)
+        who.require("run")
+        dep = deployments.get(session, who.tenant_id, name)
+        if webhook:
+            webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
+        resolved = job_input.resolved(dep.spec.defaults)
+        prompt_tokens = check_fits_context(ctx, dep, resolved)
+        if idempotency_key is None or not jobs.exists_for_key(
+            session, who.tenant_id, idempotency_key
+        ):
+            admit(ctx, session, who.tenant_id, prompt_tokens + int(resolved["max_tokens"]))
+        job, created = jobs.create(
+            session,
+            dep,
+            resolved,
+            kind,
+            ctx.clock(),
+            webhook_url=webhook,
+            webhook_events=webhook_events,
+            ttl_s=ttl_s,
+            execution_timeout_s=execution_timeout_s,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+            api_key_id=who.key_id,
+        )
+        # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
+        session.commit()
+        public = jobs.to_public(job)
+        dep_id = dep.id
+        tenant_id = who.tenant_id
+    if created:
+        wake(ctx.redis, ctx.celery, dep_id, public["id"], kind)
+    return public, tenant_id
+
+
+def admit(ctx: AppContext, session: Session, tenant_id: str, tokens: int) -> None:
+    """Quota check of a new job (a replay of an idempotent request is not charged again)."""
+    tenant = session.get(Tenant, tenant_id)
+    s = ctx.settings
+    limits = Limits(
+        requests_per_min=(tenant and tenant.requests_per_min) or s.default_requests_per_min,
+        tokens_per_min=(tenant and tenant.tokens_per_min) or s.default_tokens_per_min,
+        max_in_flight=(tenant and tenant.max_in_flight) or s.default_max_in_flight,
+    )
+    ctx.quotas.admit(tenant_id, limits, tokens, job_queries.active_count(session, tenant_id))
+
+
+def check_fits_context(ctx: AppContext, dep: Deployment, resolved: dict[str, Any]) -> int:
+    """Refuse a prompt that cannot fit the model's context, before anything is written.
+
+    Returns the prompt's token count (an estimate when the model files are unreadable).
+    """
+    meta = ctx.model_meta.get(dep.id, dep.version, dep.spec.model)
+    if meta is None:
+        # Metadata unreadable: the worker checks and reports; ~4 characters per token.
+        return len(resolved["prompt"]) // 4 + 1
+    prompt_tokens = meta.count_prompt_tokens(resolved["prompt"])
+    max_tokens = int(resolved["max_tokens"])
+    if prompt_tokens + max_tokens > meta.max_context:
+        raise InvalidRequest(
+            f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the model's "
+            f"context of {meta.max_context} tokens",
+            errors=[{"field": "input.prompt", "message": "too long for the context"}],
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            limit=meta.max_context,
+        )
+    return prompt_tokens
+
+
+def request_hash(name: str, body: dict[str, Any]) -> str:
+    """What an Idempotency-Key is bound to: the deployment and the request body."""
+    return hashlib.sha256(json.dumps({"name": name, **body}, sort_keys=True).encode()).hexdigest()
+
+
+def read(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
+    with ctx.sessions() as session:
+        return jobs.to_public(jobs.get(session, tenant_id, job_id))
+
+
+def cancel(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
+    """Cancel a job of this tenant unless it already ended; returns the job as it is now."""
+    with ctx.sessions() as session:
+        jobs.get(session, tenant_id, job_id)  # another tenant's job is a 404
+        finish.finish(
+            session, ctx.outbox, [(job_id, finish.canceled("canceled_by_user"))], ctx.clock()
+        )
+        return jobs.to_public(jobs.get(session, tenant_id, job_id))
+
+
+def cancel_quietly(ctx: AppContext, job_id: str, tenant_id: str) -> None:
+    try:
+        cancel(ctx, job_id, tenant_id)
+    except Exception:
+        log.exception("cancel after disconnect failed for job %s", job_id)
+
+
+async def follow_or_cancel(
+    ctx: AppContext, job_id: str, tenant_id: str
+) -> AsyncIterator[tuple[EventType | None, dict[str, Any]]]:
+    """A job's events until a terminal one; if the consumer goes away first (the client
+    disconnected), the job is canceled so its worker frees the slot. `None` = idle tick."""
+    ended = False
+    try:
+        async for event, data in events.follow(ctx.aredis, job_id):
+            if event in TERMINAL_EVENTS:
+                ended = True
+            yield event, data
+    finally:
+        if not ended:
+            # Not awaited: this task is being cancelled itself.
+            asyncio.get_running_loop().run_in_executor(None, cancel_quietly, ctx, job_id, tenant_id)
