@@ -24,3 +24,15 @@ def test_waits_out_the_backoff_after_a_failure() -> None:
 def test_gives_up_after_repeated_failures() -> None:
     v = may_start(BootHistory(GIVE_UP_AFTER, NOW, "ObjectNotFound"), NOW + timedelta(hours=1))
     assert v.give_up and not v.start
+
+
+def test_history_counts_the_newest_failures_before_serving() -> None:
+    from control_plane.domain.crash_loop import PastWorker, history_of
+
+    t = [NOW - timedelta(seconds=s) for s in (1, 2, 3)]
+    failed = [PastWorker(True, False, t[0], "exit_1"), PastWorker(True, False, t[1], "exit_2")]
+    assert history_of(failed) == BootHistory(2, t[0], "exit_1")
+    served = [failed[0], PastWorker(True, True, t[1], "heartbeat_lost"), failed[1]]
+    assert history_of(served).consecutive_failures == 1, "a worker that served breaks the run"
+    alive = [PastWorker(False, False, None, None), *failed]
+    assert history_of(alive) == BootHistory(0, None, None)
