@@ -8,10 +8,17 @@
 `import sdk` needs only httpx: no server or worker code is ever imported from here.
 """
 
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from sdk._async_batches import AsyncBatch
 from sdk._async_client import AsyncClient, AsyncJob
-from sdk._batches import AsyncBatch, Batch
+from sdk._batches import Batch
 from sdk._client import Client, Job
 from sdk._errors import (
+    APIConnectionError,
     APIError,
     AuthenticationError,
     BatchTimeout,
@@ -28,10 +35,10 @@ from sdk._errors import (
     ServerError,
     WebhookVerificationError,
 )
-from sdk._errors import PlatformConnectionError as ConnectionError
 from sdk._models import ApiKey, Deployment
 
 __all__ = [
+    "APIConnectionError",
     "APIError",
     "ApiKey",
     "AsyncBatch",
@@ -42,7 +49,6 @@ __all__ = [
     "BatchTimeout",
     "Client",
     "ConflictError",
-    "ConnectionError",
     "Deployment",
     "DeploymentNotReady",
     "InvalidRequestError",
@@ -57,3 +63,16 @@ __all__ = [
     "ServerError",
     "WebhookVerificationError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # NOTE: `ConnectionError` is kept for old callers but left out of __all__, so that
+    # `from sdk import *` never shadows the builtin.
+    if name == "ConnectionError":
+        warnings.warn(
+            "sdk.ConnectionError is deprecated: use sdk.APIConnectionError",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return APIConnectionError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

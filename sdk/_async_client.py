@@ -1,4 +1,5 @@
-"""The asyncio client: drives the same flows as `Client` with httpx.AsyncClient and asyncio.sleep.
+# Source of sdk/_client.py: edit this file, then run `python infra/unasync.py`.
+"""The asyncio client: drives the flows of _flows.py with httpx.AsyncClient and asyncio.sleep.
 
 Everything but the I/O lives in _base.py, _routes.py, _flows.py and _sse.py; keep it so.
 """
@@ -18,32 +19,36 @@ import httpx
 
 from sdk import _flows as flows
 from sdk import _routes as routes
+from sdk._async_batches import AsyncBatches
+from sdk._async_keys import AsyncKeys
+from sdk._async_resource import AsyncResource
+from sdk._async_usage import AsyncUsage
 from sdk._base import Call, RetryPolicy, Runtime, job_id_header, secret_of, sync_wait_s
-from sdk._batches import AsyncBatches
 from sdk._config import resolve_credentials
-from sdk._errors import PlatformConnectionError
+from sdk._errors import APIConnectionError
 from sdk._flows import Flow, Send, Sleep
-from sdk._keys import AsyncKeys
 from sdk._models import Deployment, JobView
-from sdk._resource import AsyncResource
 from sdk._sse import StreamState, settle
-from sdk._usage import AsyncUsage
 
 T = TypeVar("T")
 
 
 class AsyncClient:
-    """asyncio client for the platform's REST API; the same surface as `Client`, awaited.
+    """The asyncio client for the platform's REST API.
 
     Example:
         from sdk import AsyncClient
 
-        async with AsyncClient() as client:
-            print(await client.run("demo", {"prompt": "Hi"}))
-            async for delta in await client.run("demo", {"prompt": "Hi"}, stream=True):
-                print(delta, end="", flush=True)
-            job = await client.submit("demo", {"prompt": "Hi"})
-            await job.wait(timeout=60)
+        client = AsyncClient()  # URL/key from env or `platform login`
+        print(await client.run("demo", {"prompt": "Hi", "max_tokens": 16}))
+        async for delta in await client.run("demo", {"prompt": "Hi"}, stream=True):
+            print(delta, end="", flush=True)
+        job = await client.submit("demo", {"prompt": "Hi"}, webhook="https://example.com/hook")
+        await job.wait(timeout=60)
+
+    `transport` is any httpx transport (tests pass `httpx.MockTransport`, or an ASGI one to
+    talk to the app in process); `sleep`, `clock` and `rand` replace asyncio.sleep,
+    time.monotonic and random.random (retry jitter) for tests.
     """
 
     def __init__(
@@ -82,6 +87,8 @@ class AsyncClient:
     @property
     def base_url(self) -> str:
         return self._rt.credentials.base_url
+
+    # --- runs and jobs ---
 
     @overload
     async def run(
@@ -133,7 +140,15 @@ class AsyncClient:
         wait: bool = True,
         timeout: float | None = None,
     ) -> str | AsyncStream | AsyncJob:
-        """See `Client.run`; `stream=True` gives an `AsyncStream` to `async for` over."""
+        """Run `deployment` on `input` (a JobInput; a str is the prompt) and return its text.
+
+        On a 202 the job is polled until it ends; `timeout` (seconds, None: no limit) bounds
+        the whole wait and raises JobTimeout (for a stream: the wait after it broke off; a
+        live stream is bounded by the HTTP read timeout between events). `stream=True`
+        returns the text deltas (`AsyncStream`);
+        `wait=False` returns the job (`AsyncJob`) as the platform first answered it. A job
+        that fails raises JobFailed (ModelError when the model or input is at fault).
+        """
         started_s = self._rt.clock()
         call = routes.run(
             deployment,
@@ -145,8 +160,10 @@ class AsyncClient:
         if stream:
             response = await self._execute(flows.send(self._rt, call))
             return AsyncStream(self, response, timeout, started_s)
-        flow = flows.run(self._rt, call, wait=wait, timeout_s=timeout, started_s=started_s)
-        job = AsyncJob(await self._execute(flow), self)
+        raw = await self._execute(
+            flows.run(self._rt, call, wait=wait, timeout_s=timeout, started_s=started_s)
+        )
+        job = AsyncJob(raw, self)
         if not wait:
             return job
         settle(job, "", recovered=False)
@@ -162,7 +179,11 @@ class AsyncClient:
         idempotency_key: str | None = None,
         ttl_s: float | None = None,
     ) -> AsyncJob:
-        """See `Client.submit`: one Idempotency-Key for every retry of the call."""
+        """Queue an async job and return it at once (202).
+
+        The `Idempotency-Key` (given, else a fresh uuid4) is sent with every retry of this
+        call, so a submit re-sent after a dropped connection never creates a second job.
+        """
         call = routes.submit(
             deployment,
             input,
@@ -173,8 +194,10 @@ class AsyncClient:
         )
         return AsyncJob(await self._execute(flows.request_job(self._rt, call)), self)
 
+    # --- plumbing ---
+
     async def _execute(self, flow: Flow[T]) -> T:
-        """Drive a flow to its result with awaited I/O."""
+        """Drive a flow to its result: send what it asks for, sleep when it says so."""
         outcome: flows.Outcome = None
         while True:
             try:
@@ -212,7 +235,13 @@ class AsyncClient:
 
 
 class AsyncJob(JobView):
-    """`Job` for `AsyncClient`: the same fields, with awaitable `refresh`, `wait`, `cancel`."""
+    """One job (a run or a submit), as last fetched; see JobView for the fields.
+
+    Example:
+        job = await client.submit("demo", {"prompt": "Hi"})
+        await job.wait(timeout=60)  # JobFailed if it failed
+        print(job.status, job.output["text"], job.usage)
+    """
 
     __slots__ = ("_client",)
 
@@ -221,14 +250,19 @@ class AsyncJob(JobView):
         self._client = client
 
     async def refresh(self) -> AsyncJob:
-        flow = flows.request_job(self._client._rt, routes.get_job(self.id))
-        self._raw = await self._client._execute(flow)
+        """Fetch the job again; returns self, updated."""
+        self._raw = await self._client._execute(
+            flows.request_job(self._client._rt, routes.get_job(self.id))
+        )
         return self
 
     async def wait(
         self, timeout: float | None = None, on_update: Callable[[AsyncJob], None] | None = None
     ) -> AsyncJob:
-        """Poll until the job ends; JobFailed unless it succeeded, JobTimeout after `timeout`."""
+        """Poll until the job ends; JobFailed unless it succeeded, JobTimeout after `timeout`.
+
+        `on_update` is called with the job at every poll (status, status_reason, ...).
+        """
         hook = None if on_update is None else lambda raw: on_update(AsyncJob(raw, self._client))
         self._raw = await self._client._execute(
             flows.wait_for_job(self._client._rt, self._raw, timeout, hook)
@@ -237,13 +271,25 @@ class AsyncJob(JobView):
         return self
 
     async def cancel(self) -> AsyncJob:
-        flow = flows.request_job(self._client._rt, routes.cancel_job(self.id))
-        self._raw = await self._client._execute(flow)
+        """Ask the platform to cancel the job; returns self with the answer's state."""
+        self._raw = await self._client._execute(
+            flows.request_job(self._client._rt, routes.cancel_job(self.id))
+        )
         return self
 
 
 class AsyncStream:
-    """`Stream` for `AsyncClient`: `async for delta in stream`, then `stream.job`."""
+    """The text deltas of a streamed run, as they arrive; `job_id` is known from the start.
+
+    Example:
+        async with await client.run("demo", {"prompt": "Hi"}, stream=True) as stream:
+            async for delta in stream:
+                print(delta, end="", flush=True)
+        print(stream.job.usage)
+
+    If the connection breaks off mid-stream the job is polled to its end and the text not yet
+    streamed is yielded as one last delta, so the deltas always add up to the job's output.
+    """
 
     def __init__(
         self,
@@ -291,7 +337,6 @@ class AsyncStream:
         await self.aclose()
 
     async def _generate(self) -> AsyncGenerator[str, None]:
-        # NOTE: mirrors Stream._generate line for line; only the awaits differ.
         state = self._state
         try:
             async for line in self._response.aiter_lines():
@@ -302,36 +347,37 @@ class AsyncStream:
                     break
         except httpx.TransportError as e:
             if state.job_id is None:
-                raise PlatformConnectionError(f"the run stream broke off: {e}") from e
+                raise APIConnectionError(f"the run stream broke off: {e}") from e
         finally:
             await self._response.aclose()
         recovered = state.final is None
         if state.final is not None:
             self._job = AsyncJob(state.final, self._client)
         elif state.job_id is None:
-            raise PlatformConnectionError("the run stream ended before naming its job")
+            raise APIConnectionError("the run stream ended before naming its job")
         else:
             remaining_s = None
             if self._timeout_s is not None:
                 remaining_s = self._timeout_s - (self._client._rt.clock() - self._started_s)
-            flow = flows.recover_stream(self._client._rt, state.job_id, remaining_s)
-            self._job = AsyncJob(await self._client._execute(flow), self._client)
+            raw = await self._client._execute(
+                flows.recover_stream(self._client._rt, state.job_id, remaining_s)
+            )
+            self._job = AsyncJob(raw, self._client)
         rest = settle(self._job, state.seen_text, recovered=recovered)
         if rest:
             yield rest
 
 
-# --- resources (the async twins of those in _client.py) ---
+# --- resources ---
 
 
 class _AsyncResource(AsyncResource):
     async def _job(self, call: Call) -> AsyncJob:
-        raw = await self._run(flows.request_job(self._client._rt, call))
-        return AsyncJob(raw, self._client)
+        return AsyncJob(await self._run(flows.request_job(self._client._rt, call)), self._client)
 
 
 class AsyncJobs(_AsyncResource):
-    """`client.jobs` of AsyncClient."""
+    """`client.jobs`: read, list and cancel jobs."""
 
     async def get(self, job_id: str) -> AsyncJob:
         return await self._job(routes.get_job(job_id))
@@ -339,22 +385,29 @@ class AsyncJobs(_AsyncResource):
     async def list(
         self, deployment: str | None = None, status: str | None = None, limit: int | None = None
     ) -> builtins.list[AsyncJob]:
+        """Jobs, newest first, optionally of one deployment / in one status; at most `limit`."""
         raws = await self._list(routes.list_jobs(deployment, status), limit)
         return [AsyncJob(raw, self._client) for raw in raws]
 
     async def cancel(self, job_id: str) -> AsyncJob:
+        """Ask the platform to cancel a job; returns the job as the platform answered."""
         return await self._job(routes.cancel_job(job_id))
 
 
 class AsyncDeployments(_AsyncResource):
-    """`client.deployments` of AsyncClient."""
+    """`client.deployments`: create, update, read and delete deployments."""
 
     async def create(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> Deployment:
+        """Create from a DeploymentSpec (a dict, keyword fields, or both; fields win).
+
+        Example: await client.deployments.create(name="demo", model="s3://models/demo/")
+        """
         return Deployment(await self._json(routes.create_deployment({**(spec or {}), **fields})))
 
     async def update(
         self, name: str, spec: Mapping[str, Any] | None = None, **fields: Any
     ) -> Deployment:
+        """Replace the spec of `name` (PUT); the version goes up when something changed."""
         call = routes.update_deployment(name, {**(spec or {}), **fields})
         return Deployment(await self._json(call))
 
@@ -365,6 +418,7 @@ class AsyncDeployments(_AsyncResource):
         return [Deployment(raw) for raw in await self._list(routes.list_deployments(), None)]
 
     async def delete(self, name: str) -> None:
+        """Delete `name`; its workers drain and stop."""
         await self._json(routes.delete_deployment(name))
 
     async def wait_ready(
@@ -374,13 +428,18 @@ class AsyncDeployments(_AsyncResource):
         timeout: float | None = 600.0,
         on_update: Callable[[builtins.list[dict[str, Any]]], None] | None = None,
     ) -> dict[str, Any]:
-        """See `Client.deployments.wait_ready`."""
+        """Wait until a worker of `version` (None: the current one) is idle or busy; return it.
+
+        Raises DeploymentNotReady when one of its workers fails or `timeout` passes.
+        `on_update` sees that version's workers at every poll. NOTE: with min_workers 0 no
+        worker starts until a call arrives, so this waits for one.
+        """
         flow = flows.wait_ready(self._client._rt, name, version, timeout, on_update)
         return await self._run(flow)
 
 
 class AsyncBilling(_AsyncResource):
-    """`client.billing` of AsyncClient."""
+    """`client.billing`: per-second billing records of workers."""
 
     async def records(
         self,
@@ -391,9 +450,9 @@ class AsyncBilling(_AsyncResource):
         since: datetime | str | None = None,
         until: datetime | str | None = None,
     ) -> list[dict[str, Any]]:
-        return await self._list(
-            routes.billing_records(deployment, worker_id, phase, since, until), limit
-        )
+        """BillingRecords; `seconds`, `rate_per_s` and `amount` are decimal strings."""
+        call = routes.billing_records(deployment, worker_id, phase, since, until)
+        return await self._list(call, limit)
 
     async def check(self) -> dict[str, Any]:
         """Drift between billing records, workers and jobs: `{"ok": bool, "issues": [...]}`."""
@@ -402,17 +461,20 @@ class AsyncBilling(_AsyncResource):
 
 
 class AsyncWorkers(_AsyncResource):
-    """`client.workers` of AsyncClient."""
+    """`client.workers`: live and recently stopped workers."""
 
     async def list(self, deployment: str | None = None) -> builtins.list[dict[str, Any]]:
         return await self._list(routes.list_workers(deployment), None)
 
 
 class AsyncWebhooks(_AsyncResource):
-    """`client.webhooks` of AsyncClient."""
+    """`client.webhooks`: the secret that signs this tenant's webhooks."""
 
     async def secret(self) -> str:
+        """The `whsec_...` secret to pass to `sdk.webhooks.verify`."""
         return secret_of(await self._json(routes.webhook_secret()))
 
     async def rotate_secret(self) -> str:
+        """A new signing secret, returned; the old one keeps signing too for the platform's
+        rotation overlap (24 h by default), so receivers can switch without losing events."""
         return secret_of(await self._json(routes.rotate_webhook_secret()))

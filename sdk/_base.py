@@ -29,6 +29,8 @@ from sdk._errors import (
 
 USER_AGENT = "platform-sdk-python/0.1.0"
 JOB_ID_HEADER = "X-Job-Id"
+# The status of a batch, on the answer that streams its results.
+BATCH_STATUS_HEADER = "X-Batch-Status"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 # Answers that mean "the platform did not take the request; try again later".
 RETRY_STATUSES = frozenset({429, 502, 503, 504})

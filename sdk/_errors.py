@@ -8,7 +8,7 @@
     │   ├── ConflictError           409: e.g. a deployment with that name exists
     │   ├── RateLimitError          429 after retries (.retry_after)
     │   └── ServerError             5xx after retries: the platform failed
-    ├── PlatformConnectionError     transport failure after retries (exported as ConnectionError)
+    ├── APIConnectionError          the platform could not be reached, after retries
     ├── JobError                    about one job (.job_id always set)
     │   ├── JobFailed               the job ended failed / canceled / expired / timed_out (.job)
     │   │   └── ModelError          ... because of the model or its input ("your model failed")
@@ -20,8 +20,9 @@
 `ModelError` versus everything else mirrors Replicate's split: a `ModelError` is yours to fix
 (bad input, a model that raises); the rest is the platform's or the network's.
 
-NOTE: the transport error is named `PlatformConnectionError` inside the package so that the
-builtin `ConnectionError` is never shadowed here; `sdk.ConnectionError` is the exported alias.
+NOTE: the transport error is `APIConnectionError` (openai-python's name), never
+`ConnectionError`, so `from sdk import *` cannot shadow the builtin; `sdk.ConnectionError` is a
+deprecated alias of it. It is no `APIError`: the platform never answered.
 """
 
 from __future__ import annotations
@@ -121,8 +122,15 @@ class ServerError(APIError):
     """5xx after every retry: the platform failed; the request may be retried later."""
 
 
-class PlatformConnectionError(PlatformError):
-    """The platform could not be reached (refused, reset, timed out) after every retry."""
+class APIConnectionError(PlatformError):
+    """The platform could not be reached (refused, reset, timed out) after every retry.
+
+    Example:
+        try:
+            client.jobs.get("job_1")
+        except APIConnectionError as e:
+            print("platform unreachable:", e)
+    """
 
 
 class JobError(PlatformError):

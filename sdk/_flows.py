@@ -31,10 +31,10 @@ from sdk._base import (
     retry_delay_s,
 )
 from sdk._errors import (
+    APIConnectionError,
     BatchTimeout,
     DeploymentNotReady,
     JobTimeout,
-    PlatformConnectionError,
     PlatformError,
 )
 from sdk._models import BATCH_TERMINAL_STATUSES, SERVING_WORKER_STATES, TERMINAL_STATUSES
@@ -77,7 +77,7 @@ def send(rt: Runtime, call: Call) -> Flow[httpx.Response]:
         yield Sleep(delay)
     if isinstance(outcome, httpx.TransportError):
         reason = str(outcome) or type(outcome).__name__
-        raise PlatformConnectionError(
+        raise APIConnectionError(
             f"cannot reach the platform at {rt.credentials.base_url} "
             f"({call.method} {call.path}, {retry + 1} tries): {reason}",
             job_id=call.job_id,

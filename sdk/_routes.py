@@ -12,6 +12,9 @@ from urllib.parse import quote
 
 from sdk._base import Call
 
+# A time filter: an aware datetime (sent in UTC) or an ISO 8601 string; None: no bound.
+Time = datetime | str | None
+
 
 def new_idempotency_key() -> str:
     return str(uuid.uuid4())
@@ -225,6 +228,9 @@ def batch_results(batch_id: str) -> Call:
 
 # --- API keys -------------------------------------------------------------------------------
 
+# The scopes a key can hold (docs/api.md); a new key gets ["run", "read"] unless told.
+SCOPES = ("admin", "deploy", "run", "read")
+
 
 def create_key(name: str, scopes: Sequence[str] | None) -> Call:
     body: dict[str, Any] = {"name": name}
@@ -243,6 +249,9 @@ def revoke_key(key_id: str) -> Call:
 
 
 # --- usage (per-job usage and cost summaries) -----------------------------------------------
+
+# What `usage_summary` can group by (GET /v1/usage/summary).
+GROUP_BY = ("deployment", "day", "hour", "api_key", "phase")
 
 
 def list_usage(

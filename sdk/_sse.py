@@ -14,7 +14,8 @@ from typing import Any
 from sdk._errors import PlatformError, job_failure
 from sdk._models import JobView
 
-TERMINAL_EVENTS = frozenset({"completed", "failed", "canceled"})
+# The event that ends a run stream; each but `completed` (= succeeded) is the job's status.
+TERMINAL_EVENTS = frozenset({"completed", "failed", "canceled", "expired", "timed_out"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +95,10 @@ class StreamState:
             final = dict(data)
             if self.job_id and not final.get("id"):
                 final["id"] = self.job_id
-            # A `failed`/`canceled` event always ends the job that way, whatever it carries.
+            # A terminal event other than `completed` always ends the job with that status,
+            # whatever it carries.
             if event.event != "completed" and final.get("status") in (None, "succeeded"):
-                final["status"] = "failed" if event.event == "failed" else "canceled"
+                final["status"] = event.event
             self.final = final
         # starting / running / unknown events carry no text.
         return None

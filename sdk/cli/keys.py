@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from sdk._keys import SCOPES
+from sdk._routes import SCOPES
 from sdk.cli import _common
 
 app = typer.Typer(help="API keys: create, list and revoke.", no_args_is_help=True)

@@ -6,7 +6,7 @@ import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -160,9 +160,9 @@ def _ensure_bucket(s3: S3Client, bucket: str, client_error: type[Exception]) -> 
             raise
         region = s3.meta.region_name
         if region and region != "us-east-1":  # AWS wants the region spelled out elsewhere
-            s3.create_bucket(
-                Bucket=bucket, CreateBucketConfiguration={"LocationConstraint": region}
-            )
+            # Any region name: boto3's stubs only list the regions they knew when released.
+            config: Any = {"LocationConstraint": region}
+            s3.create_bucket(Bucket=bucket, CreateBucketConfiguration=config)
         else:
             s3.create_bucket(Bucket=bucket)
         typer.echo(f"created bucket {bucket}", err=True)

@@ -1,4 +1,4 @@
-"""`platform status`: deployments with their queues, workers by state (and why), warm pool."""
+"""`platform status`: deployments with their queues, workers by state (and why)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ WAITING = ("queued", "starting")
 
 
 def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Show deployments with their queue depth, live workers by state with reasons, and the
-    warm pool.
+    """Show deployments with their queue depth, and live workers by state with reasons.
 
     Queue depth counts the jobs queued or starting (a worker is booting for them).
 
@@ -33,8 +32,6 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
             state: Counter(j.deployment for j in client.jobs.list(status=state, limit=MAX_COUNTED))
             for state in WAITING
         }
-    warm_pool = [w for w in workers if _is_pooled(w)]
-    assigned = [w for w in workers if not _is_pooled(w)]
     summary: list[dict[str, Any]] = [
         {
             "name": d.name,
@@ -46,18 +43,11 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
         for d in deployments
     ]
     if as_json:
-        _common.print_json(
-            {
-                "url": url,
-                "deployments": summary,
-                "workers": assigned,
-                "warm_pool": {"workers": len(warm_pool), "idle": _idle(warm_pool)},
-            }
-        )
+        _common.print_json({"url": url, "deployments": summary, "workers": workers})
         return
     queued = sum(s["queued"] + s["starting"] for s in summary)
     typer.echo(
-        f"platform at {url}: {len(deployments)} deployment(s), {len(assigned)} worker(s), "
+        f"platform at {url}: {len(deployments)} deployment(s), {len(workers)} worker(s), "
         f"{queued} job(s) waiting"
     )
     if summary:
@@ -75,7 +65,7 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
                 for s in summary
             ],
         )
-    if assigned:
+    if workers:
         typer.echo("")
         _common.print_table(
             ("worker", "deployment", "version", "state", "reason", "started"),
@@ -88,21 +78,9 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
                     w.get("reason"),
                     w.get("started_at"),
                 )
-                for w in assigned
+                for w in workers
             ],
         )
-    if warm_pool:
-        typer.echo("")
-        typer.echo(f"warm pool: {len(warm_pool)} worker(s), {_idle(warm_pool)} idle")
-
-
-def _is_pooled(worker: dict[str, Any]) -> bool:
-    """A warm-pool worker: runtime up, no deployment assigned yet."""
-    return worker.get("deployment") in (None, "", "?")
-
-
-def _idle(workers: list[dict[str, Any]]) -> int:
-    return sum(1 for w in workers if w.get("state") == "idle")
 
 
 def _count(n: int) -> str:

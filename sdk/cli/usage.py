@@ -17,7 +17,7 @@ import typer
 from sdk import Client
 from sdk._base import is_missing_route
 from sdk._errors import NotFoundError
-from sdk._usage import GROUP_BY
+from sdk._routes import GROUP_BY
 from sdk.cli import _common
 
 # Billing phases in the order a worker lives them.

@@ -2,14 +2,15 @@
 deployments, jobs, idempotent retries after a lost answer, 429 + Retry-After, keys,
 batches, the error mapping, and AsyncClient over ASGI.
 
-The sync Client talks to the app through the TestClient (which runs the app's event loop in
-its own thread), adapted into an httpx transport; AsyncClient uses httpx.ASGITransport.
+Each test runs over both clients (the `twin` fixture of tests/unit/test_sdk_client.py). They
+talk to the app through the TestClient (which runs the app's event loop in its own thread),
+adapted into an httpx transport; test_async_client_over_asgi uses httpx.ASGITransport too.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -31,6 +32,9 @@ from sdk import (
 )
 from tests.integration.api_helpers import WORKER, h
 from tests.integration.test_quotas import tenant_key
+from tests.unit.test_sdk_client import Twin, twin
+
+__all__ = ["twin"]  # a fixture, used by name
 
 BASE = "http://testserver"
 MODEL = "s3://models/demo/"
@@ -93,10 +97,19 @@ class LoseAnswers(httpx.BaseTransport):
         return response
 
 
-def sdk(app: TestClient, key: str, **options: Any) -> Client:
-    options.setdefault("transport", AppTransport(app))
-    options.setdefault("sleep", lambda _s: None)
-    return Client(BASE, key, **options)
+Connect = Callable[..., Client]
+
+
+@pytest.fixture
+def sdk(app: TestClient, twin: Twin) -> Connect:
+    """`sdk(key, **options)`: the twin under test, talking to the app."""
+
+    def connect(key: str, **options: Any) -> Client:
+        options.setdefault("transport", AppTransport(app))
+        options.setdefault("sleep", lambda _s: None)
+        return twin.client(BASE, key, **options)
+
+    return connect
 
 
 def jobs_on_server(app: TestClient, key: str) -> list[dict[str, Any]]:
@@ -104,8 +117,8 @@ def jobs_on_server(app: TestClient, key: str) -> list[dict[str, Any]]:
     return data
 
 
-def test_deployments_crud(app: TestClient, keys: dict[str, str]) -> None:
-    with sdk(app, keys["a"]) as client:
+def test_deployments_crud(app: TestClient, keys: dict[str, str], sdk: Connect) -> None:
+    with sdk(keys["a"]) as client:
         created = client.deployments.create(name="demo", model=MODEL, scaledown_window_s=5)
         assert (created.name, created.version, created.model) == ("demo", 1, MODEL)
         assert client.deployments.get("demo").spec["scaledown_window_s"] == 5
@@ -120,8 +133,8 @@ def test_deployments_crud(app: TestClient, keys: dict[str, str]) -> None:
         assert "demo" in str(missing.value)
 
 
-def test_submit_get_list_cancel(app: TestClient, keys: dict[str, str]) -> None:
-    with sdk(app, keys["a"]) as client:
+def test_submit_get_list_cancel(app: TestClient, keys: dict[str, str], sdk: Connect) -> None:
+    with sdk(keys["a"]) as client:
         client.deployments.create(name="demo", model=MODEL)
         job = client.submit("demo", {"prompt": "Hi", "max_tokens": 4})
         assert job.status == "queued" and job.id.startswith("job_")
@@ -137,21 +150,21 @@ def test_submit_get_list_cancel(app: TestClient, keys: dict[str, str]) -> None:
 
 
 def test_a_create_whose_answer_is_lost_is_retried_into_the_same_object(
-    app: TestClient, keys: dict[str, str]
+    app: TestClient, keys: dict[str, str], sdk: Connect
 ) -> None:
     """The connection drops after the server committed: the SDK sends the request again with
     the same Idempotency-Key and gets the object it already created, never a second one."""
-    with sdk(app, keys["a"]) as admin:
+    with sdk(keys["a"]) as admin:
         admin.deployments.create(name="demo", model=MODEL)
 
     lossy = LoseAnswers(AppTransport(app), "POST /v1/deployments/demo/jobs", count=2)
-    with sdk(app, keys["a"], transport=lossy) as client:
+    with sdk(keys["a"], transport=lossy) as client:
         job = client.submit("demo", "Hi")
     assert lossy.seen == 3, "sent three times: two answers were lost"
     assert [j["id"] for j in jobs_on_server(app, keys["a"])] == [job.id], "one job, not three"
 
     lossy = LoseAnswers(AppTransport(app), "POST /v1/batches")
-    with sdk(app, keys["a"], transport=lossy) as client:
+    with sdk(keys["a"], transport=lossy) as client:
         batch = client.batches.create(["a", "b"], deployment="demo")
         assert lossy.seen == 2
         assert [b.id for b in client.batches.list()] == [batch.id]
@@ -159,11 +172,11 @@ def test_a_create_whose_answer_is_lost_is_retried_into_the_same_object(
 
 
 def test_429_honours_retry_after_then_raises(
-    app: TestClient, database_url: str, keys: dict[str, str]
+    app: TestClient, database_url: str, keys: dict[str, str], sdk: Connect
 ) -> None:
     key = tenant_key(database_url, requests_per_min=2)
     slept: list[float] = []
-    with sdk(app, key, sleep=slept.append, max_retries=2) as client:
+    with sdk(key, sleep=slept.append, max_retries=2) as client:
         client.deployments.create(name="demo", model=MODEL)
         client.submit("demo", "a")
         client.submit("demo", "b")
@@ -175,13 +188,13 @@ def test_429_honours_retry_after_then_raises(
     assert len(jobs_on_server(app, key)) == 2, "nothing was created over the limit"
 
 
-def test_keys_create_list_revoke(app: TestClient, keys: dict[str, str]) -> None:
-    with sdk(app, keys["a"]) as client:
+def test_keys_create_list_revoke(app: TestClient, keys: dict[str, str], sdk: Connect) -> None:
+    with sdk(keys["a"]) as client:
         key = client.keys.create(name="ci", scopes=["read"])
         assert key.key and key.key.startswith("pk_") and key.scopes == ["read"]
         listed = {k.id: k for k in client.keys.list()}
         assert listed[key.id].name == "ci" and listed[key.id].key is None
-        with sdk(app, key.key) as ci:
+        with sdk(key.key) as ci:
             assert ci.deployments.list() == []
             with pytest.raises(AuthenticationError) as forbidden:
                 ci.deployments.create(name="demo", model=MODEL)
@@ -193,8 +206,8 @@ def test_keys_create_list_revoke(app: TestClient, keys: dict[str, str]) -> None:
         assert {k.id: k for k in client.keys.list()}[key.id].revoked
 
 
-def test_errors_name_what_was_wrong(app: TestClient, keys: dict[str, str]) -> None:
-    with sdk(app, keys["a"]) as client:
+def test_errors_name_what_was_wrong(app: TestClient, keys: dict[str, str], sdk: Connect) -> None:
+    with sdk(keys["a"]) as client:
         with pytest.raises(NotFoundError) as unknown:
             client.submit("nope", "Hi")
         assert "nope" in str(unknown.value) and unknown.value.status == 404
@@ -215,13 +228,15 @@ def test_errors_name_what_was_wrong(app: TestClient, keys: dict[str, str]) -> No
         with pytest.raises(NotFoundError):
             client.jobs.get(client.submit("demo", "x").id + "0")
 
-    with sdk(app, "pk_wrong_secret") as stranger, pytest.raises(AuthenticationError) as e:
+    with sdk("pk_wrong_secret") as stranger, pytest.raises(AuthenticationError) as e:
         stranger.deployments.list()
     assert e.value.status == 401
 
 
-def test_batches_get_list_results_cancel(app: TestClient, keys: dict[str, str]) -> None:
-    with sdk(app, keys["a"]) as client:
+def test_batches_get_list_results_cancel(
+    app: TestClient, keys: dict[str, str], sdk: Connect
+) -> None:
+    with sdk(keys["a"]) as client:
         client.deployments.create(name="demo", model=MODEL)
         batch = client.batches.create(
             [{"prompt": "a"}, "b", "c"], deployment="demo", max_in_flight=2

@@ -362,7 +362,7 @@ def test_keys_revoke_by_the_key_or_its_prefix() -> None:
 # --- status ---------------------------------------------------------------------------------
 
 
-def test_status_shows_queues_workers_with_reasons_and_the_warm_pool() -> None:
+def test_status_shows_queues_and_workers_with_reasons() -> None:
     def jobs(request: httpx.Request) -> httpx.Response:
         status = request.url.params["status"]
         data = [job(status)] * (2 if status == "queued" else 1)
@@ -378,7 +378,6 @@ def test_status_shows_queues_workers_with_reasons_and_the_warm_pool() -> None:
             "reason": "crash_loop",
         },
         {"id": "wrk_3", "deployment": "demo", "deployment_version": 2, "state": "stopped"},
-        {"id": "wrk_p", "deployment": None, "state": "idle"},
     ]
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -395,9 +394,10 @@ def test_status_shows_queues_workers_with_reasons_and_the_warm_pool() -> None:
     assert "demo\t3\tbusy=2 idle=1\t2\t1" in out
     assert "wrk_2\tdemo\t3\tfailed\tcrash_loop" in out
     assert "wrk_3" not in out, "stopped workers are history"
-    assert "warm pool: 1 worker(s), 1 idle" in out
+    assert "warm pool" not in out, "there is no warm pool to report"
     data = json.loads(invoke(["status", "--json"], transport=httpx.MockTransport(handler)).stdout)
-    assert data["deployments"][0]["queued"] == 2 and data["warm_pool"] == {"workers": 1, "idle": 1}
+    assert data["deployments"][0]["queued"] == 2 and "warm_pool" not in data
+    assert [w["id"] for w in data["workers"]] == ["wrk_1", "wrk_2"]
 
 
 # --- deploy --wait --------------------------------------------------------------------------

@@ -1,26 +1,39 @@
-"""SDK clients against httpx.MockTransport: requests, errors, polling, SSE, retries, config."""
+"""SDK clients against httpx.MockTransport: requests, errors, polling, SSE, retries, config.
+
+Every test that talks to the platform runs twice, over `Client` and over `AsyncClient` (the
+`twin` fixture): the async one is driven through `Blocking`, which runs each coroutine it
+returns to the end, so one test body holds both to the same behaviour.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import Any, cast
 
 import httpx
 import pytest
 
 import sdk
 from sdk import (
+    APIConnectionError,
     APIError,
+    AsyncBatch,
     AsyncClient,
+    AsyncJob,
     AuthenticationError,
+    Batch,
     Client,
     ConflictError,
     Deployment,
     InvalidRequestError,
+    Job,
     JobFailed,
     JobTimeout,
     ModelError,
@@ -29,8 +42,12 @@ from sdk import (
     RateLimitError,
     ServerError,
 )
+from sdk._async_batches import AsyncBatchResults
+from sdk._async_client import AsyncStream
+from sdk._async_resource import AsyncResource
 from sdk._base import RetryPolicy, backoff_s, parse_retry_after, poll_interval_s
 from sdk._config import Credentials, write_config
+from sdk._models import BatchView, JobView
 from sdk._sse import SSEDecoder
 
 BASE = "http://platform.test"
@@ -77,8 +94,164 @@ class FakeTime:
         self.sleeps.append(seconds)
         self.now += seconds
 
-    async def async_sleep(self, seconds: float) -> None:
-        self.sleep(seconds)
+
+# --- both clients, one test body ------------------------------------------------------------
+
+# What Blocking wraps: the async SDK objects with coroutine methods or async iteration.
+ASYNC_TYPES = (AsyncClient, AsyncResource, AsyncJob, AsyncStream, AsyncBatch, AsyncBatchResults)
+# Blocking names whose async counterpart is spelled differently.
+ASYNC_NAMES = {"close": "aclose"}
+
+
+class Blocking:
+    """A blocking view of an async SDK object: every coroutine it returns is run to its end on
+    the test's event loop, `for`/`next` and `with` map onto `async for` and `async with`, and
+    what comes back (a job, a stream, a resource) is viewed the same way.
+
+    NOTE: `isinstance(view, AsyncJob)` holds, as for the object itself (`__class__`).
+    """
+
+    def __init__(self, target: Any, runner: asyncio.Runner) -> None:
+        self._target = target
+        self._runner = runner
+
+    @property
+    def __class__(self) -> type:
+        return type(self._target)
+
+    def _await(self, value: Any) -> Any:
+        if inspect.isawaitable(value):
+            value = self._runner.run(value)
+        if isinstance(value, list):
+            return [self._await(item) for item in value]
+        return Blocking(value, self._runner) if isinstance(value, ASYNC_TYPES) else value
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, ASYNC_NAMES.get(name, name))
+        if not inspect.ismethod(value):
+            return self._await(value)
+        return lambda *args, **kwargs: self._await(value(*args, **kwargs))
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        try:
+            return self._await(self._target.__anext__())
+        except StopAsyncIteration:
+            raise StopIteration from None
+
+    def __enter__(self) -> Any:
+        return self._await(self._target.__aenter__())
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._await(self._target.__aexit__(exc_type, exc, tb))
+
+    def __repr__(self) -> str:
+        return repr(self._target)
+
+
+class AsyncOver(httpx.AsyncBaseTransport):
+    """A sync transport (a test double) offered to AsyncClient: each request is handled inline."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner = inner
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        return self.inner.handle_request(request)
+
+
+@dataclass(frozen=True)
+class Twin:
+    """One of the two clients, as the tests drive it."""
+
+    name: str  # "sync" or "async": the test id
+    Job: type[JobView]  # what a run with wait=False returns
+    Batch: type[BatchView]  # what batches.create returns
+    runner: asyncio.Runner | None = None  # the async client's event loop, one per test
+
+    def client(
+        self,
+        *args: Any,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] | None = None,
+        **kwargs: Any,
+    ) -> Client:
+        """`Client(*args, ...)`, or the same AsyncClient behind a Blocking view (typed as
+        Client: it answers as one); a sync `transport` or `sleep` is adapted for it."""
+        if self.runner is None:
+            if sleep is not None:
+                kwargs["sleep"] = sleep
+            return Client(*args, transport=transport, **kwargs)
+        if sleep is not None:
+            blocking_sleep = sleep
+
+            async def async_sleep(seconds: float) -> None:
+                blocking_sleep(seconds)
+
+            kwargs["sleep"] = async_sleep
+        async_transport: httpx.AsyncBaseTransport | None = None
+        if isinstance(transport, httpx.AsyncBaseTransport):
+            async_transport = transport  # MockTransport serves both clients
+        elif transport is not None:
+            async_transport = AsyncOver(transport)
+        client = AsyncClient(*args, transport=async_transport, **kwargs)
+        return cast(Client, Blocking(client, self.runner))
+
+
+@pytest.fixture(params=["sync", "async"])
+def twin(request: pytest.FixtureRequest) -> Iterator[Twin]:
+    if request.param == "sync":
+        yield Twin("sync", Job, Batch)
+        return
+    with asyncio.Runner() as runner:
+        yield Twin("async", AsyncJob, AsyncBatch, runner)
+
+
+MakeClient = Callable[..., Client]
+
+
+@pytest.fixture
+def make_client(twin: Twin) -> MakeClient:
+    """`make_client(server, fake_time, **options)`: the twin against a scripted Server."""
+
+    def make(server: Server, fake_time: FakeTime, **kwargs: Any) -> Client:
+        return twin.client(
+            BASE,
+            KEY,
+            transport=httpx.MockTransport(server),
+            sleep=fake_time.sleep,
+            clock=fake_time.clock,
+            rand=lambda: 0.5,
+            **kwargs,
+        )
+
+    return make
+
+
+class Chunks(httpx.SyncByteStream, httpx.AsyncByteStream):
+    """A response body in pieces, for either client; then `error`, if given, is raised (the
+    connection drops mid-body)."""
+
+    def __init__(self, chunks: list[bytes], error: Exception | None = None) -> None:
+        self.chunks = chunks
+        self.error = error
+
+    def __iter__(self) -> Iterator[bytes]:
+        yield from self.chunks
+        if self.error is not None:
+            raise self.error
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+        if self.error is not None:
+            raise self.error
 
 
 @pytest.fixture(autouse=True)
@@ -91,30 +264,6 @@ def _isolated_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 @pytest.fixture
 def fake_time() -> FakeTime:
     return FakeTime()
-
-
-def make_client(server: Server, fake_time: FakeTime, **kwargs: Any) -> Client:
-    return Client(
-        BASE,
-        KEY,
-        transport=httpx.MockTransport(server),
-        sleep=fake_time.sleep,
-        clock=fake_time.clock,
-        rand=lambda: 0.5,
-        **kwargs,
-    )
-
-
-def make_async_client(server: Server, fake_time: FakeTime, **kwargs: Any) -> AsyncClient:
-    return AsyncClient(
-        BASE,
-        KEY,
-        transport=httpx.MockTransport(server),
-        sleep=fake_time.async_sleep,
-        clock=fake_time.clock,
-        rand=lambda: 0.5,
-        **kwargs,
-    )
 
 
 def job(job_id: str = "job_1", status: str = "succeeded", **fields: Any) -> dict[str, Any]:
@@ -147,7 +296,9 @@ def sse(*events: tuple[str, dict[str, Any]], job_id: str = "job_1") -> httpx.Res
 # --- request building and config ------------------------------------------------------------
 
 
-def test_run_builds_the_documented_request_and_returns_the_text(fake_time: FakeTime) -> None:
+def test_run_builds_the_documented_request_and_returns_the_text(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(answer(200, job(), **{"X-Job-Id": "job_1"}))
     with make_client(server, fake_time) as client:
         text = client.run("demo", {"prompt": "Hi", "max_tokens": 16})
@@ -167,61 +318,67 @@ def test_run_builds_the_documented_request_and_returns_the_text(fake_time: FakeT
     assert request.extensions["timeout"]["read"] == 30.0
 
 
-def test_a_bare_string_input_is_the_prompt(fake_time: FakeTime) -> None:
+def test_a_bare_string_input_is_the_prompt(fake_time: FakeTime, make_client: MakeClient) -> None:
     server = Server(answer(200, job()))
     make_client(server, fake_time).run("demo", "Hi")
     assert server.body(0)["input"] == {"prompt": "Hi"}
 
 
-def test_names_are_percent_encoded_into_one_path_segment(fake_time: FakeTime) -> None:
+def test_names_are_percent_encoded_into_one_path_segment(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(answer(200, job()))
     make_client(server, fake_time).jobs.get("job/../x")
     assert server.requests[0].url.raw_path == b"/v1/jobs/job%2F..%2Fx"
 
 
 def test_config_precedence_args_env_file_default(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, twin: Twin
 ) -> None:
-    def seen(client: Client) -> tuple[str, str | None]:
+    def seen(*args: str) -> tuple[str, str | None]:
         server = Server(answer(200, {"data": []}))
-        client._http = httpx.Client(transport=httpx.MockTransport(server))
-        client.workers.list()
+        twin.client(*args, transport=httpx.MockTransport(server)).workers.list()
         request = server.requests[0]
         url = str(request.url.copy_with(query=None))
         return url.removesuffix("/v1/workers"), request.headers.get("authorization")
 
-    assert seen(Client()) == ("http://127.0.0.1:8000", None)
+    assert seen() == ("http://127.0.0.1:8000", None)
 
     config = tmp_path / "config.json"
     write_config(config, "http://from-file:1", "key-file")
     assert config.stat().st_mode & 0o777 == 0o600
     monkeypatch.setenv("PLATFORM_CONFIG", str(config))
-    assert seen(Client()) == ("http://from-file:1", "Bearer key-file")
+    assert seen() == ("http://from-file:1", "Bearer key-file")
 
     monkeypatch.setenv("PLATFORM_URL", "http://from-env:2/")
-    assert seen(Client()) == ("http://from-env:2", "Bearer key-file")
+    assert seen() == ("http://from-env:2", "Bearer key-file")
     monkeypatch.setenv("PLATFORM_API_KEY", "key-env")
-    assert seen(Client()) == ("http://from-env:2", "Bearer key-env")
+    assert seen() == ("http://from-env:2", "Bearer key-env")
 
-    assert seen(Client("http://explicit:3", "key-arg")) == ("http://explicit:3", "Bearer key-arg")
+    assert seen("http://explicit:3", "key-arg") == ("http://explicit:3", "Bearer key-arg")
 
 
 def test_a_broken_config_file_is_a_clear_error(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, twin: Twin
 ) -> None:
     config = tmp_path / "config.json"
     config.write_text("{not json")
     monkeypatch.setenv("PLATFORM_CONFIG", str(config))
     with pytest.raises(PlatformError, match="not valid JSON"):
-        Client()
+        twin.client()
 
 
-def test_a_url_without_a_scheme_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_url_without_a_scheme_is_refused(monkeypatch: pytest.MonkeyPatch, twin: Twin) -> None:
     with pytest.raises(PlatformError, match=r"'localhost:8000' \(from the base_url argument\)"):
-        Client("localhost:8000")
+        twin.client("localhost:8000")
     monkeypatch.setenv("PLATFORM_URL", "ftp://x")
     with pytest.raises(PlatformError, match="PLATFORM_URL"):
-        Client()
+        twin.client()
+
+
+def test_max_retries_below_zero_is_refused(twin: Twin) -> None:
+    with pytest.raises(ValueError, match="max_retries"):
+        twin.client(BASE, KEY, max_retries=-1)
 
 
 def test_credentials_repr_hides_the_key() -> None:
@@ -247,7 +404,7 @@ def test_credentials_repr_hides_the_key() -> None:
     ],
 )
 def test_problem_json_maps_to_the_error_class(
-    status: int, error_class: type[APIError], fake_time: FakeTime
+    status: int, error_class: type[APIError], fake_time: FakeTime, make_client: MakeClient
 ) -> None:
     server = Server(problem(status, "Nope", "deployment 'x' does not exist"))
     client = make_client(server, fake_time, max_retries=0)
@@ -263,7 +420,9 @@ def test_problem_json_maps_to_the_error_class(
     assert "deployment 'x' does not exist" in str(error)
 
 
-def test_validation_errors_and_the_job_id_header(fake_time: FakeTime) -> None:
+def test_validation_errors_and_the_job_id_header(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     errors = [{"field": "input.max_tokens", "message": "must be <= 4096"}]
     response = problem(422, "Unprocessable Entity", "invalid input", errors=errors)
     response.headers["X-Job-Id"] = "job_9"
@@ -274,7 +433,9 @@ def test_validation_errors_and_the_job_id_header(fake_time: FakeTime) -> None:
     assert caught.value.job_id == "job_9"
 
 
-def test_an_error_that_is_not_json_keeps_its_text(fake_time: FakeTime) -> None:
+def test_an_error_that_is_not_json_keeps_its_text(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     html = httpx.Response(502, text="<html>bad gateway</html>")
     client = make_client(Server(html, html, html, html), fake_time)
     with pytest.raises(ServerError) as caught:
@@ -287,7 +448,7 @@ def test_an_error_that_is_not_json_keeps_its_text(fake_time: FakeTime) -> None:
 # --- sync runs: polling and job failures ----------------------------------------------------
 
 
-def test_a_202_is_polled_until_the_job_ends(fake_time: FakeTime) -> None:
+def test_a_202_is_polled_until_the_job_ends(fake_time: FakeTime, make_client: MakeClient) -> None:
     server = Server(
         answer(202, job(status="queued"), **{"X-Job-Id": "job_1"}),
         answer(200, job(status="starting", status_reason="no_capacity")),
@@ -299,7 +460,9 @@ def test_a_202_is_polled_until_the_job_ends(fake_time: FakeTime) -> None:
     assert fake_time.sleeps == [poll_interval_s(0), poll_interval_s(1), poll_interval_s(2)]
 
 
-def test_the_job_id_comes_from_the_header_when_the_body_has_none(fake_time: FakeTime) -> None:
+def test_the_job_id_comes_from_the_header_when_the_body_has_none(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     body = job(status="running")
     del body["id"]
     server = Server(answer(202, body, **{"X-Job-Id": "job_7"}), answer(200, job("job_7")))
@@ -307,7 +470,9 @@ def test_the_job_id_comes_from_the_header_when_the_body_has_none(fake_time: Fake
     assert server.requests[1].url.path == "/v1/jobs/job_7"
 
 
-def test_a_run_that_outlives_its_timeout_raises_job_timeout(fake_time: FakeTime) -> None:
+def test_a_run_that_outlives_its_timeout_raises_job_timeout(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     running = answer(200, job(status="running"))
     server = Server(answer(202, job(status="running")), *[running] * 50)
     with pytest.raises(JobTimeout) as caught:
@@ -330,7 +495,11 @@ def test_a_run_that_outlives_its_timeout_raises_job_timeout(fake_time: FakeTime)
     ],
 )
 def test_a_job_that_ends_badly_raises(
-    status: str, error_type: str | None, error_class: type[JobFailed], fake_time: FakeTime
+    status: str,
+    error_type: str | None,
+    error_class: type[JobFailed],
+    fake_time: FakeTime,
+    make_client: MakeClient,
 ) -> None:
     error = {"type": error_type, "message": "boom"} if error_type else None
     server = Server(answer(200, job(status=status, error=error)))
@@ -342,15 +511,17 @@ def test_a_job_that_ends_badly_raises(
     assert caught.value.job.status == status
 
 
-def test_wait_false_returns_the_job_unpolled(fake_time: FakeTime) -> None:
+def test_wait_false_returns_the_job_unpolled(
+    fake_time: FakeTime, make_client: MakeClient, twin: Twin
+) -> None:
     server = Server(answer(202, job(status="queued")))
     result = make_client(server, fake_time).run("demo", "Hi", wait=False)
-    assert isinstance(result, sdk.Job)
+    assert isinstance(result, twin.Job)
     assert (result.id, result.status) == ("job_1", "queued")
     assert len(server.requests) == 1
 
 
-def test_a_failing_poll_still_names_its_job(fake_time: FakeTime) -> None:
+def test_a_failing_poll_still_names_its_job(fake_time: FakeTime, make_client: MakeClient) -> None:
     server = Server(answer(202, job(status="running")), problem(500, "Internal Server Error"))
     client = make_client(server, fake_time, max_retries=0)
     with pytest.raises(ServerError) as caught:
@@ -384,7 +555,9 @@ def test_sse_decoder_frames_events_per_the_spec() -> None:
     ]
 
 
-def test_stream_yields_text_deltas_until_completed(fake_time: FakeTime) -> None:
+def test_stream_yields_text_deltas_until_completed(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(
         sse(
             ("queued", {"job_id": "job_1"}),
@@ -403,19 +576,23 @@ def test_stream_yields_text_deltas_until_completed(fake_time: FakeTime) -> None:
     assert server.requests[0].headers["accept"] == "text/event-stream"
 
 
-def test_stream_handles_crlf_and_chunks_split_anywhere(fake_time: FakeTime) -> None:
+def test_stream_handles_crlf_and_chunks_split_anywhere(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     text = (
         'event: output\r\ndata: {"delta": "a"}\r\n\r\n'
         'event: output\r\ndata: {"delta": "b"}\r\n\r\n'
         f"event: completed\r\ndata: {json.dumps(job())}\r\n\r\n"
     ).encode()
     chunks = [text[i : i + 7] for i in range(0, len(text), 7)]
-    response = httpx.Response(200, content=iter(chunks), headers={"X-Job-Id": "job_1"})
+    response = httpx.Response(200, stream=Chunks(chunks), headers={"X-Job-Id": "job_1"})
     stream = make_client(Server(response), fake_time).run("demo", "Hi", stream=True)
     assert list(stream) == ["a", "b"]
 
 
-def test_a_failed_stream_raises_after_the_deltas(fake_time: FakeTime) -> None:
+def test_a_failed_stream_raises_after_the_deltas(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     failed = job(status="failed", error={"type": "model_error", "message": "nan logits"})
     server = Server(sse(("output", {"delta": "Hel"}), ("failed", failed)))
     stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
@@ -425,14 +602,29 @@ def test_a_failed_stream_raises_after_the_deltas(fake_time: FakeTime) -> None:
     assert caught.value.job_id == "job_1"
 
 
-def test_a_canceled_event_raises_job_failed(fake_time: FakeTime) -> None:
+def test_a_canceled_event_raises_job_failed(fake_time: FakeTime, make_client: MakeClient) -> None:
     server = Server(sse(("canceled", {"id": "job_1", "status": "canceled"})))
     with pytest.raises(JobFailed) as caught:
         list(make_client(server, fake_time).run("demo", "Hi", stream=True))
     assert caught.value.status == "canceled"
 
 
-def test_a_stream_that_breaks_off_is_finished_by_polling(fake_time: FakeTime) -> None:
+@pytest.mark.parametrize("status", ["expired", "timed_out"])
+def test_expired_and_timed_out_events_end_the_stream_with_their_status(
+    fake_time: FakeTime, make_client: MakeClient, status: str
+) -> None:
+    server = Server(sse(("output", {"delta": "He"}), (status, {"id": "job_1"})))
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    assert next(stream) == "He"
+    with pytest.raises(JobFailed) as caught:
+        next(stream)
+    assert caught.value.status == status
+    assert server.paths()[1:] == [], "a terminal event needs no poll"
+
+
+def test_a_stream_that_breaks_off_is_finished_by_polling(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(
         sse(("output", {"delta": "Hello"})),  # ends without a terminal event
         answer(200, job(status="running")),
@@ -443,11 +635,131 @@ def test_a_stream_that_breaks_off_is_finished_by_polling(fake_time: FakeTime) ->
     assert server.paths()[1:] == ["GET /v1/jobs/job_1"] * 2
 
 
+def sse_cut(*events: tuple[str, dict[str, Any]], job_id: str | None = "job_1") -> httpx.Response:
+    """A run stream whose connection drops after `events`: the body raises ReadError."""
+    text = "".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events)
+    headers = {"content-type": "text/event-stream"}
+    if job_id is not None:
+        headers["X-Job-Id"] = job_id
+    error = httpx.ReadError("connection reset by peer")
+    return httpx.Response(200, stream=Chunks([text.encode()], error), headers=headers)
+
+
+def test_a_stream_whose_connection_drops_is_resumed_by_its_job_id(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    server = Server(
+        sse_cut(("queued", {"job_id": "job_1"}), ("output", {"delta": "Hel"})),
+        answer(200, job(status="running")),
+        answer(200, job()),
+    )
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    assert list(stream) == ["Hel", "lo there"]  # the text the stream still owed
+    assert stream.job is not None and stream.job.status == "succeeded"
+    # The run itself is never sent again: the job is read by the id X-Job-Id gave.
+    assert server.paths() == ["POST /v1/deployments/demo/run"] + ["GET /v1/jobs/job_1"] * 2
+    assert fake_time.sleeps == [poll_interval_s(0)]
+
+
+def test_a_dropped_stream_learns_its_job_from_the_queued_event(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    server = Server(
+        sse_cut(("queued", {"job_id": "job_4"}), job_id=None), answer(200, job("job_4"))
+    )
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    assert list(stream) == ["Hello there"]
+    assert server.paths()[1:] == ["GET /v1/jobs/job_4"]
+
+
+def test_a_resumed_stream_raises_when_the_job_failed(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    failed = job(status="failed", error={"type": "model_error", "message": "nan logits"})
+    server = Server(sse_cut(("output", {"delta": "Hel"})), answer(200, failed))
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    assert next(stream) == "Hel"
+    with pytest.raises(ModelError) as caught:
+        next(stream)
+    assert caught.value.job_id == "job_1"
+
+
+def test_a_resumed_stream_is_bounded_by_the_run_timeout(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    running = answer(200, job(status="running"))
+    server = Server(sse_cut(("output", {"delta": "Hel"})), *[running] * 50)
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True, timeout=2.0)
+    assert next(stream) == "Hel"
+    with pytest.raises(JobTimeout) as caught:
+        next(stream)
+    assert caught.value.job_id == "job_1"
+    assert fake_time.now == pytest.approx(2.0)
+
+
+def test_a_resumed_stream_names_its_job_when_the_poll_fails(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    server = Server(sse_cut(), problem(500, "Internal Server Error"))
+    stream = make_client(server, fake_time, max_retries=0).run("demo", "Hi", stream=True)
+    with pytest.raises(ServerError) as caught:
+        list(stream)
+    assert caught.value.job_id == "job_1"
+
+
+def test_a_resumed_stream_refuses_text_that_does_not_continue_the_deltas(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    server = Server(sse_cut(("output", {"delta": "Bye"})), answer(200, job()))
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    assert next(stream) == "Bye"
+    with pytest.raises(PlatformError, match="does not continue") as caught:
+        next(stream)
+    assert caught.value.job_id == "job_1"
+
+
+def test_a_stream_that_drops_before_naming_its_job_is_a_connection_error(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    server = Server(sse_cut(("starting", {}), job_id=None))
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    with pytest.raises(APIConnectionError, match="broke off"):
+        list(stream)
+    assert len(server.requests) == 1, "nothing to resume, and a run is never sent twice"
+
+    server = Server(sse(("starting", {})))
+    server.answers[0].headers.pop("X-Job-Id")
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    with pytest.raises(APIConnectionError, match="before naming its job"):
+        list(stream)
+
+
+def test_a_refused_stream_raises_the_problem_it_was_sent(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    refused = problem(404, "Not Found", "deployment 'nope' does not exist")
+    # As on the wire: the body is not read yet when the client gets the answer.
+    unread = httpx.Response(404, stream=Chunks([refused.content]), headers=refused.headers)
+    with pytest.raises(NotFoundError) as caught:
+        make_client(Server(unread), fake_time).run("nope", "Hi", stream=True)
+    assert caught.value.detail == "deployment 'nope' does not exist"
+
+
+def test_closing_a_stream_early_releases_it(fake_time: FakeTime, make_client: MakeClient) -> None:
+    server = Server(sse(("output", {"delta": "a"}), ("output", {"delta": "b"})))
+    with make_client(server, fake_time).run("demo", "Hi", stream=True) as stream:
+        assert stream.job_id == "job_1"
+        assert next(stream) == "a"
+    with pytest.raises(StopIteration):
+        next(stream)
+    assert stream.job is None and len(server.requests) == 1
+
+
 # --- retries --------------------------------------------------------------------------------
 
 
 def test_submit_retries_429_honouring_retry_after_with_one_idempotency_key(
-    fake_time: FakeTime,
+    fake_time: FakeTime, make_client: MakeClient
 ) -> None:
     limited = problem(429, "Too Many Requests")
     limited.headers["Retry-After"] = "2"
@@ -468,7 +780,7 @@ def test_submit_retries_429_honouring_retry_after_with_one_idempotency_key(
 
 
 def test_503_and_dropped_connections_are_retried_with_one_idempotency_key(
-    fake_time: FakeTime,
+    fake_time: FakeTime, make_client: MakeClient
 ) -> None:
     server = Server(
         problem(503, "Service Unavailable"),
@@ -483,7 +795,7 @@ def test_503_and_dropped_connections_are_retried_with_one_idempotency_key(
     assert fake_time.sleeps == [0.25, 0.5, 1.0]
 
 
-def test_retries_give_up_after_max_retries(fake_time: FakeTime) -> None:
+def test_retries_give_up_after_max_retries(fake_time: FakeTime, make_client: MakeClient) -> None:
     limited = problem(429, "Too Many Requests")
     limited.headers["Retry-After"] = "1"
     server = Server(*[limited] * 3)
@@ -494,14 +806,16 @@ def test_retries_give_up_after_max_retries(fake_time: FakeTime) -> None:
 
     refused = httpx.ConnectError("connection refused")
     server = Server(*[refused] * 4)
-    with pytest.raises(sdk.ConnectionError) as refused_error:
+    with pytest.raises(APIConnectionError) as refused_error:
         make_client(server, fake_time).jobs.get("job_1")
     assert len(server.requests) == 4
     assert "cannot reach the platform" in str(refused_error.value)
     assert not isinstance(refused_error.value, ConnectionError)  # the builtin stays distinct
 
 
-def test_a_retry_after_longer_than_a_minute_is_not_waited_for(fake_time: FakeTime) -> None:
+def test_a_retry_after_longer_than_a_minute_is_not_waited_for(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     limited = problem(429, "Too Many Requests")
     limited.headers["Retry-After"] = "3600"
     with pytest.raises(RateLimitError) as caught:
@@ -510,9 +824,11 @@ def test_a_retry_after_longer_than_a_minute_is_not_waited_for(fake_time: FakeTim
     assert fake_time.sleeps == []
 
 
-def test_an_unkeyed_create_is_not_resent_once_it_may_have_arrived(fake_time: FakeTime) -> None:
+def test_an_unkeyed_create_is_not_resent_once_it_may_have_arrived(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(httpx.ReadError("connection reset"))
-    with pytest.raises(sdk.ConnectionError):
+    with pytest.raises(APIConnectionError):
         make_client(server, fake_time).deployments.create(name="demo", model="s3://m/d/")
     assert len(server.requests) == 1  # a resend could answer 409 for our own create
 
@@ -539,7 +855,9 @@ def test_retry_after_accepts_seconds_and_http_dates() -> None:
 # --- resources ------------------------------------------------------------------------------
 
 
-def test_jobs_list_follows_cursors_up_to_the_limit(fake_time: FakeTime) -> None:
+def test_jobs_list_follows_cursors_up_to_the_limit(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(
         answer(200, {"data": [job("job_1"), job("job_2")], "next_cursor": "c2"}),
         answer(200, {"data": [job("job_3"), job("job_4")], "next_cursor": "c3"}),
@@ -551,7 +869,7 @@ def test_jobs_list_follows_cursors_up_to_the_limit(fake_time: FakeTime) -> None:
     assert second == {"deployment": "demo", "status": "failed", "limit": "1", "cursor": "c2"}
 
 
-def test_deployment_resource_calls(fake_time: FakeTime) -> None:
+def test_deployment_resource_calls(fake_time: FakeTime, make_client: MakeClient) -> None:
     dep = {"name": "demo", "model": "s3://m/d/", "max_workers": 1, "version": 2, "id": "dep_1"}
     dep["workers"] = {"idle": 1, "busy": 2}
     server = Server(
@@ -585,7 +903,9 @@ def test_deployment_resource_calls(fake_time: FakeTime) -> None:
         client.deployments.update("demo", {"name": "other"})
 
 
-def test_billing_workers_webhooks_and_job_resources(fake_time: FakeTime) -> None:
+def test_billing_workers_webhooks_and_job_resources(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     record = {"id": 1, "phase": "busy", "seconds": "1.250", "amount": "0.000125"}
     server = Server(
         answer(200, {"data": [record], "next_cursor": None}),
@@ -615,7 +935,25 @@ def test_billing_workers_webhooks_and_job_resources(fake_time: FakeTime) -> None
     ]
 
 
-def test_job_refresh_wait_and_cancel(fake_time: FakeTime) -> None:
+def test_billing_check_and_the_webhook_secret(fake_time: FakeTime, make_client: MakeClient) -> None:
+    server = Server(
+        answer(200, {"ok": True, "issues": []}),
+        answer(200, {"secret": "whsec_new"}),
+        answer(200, {"nope": 1}),
+    )
+    client = make_client(server, fake_time)
+    assert client.billing.check() == {"ok": True, "issues": []}
+    assert client.webhooks.rotate_secret() == "whsec_new"
+    with pytest.raises(PlatformError, match="no secret"):
+        client.webhooks.secret()
+    assert server.paths() == [
+        "GET /v1/billing/check",
+        "POST /v1/webhooks/secret/rotate",
+        "GET /v1/webhooks/secret",
+    ]
+
+
+def test_job_refresh_wait_and_cancel(fake_time: FakeTime, make_client: MakeClient) -> None:
     failed = job(status="failed", error={"type": "worker_lost", "message": "no heartbeat"})
     server = Server(
         answer(202, job(status="queued")),
@@ -635,43 +973,11 @@ def test_job_refresh_wait_and_cancel(fake_time: FakeTime) -> None:
     assert "Hi" not in repr(submitted)
 
 
-# --- AsyncClient: the same behaviour through the same flows ---------------------------------
+# --- the async surface itself, and the names ------------------------------------------------
 
 
-def test_async_run_polls_a_202(fake_time: FakeTime) -> None:
-    server = Server(
-        answer(202, job(status="queued")), answer(200, job(status="running")), answer(200, job())
-    )
-
-    async def main() -> str:
-        async with make_async_client(server, fake_time) as client:
-            return await client.run("demo", {"prompt": "Hi"})
-
-    assert asyncio.run(main()) == "Hello there"
-    assert server.paths() == ["POST /v1/deployments/demo/run"] + ["GET /v1/jobs/job_1"] * 2
-    assert fake_time.sleeps == [poll_interval_s(0), poll_interval_s(1)]
-
-
-def test_async_submit_retries_with_one_idempotency_key(fake_time: FakeTime) -> None:
-    limited = problem(429, "Too Many Requests")
-    limited.headers["Retry-After"] = "1.5"
-    server = Server(
-        httpx.RemoteProtocolError("dropped"),
-        limited,
-        problem(503, "Service Unavailable"),
-        answer(202, job(status="queued")),
-    )
-
-    async def main() -> sdk.AsyncJob:
-        async with make_async_client(server, fake_time) as client:
-            return await client.submit("demo", "Hi")
-
-    assert asyncio.run(main()).status == "queued"
-    assert len({r.headers["idempotency-key"] for r in server.requests}) == 1
-    assert fake_time.sleeps == [0.25, 1.5, 1.0]
-
-
-def test_async_stream_and_job_failure(fake_time: FakeTime) -> None:
+def test_async_client_natively(fake_time: FakeTime) -> None:
+    """`async with`, `async for` and awaits, without the Blocking view the other tests use."""
     failed = job(status="failed", error={"type": "invalid_input", "message": "prompt too long"})
     server = Server(
         sse(("output", {"delta": "a"}), ("output", {"delta": "b"}), ("completed", job())),
@@ -679,10 +985,14 @@ def test_async_stream_and_job_failure(fake_time: FakeTime) -> None:
         answer(200, failed),
     )
 
+    async def fake_sleep(seconds: float) -> None:
+        fake_time.sleep(seconds)
+
     async def main() -> list[str]:
-        async with make_async_client(server, fake_time) as client:
-            stream = await client.run("demo", "Hi", stream=True)
-            deltas = [delta async for delta in stream]
+        transport = httpx.MockTransport(server)
+        async with AsyncClient(BASE, KEY, transport=transport, sleep=fake_sleep) as client:
+            async with await client.run("demo", "Hi", stream=True) as stream:
+                deltas = [delta async for delta in stream]
             assert stream.job is not None and stream.job.status == "succeeded"
             submitted = await client.submit("demo", "Hi")
             with pytest.raises(ModelError) as caught:
@@ -693,23 +1003,13 @@ def test_async_stream_and_job_failure(fake_time: FakeTime) -> None:
     assert asyncio.run(main()) == ["a", "b"]
 
 
-def test_async_errors_and_resources(fake_time: FakeTime) -> None:
-    server = Server(
-        problem(404, "Not Found", "deployment 'x' does not exist"),
-        answer(200, {"data": [{"name": "demo", "version": 1}]}),
-        answer(200, {"secret": "whsec_abc"}),
-        answer(200, {"data": [job("job_1")], "next_cursor": None}),
-        httpx.ConnectError("refused"),
-    )
-
-    async def main() -> None:
-        async with make_async_client(server, fake_time, max_retries=0) as client:
-            with pytest.raises(NotFoundError):
-                await client.deployments.get("x")
-            assert [d.name for d in await client.deployments.list()] == ["demo"]
-            assert await client.webhooks.secret() == "whsec_abc"
-            assert [j.id for j in await client.jobs.list()] == ["job_1"]
-            with pytest.raises(sdk.ConnectionError):
-                await client.billing.records()
-
-    asyncio.run(main())
+def test_connection_error_is_a_deprecated_alias_that_never_shadows_the_builtin() -> None:
+    with pytest.warns(DeprecationWarning, match="APIConnectionError"):
+        alias = sdk.ConnectionError
+    assert alias is APIConnectionError
+    assert not issubclass(APIConnectionError, ConnectionError)
+    names: dict[str, Any] = {}
+    exec("from sdk import *", names)
+    assert "ConnectionError" not in names and names["APIConnectionError"] is APIConnectionError
+    with pytest.raises(AttributeError):
+        _ = sdk.NoSuchName  # type: ignore[attr-defined]

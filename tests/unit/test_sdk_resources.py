@@ -1,5 +1,6 @@
 """SDK resources added for batches, API keys, usage and readiness, against httpx.MockTransport:
-requests as documented, parsing, polling, streaming results, and the async twins."""
+requests as documented, parsing, polling, streaming results; each test runs over both clients
+(the `twin` fixture of test_sdk_client.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import httpx
 import pytest
 
 from sdk import (
+    APIConnectionError,
     ApiKey,
-    Batch,
+    AsyncClient,
     BatchTimeout,
     ConflictError,
     DeploymentNotReady,
@@ -26,17 +28,22 @@ from sdk import (
 from sdk._base import is_missing_route
 from sdk._flows import PAGE_SIZE
 from tests.unit.test_sdk_client import (
+    BASE,
+    KEY,
+    Chunks,
     FakeTime,
+    MakeClient,
     Server,
+    Twin,
     _isolated_config,
     answer,
     fake_time,
-    make_async_client,
     make_client,
     problem,
+    twin,
 )
 
-__all__ = ["_isolated_config", "fake_time"]  # fixtures, used by name
+__all__ = ["_isolated_config", "fake_time", "make_client", "twin"]  # fixtures, used by name
 
 
 def batch(status: str = "running", batch_id: str = "bat_1", **counts: int) -> dict[str, Any]:
@@ -73,7 +80,9 @@ RESULT = {"index": 0, "job_id": "job_1", "status": "succeeded", "output": {"text
 # --- batches --------------------------------------------------------------------------------
 
 
-def test_batch_from_a_list_sends_inputs_with_an_idempotency_key(fake_time: FakeTime) -> None:
+def test_batch_from_a_list_sends_inputs_with_an_idempotency_key(
+    fake_time: FakeTime, make_client: MakeClient, twin: Twin
+) -> None:
     server = Server(answer(201, batch(queued=2)))
     created = make_client(server, fake_time).batches.create(
         [{"prompt": "a", "max_tokens": 4}, "b"],
@@ -81,7 +90,7 @@ def test_batch_from_a_list_sends_inputs_with_an_idempotency_key(fake_time: FakeT
         webhook="https://example.com/hook",
         max_in_flight=2,
     )
-    assert isinstance(created, Batch) and created.id == "bat_1" and created.total == 2
+    assert isinstance(created, twin.Batch) and created.id == "bat_1" and created.total == 2
     [request] = server.requests
     assert f"{request.method} {request.url.path}" == "POST /v1/batches"
     uuid.UUID(request.headers["idempotency-key"])
@@ -94,7 +103,7 @@ def test_batch_from_a_list_sends_inputs_with_an_idempotency_key(fake_time: FakeT
 
 
 def test_batch_from_a_file_sends_its_text_and_from_s3_its_uri(
-    fake_time: FakeTime, tmp_path: Path
+    fake_time: FakeTime, tmp_path: Path, make_client: MakeClient
 ) -> None:
     path = tmp_path / "in.jsonl"
     path.write_text('{"prompt": "a"}\n{"prompt": "b"}\n')
@@ -109,7 +118,7 @@ def test_batch_from_a_file_sends_its_text_and_from_s3_its_uri(
 
 
 def test_batch_create_is_retried_with_the_same_key_after_a_dropped_connection(
-    fake_time: FakeTime,
+    fake_time: FakeTime, make_client: MakeClient
 ) -> None:
     server = Server(httpx.ReadError("connection reset"), answer(200, batch(queued=1)))
     make_client(server, fake_time).batches.create(["a"], deployment="demo")
@@ -117,7 +126,9 @@ def test_batch_create_is_retried_with_the_same_key_after_a_dropped_connection(
     assert len(server.requests) == 2 and len(keys) == 1
 
 
-def test_batch_line_errors_come_back_with_their_lines(fake_time: FakeTime) -> None:
+def test_batch_line_errors_come_back_with_their_lines(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     errors = [{"line": 2, "field": "max_tokens", "message": "Input should be >= 1"}]
     server = Server(problem(422, "Invalid Request", "1 invalid input field(s)", errors=errors))
     with pytest.raises(InvalidRequestError) as e:
@@ -125,7 +136,9 @@ def test_batch_line_errors_come_back_with_their_lines(fake_time: FakeTime) -> No
     assert e.value.errors == errors
 
 
-def test_batch_wait_polls_with_updates_until_completed(fake_time: FakeTime) -> None:
+def test_batch_wait_polls_with_updates_until_completed(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(
         answer(200, batch(queued=1, running=1)),
         answer(200, batch(running=1, succeeded=1)),
@@ -141,7 +154,9 @@ def test_batch_wait_polls_with_updates_until_completed(fake_time: FakeTime) -> N
     assert server.paths() == ["GET /v1/batches/bat_1"] * 3
 
 
-def test_batch_wait_times_out_naming_the_batch(fake_time: FakeTime) -> None:
+def test_batch_wait_times_out_naming_the_batch(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(*[answer(200, batch(queued=1))] * 50)
     client = make_client(server, fake_time)
     created = client.batches.get("bat_1")
@@ -151,7 +166,9 @@ def test_batch_wait_times_out_naming_the_batch(fake_time: FakeTime) -> None:
     assert fake_time.now == pytest.approx(5)
 
 
-def test_batch_results_stream_parsed_lines_and_the_status(fake_time: FakeTime) -> None:
+def test_batch_results_stream_parsed_lines_and_the_status(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     second = {**RESULT, "index": 1, "job_id": "job_2", "status": "failed", "output": None}
     server = Server(jsonl(RESULT, second, status="running"))
     with make_client(server, fake_time).batches.results("bat_1") as results:
@@ -161,7 +178,9 @@ def test_batch_results_stream_parsed_lines_and_the_status(fake_time: FakeTime) -
     assert server.requests[0].headers["accept"] == "application/jsonl"
 
 
-def test_batch_results_refuse_a_line_that_is_not_json(fake_time: FakeTime) -> None:
+def test_batch_results_refuse_a_line_that_is_not_json(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     bad = httpx.Response(200, content=b'{"index": 0}\nnot json\n')
     results = make_client(Server(bad), fake_time).batches.results("bat_1")
     assert next(results) == {"index": 0}
@@ -169,7 +188,7 @@ def test_batch_results_refuse_a_line_that_is_not_json(fake_time: FakeTime) -> No
         next(results)
 
 
-def test_batch_list_cancel_and_conflict(fake_time: FakeTime) -> None:
+def test_batch_list_cancel_and_conflict(fake_time: FakeTime, make_client: MakeClient) -> None:
     server = Server(
         answer(200, {"data": [batch()], "next_cursor": None}),
         answer(200, batch("canceled", canceled=2)),
@@ -189,19 +208,54 @@ def test_batch_list_cancel_and_conflict(fake_time: FakeTime) -> None:
     assert server.paths()[1:] == ["POST /v1/batches/bat_1/cancel"] * 2
 
 
-def test_async_batches_mirror_the_sync_ones(fake_time: FakeTime) -> None:
+def test_batch_methods_and_results_that_break_off(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    first = (json.dumps(RESULT) + "\n").encode()
+    dropped = httpx.Response(
+        200,
+        stream=Chunks([first], httpx.ReadError("connection reset")),
+        headers={"X-Batch-Status": "running"},
+    )
+    server = Server(
+        answer(201, batch(queued=2)),
+        answer(200, batch(running=1, succeeded=1)),
+        dropped,
+        answer(200, batch("canceled", succeeded=1, canceled=1)),
+    )
+    client = make_client(server, fake_time)
+    created = client.batches.create(["a", "b"], deployment="demo")
+    assert created.refresh().finished == 1
+    results = created.results()
+    assert results.status == "running" and next(results) == RESULT
+    with pytest.raises(APIConnectionError, match="broke off"):
+        next(results)
+    assert created.cancel().status == "canceled" and created.counts["canceled"] == 1
+    assert server.paths() == [
+        "POST /v1/batches",
+        "GET /v1/batches/bat_1",
+        "GET /v1/batches/bat_1/results",
+        "POST /v1/batches/bat_1/cancel",
+    ]
+
+
+def test_async_batches_natively(fake_time: FakeTime) -> None:
+    """`async with` and `async for` over results, without the Blocking view."""
     server = Server(
         answer(201, batch(queued=1)),
         answer(200, batch("completed", succeeded=1)),
         jsonl(RESULT),
     )
 
+    async def fake_sleep(seconds: float) -> None:
+        fake_time.sleep(seconds)
+
     async def main() -> tuple[str, list[dict[str, Any]], str | None]:
-        async with make_async_client(server, fake_time) as client:
+        transport = httpx.MockTransport(server)
+        async with AsyncClient(BASE, KEY, transport=transport, sleep=fake_sleep) as client:
             created = await client.batches.create(["a"], deployment="demo")
             await created.wait(timeout=10)
-            results = await created.results()
-            async with results:
+            async with await created.results() as results:
                 lines = [line async for line in results]
             return created.status, lines, results.status
 
@@ -221,7 +275,7 @@ KEY_ROW = {
 }
 
 
-def test_keys_create_list_revoke(fake_time: FakeTime) -> None:
+def test_keys_create_list_revoke(fake_time: FakeTime, make_client: MakeClient) -> None:
     server = Server(
         answer(201, {**KEY_ROW, "key": "pk_ab12_secret"}),
         answer(200, {"data": [KEY_ROW]}),
@@ -238,29 +292,21 @@ def test_keys_create_list_revoke(fake_time: FakeTime) -> None:
     assert server.paths() == ["POST /v1/keys", "GET /v1/keys", "DELETE /v1/keys/key_1"]
 
 
-def test_key_create_is_not_resent_after_a_dropped_connection(fake_time: FakeTime) -> None:
+def test_key_create_is_not_resent_after_a_dropped_connection(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(httpx.ReadError("reset"))
     with pytest.raises(PlatformError):
         make_client(server, fake_time).keys.create(name="ci")
     assert len(server.requests) == 1, "a re-sent create could make a second key"
 
 
-def test_async_keys(fake_time: FakeTime) -> None:
-    server = Server(answer(201, {**KEY_ROW, "key": "pk_x"}), answer(200, {"data": []}))
-
-    async def main() -> tuple[str | None, int]:
-        async with make_async_client(server, fake_time) as client:
-            key = await client.keys.create()
-            return key.key, len(await client.keys.list())
-
-    assert asyncio.run(main()) == ("pk_x", 0)
-    assert server.body(0) == {"name": ""}
-
-
 # --- usage ----------------------------------------------------------------------------------
 
 
-def test_usage_list_pages_and_sends_times_in_utc(fake_time: FakeTime) -> None:
+def test_usage_list_pages_and_sends_times_in_utc(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     row = {"job_id": "job_1", "deployment": "demo", "cost": "0.000100000"}
     server = Server(
         answer(200, {"data": [row], "next_cursor": "c2"}),
@@ -277,7 +323,9 @@ def test_usage_list_pages_and_sends_times_in_utc(fake_time: FakeTime) -> None:
         client.usage.list(since=datetime(2024, 5, 1))
 
 
-def test_usage_summary_rows_carry_their_group_as_key(fake_time: FakeTime) -> None:
+def test_usage_summary_rows_carry_their_group_as_key(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     body = {
         "group_by": "phase",
         "data": [
@@ -293,7 +341,9 @@ def test_usage_summary_rows_carry_their_group_as_key(fake_time: FakeTime) -> Non
     assert server.paths() == ["GET /v1/usage/summary"]
 
 
-def test_a_missing_usage_endpoint_is_told_apart_from_a_missing_thing(fake_time: FakeTime) -> None:
+def test_a_missing_usage_endpoint_is_told_apart_from_a_missing_thing(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(
         problem(404, "Not Found", "Not Found"),
         problem(404, "Not Found", "deployment 'nope' does not exist"),
@@ -304,16 +354,6 @@ def test_a_missing_usage_endpoint_is_told_apart_from_a_missing_thing(fake_time: 
     with pytest.raises(NotFoundError) as thing:
         client.deployments.get("nope")
     assert is_missing_route(route.value) and not is_missing_route(thing.value)
-
-
-def test_async_usage(fake_time: FakeTime) -> None:
-    server = Server(answer(200, {"data": [{"group": "2024-05-01", "amount": "1"}]}))
-
-    async def main() -> list[dict[str, Any]]:
-        async with make_async_client(server, fake_time) as client:
-            return await client.usage.summary(group_by="day")
-
-    assert asyncio.run(main())[0]["key"] == "2024-05-01"
 
 
 # --- readiness, job ids on errors, pages ----------------------------------------------------
@@ -329,7 +369,9 @@ def worker(state: str, version: int = 2, worker_id: str = "wrk_1", **more: Any) 
     }
 
 
-def test_wait_ready_follows_the_new_version_until_idle(fake_time: FakeTime) -> None:
+def test_wait_ready_follows_the_new_version_until_idle(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     server = Server(
         answer(200, {"data": [worker("idle", version=1, worker_id="wrk_old")]}),
         answer(200, {"data": [worker("booting"), worker("idle", version=1, worker_id="wrk_old")]}),
@@ -346,7 +388,7 @@ def test_wait_ready_follows_the_new_version_until_idle(fake_time: FakeTime) -> N
 
 
 def test_wait_ready_reads_the_current_version_and_reports_a_new_failure(
-    fake_time: FakeTime,
+    fake_time: FakeTime, make_client: MakeClient
 ) -> None:
     old_failure = worker("failed", worker_id="wrk_0", reason="earlier")
     server = Server(
@@ -360,14 +402,14 @@ def test_wait_ready_reads_the_current_version_and_reports_a_new_failure(
     assert "wrk_1 failed: ObjectNotFound" in str(e.value)
 
 
-def test_wait_ready_times_out(fake_time: FakeTime) -> None:
+def test_wait_ready_times_out(fake_time: FakeTime, make_client: MakeClient) -> None:
     server = Server(*[answer(200, {"data": [worker("booting")]})] * 40)
     with pytest.raises(DeploymentNotReady) as e:
         make_client(server, fake_time).deployments.wait_ready("demo", version=2, timeout=3)
     assert e.value.timed_out and "booting" in e.value.reason
 
 
-def test_errors_about_a_job_carry_its_id(fake_time: FakeTime) -> None:
+def test_errors_about_a_job_carry_its_id(fake_time: FakeTime, make_client: MakeClient) -> None:
     server = Server(
         problem(404, "Not Found", "job 'job_9' does not exist"),
         httpx.ConnectError("refused"),
@@ -382,7 +424,7 @@ def test_errors_about_a_job_carry_its_id(fake_time: FakeTime) -> None:
     assert unreachable.value.job_id == "job_9"
 
 
-def test_job_wait_reports_every_state(fake_time: FakeTime) -> None:
+def test_job_wait_reports_every_state(fake_time: FakeTime, make_client: MakeClient) -> None:
     from tests.unit.test_sdk_client import job
 
     server = Server(
@@ -397,7 +439,9 @@ def test_job_wait_reports_every_state(fake_time: FakeTime) -> None:
     assert seen == ["starting", "running", "succeeded"]
 
 
-def test_list_pages_never_ask_for_more_than_the_endpoints_allow(fake_time: FakeTime) -> None:
+def test_list_pages_never_ask_for_more_than_the_endpoints_allow(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
     from tests.unit.test_sdk_client import job
 
     page = [job(f"job_{i}") for i in range(PAGE_SIZE)]
