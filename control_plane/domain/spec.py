@@ -52,6 +52,10 @@ class Spec:
             defaults=dict(spec.defaults or {}),
         )
 
+    def execution_limit_s(self, job_limit_s: float | None) -> float:
+        """A job's execution limit: its own when it set one, else the deployment's."""
+        return float(job_limit_s) if job_limit_s else self.execution_timeout_s
+
     def scaling_policy(self) -> ScalingPolicy:
         return ScalingPolicy(
             min_workers=self.min_workers,

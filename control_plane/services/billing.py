@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -58,13 +59,15 @@ def close_segment(
     wall = segment_cost(start, end, rate).seconds
     billed = wall
     if phase in BOOT_PHASES:
-        used = session.scalar(
-            select(func.coalesce(func.sum(BillingRecord.billed_seconds), 0)).where(
-                BillingRecord.worker_id == w.id, BillingRecord.phase.in_(BOOT_PHASES)
+        used = exact_sum(
+            session.scalars(
+                select(BillingRecord.billed_seconds).where(
+                    BillingRecord.worker_id == w.id, BillingRecord.phase.in_(BOOT_PHASES)
+                )
             )
         )
         max_boot = Decimal(str(dep.spec.max_boot_s))
-        billed = billable_boot_seconds(wall, Decimal(str(used or 0)), max_boot)
+        billed = billable_boot_seconds(wall, used, max_boot)
         if billed < wall:
             note = note or "boot_cap"
     record = BillingRecord(
@@ -164,15 +167,15 @@ def job_costs(session: Session, job_ids: list[str]) -> dict[str, tuple[Decimal, 
     if not job_ids:
         return {}
     rows = session.execute(
-        select(
-            CostAllocation.job_id,
-            func.coalesce(func.sum(CostAllocation.seconds), 0),
-            func.coalesce(func.sum(CostAllocation.amount), 0),
+        select(CostAllocation.job_id, CostAllocation.seconds, CostAllocation.amount).where(
+            CostAllocation.job_id.in_(job_ids), CostAllocation.billable.is_(True)
         )
-        .where(CostAllocation.job_id.in_(job_ids), CostAllocation.billable.is_(True))
-        .group_by(CostAllocation.job_id)
     ).all()
-    return {j: (Decimal(str(s)), Decimal(str(a))) for j, s, a in rows}
+    out: dict[str, tuple[Decimal, Decimal]] = {}
+    for job_id, seconds, amount in rows:
+        s0, a0 = out.get(job_id, (Decimal(0), Decimal(0)))
+        out[job_id] = (s0 + seconds, a0 + amount)
+    return out
 
 
 def usage_row(
@@ -321,15 +324,12 @@ def check(session: Session, tenant_id: str | None, now: datetime) -> list[dict[s
         for r in recs:
             if r.phase != "busy" or not r.allocated:
                 continue
-            parts = session.scalar(
-                select(func.coalesce(func.sum(CostAllocation.amount), 0)).where(
-                    CostAllocation.billing_record_id == r.id
+            parts = list(
+                session.scalars(
+                    select(CostAllocation.amount).where(CostAllocation.billing_record_id == r.id)
                 )
             )
-            has_parts = session.scalar(
-                select(func.count()).where(CostAllocation.billing_record_id == r.id)
-            )
-            if has_parts and Decimal(str(parts)) != r.amount:
+            if parts and exact_sum(parts) != r.amount:
                 issues.append({"worker_id": w.id, "issue": "allocation_mismatch", "record": r.id})
     stale = session.scalar(
         select(func.count()).where(
@@ -342,3 +342,9 @@ def check(session: Session, tenant_id: str | None, now: datetime) -> list[dict[s
     if stale:
         issues.append({"issue": "unallocated_busy_records", "count": int(stale)})
     return issues
+
+
+def exact_sum(values: Iterable[Decimal | None]) -> Decimal:
+    """Money and billed seconds are summed here, in Decimal: SQL's SUM over SQLite's text
+    columns goes through floats, which made exact allocations look like drift."""
+    return sum((v for v in values if v is not None), Decimal(0))

@@ -84,7 +84,7 @@ def overrunning(session: Session, grace_s: float, now: datetime) -> list[tuple[s
     ).all()
     out = []
     for job_id, started_at, own_limit_s, spec_doc in rows:
-        limit_s = float(own_limit_s or Spec.from_doc(spec_doc).execution_timeout_s)
+        limit_s = Spec.from_doc(spec_doc).execution_limit_s(own_limit_s)
         if started_at is not None and now > started_at + timedelta(seconds=limit_s + grace_s):
             out.append((job_id, limit_s))
     return out

@@ -58,7 +58,7 @@ def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db, at: Now) -> An
         "job_id": job.id,
         "attempt": job.attempt,
         "input": job.input,
-        "execution_timeout_s": job.execution_timeout_s or dep.spec.execution_timeout_s,
+        "execution_timeout_s": dep.spec.execution_limit_s(job.execution_timeout_s),
     }
 
 

@@ -1,4 +1,4 @@
-"""The autoscaler loop's reconciliation duties against real Redis and SQL, with an injected
+"""The reconciler's duties against real Redis and SQL, with an injected
 clock. The provider records starts/stops instead of spawning processes (the e2e tests run
 real workers)."""
 
