@@ -21,11 +21,13 @@ log = logging.getLogger(__name__)
 
 # KEYS: request bucket, token bucket. ARGV: per-minute limits and costs of each.
 # A bucket holds up to `limit` units and refills at limit/60 per second. Returns
-# {1, 0} when both admit (and charges both), else {0, ms until both would admit}.
+# {1, 0, 0} when both admit (and charges both), else {0, ms until both would admit, index of
+# the bucket that needs the longest wait (1 requests, 2 tokens)}.
 _BUCKETS_LUA = """
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait_ms = 0
+local binding = 0
 local levels = {}
 for i = 1, 2 do
   local limit = tonumber(ARGV[2 * i - 1])
@@ -39,17 +41,17 @@ for i = 1, 2 do
   if cost > level then
     local need = math.ceil((cost - level) / rate)
     if cost > limit then need = -1 end
-    if need < 0 or need > wait_ms then wait_ms = need end
+    if need < 0 or need > wait_ms then wait_ms = need; binding = i end
     if need < 0 then break end
   end
 end
-if wait_ms ~= 0 then return {0, wait_ms} end
+if wait_ms ~= 0 then return {0, wait_ms, binding} end
 for i = 1, 2 do
   local limit = tonumber(ARGV[2 * i - 1])
   redis.call('HSET', KEYS[i], 'level', levels[i] - tonumber(ARGV[2 * i]), 'ts', now_ms)
   redis.call('PEXPIRE', KEYS[i], 120000)
 end
-return {1, 0}
+return {1, 0, 0}
 """
 
 
@@ -83,7 +85,7 @@ class Quotas:
         keys = [rate_limit_key(tenant_id, "requests"), rate_limit_key(tenant_id, "tokens")]
         args = [limits.requests_per_min, 1, limits.tokens_per_min, tokens]
         try:
-            ok, wait_ms = self._script(keys=keys, args=args)
+            ok, wait_ms, binding = self._script(keys=keys, args=args)
         except redis.RedisError as exc:
             if self._fail_open:
                 log.warning("quota check skipped (Redis unavailable, fail-open): %s", exc)
@@ -91,8 +93,12 @@ class Quotas:
             raise Unavailable("rate limiting is unavailable; try again shortly") from exc
         if not ok:
             retry_after_s = max(1, math.ceil(int(wait_ms) / 1000))
+            tokens_bind = int(binding) == 2
             raise RateLimited(
                 f"rate limit of {limits.requests_per_min} requests and "
-                f"{limits.tokens_per_min} tokens per minute reached",
+                f"{limits.tokens_per_min} tokens per minute reached "
+                f"({'tokens' if tokens_bind else 'requests'} per minute)",
+                # The bucket the caller waits for (docs/api.md: every 429 names its limit).
+                limit=limits.tokens_per_min if tokens_bind else limits.requests_per_min,
                 retry_after_s=retry_after_s,
             )

@@ -51,6 +51,7 @@ def test_requests_per_minute(client: TestClient, database_url: str) -> None:
     r = submit(client, key)
     assert r.headers["content-type"].startswith("application/problem+json")
     assert 1 <= int(r.headers["Retry-After"]) <= 20
+    assert r.json()["limit"] == 3, "the 429 names the limit it hit"
     assert len(client.get("/v1/jobs", headers=h(key)).json()["data"]) == 3, "no side effect"
 
 
@@ -61,6 +62,7 @@ def test_tokens_per_minute(client: TestClient, database_url: str) -> None:
     assert submit(client, key, "a" * 60).status_code == 202
     r = submit(client, key, "a" * 60)
     assert r.status_code == 429 and "tokens" in r.json()["detail"]
+    assert r.json()["limit"] == 40
     huge = submit(client, key, "a" * 400)
     assert huge.status_code == 429 and huge.json()["limit"] == 40
 
