@@ -72,3 +72,34 @@ def test_openai_errors_have_openai_shape(client: TestClient, keys: dict[str, str
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
     r = client.get("/v1/models")
     assert r.status_code == 401 and "error" in r.json()
+
+
+def test_a_non_text_chat_part_is_a_400_and_the_connection_stays_usable(
+    client: TestClient, keys: dict[str, str]
+) -> None:
+    deploy(client, keys["a"])
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+    r = client.post(
+        "/v1/chat/completions",
+        json={"model": "demo", "messages": [{"role": "user", "content": [image]}]},
+        headers=h(keys["a"]),
+    )
+    assert r.status_code == 400, r.text
+    assert "image_url" in r.json()["error"]["message"]
+    assert client.get("/v1/jobs", headers=h(keys["a"])).json()["data"] == [], "no job"
+
+
+def test_a_deeply_nested_batch_line_is_a_422_naming_the_line(
+    client: TestClient, keys: dict[str, str]
+) -> None:
+    deploy(client, keys["a"])
+    nested = "[" * 100_000 + "]" * 100_000
+    lines = '{"prompt": "ok"}\n' + nested + "\n"
+    r = client.post(
+        "/v1/batches", json={"deployment": "demo", "input_jsonl": lines}, headers=h(keys["a"])
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"] == [
+        {"line": 2, "field": "input_jsonl", "message": "JSON nested too deeply"}
+    ]
+    assert client.get("/v1/batches", headers=h(keys["a"])).json()["data"] == []

@@ -108,6 +108,9 @@ def _raw_lines(body: BatchCreate, settings: Settings, tenant_id: str) -> list[tu
             out.append((n, json.loads(line)))
         except json.JSONDecodeError as exc:
             out.append((n, _BadJson(f"not valid JSON: {exc.msg} at column {exc.colno}")))
+        except RecursionError:
+            # No job input nests deeply: a line the parser cannot even hold is refused as such.
+            out.append((n, _BadJson("JSON nested too deeply")))
     return out
 
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from control_plane.api.context import Ctx, Db, Principal, bearer_token
 from control_plane.api.schemas import JobInput
@@ -77,15 +77,24 @@ class ChatMessage(BaseModel):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[dict[str, Any]] | None = None
 
+    @field_validator("content")
+    @classmethod
+    def _text_parts_only(
+        cls, v: str | list[dict[str, Any]] | None
+    ) -> str | list[dict[str, Any]] | None:
+        # Checked at the edge: an image or audio part is the caller's input, a 400, never a 500.
+        for part in v if isinstance(v, list) else []:
+            if part.get("type") != "text" or not isinstance(part.get("text", ""), str):
+                raise ValueError(
+                    f"message content of type {part.get('type')!r} is not supported "
+                    "(text parts only)"
+                )
+        return v
+
     def text(self) -> str:
         if self.content is None or isinstance(self.content, str):
             return self.content or ""
-        parts = []
-        for part in self.content:
-            if part.get("type") != "text":
-                raise ValueError(f"message content of type {part.get('type')!r} is not supported")
-            parts.append(str(part.get("text", "")))
-        return "".join(parts)
+        return "".join(str(part.get("text", "")) for part in self.content)
 
 
 class ChatCompletionRequest(_Common):
