@@ -12,7 +12,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Deployment, Job
-from control_plane.domain.spec import Spec
 from control_plane.domain.states import ACTIVE, PENDING, JobStatus
 from worker.protocol import PRIORITY_OF_KIND
 
@@ -78,14 +77,22 @@ def overrunning(session: Session, grace_s: float, now: datetime) -> list[tuple[s
     A job's limit is its own `execution_timeout_s`, else its deployment's.
     """
     rows = session.execute(
-        select(Job.id, Job.started_at, Job.execution_timeout_s, Deployment.spec_doc)
-        .join(Deployment, Deployment.id == Job.deployment_id)
-        .where(Job.status == JobStatus.RUNNING)
+        select(Job.id, Job.started_at, Job.execution_timeout_s, Job.deployment_id).where(
+            Job.status == JobStatus.RUNNING
+        )
     ).all()
+    # One spec per deployment, not per running job: this runs every reconciler tick.
+    dep_ids = {dep_id for *_, dep_id in rows}
+    specs = {
+        d.id: d.spec for d in session.scalars(select(Deployment).where(Deployment.id.in_(dep_ids)))
+    }
     out = []
-    for job_id, started_at, own_limit_s, spec_doc in rows:
-        limit_s = Spec.from_doc(spec_doc).execution_limit_s(own_limit_s)
-        if started_at is not None and now > started_at + timedelta(seconds=limit_s + grace_s):
+    for job_id, started_at, own_limit_s, dep_id in rows:
+        spec = specs.get(dep_id)
+        if spec is None or started_at is None:
+            continue
+        limit_s = spec.execution_limit_s(own_limit_s)
+        if now > started_at + timedelta(seconds=limit_s + grace_s):
             out.append((job_id, limit_s))
     return out
 

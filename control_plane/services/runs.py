@@ -139,11 +139,11 @@ def read(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
 def cancel(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
     """Cancel a job of this tenant unless it already ended; returns the job as it is now."""
     with ctx.sessions() as session:
-        jobs.get(session, tenant_id, job_id)  # another tenant's job is a 404
+        job = jobs.get(session, tenant_id, job_id)  # another tenant's job is a 404
         finish.finish(
             session, ctx.outbox, [(job_id, finish.canceled("canceled_by_user"))], ctx.clock()
         )
-        return jobs.to_public(jobs.get(session, tenant_id, job_id))
+        return jobs.to_public(job)  # reloaded after the commit: the state it ended in
 
 
 def cancel_quietly(ctx: AppContext, job_id: str, tenant_id: str) -> None:

@@ -123,7 +123,8 @@ def get_job(job_id: str, session: Db, who: Principal) -> Any:
     row = jobs.get(session, who.tenant_id, job_id)
     job = jobs.to_public(row)
     position = job_queries.queue_position(session, row)
-    dep = session.get(Deployment, row.deployment_id)
+    # Only a waiting job gets an ETA: polls of running and finished jobs stay one query.
+    dep = session.get(Deployment, row.deployment_id) if position is not None else None
     if position is not None and dep is not None:
         live = [w for w in workers.live(session, row.deployment_id) if w.state in SERVING]
         per_worker = dep.spec.target_concurrency
