@@ -1,0 +1,203 @@
+"""`decide(state, now)`: how many workers one deployment should have now, and why.
+
+Pure: the live reconciler and the simulator (`bench/autoscale_sim.py`) call this same function
+with the state they observed; it does no I/O and keeps no state of its own (what it must
+remember between ticks travels in `Memory`, returned with the decision).
+
+The parts, each a worker count:
+- demand: the work present now (queued + reserved + running), never queue length alone;
+- KPA: Knative-style stable (60 s) and panic (6 s) windows over concurrency; in panic the
+  count never goes down;
+- forecast (dense traffic): arrivals forecast over the boot horizon, turned into concurrency by
+  Little's law and into workers at the demand quantile the cost rule picks (`policy.py`);
+- idle windows (sparse traffic): keep-alive and pre-warm from the gap histogram (`idle.py`),
+  or the plain ski-rental window while the histogram is not representative.
+The last worker is the idle windows' to keep or release: the windows and KPA only add workers
+above it. Workers above what is needed are held for the ski-rental time, then released at most
+half at a time (Knative's max scale-down rate); the reconciler drains what it releases.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE, Models
+from control_plane.domain.scaling.policy import (
+    MAX_SCALE_DOWN_RATE,
+    PANIC_THRESHOLD,
+    STABLE_WINDOW_S,
+    ScalingPolicy,
+    hold_s,
+    under_quantile,
+)
+
+# Above this mean concurrency the Poisson quantile is taken from its normal approximation
+# (error well under one job), which keeps decide() a few microseconds at any load.
+POISSON_EXACT_MAX = 50.0
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """What one decision hands to the next (the caller stores it per deployment)."""
+
+    needed_at: tuple[float, ...] = ()  # [k - 1]: last time k workers were needed
+    panic_until: float = 0.0  # panic mode lasts a stable window after it was last triggered
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentState:
+    policy: ScalingPolicy
+    queued: int  # jobs waiting for a worker (queued + starting)
+    running: int  # jobs a worker holds (reserved or executing)
+    ready: int  # workers serving (idle or busy); draining ones excluded
+    booting_since: tuple[float, ...]  # start time of each worker not yet ready
+    stable_concurrency: float  # mean of queued + running over the stable window
+    panic_concurrency: float  # ... over the panic window
+    last_arrival_at: float | None  # None: never called
+    boot_s: float  # start → ready seconds measured for this version (a prior when none)
+    service_s: float  # mean seconds a job holds a worker slot (a prior when none)
+    models: Models = NONE  # forecast and idle windows, refit off the hot path
+    memory: Memory = Memory()
+    start_allowed: bool = True  # the crash-loop gate: False while backing off
+    give_up: bool = False  # the crash-loop gate: starting more workers will not help
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDecision:
+    desired: int  # workers the deployment should have, counting those still booting
+    capacity: int  # workers that count now: ready + booting within max_boot_s
+    needed: int  # what this tick's signals ask for, before holding and rate limits
+    reason: str  # the part that set `desired` (see REASONS)
+    next_prewarm_at: float | None  # when a worker will be booted ahead of traffic
+    fail_waiting: bool  # crash loop: fail the jobs that wait instead of starting workers
+    memory: Memory
+
+    @property
+    def start(self) -> int:
+        return max(self.desired - self.capacity, 0)
+
+
+REASONS = (
+    "scale_from_zero",  # work waits and no worker counts
+    "demand",  # the work present now
+    "panic",  # the panic window asks for ≥ 2× the ready workers
+    "stable_window",  # the KPA stable window
+    "forecast",  # arrivals forecast over the boot horizon
+    "prewarm",  # the idle windows expect the next arrival within a boot
+    "keepalive",  # the idle windows keep the worker
+    "min_workers",
+    "max_workers",
+    "hold",  # a worker no longer needed is kept for the ski-rental time
+    "scale_down",  # fewer workers needed; drained, at most half per tick
+    "idle",  # nothing to run, nothing expected: zero workers
+    "crash_backoff",  # more workers wanted, but the last ones failed: waiting before a retry
+    "crash_loop",  # more workers wanted, but they keep failing: waiting jobs fail
+)
+
+_Z: dict[float, float] = {}
+
+
+def decide(state: DeploymentState, now: float) -> ScaleDecision:
+    p = state.policy
+    boot_s = min(state.boot_s, p.max_boot_s)
+    target = max(p.target_concurrency, 1)
+    booting = sum(1 for s in state.booting_since if now - s <= p.max_boot_s)
+    capacity = state.ready + booting
+    mem = state.memory
+    fresh = now - state.models.fitted_at <= MAX_MODEL_AGE_S
+    models = state.models if fresh else NONE
+
+    parts: list[tuple[int, str]] = []
+    demand = state.queued + state.running
+    parts.append((math.ceil(demand / target), "scale_from_zero" if capacity == 0 else "demand"))
+
+    panic_workers = math.ceil(state.panic_concurrency / target)
+    panic_until = mem.panic_until
+    if panic_workers >= PANIC_THRESHOLD * max(state.ready, 1) and panic_workers > state.ready:
+        panic_until = now + STABLE_WINDOW_S
+    if now < panic_until:
+        parts.append((max(panic_workers, capacity), "panic"))
+    else:
+        stable_workers = math.ceil(state.stable_concurrency / target)
+        if stable_workers >= 2:  # the last worker is the idle windows' (see module doc)
+            parts.append((stable_workers, "stable_window"))
+
+    quantile = under_quantile(p, boot_s)
+    fc = models.forecast
+    # Dense traffic only: at least one arrival expected per boot. Sparser streams are the idle
+    # windows' (a Gaussian filter over mostly-empty buckets says little about the next one).
+    if fc is not None and fc.rate(now)[0] * boot_s >= 1.0:
+        z = _z(quantile)
+        worst = 0
+        for t in (now, now + boot_s):  # a linear trend peaks at one end of the horizon
+            mean, sd = fc.rate(t)
+            # Little's law; the rate's own uncertainty is added at the same quantile
+            concurrency = _poisson_quantile((mean + z * sd) * state.service_s, quantile, z)
+            worst = max(worst, math.ceil(concurrency / target))
+        parts.append((worst, "forecast"))
+
+    since = math.inf if state.last_arrival_at is None else now - state.last_arrival_at
+    next_prewarm_at = None
+    idle = models.idle
+    if idle.representative and idle.prewarm_s is not None:
+        boot_at = idle.prewarm_s - boot_s
+        if since < boot_at:
+            next_prewarm_at = now + boot_at - since
+        if boot_at <= since < idle.keepalive_s:
+            parts.append((1, "prewarm"))
+    else:
+        window = idle.keepalive_s if idle.representative else hold_s(p, boot_s)
+        if since < window:
+            parts.append((1, "keepalive"))
+    parts.append((p.min_workers, "min_workers"))
+
+    needed, reason = max(parts, key=lambda part: part[0])
+    if needed > p.max_workers:
+        needed, reason = p.max_workers, "max_workers"
+
+    # remember when each count above one was last needed; hold those for the ski-rental time
+    hold = hold_s(p, boot_s)
+    needed_at = [t for t in mem.needed_at if now - t < hold]
+    needed_at += [now] * max(needed - len(needed_at), 0)
+    for k in range(needed):
+        needed_at[k] = now
+    memory = Memory(tuple(needed_at), panic_until)
+    held = max(needed, len(needed_at) if len(needed_at) >= 2 else 0)
+    desired = min(held, p.max_workers)
+    if desired > needed:
+        reason = "hold"
+    if desired < capacity:
+        desired = max(desired, math.floor(capacity / MAX_SCALE_DOWN_RATE))
+        reason = "scale_down"
+    if desired == 0:
+        reason = "idle"
+
+    fail_waiting = False
+    if desired > capacity and (state.give_up or not state.start_allowed):
+        fail_waiting = state.give_up and demand > 0
+        desired, reason = capacity, "crash_loop" if state.give_up else "crash_backoff"
+    return ScaleDecision(desired, capacity, needed, reason, next_prewarm_at, fail_waiting, memory)
+
+
+def _z(quantile: float) -> float:
+    z = _Z.get(quantile)
+    if z is None:
+        z = _Z[quantile] = NormalDist().inv_cdf(quantile)
+    return z
+
+
+def _poisson_quantile(mean: float, quantile: float, z: float) -> int:
+    """Smallest k with P(Poisson(mean) ≤ k) ≥ quantile: concurrent jobs of a Poisson stream."""
+    if mean <= 0:
+        return 0
+    if mean > POISSON_EXACT_MAX:
+        return math.ceil(mean + z * math.sqrt(mean))
+    term = math.exp(-mean)
+    cdf, k = term, 0
+    while cdf < quantile:
+        k += 1
+        term *= mean / k
+        cdf += term
+    return k

@@ -1,0 +1,87 @@
+"""Arrival forecast for dense traffic: a local-linear-trend Kalman filter over arrivals per
+bucket (the model NVIDIA Dynamo's planner uses), fitted off the hot path.
+
+State: the arrival level per bucket and its slope per bucket. Observation noise is Poisson
+(variance = the predicted level). The two process-noise variances are chosen per deployment by
+the likelihood of its own history from a small grid, so nothing is tuned to a particular trace:
+a steady stream gets a stiff level, a ramping one a fast-moving level and slope.
+
+`decide()` never fits; it reads `Forecast.rate(t)`, a few multiplications.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from control_plane.domain.scaling.history import BUCKET_S
+
+# Process noise, relative to the mean count per bucket: how far the level (and the slope) may
+# move per bucket. The grid spans "all but constant" (1e-3) to "follows every bucket" (1.0).
+LEVEL_NOISE_GRID = (1e-3, 1e-2, 1e-1, 1.0)
+SLOPE_NOISE_GRID = (0.0, 1e-4, 1e-2)
+# Fewer buckets than this (two minutes) and the filter has not settled: no forecast.
+MIN_BUCKETS = 12
+
+
+@dataclass(frozen=True, slots=True)
+class Forecast:
+    end_at: float  # end of the last bucket fitted (seconds since the epoch)
+    level: float  # arrivals per bucket, at end_at
+    slope: float  # change of the level per bucket
+    p00: float  # state covariance (level, level)
+    p01: float  # (level, slope)
+    p11: float  # (slope, slope)
+    q_level: float  # process noise of the level per bucket
+    q_slope: float  # process noise of the slope per bucket
+
+    def rate(self, t: float) -> tuple[float, float]:
+        """(mean, standard deviation) of the arrival rate per second at time `t`."""
+        h = max(0.0, (t - self.end_at) / BUCKET_S)
+        mean = self.level + h * self.slope
+        var = (
+            self.p00
+            + 2 * h * self.p01
+            + h * h * self.p11
+            + h * self.q_level
+            + h * (h + 1) * (2 * h + 1) / 6 * self.q_slope
+        )
+        return max(mean, 0.0) / BUCKET_S, math.sqrt(max(var, 0.0)) / BUCKET_S
+
+
+def fit_forecast(counts: Sequence[float], end_at: float) -> Forecast | None:
+    """Fit on arrivals per complete bucket (oldest first) ending at `end_at`; None when there is
+    too little history or no traffic at all."""
+    if len(counts) < MIN_BUCKETS or not any(counts):
+        return None
+    scale = max(sum(counts) / len(counts), 1.0)
+    best: tuple[float, Forecast] | None = None
+    for ql in LEVEL_NOISE_GRID:
+        for qs in SLOPE_NOISE_GRID:
+            loglik, fc = _filter(counts, end_at, ql * scale, qs * scale)
+            if best is None or loglik > best[0]:
+                best = (loglik, fc)
+    assert best is not None
+    return best[1]
+
+
+def _filter(
+    counts: Sequence[float], end_at: float, q_level: float, q_slope: float
+) -> tuple[float, Forecast]:
+    level, slope = float(counts[0]), 0.0
+    p00, p01, p11 = max(level, 1.0), 0.0, 1.0
+    loglik = 0.0
+    for y in counts[1:]:
+        # predict: level += slope; covariance through F = [[1, 1], [0, 1]] plus process noise
+        level, slope = level + slope, slope
+        p00, p01, p11 = p00 + 2 * p01 + p11 + q_level, p01 + p11, p11 + q_slope
+        # update with a Poisson-noise observation of the level
+        r = max(level, 1.0)
+        s = p00 + r
+        k0, k1 = p00 / s, p01 / s
+        innovation = y - level
+        loglik -= 0.5 * (math.log(2 * math.pi * s) + innovation * innovation / s)
+        level, slope = level + k0 * innovation, slope + k1 * innovation
+        p00, p01, p11 = (1 - k0) * p00, (1 - k0) * p01, p11 - k1 * p01
+    return loglik, Forecast(end_at, level, slope, p00, p01, p11, q_level, q_slope)

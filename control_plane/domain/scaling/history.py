@@ -1,0 +1,104 @@
+"""What the autoscaler remembers about a deployment's traffic, as plain data.
+
+- `ArrivalStats`: arrivals counted per `BUCKET_S` (the forecaster's input), the recent gaps
+  between consecutive arrivals (the idle windows' input) and the last arrival. The simulator
+  builds it with `ArrivalHistory`; the live platform keeps the same counts in Redis
+  (`services/arrivals.py`) and reads them back into the same shape.
+- `ConcurrencyWindow`: demand (queued + running) sampled every tick, averaged over the stable
+  and panic windows as Knative's KPA does.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from control_plane.domain.scaling.policy import PANIC_WINDOW_S, STABLE_WINDOW_S
+
+# Arrivals are counted per 10 s: short enough that a ramp shows within one 30 s boot, long
+# enough that a 1 req/s stream has ~10 arrivals per bucket (Poisson noise ~30 %).
+BUCKET_S = 10.0
+# One hour of buckets: the forecaster needs a few minutes to settle, an hour to see a trend.
+MAX_BUCKETS = 360
+
+# The last 256 gaps between arrivals feed the idle windows: enough for percentiles near the
+# tails (1 % is 2–3 gaps), few enough that a deployment whose pattern changes is followed
+# within a few hundred arrivals, and small enough to keep per deployment in Redis.
+MAX_GAPS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalStats:
+    """A snapshot of a deployment's arrivals at `at`."""
+
+    at: float  # when the snapshot was taken (seconds since the epoch)
+    buckets_end_at: float  # end of the newest complete bucket in `counts`
+    counts: tuple[float, ...]  # arrivals per complete bucket, oldest first (≤ MAX_BUCKETS)
+    gaps: tuple[float, ...]  # the last MAX_GAPS gaps between arrivals, oldest first
+    last_arrival_at: float | None  # None: never called
+
+
+EMPTY = ArrivalStats(0.0, 0.0, (), (), None)
+
+
+class ArrivalHistory:
+    """Bounded arrival history of one deployment, in memory (the simulator's; the live
+    platform's lives in Redis with the same bins)."""
+
+    def __init__(self) -> None:
+        self._buckets: deque[tuple[int, int]] = deque()  # (bucket index, count), ascending
+        self._gaps: deque[float] = deque(maxlen=MAX_GAPS)
+        self.last_arrival_at: float | None = None
+
+    def record(self, t: float, n: int = 1) -> None:
+        """`n` arrivals at time `t` (not earlier than the previous ones)."""
+        index = int(t // BUCKET_S)
+        if self._buckets and self._buckets[-1][0] == index:
+            self._buckets[-1] = (index, self._buckets[-1][1] + n)
+        else:
+            self._buckets.append((index, n))
+            while self._buckets and self._buckets[0][0] <= index - MAX_BUCKETS:
+                self._buckets.popleft()
+        if self.last_arrival_at is not None:
+            self._gaps.append(t - self.last_arrival_at)
+        self._gaps.extend([0.0] * (n - 1))
+        self.last_arrival_at = t
+
+    def stats(self, now: float) -> ArrivalStats:
+        return stats_of(dict(self._buckets), tuple(self._gaps), self.last_arrival_at, now)
+
+
+def stats_of(
+    bucket_counts: dict[int, int],
+    gaps: tuple[float, ...],
+    last_arrival_at: float | None,
+    now: float,
+) -> ArrivalStats:
+    """Counts keyed by bucket index → the snapshot, complete buckets only."""
+    current = int(now // BUCKET_S)
+    first = current - MAX_BUCKETS
+    known = [i for i in bucket_counts if first <= i < current]
+    start = min(known) if known else current
+    counts = tuple(float(bucket_counts.get(i, 0)) for i in range(start, current))
+    return ArrivalStats(now, current * BUCKET_S, counts, tuple(gaps)[-MAX_GAPS:], last_arrival_at)
+
+
+class ConcurrencyWindow:
+    """Demand samples of the last stable window; the KPA's two averages."""
+
+    def __init__(self) -> None:
+        self._samples: deque[tuple[float, float]] = deque()
+
+    def record(self, t: float, concurrency: float) -> None:
+        self._samples.append((t, concurrency))
+        while self._samples and self._samples[0][0] <= t - STABLE_WINDOW_S:
+            self._samples.popleft()
+
+    def averages(self, now: float) -> tuple[float, float]:
+        """(stable, panic): mean demand over the last 60 s and the last 6 s."""
+        stable = [c for t, c in self._samples if t > now - STABLE_WINDOW_S]
+        panic = [c for t, c in self._samples if t > now - PANIC_WINDOW_S]
+        return (
+            sum(stable) / len(stable) if stable else 0.0,
+            sum(panic) / len(panic) if panic else 0.0,
+        )

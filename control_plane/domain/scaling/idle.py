@@ -1,0 +1,103 @@
+"""Keep-alive and pre-warm windows for sparse traffic, from the deployment's own recent gaps.
+
+After each arrival the autoscaler may keep its worker for a while, or let it go and boot one
+again shortly before the next arrival is likely. "Serverless in the Wild" (ATC'20) sets these
+windows at the 5th and 99th percentiles of an idle-time histogram, with 10 % margins. Here the
+histogram is the empirical distribution of the last `history.MAX_GAPS` gaps (exact, no bin
+rounding: a 25 % bin at 15 min is wider than a boot), and both windows are chosen to minimise
+the expected cost over it: idle worker-seconds plus cold starts, priced as in `policy.py`.
+Percentile rules fall out as special cases (a sharp period gives a pre-warm just before it; a
+flat distribution gives keep-or-release), and nothing is tuned to a trace.
+
+Fitting is vectorised over at most a few hundred candidates; it runs off the hot path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# Below this many gaps the distribution says little about the next one: the plain window.
+MIN_GAPS = 10
+# The paper's margins: be ready 10 % before the earliest gap planned for, keep 10 % past one.
+EARLY_MARGIN = 0.9
+LATE_MARGIN = 1.1
+
+
+@dataclass(frozen=True, slots=True)
+class IdleWindows:
+    """Counted from the last arrival: be ready at `prewarm_s` (None: keep the worker from the
+    arrival on) and keep it until `keepalive_s`."""
+
+    prewarm_s: float | None
+    keepalive_s: float
+    representative: bool  # False: too few gaps; the caller's plain window applies
+    expected_cost_s: float = 0.0  # worker-seconds per gap, for the decision log
+
+
+PLAIN = IdleWindows(None, 0.0, representative=False)
+
+
+def fit_idle_windows(
+    gaps: Sequence[float], boot_s: float, penalty_s: float, max_keepalive_s: float
+) -> IdleWindows:
+    """The cheapest (pre-warm, keep-alive) pair over these gaps.
+
+    Costs per gap g, in worker-seconds, with boot T and cold start C = T + penalty:
+    - kept from the arrival until b: g if g < b, else b + C;
+    - released, booted at s = a − T, ready at a, kept until b (b − s ≤ the scale-down
+      window): C if g < s; g − s + penalty if s ≤ g < a (the caller waits for the rest of
+      the boot: any wait is a cold start); g − s if a ≤ g < b; b − s + C after.
+    """
+    n = len(gaps)
+    if n < MIN_GAPS:
+        return PLAIN
+    g = np.sort(np.asarray(gaps, dtype=np.float64))
+    prefix = np.concatenate(([0.0], np.cumsum(g)))
+    cold = boot_s + penalty_s
+
+    def below(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(count, sum) of gaps < x."""
+        i = np.searchsorted(g, x, side="left")
+        return i.astype(np.float64), prefix[i]
+
+    # candidate ends: no keeping, each gap and each gap with the late margin, the window
+    ends = np.unique(
+        np.minimum(np.concatenate(([0.0, max_keepalive_s], g, g * LATE_MARGIN)), max_keepalive_s)
+    )
+    w_b, g_b = below(ends)
+    keep = g_b + (n - w_b) * (ends + cold)
+    i = int(np.argmin(keep))
+    best = IdleWindows(None, float(ends[i]), True, float(keep[i]))
+    # candidate pre-warm points: each gap and each gap with the early margin, after one boot
+    starts = np.unique(np.concatenate((g, g * EARLY_MARGIN)))
+    # A released worker stays away at least one boot: shorter gaps are kept through, since the
+    # churn would buy less than a boot's worth of worker-seconds for a boot's risk.
+    starts = starts[starts > 2 * boot_s]
+    if starts.size:
+        s = starts - boot_s
+        w_s, g_s = below(s)
+        w_a, g_a = below(starts)
+        w_boot, g_boot = w_a - w_s, g_a - g_s
+        head = w_s * cold + (g_boot - s * w_boot) + penalty_s * w_boot
+        ends2 = np.unique(np.concatenate((g, g * LATE_MARGIN)))
+        w_e, g_e = below(ends2)
+        # rows: pre-warm points, columns: ends; the worker lives from s to the end
+        a_, s_, e_ = starts[:, None], s[:, None], ends2[None, :]
+        cost = (
+            head[:, None]
+            + (g_e[None, :] - g_a[:, None])
+            - s_ * (w_e[None, :] - w_a[:, None])
+            + (n - w_e[None, :]) * (e_ - s_ + cold)
+        )
+        cost[(e_ < a_) | (e_ - s_ > max_keepalive_s)] = np.inf
+        r, c = np.unravel_index(int(np.argmin(cost)), cost.shape)
+        if cost[r, c] < best.expected_cost_s:
+            best = IdleWindows(float(starts[r]), float(ends2[c]), True, float(cost[r, c]))
+    return _per_gap(best, n)
+
+
+def _per_gap(best: IdleWindows, n: int) -> IdleWindows:
+    return IdleWindows(best.prewarm_s, best.keepalive_s, True, best.expected_cost_s / n)

@@ -1,0 +1,34 @@
+"""The slow half of the autoscaler: models refit from a deployment's history every few
+seconds by a background task (the live reconciler's `scaling_models` refresher, the
+simulator's refit event), never inside `decide()`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from control_plane.domain.scaling.forecast import Forecast, fit_forecast
+from control_plane.domain.scaling.history import ArrivalStats
+from control_plane.domain.scaling.idle import PLAIN, IdleWindows, fit_idle_windows
+from control_plane.domain.scaling.policy import ScalingPolicy
+
+# Models older than this are not trusted (the refresher died or lags): decide() falls back to
+# its reactive part and the plain window. Ten refresh periods of the live loop.
+MAX_MODEL_AGE_S = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Models:
+    fitted_at: float  # seconds since the epoch
+    forecast: Forecast | None  # None: too little history, or no traffic
+    idle: IdleWindows
+
+
+NONE = Models(0.0, None, PLAIN)
+
+
+def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float) -> Models:
+    return Models(
+        fitted_at=stats.at,
+        forecast=fit_forecast(stats.counts, stats.buckets_end_at),
+        idle=fit_idle_windows(stats.gaps, boot_s, policy.cold_penalty_s, policy.scaledown_window_s),
+    )

@@ -1,0 +1,66 @@
+"""A deployment's scaling policy and the prices the autoscaler weighs.
+
+Every decision trades idle worker-seconds against cold starts. Both are priced in the same unit,
+worker-seconds, so the rule holds whatever the hardware's rate:
+
+- an idle worker costs one worker-second per second;
+- a cold start costs the boot (start → ready, billed) plus `cold_penalty_s`, the price the
+  deployment's owner puts on making one caller wait through a boot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Knative KPA defaults (knative/serving `config-autoscaler`): 60 s stable window, 6 s panic
+# window (10 % of it), panic when the panic window asks for ≥ 200 % of the ready workers.
+STABLE_WINDOW_S = 60.0
+PANIC_WINDOW_S = 6.0
+PANIC_THRESHOLD = 2.0
+# Knative `max-scale-down-rate` 2.0: one tick removes at most half the workers.
+MAX_SCALE_DOWN_RATE = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    min_workers: int = 0  # floor, kept even with no traffic (0 = scale to zero)
+    max_workers: int = 1  # ceiling, never exceeded
+    target_concurrency: int = 1  # jobs one worker holds at once
+    scaledown_window_s: float = 60.0  # upper bound on how long an unneeded worker is kept
+    max_boot_s: float = 600.0  # a worker not ready after this long is not counted as capacity
+    # The price of one cold request in worker-seconds, on top of the boot itself. The default
+    # is the price the industry's keep-alive defaults imply (RunPod, Modal, Knative setups keep
+    # idle workers 5–10 minutes to spare callers a boot): five minutes of an idle worker.
+    cold_penalty_s: float = 300.0
+
+
+def cold_cost_s(policy: ScalingPolicy, boot_s: float) -> float:
+    """Worker-seconds one cold start costs: its boot plus the caller's wait, priced."""
+    return boot_s + policy.cold_penalty_s
+
+
+def hold_s(policy: ScalingPolicy, boot_s: float) -> float:
+    """How long an unneeded worker is kept. Keeping it costs one worker-second per second;
+    letting it go and needing it again costs a cold start. Keeping it exactly as long as a cold
+    start costs is the ski-rental rule: never more than twice the cost of the best choice made
+    in hindsight, whatever comes next. The scale-down window caps it."""
+    return min(cold_cost_s(policy, boot_s), policy.scaledown_window_s)
+
+
+def under_quantile(policy: ScalingPolicy, boot_s: float) -> float:
+    """The quantile of forecast demand to provision for (the newsvendor's critical ratio).
+
+    One worker too few makes up to `target_concurrency` callers wait through a boot; one too
+    many idles for at most a boot horizon before the next decision can undo it. Provision the
+    demand quantile c_under / (c_under + c_over)."""
+    c_under = boot_s + policy.cold_penalty_s * max(policy.target_concurrency, 1)
+    c_over = max(boot_s, 1.0)
+    return c_under / (c_under + c_over)
+
+
+# Priors until a deployment version has measurements of its own. A boot (process start, runtime
+# import, weight streaming, warm-up) of a mid-size model on this platform takes tens of seconds;
+# assuming 30 s errs toward warming early. A job holding a slot ten seconds is a typical chat
+# completion (a few hundred tokens at tens of tokens per second).
+DEFAULT_BOOT_S = 30.0
+DEFAULT_SERVICE_S = 10.0

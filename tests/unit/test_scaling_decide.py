@@ -1,0 +1,236 @@
+"""`decide()` as pure logic, on a fake clock (plain floats): each part of the decision."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from control_plane.domain.scaling import (
+    ArrivalHistory,
+    ConcurrencyWindow,
+    DeploymentState,
+    Memory,
+    ScaleDecision,
+    ScalingPolicy,
+    decide,
+    refit,
+)
+from control_plane.domain.scaling.decide import REASONS
+from control_plane.domain.scaling.models import NONE, Models
+from control_plane.domain.scaling.policy import hold_s
+
+T0 = 1_000_000.0
+POLICY = ScalingPolicy(min_workers=0, max_workers=8, target_concurrency=4, scaledown_window_s=600)
+
+
+def state(**kw: object) -> DeploymentState:
+    base = DeploymentState(
+        policy=POLICY,
+        queued=0,
+        running=0,
+        ready=0,
+        booting_since=(),
+        stable_concurrency=0.0,
+        panic_concurrency=0.0,
+        last_arrival_at=None,
+        boot_s=30.0,
+        service_s=5.0,
+    )
+    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+
+
+def run(s: DeploymentState, now: float) -> ScaleDecision:
+    d = decide(s, now)
+    assert d.reason in REASONS
+    return d
+
+
+def test_nothing_runs_while_nobody_calls() -> None:
+    d = run(state(), T0)
+    assert (d.desired, d.start, d.reason) == (0, 0, "idle")
+
+
+def test_scale_from_zero_counts_queued_and_running_work() -> None:
+    d = run(state(queued=1, last_arrival_at=T0), T0)
+    assert (d.desired, d.start, d.reason) == (1, 1, "scale_from_zero")
+    # running (reserved) work counts as much as queued work: never queue length alone
+    d = run(state(queued=2, running=7, ready=1, last_arrival_at=T0), T0)
+    assert (d.desired, d.reason) == (3, "demand")  # ceil(9 / 4)
+
+
+def test_booting_workers_count_as_capacity() -> None:
+    d = run(state(queued=3, booting_since=(T0 - 5,), last_arrival_at=T0), T0)
+    assert (d.desired, d.capacity, d.start) == (1, 1, 0)
+
+
+def test_boot_overrun_is_not_capacity_and_gets_a_replacement() -> None:
+    policy = dataclasses.replace(POLICY, max_boot_s=60)
+    d = run(state(policy=policy, queued=3, booting_since=(T0 - 61,), last_arrival_at=T0), T0)
+    assert (d.desired, d.capacity, d.start) == (1, 0, 1)
+
+
+def test_panic_scales_up_and_never_down_while_it_lasts() -> None:
+    d = run(state(ready=1, running=4, stable_concurrency=4, panic_concurrency=12), T0)
+    assert (d.desired, d.reason) == (3, "panic")
+    assert d.memory.panic_until == T0 + 60
+    # the burst is gone but panic mode holds the count for a stable window
+    later = state(ready=3, running=0, panic_concurrency=0.0, memory=d.memory, last_arrival_at=T0)
+    d2 = run(later, T0 + 30)
+    assert d2.desired == 3
+    d3 = run(dataclasses.replace(later, memory=d2.memory), T0 + 61)
+    assert d3.reason == "hold"  # panic is over; the workers are held, then released
+    d4 = run(dataclasses.replace(later, memory=d3.memory), T0 + 30 + hold_s(POLICY, 30.0) + 1)
+    assert d4.desired < 3
+
+
+def test_stable_window_adds_workers_above_the_first() -> None:
+    d = run(state(ready=2, running=8, stable_concurrency=10, panic_concurrency=10), T0)
+    assert (d.desired, d.reason) == (3, "stable_window")
+
+
+def test_min_and_max_workers_bound_the_count() -> None:
+    policy = dataclasses.replace(POLICY, min_workers=2, max_workers=3)
+    assert run(state(policy=policy, ready=2), T0).desired == 2
+    d = run(state(policy=policy, ready=2, queued=40), T0)
+    assert (d.desired, d.reason) == (3, "max_workers")
+
+
+def test_unneeded_workers_are_held_for_the_ski_rental_time_then_halved() -> None:
+    busy = run(state(ready=4, running=16, last_arrival_at=T0), T0)
+    assert busy.desired == 4
+    hold = hold_s(POLICY, 30.0)  # 30 s boot + 60 s penalty
+    quiet = state(ready=4, last_arrival_at=T0, memory=busy.memory)
+    d = run(quiet, T0 + hold - 1)
+    assert (d.desired, d.reason) == (4, "hold")
+    d = run(dataclasses.replace(quiet, memory=d.memory), T0 + hold + 1)
+    # scale-down removes at most half per tick; the reconciler drains what goes
+    assert (d.desired, d.reason) == (2, "scale_down")
+
+
+def test_last_worker_follows_the_plain_window_until_the_histogram_is_representative() -> None:
+    hold = hold_s(POLICY, 30.0)
+    s = state(ready=1, last_arrival_at=T0)
+    assert run(s, T0 + hold - 1).desired == 1
+    assert run(s, T0 + hold + 1).desired == 0
+
+
+def periodic_models(
+    period_s: float, jitter_s: float, n: int, boot_s: float
+) -> tuple[Models, float]:
+    rng = random.Random(7)
+    history, t = ArrivalHistory(), T0
+    for _ in range(n):
+        t += period_s + rng.uniform(-jitter_s, jitter_s)
+        history.record(t)
+    return refit(history.stats(t + 1), POLICY, boot_s), t
+
+
+def test_prewarm_before_a_predicted_periodic_arrival_and_zero_between() -> None:
+    models, last = periodic_models(900, 15, 40, 30)
+    assert models.idle.representative and models.idle.prewarm_s is not None
+    s = state(last_arrival_at=last, models=dataclasses.replace(models, fitted_at=last + 400))
+    between = run(s, last + 400)
+    assert (between.desired, between.reason) == (0, "idle")
+    boot_at = last + models.idle.prewarm_s - 30
+    assert between.next_prewarm_at == pytest.approx(boot_at)
+    # the worker is started a boot before the next arrival is expected (every 900 ± 15 s)
+    assert 800 < boot_at - last <= 900 - 30
+    warm = run(
+        dataclasses.replace(s, models=dataclasses.replace(models, fitted_at=boot_at)), boot_at
+    )
+    assert (warm.desired, warm.start, warm.reason) == (1, 1, "prewarm")
+    # and released when the window ends without an arrival
+    end = last + models.idle.keepalive_s
+    gone = run(
+        dataclasses.replace(s, ready=1, models=dataclasses.replace(models, fitted_at=end)), end + 1
+    )
+    assert gone.desired == 0
+
+
+def test_keepalive_from_the_histogram_for_short_gaps() -> None:
+    rng = random.Random(3)
+    history, t = ArrivalHistory(), T0
+    for _ in range(200):
+        t += rng.uniform(40, 80)  # a caller every minute or so: keep the worker through it
+        history.record(t)
+    models = refit(history.stats(t + 1), POLICY, 30.0)
+    assert models.idle.prewarm_s is None and models.idle.keepalive_s >= 80
+    s = state(ready=1, last_arrival_at=t, models=models)
+    d = run(s, t + 70)
+    assert (d.desired, d.reason) == (1, "keepalive")
+    assert run(s, t + models.idle.keepalive_s + 1).desired == 0
+
+
+def test_stale_models_are_ignored() -> None:
+    models, last = periodic_models(900, 15, 40, 30)
+    old = dataclasses.replace(models, fitted_at=last - 10_000)
+    boot_at = last + (models.idle.prewarm_s or 0) - 30
+    assert run(state(last_arrival_at=last, models=old), boot_at).desired == 0
+
+
+def ramp_models(now: float) -> Models:
+    """Arrivals per 10 s bucket rising from 2 to 60 over ten minutes."""
+    history = ArrivalHistory()
+    for b in range(60):
+        start = now - 600 + b * 10
+        n = 2 + b
+        for i in range(n):
+            history.record(start + 10 * i / n)
+    return refit(history.stats(now), POLICY, 30.0)
+
+
+def test_forecast_provisions_ahead_of_a_rising_ramp() -> None:
+    models = ramp_models(T0)
+    assert models.forecast is not None
+    mean_now, _ = models.forecast.rate(T0)
+    mean_later, _ = models.forecast.rate(T0 + 30)
+    assert mean_later > mean_now > 5  # per second
+    # demand right now fits in the ready workers; the forecast asks for more before it arrives
+    running = 4 * 3
+    s = state(
+        ready=3,
+        running=running,
+        stable_concurrency=12,
+        panic_concurrency=12,
+        last_arrival_at=T0,
+        service_s=2.0,
+        models=models,
+    )
+    d = run(s, T0)
+    assert d.reason == "forecast" and d.desired > 3
+
+
+def test_crash_loop_gates_starts_and_fails_waiting_jobs() -> None:
+    d = run(state(queued=2, start_allowed=False, last_arrival_at=T0), T0)
+    assert (d.desired, d.start, d.reason, d.fail_waiting) == (0, 0, "crash_backoff", False)
+    d = run(state(queued=2, start_allowed=False, give_up=True, last_arrival_at=T0), T0)
+    assert (d.desired, d.reason, d.fail_waiting) == (0, "crash_loop", True)
+    # a crash-looping version still scales down what it has
+    d = run(state(ready=2, give_up=True, last_arrival_at=T0 - 10_000), T0)
+    assert d.desired == 1 and not d.fail_waiting
+
+
+def test_decide_is_pure() -> None:
+    s = state(
+        queued=3,
+        ready=1,
+        running=2,
+        stable_concurrency=6,
+        panic_concurrency=9,
+        last_arrival_at=T0,
+        models=ramp_models(T0),
+        memory=Memory((T0 - 5,) * 3, 0.0),
+    )
+    assert decide(s, T0 + 1) == decide(s, T0 + 1)
+
+
+def test_concurrency_window_averages() -> None:
+    w = ConcurrencyWindow()
+    for i in range(60):
+        w.record(T0 + i, 10.0 if i >= 57 else 0.0)
+    stable, panic = w.averages(T0 + 59)
+    assert stable == pytest.approx(0.5)
+    assert panic == pytest.approx(5.0)
+    assert NONE.forecast is None

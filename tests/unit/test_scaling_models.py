@@ -1,0 +1,112 @@
+"""The autoscaler's slow half: arrival history, the forecaster and the idle windows."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from control_plane.domain.scaling.forecast import MIN_BUCKETS, fit_forecast
+from control_plane.domain.scaling.history import (
+    BUCKET_S,
+    MAX_BUCKETS,
+    MAX_GAPS,
+    ArrivalHistory,
+    stats_of,
+)
+from control_plane.domain.scaling.idle import MIN_GAPS, PLAIN, fit_idle_windows
+
+T0 = 1_000_000.0
+
+
+def test_history_is_bounded_and_counts_complete_buckets_only() -> None:
+    h = ArrivalHistory()
+    for i in range(10_000):
+        h.record(T0 + i * 0.9)
+    now = T0 + 9_000.5
+    stats = h.stats(now)
+    assert len(stats.counts) == MAX_BUCKETS
+    assert len(stats.gaps) == MAX_GAPS
+    assert stats.gaps[-1] == pytest.approx(0.9)
+    assert stats.buckets_end_at == (now // BUCKET_S) * BUCKET_S
+    assert sum(stats.counts) == pytest.approx(MAX_BUCKETS * BUCKET_S / 0.9, rel=0.01)
+
+
+def test_simultaneous_arrivals_are_gaps_of_zero() -> None:
+    h = ArrivalHistory()
+    h.record(T0)
+    h.record(T0 + 5, n=3)
+    assert h.stats(T0 + 20).gaps == (5.0, 0.0, 0.0)
+
+
+def test_stats_of_fills_empty_buckets_with_zero() -> None:
+    stats = stats_of({100: 4, 103: 1}, (1.0, 2.0), 1035.0, now=104 * BUCKET_S + 3)
+    assert stats.counts == (4.0, 0.0, 0.0, 1.0)
+    assert stats.last_arrival_at == 1035.0
+
+
+def test_no_forecast_without_history_or_traffic() -> None:
+    assert fit_forecast([3.0] * (MIN_BUCKETS - 1), T0) is None
+    assert fit_forecast([0.0] * 100, T0) is None
+
+
+def poisson(rng: random.Random, mean: float) -> float:
+    # counts of a Poisson process over one bucket
+    n, t = 0, rng.expovariate(mean)
+    while t < 1.0:
+        n, t = n + 1, t + rng.expovariate(mean)
+    return float(n)
+
+
+def test_forecast_follows_a_step_and_a_ramp() -> None:
+    rng = random.Random(1)
+    steady = [poisson(rng, 20) for _ in range(120)]
+    fc = fit_forecast(steady, T0)
+    assert fc is not None
+    mean, sd = fc.rate(T0 + 30)
+    assert mean == pytest.approx(2.0, rel=0.2)  # 20 per 10 s bucket
+    assert sd < 0.5
+    ramp = [poisson(rng, 5 + i) for i in range(60)]
+    fc = fit_forecast(ramp, T0)
+    assert fc is not None and fc.slope > 0.5
+    assert fc.rate(T0 + 60)[0] > fc.rate(T0)[0] > 5.0
+
+
+def test_idle_windows_need_enough_gaps() -> None:
+    assert fit_idle_windows([900.0] * (MIN_GAPS - 1), 30, 300, 600) == PLAIN
+
+
+def test_periodic_gaps_prewarm_just_before_the_period() -> None:
+    rng = random.Random(2)
+    gaps = [900 + rng.uniform(-15, 15) for _ in range(100)]
+    w = fit_idle_windows(gaps, 30, 300, 600)
+    assert w.representative and w.prewarm_s is not None
+    assert min(gaps) * 0.9 <= w.prewarm_s <= min(gaps)  # ready before (nearly) every arrival
+    assert w.keepalive_s > max(gaps)  # and kept until past the latest one
+    assert w.keepalive_s - (w.prewarm_s - 30) <= 600  # a pre-warmed worker lives ≤ the window
+
+
+def test_memoryless_long_gaps_release_at_once() -> None:
+    rng = random.Random(3)
+    gaps = [rng.expovariate(1 / 3600) for _ in range(200)]
+    w = fit_idle_windows(gaps, 30, 300, 600)
+    # an hour between callers on average: keeping a worker costs more than the cold starts
+    if w.prewarm_s is None:
+        assert w.keepalive_s < 600
+    else:  # at most a pre-warm for the far tail, hours out
+        assert w.prewarm_s > 3600
+
+
+def test_short_gaps_keep_the_worker_through_them() -> None:
+    rng = random.Random(4)
+    gaps = [rng.uniform(20, 90) for _ in range(200)]
+    w = fit_idle_windows(gaps, 30, 300, 600)
+    assert w.prewarm_s is None and w.keepalive_s >= max(gaps)
+
+
+def test_the_keepalive_never_passes_the_scaledown_window() -> None:
+    gaps = [400.0 + i for i in range(50)]
+    w = fit_idle_windows(gaps, 30, 300, 120)
+    assert w.prewarm_s is not None or w.keepalive_s <= 120
+    if w.prewarm_s is not None:
+        assert w.keepalive_s - (w.prewarm_s - 30) <= 120
