@@ -9,6 +9,8 @@
       └── reconciler     python -m control_plane.reconcile      (autoscaler; owns worker processes)
 
 SIGINT/SIGTERM stop every child in reverse order; `STATE/platform.json` says where it runs.
+A child that dies is started again on the same port after a back-off (`restarts.py`); one that
+keeps dying stops the platform with its name and log.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import os
 import secrets
 import signal
@@ -23,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +44,7 @@ from control_plane.embedded.processes import (
     start_s3,
     wait_until,
 )
+from control_plane.embedded.restarts import after_death
 from control_plane.tasks_api import CONTROL_QUEUE
 
 log = logging.getLogger(__name__)
@@ -97,6 +102,18 @@ class Supervisor:
         self.port = port
         self.children: list[ManagedProcess] = []
         self.stopping = threading.Event()
+        # how to start each child again, when it started, and its past deaths
+        self._starters: dict[str, Callable[[], ManagedProcess]] = {}
+        self._started_at: dict[str, float] = {}
+        self._deaths: dict[str, list[tuple[float, float]]] = {}
+        self._state: dict[str, Any] = {}
+
+    def _run(self, name: str, starter: Callable[[], ManagedProcess]) -> ManagedProcess:
+        proc = starter()
+        self.children.append(proc)
+        self._starters[name] = starter
+        self._started_at[name] = time.monotonic()
+        return proc
 
     def _log(self, name: str) -> Path:
         return self.state_dir / "logs" / f"{name}.log"
@@ -118,20 +135,26 @@ class Supervisor:
 
         redis_url = env.get("PLATFORM_REDIS_URL")
         if not redis_url:
-            redis = start_redis(self.state_dir / "redis", free_port(), self._log("redis"))
-            self.children.append(redis)
+            redis_port = free_port()
+            redis = self._run(
+                "redis",
+                lambda: start_redis(self.state_dir / "redis", redis_port, self._log("redis")),
+            )
             redis_url = redis.extra["url"]
 
         s3_url = env.get("PLATFORM_S3_ENDPOINT_URL")
         if not s3_url:
-            s3 = start_s3(
-                self.state_dir / "objects",
-                free_port(),
-                creds.s3_access_key,
-                creds.s3_secret_key,
-                self._log("s3"),
+            s3_port = free_port()
+            s3 = self._run(
+                "s3",
+                lambda: start_s3(
+                    self.state_dir / "objects",
+                    s3_port,
+                    creds.s3_access_key,
+                    creds.s3_secret_key,
+                    self._log("s3"),
+                ),
             )
-            self.children.append(s3)
             s3_url = s3.extra["url"]
             env["AWS_ACCESS_KEY_ID"] = creds.s3_access_key
             env["AWS_SECRET_ACCESS_KEY"] = creds.s3_secret_key
@@ -156,21 +179,26 @@ class Supervisor:
         )
         self._migrate_and_bootstrap(db_url, creds.admin_key)
 
-        api = start_python("api", ["-m", "control_plane.api"], env, self._log("api"))
-        self.children.append(api)
-        wait_until(api, lambda: httpx.get(api_url + "/healthz", timeout=1).status_code == 200, 60)
-        celery = start_python(
-            "celery",
-            ["-m", "celery", "-A", "control_plane.tasks", "worker", "-Q", CONTROL_QUEUE,
-             "-P", "threads", "-c", "4", "--without-gossip", "--without-mingle",
-             "--without-heartbeat", "-l", "INFO"],
-            env, self._log("celery"),
-        )  # fmt: skip
-        self.children.append(celery)
-        reconciler = start_python(
-            "reconciler", ["-m", "control_plane.reconcile"], env, self._log("reconciler")
+        api = self._run(
+            "api", lambda: start_python("api", ["-m", "control_plane.api"], env, self._log("api"))
         )
-        self.children.append(reconciler)
+        wait_until(api, lambda: httpx.get(api_url + "/healthz", timeout=1).status_code == 200, 60)
+        celery = self._run(
+            "celery",
+            lambda: start_python(
+                "celery",
+                ["-m", "celery", "-A", "control_plane.tasks", "worker", "-Q", CONTROL_QUEUE,
+                 "-P", "threads", "-c", "4", "--without-gossip", "--without-mingle",
+                 "--without-heartbeat", "-l", "INFO"],
+                env, self._log("celery"),
+            ),
+        )  # fmt: skip
+        reconciler = self._run(
+            "reconciler",
+            lambda: start_python(
+                "reconciler", ["-m", "control_plane.reconcile"], env, self._log("reconciler")
+            ),
+        )
         time.sleep(0.5)
         for c in (celery, reconciler):
             if not c.alive():
@@ -189,12 +217,17 @@ class Supervisor:
             "started_at": datetime.now(UTC).isoformat(),
             "children": {c.name: c.pid for c in self.children},
         }
+        self._state = state
+        self._write_state()
+        return state
+
+    def _write_state(self) -> None:
+        self._state["children"] = {c.name: c.pid for c in self.children}
         path = self.state_dir / STATE_FILE
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state, indent=2))
+        tmp.write_text(json.dumps(self._state, indent=2))
         tmp.chmod(0o600)
         tmp.replace(path)
-        return state
 
     def _migrate_and_bootstrap(self, db_url: str, admin_key: str) -> None:
         from control_plane.db.migrate import upgrade
@@ -209,20 +242,49 @@ class Supervisor:
         engine.dispose()
 
     def watch(self) -> int:
-        """Block until a signal or a child's death; then stop everything."""
+        """Block until a signal, restarting children that die; stop everything at the end.
+        Returns 1 when a child kept dying and the platform gave up, else 0."""
+        restart_at: dict[str, float] = {}  # dead children waiting for their back-off
         rc = 0
-        while not self.stopping.wait(0.5):
-            dead = [c for c in self.children if not c.alive()]
-            if dead:
-                for c in dead:
-                    print(
-                        f"{c.name} exited with {c.popen.returncode}; log {c.log_path}",
-                        file=sys.stderr,
-                    )
-                rc = 1
-                break
+        while not self.stopping.wait(0.2) and rc == 0:
+            now = time.monotonic()
+            for i, child in enumerate(self.children):
+                if child.name not in restart_at and not child.alive():
+                    rc = self._on_death(child, now, restart_at)
+                elif restart_at.get(child.name, math.inf) <= now:
+                    del restart_at[child.name]
+                    try:
+                        self.children[i] = self._starters[child.name]()
+                    except StartError as exc:
+                        log.warning("restarting %s failed: %s", child.name, exc)
+                        rc = self._on_death(child, time.monotonic(), restart_at)
+                        continue
+                    self._started_at[child.name] = time.monotonic()
+                    print(f"{child.name} restarted (pid {self.children[i].pid})", file=sys.stderr)
+                    self._write_state()
+                if rc:
+                    break
         self.stop()
         return rc
+
+    def _on_death(self, child: ManagedProcess, now: float, restart_at: dict[str, float]) -> int:
+        deaths = self._deaths.setdefault(child.name, [])
+        deaths.append((self._started_at.get(child.name, now), now))
+        verdict = after_death(deaths, now)
+        if verdict.give_up:
+            print(
+                f"{child.name} died {len(deaths)} times in a row (last exit status "
+                f"{child.popen.returncode}); stopping the platform. Log: {child.log_path}",
+                file=sys.stderr,
+            )
+            return 1
+        print(
+            f"{child.name} exited with {child.popen.returncode}; restarting it in "
+            f"{verdict.restart_at - now:.1f}s (log {child.log_path})",
+            file=sys.stderr,
+        )
+        restart_at[child.name] = verdict.restart_at
+        return 0
 
     def stop(self) -> None:
         # Reverse order: the reconciler drains workers first; the stores go last.
