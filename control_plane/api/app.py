@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import redis
 import redis.asyncio as aioredis
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
 from control_plane.api import openapi, problems
+from control_plane.api.body_limit import BodyLimit
 from control_plane.api.routes import (
     batches,
     billing,
@@ -61,21 +62,7 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
     problems.install(app)
     openapi.install(app)
 
-    @app.middleware("http")
-    async def limit_body(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > settings.max_request_bytes:
-            return problems.problem(
-                413,
-                "too-large",
-                "Payload Too Large",
-                f"request body is {length} bytes; the limit is {settings.max_request_bytes}",
-                request.url.path,
-                limit_bytes=settings.max_request_bytes,
-            )
-        return await call_next(request)
+    app.add_middleware(BodyLimit, limit_bytes=settings.max_request_bytes)
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -1,0 +1,39 @@
+"""The body limit counts the bytes received over real HTTP: a chunked body (no Content-Length)
+past the limit gets 413 problem+json and creates nothing; the connection pool stays usable."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+
+
+def chunks(total: int, size: int = 64 * 1024) -> Iterator[bytes]:
+    yield b'{"input": {"prompt": "'
+    sent = 0
+    while sent < total:
+        yield b"x" * size
+        sent += size
+    yield b'"}}'
+
+
+def test_chunked_body_over_the_limit_is_413(platform: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {platform['api_key']}", "Content-Type": "application/json"}
+    with httpx.Client(base_url=platform["url"], headers=headers, timeout=30) as client:
+        before = client.get("/v1/jobs").json()["data"]
+        r = client.post("/v1/deployments/anything/jobs", content=chunks(3_000_000))
+        assert r.status_code == 413
+        assert r.headers["content-type"].startswith("application/problem+json")
+        body = r.json()
+        assert body["limit_bytes"] == 1_000_000 and "passed" in body["detail"]
+        # a declared size over the limit is refused before the body is read
+        r = client.post(
+            "/v1/deployments/anything/jobs",
+            content=b"{" + b" " * 2_000_000 + b"}",
+            headers={"Content-Length": str(2_000_002)},
+        )
+        assert r.status_code == 413
+        # nothing was created, and the same client goes on working
+        assert client.get("/v1/jobs").json()["data"] == before
+        assert client.get("/healthz").status_code == 200
