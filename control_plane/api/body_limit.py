@@ -1,4 +1,5 @@
-"""Request body limit on the bytes actually received, not on what `Content-Length` claims.
+"""Request body limits: the bytes actually received (not what `Content-Length` claims) and the
+nesting depth of a JSON body.
 
 A chunked request has no `Content-Length`; a lying client may send one too small. The body is
 read here, up to the limit, before any route sees it: one byte over and the answer is 413
@@ -9,9 +10,28 @@ memory is the same cost the route's JSON parsing pays anyway.
 
 from __future__ import annotations
 
+import re
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.api import problems
+
+# No request of this API nests deeper than ~6 levels (a chat message's content parts); 64
+# leaves room for users' metadata and stays far below what the JSON parser, pydantic and the
+# serializers that echo it back can recurse through.
+MAX_JSON_DEPTH = 64
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(body: bytes) -> int:
+    """Deepest nesting of arrays and objects in `body` (strings skipped); no parsing."""
+    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    depth = deepest = 0
+    for b in brackets:
+        depth += 1 if b in b"[{" else -1
+        deepest = max(deepest, depth)
+    return deepest
 
 
 class BodyLimit:
@@ -41,7 +61,21 @@ class BodyLimit:
             chunks.append(body)
             if not message.get("more_body", False):
                 break
-        pending: list[Message] = [{"type": "http.request", "body": b"".join(chunks)}]
+        body = b"".join(chunks)
+        if b"json" in dict(scope["headers"]).get(b"content-type", b""):
+            depth = json_depth(body)
+            if depth > MAX_JSON_DEPTH:
+                response = problems.problem(
+                    422,
+                    "invalid-request",
+                    "Invalid Request",
+                    f"JSON body nests {depth} levels deep; the limit is {MAX_JSON_DEPTH}",
+                    scope.get("path", ""),
+                    limit=MAX_JSON_DEPTH,
+                )
+                await response(scope, receive, send)
+                return
+        pending: list[Message] = [{"type": "http.request", "body": body}]
 
         async def replay() -> Message:
             # the body once, then the real channel (a streamed response waits for disconnect)

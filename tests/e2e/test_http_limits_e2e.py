@@ -37,3 +37,13 @@ def test_chunked_body_over_the_limit_is_413(platform: dict[str, Any]) -> None:
         # nothing was created, and the same client goes on working
         assert client.get("/v1/jobs").json()["data"] == before
         assert client.get("/healthz").status_code == 200
+
+
+def test_deeply_nested_json_is_422_on_every_route(platform: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {platform['api_key']}", "Content-Type": "application/json"}
+    deep = b'{"input": {"prompt": "hi", "metadata": ' + b"[" * 500 + b"]" * 500 + b"}}"
+    with httpx.Client(base_url=platform["url"], headers=headers, timeout=30) as client:
+        for path in ("/v1/deployments/anything/jobs", "/v1/chat/completions", "/v1/deployments"):
+            r = client.post(path, content=deep)
+            assert r.status_code == 422, (path, r.text)
+            assert "nests 502 levels" in r.text
