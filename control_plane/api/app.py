@@ -62,7 +62,12 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
     problems.install(app)
     openapi.install(app)
 
-    app.add_middleware(BodyLimit, limit_bytes=settings.max_request_bytes)
+    app.add_middleware(
+        BodyLimit,
+        limit_bytes=settings.max_request_bytes,
+        # an inline batch (`inputs` / `input_jsonl`) may be as large as a batch input file
+        routes={("POST", "/v1/batches"): settings.batch_max_input_bytes},
+    )
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -35,17 +35,24 @@ def json_depth(body: bytes) -> int:
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, limit_bytes: int) -> None:
+    """`limit_bytes` for every request; `routes` raises it for (method, path) pairs where larger
+    bodies are legitimate (an inline batch)."""
+
+    def __init__(
+        self, app: ASGIApp, limit_bytes: int, routes: dict[tuple[str, str], int] | None = None
+    ) -> None:
         self.app = app
         self.limit_bytes = limit_bytes
+        self.routes = routes or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        limit = self.routes.get((scope["method"], scope["path"].rstrip("/")), self.limit_bytes)
         declared = dict(scope["headers"]).get(b"content-length", b"")
-        if declared.isdigit() and int(declared) > self.limit_bytes:
-            await self._too_large(scope, receive, send, f"request body is {int(declared)} bytes")
+        if declared.isdigit() and int(declared) > limit:
+            await _too_large(scope, receive, send, f"request body is {int(declared)} bytes", limit)
             return
         chunks: list[bytes] = []
         size = 0
@@ -55,8 +62,8 @@ class BodyLimit:
                 return
             body = message.get("body", b"")
             size += len(body)
-            if size > self.limit_bytes:
-                await self._too_large(scope, receive, send, f"request body passed {size} bytes")
+            if size > limit:
+                await _too_large(scope, receive, send, f"request body passed {size} bytes", limit)
                 return
             chunks.append(body)
             if not message.get("more_body", False):
@@ -83,13 +90,14 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _too_large(self, scope: Scope, receive: Receive, send: Send, what: str) -> None:
-        response = problems.problem(
-            413,
-            "too-large",
-            "Payload Too Large",
-            f"{what}; the limit is {self.limit_bytes}",
-            scope.get("path", ""),
-            limit_bytes=self.limit_bytes,
-        )
-        await response(scope, receive, send)
+
+async def _too_large(scope: Scope, receive: Receive, send: Send, what: str, limit: int) -> None:
+    response = problems.problem(
+        413,
+        "too-large",
+        "Payload Too Large",
+        f"{what}; the limit is {limit}",
+        scope.get("path", ""),
+        limit_bytes=limit,
+    )
+    await response(scope, receive, send)

@@ -47,3 +47,15 @@ def test_deeply_nested_json_is_422_on_every_route(platform: dict[str, Any]) -> N
             r = client.post(path, content=deep)
             assert r.status_code == 422, (path, r.text)
             assert "nests 502 levels" in r.text
+
+
+def test_an_inline_batch_has_its_own_larger_limit(platform: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {platform['api_key']}", "Content-Type": "application/json"}
+    line = b'{\\"prompt\\": \\"' + b"y" * 1000 + b'\\"}\\n'
+    body = b'{"deployment": "no-such-deployment", "input_jsonl": "' + line * 2000 + b'"}'
+    assert 1_000_000 < len(body) < 50_000_000
+    with httpx.Client(base_url=platform["url"], headers=headers, timeout=30) as client:
+        r = client.post("/v1/batches", content=iter([body]))  # chunked
+        # past the general limit, within the batch limit: read and answered on its merits
+        assert r.status_code == 404, r.text
+        assert client.post("/v1/deployments/x/jobs", content=iter([body])).status_code == 413
