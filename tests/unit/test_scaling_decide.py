@@ -153,12 +153,13 @@ def test_keepalive_from_the_histogram_for_short_gaps() -> None:
     rng = random.Random(3)
     history, t = ArrivalHistory(), T0
     for _ in range(200):
-        t += rng.uniform(40, 80)  # a caller every minute or so: keep the worker through it
+        t += rng.uniform(20, 55)  # a caller every 20–55 s: keep the worker through the gaps
         history.record(t)
     models = refit(history.stats(t + 1), POLICY, 30.0)
-    assert models.idle.prewarm_s is None and models.idle.keepalive_s >= 80
+    longest = max(history.stats(t + 1).gaps)
+    assert models.idle.prewarm_s is None and models.idle.keepalive_s > longest
     s = state(ready=1, last_arrival_at=t, models=models)
-    d = run(s, t + 70)
+    d = run(s, t + 50)
     assert (d.desired, d.reason) == (1, "keepalive")
     assert run(s, t + models.idle.keepalive_s + 1).desired == 0
 

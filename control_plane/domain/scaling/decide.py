@@ -106,8 +106,13 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     booting = sum(1 for s in state.booting_since if now - s <= p.max_boot_s)
     capacity = state.ready + booting
     mem = state.memory
-    fresh = now - state.models.fitted_at <= MAX_MODEL_AGE_S
-    models = state.models if fresh else NONE
+    # The forecast extrapolates: trusted only while recent. The idle windows describe the gaps
+    # seen so far: valid until the next arrival, or while recent (a refresher that died).
+    models = state.models
+    recent = now - models.fitted_at <= MAX_MODEL_AGE_S
+    current = state.last_arrival_at is not None and models.fitted_at >= state.last_arrival_at
+    fc = models.forecast if recent else None
+    idle = models.idle if recent or current else NONE.idle
 
     parts: list[tuple[int, str]] = []
     demand = state.queued + state.running
@@ -125,7 +130,6 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             parts.append((stable_workers, "stable_window"))
 
     quantile = under_quantile(p, boot_s)
-    fc = models.forecast
     # Dense traffic only: at least one arrival expected per boot. Sparser streams are the idle
     # windows' (a Gaussian filter over mostly-empty buckets says little about the next one).
     if fc is not None and fc.rate(now)[0] * boot_s >= 1.0:
@@ -140,7 +144,6 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
 
     since = math.inf if state.last_arrival_at is None else now - state.last_arrival_at
     next_prewarm_at = None
-    idle = models.idle
     if idle.representative and idle.prewarm_s is not None:
         boot_at = idle.prewarm_s - boot_s
         if since < boot_at:

@@ -7,9 +7,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from control_plane.domain.scaling.forecast import Forecast, fit_forecast
-from control_plane.domain.scaling.history import ArrivalStats
+from control_plane.domain.scaling.history import BUCKET_S, ArrivalStats
 from control_plane.domain.scaling.idle import PLAIN, IdleWindows, fit_idle_windows
 from control_plane.domain.scaling.policy import ScalingPolicy
+
+# "Recent" for the density test: the last five minutes of buckets.
+RECENT_BUCKETS = 30
+# Half the density at which decide() uses the forecast (one arrival per boot), so a stream
+# thinning out keeps its forecast until decide() itself stops using it.
+DENSE_ARRIVALS = 0.5
 
 # Models older than this are not trusted (the refresher died or lags): decide() falls back to
 # its reactive part and the plain window. Ten refresh periods of the live loop.
@@ -27,8 +33,16 @@ NONE = Models(0.0, None, PLAIN)
 
 
 def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float) -> Models:
+    dense = _dense(stats, boot_s)
     return Models(
         fitted_at=stats.at,
-        forecast=fit_forecast(stats.counts, stats.buckets_end_at),
+        forecast=fit_forecast(stats.counts, stats.buckets_end_at) if dense else None,
         idle=fit_idle_windows(stats.gaps, boot_s, policy.cold_penalty_s, policy.scaledown_window_s),
     )
+
+
+def _dense(stats: ArrivalStats, boot_s: float) -> bool:
+    """Did the last few minutes bring at least one arrival per boot? `decide` uses the forecast
+    only then; sparser deployments (most of a fleet) skip the fit, the refresher's main cost."""
+    recent = stats.counts[-RECENT_BUCKETS:]
+    return bool(recent) and sum(recent) / (len(recent) * BUCKET_S) * boot_s >= DENSE_ARRIVALS

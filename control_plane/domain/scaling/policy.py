@@ -28,10 +28,10 @@ class ScalingPolicy:
     target_concurrency: int = 1  # jobs one worker holds at once
     scaledown_window_s: float = 60.0  # upper bound on how long an unneeded worker is kept
     max_boot_s: float = 600.0  # a worker not ready after this long is not counted as capacity
-    # The price of one cold request in worker-seconds, on top of the boot itself. The default
-    # is the price the industry's keep-alive defaults imply (RunPod, Modal, Knative setups keep
-    # idle workers 5–10 minutes to spare callers a boot): five minutes of an idle worker.
-    cold_penalty_s: float = 300.0
+    # The price of one cold request in worker-seconds, on top of the boot itself: by default a
+    # caller spared a boot is worth a minute of an idle worker. Higher prices buy fewer cold
+    # starts with more idle time; `bench/autoscale_sim.py` sweeps it (the Pareto plot).
+    cold_penalty_s: float = 60.0
 
 
 def cold_cost_s(policy: ScalingPolicy, boot_s: float) -> float:
@@ -50,11 +50,12 @@ def hold_s(policy: ScalingPolicy, boot_s: float) -> float:
 def under_quantile(policy: ScalingPolicy, boot_s: float) -> float:
     """The quantile of forecast demand to provision for (the newsvendor's critical ratio).
 
-    One worker too few makes up to `target_concurrency` callers wait through a boot; one too
-    many idles for at most a boot horizon before the next decision can undo it. Provision the
-    demand quantile c_under / (c_under + c_over)."""
-    c_under = boot_s + policy.cold_penalty_s * max(policy.target_concurrency, 1)
-    c_over = max(boot_s, 1.0)
+    One worker too few costs a cold start: the demand part boots the missing worker as soon as
+    work waits, and a caller waits through it. One too many costs its idle time: it is held
+    for `hold_s` after it was last needed (its boot is paid either way, early or late).
+    Provision the demand quantile c_under / (c_under + c_over)."""
+    c_under = cold_cost_s(policy, boot_s)
+    c_over = max(hold_s(policy, boot_s), 1.0)
     return c_under / (c_under + c_over)
 
 

@@ -1,0 +1,240 @@
+"""The autoscaler simulator (bench/autoscale_sim.py): determinism, the simulator's mechanics,
+baselines reproducing their known behaviour, `ours` driving the domain's decide(), and trace
+reading in both formats."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import autoscale_sim
+from bench.autoscale.experiment import POLICIES, RunSpec, Settings, run_one
+from bench.autoscale.metrics import RunResult
+from bench.autoscale.oracle import Oracle
+from bench.autoscale.ours import Ours
+from bench.autoscale.policies import KPA, KeepAlive, Policy
+from bench.autoscale.sim import TICK_S, DeploymentRuntime, Sim
+from bench.autoscale.workloads import (
+    KINDS,
+    MIN_BURSTY_CV,
+    Deployment,
+    Request,
+    ServiceModel,
+    Workload,
+    interarrival_cv,
+    synthetic_workload,
+    trace_workload,
+)
+from bench.traces import WORKLOADS
+from control_plane.domain import scaling
+
+
+def one_deployment(times: list[float], service_s: float, duration_s: float) -> Workload:
+    requests = tuple(Request(t, service_s, sync=True) for t in times)
+    return Workload("test", (Deployment("d", "trace", requests),), duration_s, "test")
+
+
+def numbers(r: RunResult) -> RunResult:
+    return dataclasses.replace(r, wall_s=0.0)
+
+
+# determinism ---------------------------------------------------------------------------------
+
+
+def test_same_seed_same_numbers_and_another_seed_differs() -> None:
+    settings = Settings()
+
+    def run(seed: int, policy: str) -> RunResult:
+        w = synthetic_workload(seed, num_deployments=8)
+        spec = RunSpec(w.name, policy, POLICIES[policy].default, 30.0)
+        return numbers(run_one(spec, w, settings).result)
+
+    for policy in ("ours", "kpa", "histogram"):
+        assert run(3, policy) == run(3, policy)
+    assert run(3, "kpa") != run(4, "kpa")
+
+
+def test_synthetic_fleet_has_the_asked_for_shape() -> None:
+    w = synthetic_workload(0)
+    assert len(w.deployments) >= 200 and w.duration_s == 3600.0
+    assert {d.kind for d in w.deployments} == set(KINDS)
+    for d in w.deployments:
+        times = [r.arrival_s for r in d.requests]
+        assert times == sorted(times) and all(0 <= t <= w.duration_s for t in times)
+        if d.kind == "bursty":
+            assert interarrival_cv(times) > MIN_BURSTY_CV
+        if d.kind == "periodic":
+            assert not any(r.sync for r in d.requests)  # cron jobs are async
+    # few heavy deployments, many light ones
+    sizes = sorted((len(d.requests) for d in w.deployments), reverse=True)
+    assert sum(sizes[:12]) > 0.3 * sum(sizes)
+    assert sizes[len(sizes) // 2] < 60
+
+
+# the simulator's mechanics -------------------------------------------------------------------
+
+
+class Fixed(Policy):
+    """Wants `want[i]` workers from tick i on."""
+
+    name = "fixed"
+
+    def __init__(self, want: dict[float, int]) -> None:
+        self.want = want
+
+    def tick(self, dep: DeploymentRuntime, now: float) -> int | None:
+        return self.want.get(now)
+
+
+def test_scale_down_releases_idle_then_booting_then_drains_busy_without_killing() -> None:
+    # two long requests at t=1; three workers at t=0, a fourth at 38, one at 40, none at 60
+    w = one_deployment([1.0, 1.0], service_s=100.0, duration_s=200.0)
+    sim = Sim(w, Fixed({0.0: 3, 38.0: 4, 40.0: 1, 60.0: 0}), t_cold_s=5.0, slots=8)
+    record = sim.run()
+    # packing: both requests went to one worker; at 40 the two idle ones stop, then the one
+    # still booting; at 60 the busy one drains, and stops when its requests end at 105
+    assert record.start_s == [5.0, 5.0]
+    assert record.boots == 4
+    assert record.provisioned_s == pytest.approx(105.0 + 2 * 40.0 + 2.0)
+    assert record.used_s == pytest.approx(100.0)
+
+
+def test_cold_means_served_by_a_worker_that_became_ready_after_arrival() -> None:
+    # one worker ready at 5 with 1 slot: the first request is cold, the second (arriving once
+    # the worker is up) waits for the busy worker only: queued, not cold
+    w = one_deployment([1.0, 6.0], service_s=10.0, duration_s=50.0)
+    record = Sim(w, Fixed({0.0: 1}), t_cold_s=5.0, slots=1).run()
+    assert record.cold == [True, False]
+    assert record.start_s == [5.0, 15.0]
+
+
+# baselines -----------------------------------------------------------------------------------
+
+
+def bursty(period_s: float, burst: int, duration_s: float) -> Workload:
+    times = [b + i * 0.25 for b in range(0, int(duration_s), int(period_s)) for i in range(burst)]
+    return one_deployment([t + 1.0 for t in times], service_s=4.0, duration_s=duration_s)
+
+
+def test_kpa_churns_on_a_bursty_trace_where_keepalive_holds() -> None:
+    w = bursty(period_s=240, burst=40, duration_s=3600)
+    kpa = Sim(w, KPA(), 30.0, 8).run()
+    keep = Sim(w, KeepAlive(), 30.0, 8).run()
+    assert kpa.boots > 2 * keep.boots
+    assert sum(kpa.cold) > sum(keep.cold)
+
+
+def test_keepalive_is_never_cold_once_a_dense_trace_has_its_worker() -> None:
+    # two requests a second, 1 s each: one worker suffices once the backlog of the first boot
+    # (the workers started for it) is served
+    w = one_deployment([0.5 * i for i in range(3600)], service_s=1.0, duration_s=1800)
+    t_cold = 30.0
+    record = Sim(w, KeepAlive(), t_cold, 8).run()
+    cold_at = [t for t, c in zip(record.arrival_s, record.cold, strict=True) if c]
+    assert cold_at and max(cold_at) < 2 * t_cold
+    # and KPA, which lets workers go after a minute, is too
+    kpa = Sim(w, KPA(), t_cold, 8).run()
+    assert max(t for t, c in zip(kpa.arrival_s, kpa.cold, strict=True) if c) < 2 * t_cold
+
+
+def test_oracle_is_never_cold_and_cheapest() -> None:
+    w = bursty(period_s=300, burst=60, duration_s=1800)
+    oracle = Sim(w, Oracle(), 30.0, 8).run()
+    assert (
+        not any(oracle.cold)
+        and max(s - a for s, a in zip(oracle.start_s, oracle.arrival_s, strict=True)) == 0
+    )
+    for policy in (KeepAlive(), KPA(), Ours()):
+        assert oracle.provisioned_s < Sim(w, policy, 30.0, 8).run().provisioned_s
+
+
+# ours ----------------------------------------------------------------------------------------
+
+
+def test_ours_calls_the_domain_decide_every_tick_and_refits_off_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = {"decide": 0, "refit": 0}
+    decide, refit = scaling.decide, scaling.refit
+
+    def counting_decide(state: scaling.DeploymentState, now: float) -> scaling.ScaleDecision:
+        calls["decide"] += 1
+        return decide(state, now)
+
+    def counting_refit(*args: object) -> scaling.Models:
+        calls["refit"] += 1
+        return refit(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(scaling, "decide", counting_decide)
+    monkeypatch.setattr(scaling, "refit", counting_refit)
+    w = bursty(period_s=120, burst=20, duration_s=600)
+    policy = Ours()
+    record = Sim(w, policy, 30.0, 8).run()
+    ticks = round(record.end_s / TICK_S)
+    assert calls["decide"] == policy.decide_calls == ticks
+    # refits every 10 s while there are arrivals, never more often
+    assert 0 < calls["refit"] <= record.end_s / policy.refit_s + 1
+    assert record.boots > 0 and all(
+        s >= a for s, a in zip(record.start_s, record.arrival_s, strict=True)
+    )
+
+
+# traces --------------------------------------------------------------------------------------
+
+
+def test_trace_reading_both_formats_and_the_cli_on_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    csv_path = tmp_path / "azure_mini.csv"
+    csv_path.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+        + "".join(f"2023-11-16 18:15:{10 + i:02d}.5000000,{800 + i},{100 + i}\n" for i in range(20))
+    )
+    jsonl_path = tmp_path / "mooncake_mini.jsonl"
+    jsonl_path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "timestamp": 1000 * i,
+                    "input_length": 4096,
+                    "output_length": 20,
+                    "hash_ids": [0, i],
+                }
+            )
+            + "\n"
+            for i in range(20)
+        )
+    )
+    service = ServiceModel()
+    a = trace_workload(csv_path, service, seed=0)
+    assert [r.arrival_s for r in a.deployments[0].requests] == [float(i) for i in range(20)]
+    # 800 / 8 = 100 prompt tokens, 100 / 2 = 50 output tokens
+    assert a.deployments[0].requests[0].service_s == pytest.approx(100 / 1200 + 50 * 0.054)
+    b = trace_workload(jsonl_path, service, seed=0)
+    assert b.duration_s == 19.0 and len(b.deployments[0].requests) == 20
+    # 4096 / 8 clipped to 512; 20 / 2 clipped up to 16
+    assert b.deployments[0].requests[0].service_s == pytest.approx(512 / 1200 + 16 * 0.054)
+
+    argv = ["--trace", str(csv_path), "--trace", str(jsonl_path), "--t-cold", "5,30"]
+    assert autoscale_sim.main([*argv, "--no-pareto", "--no-plot", "--jobs", "1"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(out[-1])
+    assert summary["bench"] == "autoscale"
+    assert set(summary["workloads"]) == {"azure_mini", "mooncake_mini"}
+    assert summary["workloads"]["azure_mini"]["t_cold_s"] == 30
+    assert "how lengths were scaled" in "\n".join(out)
+
+
+@pytest.mark.parametrize("name", ["azure_llm_2023_conv.csv", "mooncake_conversation.jsonl"])
+def test_real_traces_replay_under_every_policy(name: str) -> None:
+    path = WORKLOADS / name
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    w = trace_workload(path, ServiceModel(), seed=0, limit=400)
+    for policy in POLICIES:
+        spec = RunSpec(w.name, policy, POLICIES[policy].default, 30.0)
+        r = run_one(spec, w, Settings()).result
+        assert r.requests == 400 and r.gpu_s >= r.used_gpu_s > 0
