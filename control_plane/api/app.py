@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from control_plane.api import openapi, problems
 from control_plane.api.body_limit import BodyLimit
+from control_plane.api.catch_all import CatchAll
 from control_plane.api.routes import (
     batches,
     billing,
@@ -62,6 +63,7 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
     problems.install(app)
     openapi.install(app)
 
+    app.add_middleware(CatchAll)
     app.add_middleware(
         BodyLimit,
         limit_bytes=settings.max_request_bytes,
