@@ -59,7 +59,11 @@ class Settings(BaseSettings):
     webhook_retry_schedule_s: tuple[float, ...] = (5, 30, 120, 600, 1800, 3600, 7200, 14400)
     webhook_timeout_s: float = Field(10.0, gt=0)
 
-    autoscaler_interval_s: float = Field(0.5, gt=0)
+    # The reconciler's tick. At most 2 s: the autoscaler's panic window is 6 s of samples.
+    autoscaler_interval_s: float = Field(0.5, gt=0, le=2.0)
+    # Each deployment's autoscaling models are refit this often, off the tick, by the
+    # reconciler's background thread (reconcile/refresh.py).
+    autoscaler_refit_interval_s: float = Field(5.0, gt=0, le=60.0)
     provider: Literal["local"] = "local"
     # Python interpreter used for local worker processes.
     worker_python: str = ""

@@ -110,17 +110,20 @@ SPEC_FIELDS = (
     "target_concurrency",
     "scaledown_window_s",
     "max_boot_s",
+    "cold_penalty_s",
     "execution_timeout_s",
     "defaults",
 )
 
 
 class Deployment:
-    """A deployment as the platform describes it: its spec, version and live workers.
+    """A deployment as the platform describes it: its spec, version, live workers and the
+    autoscaler's latest decision.
 
     Example:
         dep = client.deployments.get("demo")
         print(dep.version, dep.workers)      # 3 {"idle": 1}
+        print(dep.scaling["reason"])         # keepalive
         client.deployments.update("demo", {**dep.spec, "max_workers": 2})
     """
 
@@ -158,6 +161,12 @@ class Deployment:
     def workers(self) -> dict[str, int]:
         """Live workers by state, e.g. {"idle": 1, "busy": 2}."""
         return _int_map(self._raw.get("workers"))
+
+    @property
+    def scaling(self) -> dict[str, Any] | None:
+        """The autoscaler's latest decision (docs/api.md), e.g. {"desired": 1, "actual": 1,
+        "reason": "keepalive", "next_prewarm_at": None, ...}; None when there is none."""
+        return _opt_dict(self._raw.get("scaling"))
 
     @property
     def spec(self) -> dict[str, Any]:

@@ -76,6 +76,34 @@ def rate_limit_key(tenant_id: str, kind: str) -> str:
     return f"{KEY_PREFIX}:ratelimit:{tenant_id}:{kind}"
 
 
+# The autoscaler's keys (control plane only; written at admission and by the reconciler,
+# `control_plane/services/arrivals.py` and `scale_decisions.py`).
+
+
+def arrival_buckets_key(deployment_id: str) -> str:
+    """Hash: 10 s bucket index (seconds since the epoch // BUCKET_S) → arrivals in it."""
+    return f"{KEY_PREFIX}:deployment:{deployment_id}:arrivals:buckets"
+
+
+def arrival_gaps_key(deployment_id: str) -> str:
+    """List: the latest seconds between consecutive arrivals, oldest first (bounded)."""
+    return f"{KEY_PREFIX}:deployment:{deployment_id}:arrivals:gaps"
+
+
+def last_arrival_key(deployment_id: str) -> str:
+    """String: the time of the latest arrival (seconds since the epoch)."""
+    return f"{KEY_PREFIX}:deployment:{deployment_id}:arrivals:last"
+
+
+def scale_decision_key(deployment_id: str) -> str:
+    """JSON of the autoscaler's latest decision for one deployment (with a TTL)."""
+    return f"{KEY_PREFIX}:deployment:{deployment_id}:scaling"
+
+
+# Hash: decision reason → decisions taken with it, over all deployments (a counter for /metrics).
+SCALE_DECISIONS_KEY = f"{KEY_PREFIX}:scaling:decisions"
+
+
 class EventType(StrEnum):
     """Types of entries in a job's event stream (the SSE event names)."""
 

@@ -36,6 +36,7 @@ class DeploymentSpec(BaseModel):
     target_concurrency: int = Field(default_of("target_concurrency"), ge=1, le=256)
     scaledown_window_s: float = Field(default_of("scaledown_window_s"), ge=0, le=86_400)
     max_boot_s: float = Field(default_of("max_boot_s"), gt=0, le=3_600)
+    cold_penalty_s: float = Field(default_of("cold_penalty_s"), ge=0, le=86_400)
     execution_timeout_s: float = Field(default_of("execution_timeout_s"), gt=0, le=86_400)
     defaults: SamplingDefaults = Field(default_factory=SamplingDefaults)
 
@@ -152,6 +153,43 @@ class Problem(BaseModel):
     errors: list[FieldError] | None = None
 
 
+class ScalingIdleWindows(BaseModel):
+    """Sparse traffic: when, counted from the last arrival, a worker is booted ahead of the
+    next call and how long one is kept."""
+
+    representative: bool = Field(
+        description="false: fewer than 10 gaps between arrivals; the plain keep-alive applies"
+    )
+    prewarm_s: float | None = Field(
+        description="be ready this long after the last arrival (null: keep from the arrival)"
+    )
+    keepalive_s: float = Field(description="keep a worker until this long after it")
+
+
+class ScalingForecast(BaseModel):
+    rate_per_s: float = Field(description="arrivals per second forecast now")
+    rate_sd_per_s: float = Field(description="its standard deviation")
+
+
+class ScalingStatus(BaseModel):
+    """The autoscaler's latest decision for the deployment (docs/autoscaling.md)."""
+
+    desired: int = Field(description="workers it should have, counting those still booting")
+    actual: int = Field(description="workers that count now: ready + booting within max_boot_s")
+    ready: int = Field(description="workers serving (idle or busy)")
+    needed: int = Field(description="what this tick's signals asked for, before holding")
+    reason: str = Field(description="the part that set `desired` (prewarm, keepalive, ...)")
+    next_prewarm_at: str | None = Field(description="when a worker will boot ahead of traffic")
+    decided_at: str
+    queued: int = Field(description="jobs waiting for a worker")
+    running: int = Field(description="jobs a worker holds")
+    boot_s: float = Field(description="measured start → ready seconds (a prior until measured)")
+    service_s: float = Field(description="mean seconds a job holds a worker slot")
+    idle_windows: ScalingIdleWindows
+    forecast: ScalingForecast | None = Field(description="null: too little history to forecast")
+    models_fitted_at: str | None = Field(description="when the models were last refit")
+
+
 class DeploymentPublic(DeploymentSpec):
     model_config = ConfigDict(extra="allow")
 
@@ -160,6 +198,8 @@ class DeploymentPublic(DeploymentSpec):
     created_at: str
     updated_at: str
     workers: dict[str, int]  # live workers by state
+    # null: no decision in the last few minutes (new deployment, reconciler not running)
+    scaling: ScalingStatus | None = None
 
 
 class DeploymentList(BaseModel):

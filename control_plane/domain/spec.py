@@ -15,7 +15,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from control_plane.domain.autoscaler import ScalingPolicy
+from control_plane.domain.scaling.policy import ScalingPolicy
+
+_POLICY = ScalingPolicy()  # the autoscaler's defaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +29,13 @@ class Spec:
     min_workers: int = 0  # floor kept without traffic (0 = scale to zero)
     max_workers: int = 1  # ceiling
     target_concurrency: int = 1  # jobs one worker holds at once
-    scaledown_window_s: float = 60.0  # seconds without demand before a worker goes
+    scaledown_window_s: float = 60.0  # longest an unneeded worker is kept warm (seconds)
     max_boot_s: float = 600.0  # boot + load + warm longer than this fails the worker
+    # The price, in worker-seconds, the owner puts on one caller waiting through a cold start
+    # (on top of the boot itself): the autoscaler keeps or pre-warms a worker when that costs
+    # less idle time than the cold starts it spares. Higher: warmer. Its default is the
+    # autoscaler's own (domain/scaling/policy.py), so the simulator and the platform agree.
+    cold_penalty_s: float = _POLICY.cold_penalty_s
     execution_timeout_s: float = 600.0  # a job's limit unless the job sets its own
     # Sampling defaults of the deployment (max_tokens, temperature, top_p, stop); None = unset.
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -48,6 +55,7 @@ class Spec:
             target_concurrency=int(spec.target_concurrency),
             scaledown_window_s=float(spec.scaledown_window_s),
             max_boot_s=float(spec.max_boot_s),
+            cold_penalty_s=float(spec.cold_penalty_s),
             execution_timeout_s=float(spec.execution_timeout_s),
             defaults=dict(spec.defaults or {}),
         )
@@ -62,6 +70,8 @@ class Spec:
             max_workers=self.max_workers,
             target_concurrency=self.target_concurrency,
             scaledown_window_s=self.scaledown_window_s,
+            max_boot_s=self.max_boot_s,
+            cold_penalty_s=self.cold_penalty_s,
         )
 
 

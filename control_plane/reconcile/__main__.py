@@ -1,5 +1,6 @@
 """`python -m control_plane.reconcile`: the reconciler process of the embedded platform. It
-owns the local worker processes (the local provider) and ticks every autoscaler_interval_s."""
+owns the local worker processes (the local provider), ticks every autoscaler_interval_s and
+refits the autoscaler's models every autoscaler_refit_interval_s on a background thread."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ def main() -> None:
         Env(settings, redis.Redis.from_url(settings.redis_url), make_celery(settings), provider),
         make_sessionmaker(make_engine(settings.database_url)),
     )
+    reconciler.start(utc_now)  # the autoscaler's model refits, on their own thread
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

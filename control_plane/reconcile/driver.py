@@ -5,6 +5,7 @@ transaction, so one concern's failure or slowness is visible on its own.
     jobs.requeue_orphans                   their running jobs: a new attempt, or failed
     jobs.expire_overdue, jobs.time_out_overruns
     scale.scale_all, scale.stop_deleted    decide() per deployment; start / drain workers
+                                           (models from the refresher thread, refresh.py)
     batches.pump                           bounded fan-out and completion of batches
     billing                                roll open segments, allocate busy cost to jobs
     jobs.redispatch                        every REDISPATCH_EVERY_S: re-send lost wake-ups
@@ -17,7 +18,8 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.reconcile import jobs, scale, workers
+from control_plane.domain.clock import Clock
+from control_plane.reconcile import jobs, refresh, scale, workers
 from control_plane.reconcile.env import Env
 from control_plane.services import batches, billing
 from control_plane.services import workers as worker_records
@@ -29,13 +31,19 @@ REDISPATCH_EVERY = timedelta(seconds=30)
 
 
 class Reconciler:
-    """Runs the reconcilers; holds only what must survive between ticks in this process."""
+    """Runs the reconcilers; holds only what must survive between ticks in this process, and
+    the autoscaler's model refresher (a thread once `start`ed; tests call `refresher.refresh`)."""
 
     def __init__(self, env: Env, sessions: sessionmaker[Session]) -> None:
         self.env = env
         self.sessions = sessions
         self.demand = scale.Demand()
+        self.refresher = refresh.ModelRefresher(env, sessions)
         self.last_redispatch: datetime | None = None
+
+    def start(self, clock: Clock) -> None:
+        """Start the background refits (the reconciler process; `shutdown` stops them)."""
+        self.refresher.start(clock)
 
     def tick(self, now: datetime) -> None:
         env = self.env
@@ -44,7 +52,7 @@ class Reconciler:
             jobs.requeue_orphans(session, env, dead, now)
             jobs.expire_overdue(session, env, now)
             jobs.time_out_overruns(session, env, now)
-            scale.scale_all(session, env, self.demand, now)
+            scale.scale_all(session, env, self.demand, self.refresher.latest, now)
             scale.stop_deleted(session, env)
             batches.pump(session, env.celery, env.redis, now, settings=env.settings)
             billing.roll_open_segments(session, env.settings, now)
@@ -57,7 +65,8 @@ class Reconciler:
                 jobs.redispatch(session, env)
 
     def shutdown(self, now: datetime) -> None:
-        """Stop every worker (they drain); record them as stopped by the platform."""
+        """Stop the refits and every worker (they drain); record them as stopped."""
+        self.refresher.stop()
         exited = self.env.provider.shutdown(timeout_s=10.0)
         with self.sessions() as session:
             for e in exited:

@@ -1,41 +1,99 @@
-"""The scaling reconciler: per live deployment, drain workers of an old version, ask the pure
-`decide()` how many workers to run, start or stop workers, and in a crash loop fail the jobs
-that wait (through `services.finish`). Workers of deleted deployments are drained.
+"""The scaling reconciler: per live deployment and tick, drain workers of an old version, build
+the autoscaler's `DeploymentState`, ask the pure `domain.scaling.decide()` how many workers to
+run, then start workers, drain the surplus, or in a crash loop fail the jobs that wait (through
+`services.finish`). Workers of deleted deployments are drained.
 
-`Demand` is this process's memory of when each deployment last had work; it only refines the
-scale-down window (the database's last completion time stands in after a restart).
+The tick only reads: work and workers from SQL, the last arrivals from Redis (one round trip),
+and the models and measured times the refresher thread keeps (`refresh.py`); nothing is fitted
+here. Each decision is stored for the API (`services/scale_decisions.py`), and logged when its
+(desired, reason) changed.
+
+`Demand` is what this process remembers between ticks: the KPA concurrency windows and the
+autoscaler's `Memory`. After a restart both start empty (the arrival history, in Redis, stays).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
+from typing import Any
 
+import redis
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Deployment, Worker
 from control_plane.domain import fleet
-from control_plane.domain.autoscaler import DeploymentLoad, decide
-from control_plane.domain.crash_loop import may_start
+from control_plane.domain.clock import iso
+from control_plane.domain.crash_loop import BootHistory, may_start
+from control_plane.domain.scaling.decide import DeploymentState, Memory, ScaleDecision, decide
+from control_plane.domain.scaling.history import ConcurrencyWindow
+from control_plane.domain.scaling.models import NONE
+from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S, hold_s
 from control_plane.providers.base import WorkerSpec
 from control_plane.reconcile.env import Env
-from control_plane.services import deployments, events, finish, job_queries, jobs, workers
+from control_plane.reconcile.refresh import Measured
+from control_plane.services import (
+    arrivals,
+    deployments,
+    events,
+    finish,
+    job_queries,
+    jobs,
+    scale_decisions,
+    workers,
+)
 from worker.protocol import EventType, WorkerState, deployment_queue
 
 log = logging.getLogger(__name__)
+READY_STATES = workers.READY_STATES  # serving: idle or busy
 
 
 @dataclass
 class Demand:
-    last_at: dict[str, datetime] = field(default_factory=dict)  # deployment id → last demand
+    """Per deployment id: what the autoscaler carries from one tick to the next."""
+
+    windows: dict[str, ConcurrencyWindow] = field(default_factory=dict)  # KPA samples
+    memory: dict[str, Memory] = field(default_factory=dict)  # the last decision's .memory
+    logged: dict[str, tuple[int, str]] = field(default_factory=dict)  # last (desired, reason)
+    # the last arrivals read from Redis, used while Redis does not answer
+    last_arrival_at: dict[str, float | None] = field(default_factory=dict)
+
+    def forget_all_but(self, live_ids: set[str]) -> None:
+        for table in (self.windows, self.memory, self.logged, self.last_arrival_at):
+            for dep_id in set(table) - live_ids:
+                del table[dep_id]
 
 
-def scale_all(session: Session, env: Env, demand: Demand, now: datetime) -> None:
+def scale_all(
+    session: Session,
+    env: Env,
+    demand: Demand,
+    measured: Callable[[str], Measured | None],
+    now: datetime,
+) -> None:
+    """One decision per live deployment; `measured`: the refresher's snapshot of one."""
     load = job_queries.load_by_deployment(session)
-    for dep in deployments.list_live(session):
-        scale(session, env, dep, load.get(dep.id, (0, 0, None)), demand, now)
+    live = deployments.list_live(session)
+    last_arrivals = _last_arrivals(env.redis, demand, [d.id for d in live])
+    published = []
+    for dep in live:
+        _, doc = scale(
+            session,
+            env,
+            dep,
+            load.get(dep.id, (0, 0, None)),
+            demand,
+            measured(dep.id),
+            last_arrivals.get(dep.id),
+            now,
+        )
+        published.append((dep.id, doc))
+    demand.forget_all_but({d.id for d in live})
     session.commit()
+    scale_decisions.publish(env.redis, published)
 
 
 def scale(
@@ -44,37 +102,67 @@ def scale(
     dep: Deployment,
     load: tuple[int, int, datetime | None],
     demand: Demand,
+    measured: Measured | None,
+    last_arrival_at: float | None,
     now: datetime,
-) -> None:
-    pending, running, _ = load
-    if pending or running:
-        demand.last_at[dep.id] = now
+) -> tuple[ScaleDecision, dict[str, Any]]:
+    """Decide for one deployment and act on it; returns the decision and its document."""
+    queued, running, _ = load
+    t = now.timestamp()
     live = workers.live(session, dep.id)
-    views = [_view(w) for w in live]
-    for w in fleet.to_drain(views, dep.version):
+    for w in fleet.to_drain([_view(w) for w in live], dep.version):
         log.info("draining worker %s of %s: new version", w.id, dep.name)
         _stop(session, env, w.id, fleet.NEW_VERSION)
-    active = fleet.capacity(views, dep.version)
-    last = demand.last_at.get(dep.id) or job_queries.last_completed_at(session, dep.id)
     spec = dep.spec
-    decision = decide(
-        spec.scaling_policy(), DeploymentLoad(pending, running, len(active), last), now
+    active_ids = {v.id for v in fleet.capacity([_view(w) for w in live], dep.version)}
+    ready = [w for w in live if w.id in active_ids and w.state in READY_STATES]
+    booting = [w for w in live if w.id in active_ids and w.state in fleet.BOOTING_STATES]
+
+    window = demand.windows.setdefault(dep.id, ConcurrencyWindow())
+    window.record(t, queued + running)
+    stable, panic = window.averages(t)
+    state = DeploymentState(
+        policy=spec.scaling_policy(),
+        queued=queued,
+        running=running,
+        ready=len(ready),
+        booting_since=tuple(w.started_at.timestamp() for w in booting),
+        stable_concurrency=stable,
+        panic_concurrency=panic,
+        last_arrival_at=last_arrival_at,
+        boot_s=measured.boot_s if measured else DEFAULT_BOOT_S,
+        service_s=measured.service_s if measured else DEFAULT_SERVICE_S,
+        models=measured.models if measured else NONE,
+        memory=demand.memory.get(dep.id, Memory()),
     )
-    if decision.desired > len(active):
+    decision = decide(state, t)
+    history, verdict = None, None
+    if decision.start:
+        # The crash-loop gate is read only when workers would start (it costs queries).
         history = workers.boot_history(session, dep.id, dep.version)
         verdict = may_start(history, now)
-        if verdict.give_up:
-            _fail_waiting(session, env, dep, history.consecutive_failures, history.last_reason, now)
-            return
-        if verdict.start:
-            for _ in range(decision.desired - len(active)):
-                _start(session, env, dep, decision.reason, now)
+        if not verdict.start:
+            gated = dataclasses.replace(state, start_allowed=False, give_up=verdict.give_up)
+            decision = decide(gated, t)
+    demand.memory[dep.id] = decision.memory
+    _log_change(demand, dep, decision)
+
+    if decision.fail_waiting:
+        assert history is not None
+        _fail_waiting(session, env, dep, history, now)
+    elif verdict is not None:
+        for _ in range(decision.start):
+            _start(session, env, dep, decision.reason, now)
         session.commit()
         for job_id in jobs.mark_starting(session, dep.id, verdict.reason):
             events.publish(env.redis, job_id, EventType.STARTING, {"reason": verdict.reason})
-    for w in fleet.scale_down_victims(active, decision.desired):
-        log.info("scaling down worker %s of %s (%s)", w.id, dep.name, decision.reason)
-        _stop(session, env, w.id, fleet.SCALE_DOWN)
+    if decision.desired < decision.capacity:
+        counted = [_view(w) for w in ready + booting if _counts(w, spec.max_boot_s, now)]
+        for v in fleet.scale_down_victims(counted, decision.desired):
+            # NOTE: a stop is a drain (SIGTERM): the worker finishes the jobs it holds first.
+            log.info("scaling down worker %s of %s (%s)", v.id, dep.name, decision.reason)
+            _stop(session, env, v.id, fleet.SCALE_DOWN)
+    return decision, _document(state, decision, now)
 
 
 def stop_deleted(session: Session, env: Env) -> None:
@@ -84,6 +172,76 @@ def stop_deleted(session: Session, env: Env) -> None:
         if w.deployment_id not in live_ids and w.state != WorkerState.DRAINING:
             _stop(session, env, w.id, fleet.DEPLOYMENT_DELETED)
     session.commit()
+
+
+def _last_arrivals(r: redis.Redis, demand: Demand, ids: list[str]) -> dict[str, float | None]:
+    """The latest arrival of each deployment; while Redis does not answer, the last ones read
+    (a missing arrival would read as "never called" and release every warm worker)."""
+    try:
+        demand.last_arrival_at.update(arrivals.last_arrivals(r, ids))
+    except redis.RedisError as exc:
+        log.warning("last arrivals unreadable (Redis: %s); using the previous ones", exc)
+    return {i: demand.last_arrival_at.get(i) for i in ids}
+
+
+def _counts(w: Worker, max_boot_s: float, now: datetime) -> bool:
+    """Whether decide() counted this worker as capacity (ready, or booting within max_boot_s)."""
+    return w.state in READY_STATES or (now - w.started_at).total_seconds() <= max_boot_s
+
+
+def _log_change(demand: Demand, dep: Deployment, d: ScaleDecision) -> None:
+    if demand.logged.get(dep.id) == (d.desired, d.reason):
+        return
+    demand.logged[dep.id] = (d.desired, d.reason)
+    log.info(
+        "scale %s (%s): desired %d, actual %d, reason %s, next pre-warm %s",
+        dep.name,
+        dep.id,
+        d.desired,
+        d.capacity,
+        d.reason,
+        _iso_s(d.next_prewarm_at) or "none",
+    )
+
+
+def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[str, Any]:
+    """The decision as the API shows it (`api/schemas.py::ScalingStatus`)."""
+    # NOTE: the models as the refresher last fitted them; decide() may set old ones aside
+    # (`models_fitted_at` shows their age).
+    models = state.models
+    idle = models.idle
+    forecast = None
+    if models.forecast is not None:
+        mean, sd = models.forecast.rate(now.timestamp())
+        forecast = {"rate_per_s": round(mean, 6), "rate_sd_per_s": round(sd, 6)}
+    boot_s = min(state.boot_s, state.policy.max_boot_s)
+    return {
+        "desired": d.desired,
+        "actual": d.capacity,
+        "ready": state.ready,
+        "needed": d.needed,
+        "reason": d.reason,
+        "next_prewarm_at": _iso_s(d.next_prewarm_at),
+        "decided_at": iso(now),
+        "queued": state.queued,
+        "running": state.running,
+        "boot_s": round(state.boot_s, 3),
+        "service_s": round(state.service_s, 3),
+        "idle_windows": {
+            "representative": idle.representative,
+            "prewarm_s": None if idle.prewarm_s is None else round(idle.prewarm_s, 3),
+            # not representative: the plain ski-rental window decide() keeps a worker for
+            "keepalive_s": round(
+                idle.keepalive_s if idle.representative else hold_s(state.policy, boot_s), 3
+            ),
+        },
+        "forecast": forecast,
+        "models_fitted_at": _iso_s(models.fitted_at) if models is not NONE else None,
+    }
+
+
+def _iso_s(t: float | None) -> str | None:
+    return None if t is None else iso(datetime.fromtimestamp(t, UTC))
 
 
 def _view(w: Worker) -> fleet.WorkerView:
@@ -116,15 +274,15 @@ def _start(session: Session, env: Env, dep: Deployment, reason: str, now: dateti
 
 
 def _fail_waiting(
-    session: Session, env: Env, dep: Deployment, failures: int, reason: str | None, now: datetime
+    session: Session, env: Env, dep: Deployment, history: BootHistory, now: datetime
 ) -> None:
     """Workers of this version keep failing: the jobs that wait for one fail now, saying why."""
     error = {
         "type": "deployment_unavailable",
         "message": (
-            f"{failures} workers of deployment '{dep.name}' (version {dep.version}) failed "
-            f"in a row (last: {reason or 'unknown'}); check its model URI and worker logs, "
-            "then update the deployment"
+            f"{history.consecutive_failures} workers of deployment '{dep.name}' (version "
+            f"{dep.version}) failed in a row (last: {history.last_reason or 'unknown'}); check "
+            "its model URI and worker logs, then update the deployment"
         ),
     }
     ending = finish.failed(error, "crash_loop", pending_only=True)

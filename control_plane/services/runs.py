@@ -2,7 +2,8 @@
 `/run` and `/jobs`, OpenAI's completions, batches' quota check).
 
     create        authenticate, resolve the input with the deployment's defaults, check it fits
-                  the model's context and the tenant's quota, commit the job, then wake a worker
+                  the model's context and the tenant's quota, commit the job, then record its
+                  arrival (the autoscaler's history) and wake a worker
     read / cancel a job of the caller's tenant (cancel ends it through `services.finish`)
     follow_or_cancel  a job's events until its end; a consumer that goes away cancels it
 
@@ -24,7 +25,16 @@ from control_plane.context import AppContext
 from control_plane.db.models import Deployment, Tenant
 from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest
-from control_plane.services import auth, deployments, events, finish, job_queries, jobs, webhooks
+from control_plane.services import (
+    arrivals,
+    auth,
+    deployments,
+    events,
+    finish,
+    job_queries,
+    jobs,
+    webhooks,
+)
 from control_plane.services.dispatch import wake
 from control_plane.services.quotas import Limits
 from worker.protocol import TERMINAL_EVENTS, EventType
@@ -67,12 +77,13 @@ def create(
             session, who.tenant_id, idempotency_key
         ):
             admit(ctx, session, who.tenant_id, prompt_tokens + int(resolved["max_tokens"]))
+        now = ctx.clock()
         job, created = jobs.create(
             session,
             dep,
             resolved,
             kind,
-            ctx.clock(),
+            now,
             webhook_url=webhook,
             webhook_events=webhook_events,
             ttl_s=ttl_s,
@@ -87,6 +98,9 @@ def create(
         dep_id = dep.id
         tenant_id = who.tenant_id
     if created:
+        # Every admitted call passes here (run, stream, jobs, OpenAI); batch lines count when
+        # they are dispatched (`services/batches.py`). Best effort: never fails the call.
+        arrivals.record(ctx.redis, dep_id, now)
         wake(ctx.redis, ctx.celery, dep_id, public["id"], kind)
     return public, tenant_id
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import BillingRecord, Deployment, Worker
@@ -142,3 +143,43 @@ def _served(session: Session, worker_id: str) -> bool:
         )
         is not None
     )
+
+
+# Boots of this many of a version's newest workers that became ready give its boot time.
+BOOTS_MEASURED = 10
+READY_STATES = frozenset({WorkerState.IDLE, WorkerState.BUSY})
+
+
+def recent_boot_s(session: Session, deployment_id: str, version: int) -> float | None:
+    """Median start → ready seconds (boot + load + warm) of the version's newest workers that
+    became ready; None when none did yet. Ready = the start of its first idle or busy phase
+    (a billing record), or, for a worker still in its first idle or busy phase, that phase's
+    start."""
+    newest = list(
+        session.execute(
+            select(Worker.id, Worker.started_at, Worker.state, Worker.state_since)
+            .where(Worker.deployment_id == deployment_id, Worker.deployment_version == version)
+            .order_by(Worker.started_at.desc())
+            .limit(4 * BOOTS_MEASURED)  # failed boots among them are skipped
+        )
+    )
+    if not newest:
+        return None
+    ready_at: dict[str, datetime] = dict(
+        session.execute(
+            select(BillingRecord.worker_id, func.min(BillingRecord.start))
+            .where(
+                BillingRecord.worker_id.in_([row.id for row in newest]),
+                BillingRecord.phase.in_(["idle", "busy"]),
+            )
+            .group_by(BillingRecord.worker_id)
+        ).all()
+    )
+    boots = []
+    for row in newest:
+        ready = ready_at.get(row.id) or (row.state_since if row.state in READY_STATES else None)
+        if ready is not None:
+            boots.append(max((ready - row.started_at).total_seconds(), 0.0))
+        if len(boots) == BOOTS_MEASURED:
+            break
+    return statistics.median(boots) if boots else None

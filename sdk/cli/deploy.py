@@ -30,6 +30,7 @@ _FLAG_FIELDS = {
     "--max-workers": "max_workers",
     "--scaledown-window": "scaledown_window_s",
     "--max-boot": "max_boot_s",
+    "--cold-penalty": "cold_penalty_s",
     "--execution-timeout": "execution_timeout_s",
 }
 
@@ -54,6 +55,12 @@ def deploy(
     ] = None,
     max_boot: Annotated[
         float | None, typer.Option(help="Seconds a worker may take to boot.")
+    ] = None,
+    cold_penalty: Annotated[
+        float | None,
+        typer.Option(
+            help="Idle worker-seconds one cold start is worth sparing a caller (higher: warmer)."
+        ),
     ] = None,
     execution_timeout: Annotated[
         float | None, typer.Option(help="Seconds one job may run.")
@@ -97,6 +104,7 @@ def deploy(
         "--max-workers": max_workers,
         "--scaledown-window": scaledown_window,
         "--max-boot": max_boot,
+        "--cold-penalty": cold_penalty,
         "--execution-timeout": execution_timeout,
     }
     given, where = _given_spec(manifest, flags)

@@ -38,6 +38,7 @@ SPEC_TYPES: dict[str, str] = {
     "target_concurrency": _INT,
     "scaledown_window_s": _NUMBER,
     "max_boot_s": _NUMBER,
+    "cold_penalty_s": _NUMBER,
     "execution_timeout_s": _NUMBER,
     "defaults": _MAP,
 }
@@ -49,6 +50,8 @@ DEFAULTS_TYPES: dict[str, str] = {
     "stop": "a list of strings",
 }
 MODEL_SCHEMES = ("s3://", "file://", "hf://")
+# Seconds fields where 0 is meaningful (no keep-alive, no price on a cold start); others > 0.
+_MAY_BE_ZERO = frozenset({"scaledown_window_s", "cold_penalty_s"})
 # A deployment name, as the platform accepts it: lowercase letters, digits and '-'.
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -233,9 +236,9 @@ def _check_value(field: str, value: Any) -> str | None:
         return f"must be >= 0, got {value}"
     if field in ("accelerator_count", "target_concurrency") and value < 1:
         return f"must be >= 1, got {value}"
-    if field == "scaledown_window_s" and value < 0:
+    if field in _MAY_BE_ZERO and value < 0:
         return f"must be >= 0 seconds, got {value}"
-    if field.endswith("_s") and field != "scaledown_window_s" and value <= 0:
+    if field.endswith("_s") and field not in _MAY_BE_ZERO and value <= 0:
         return f"must be > 0 seconds, got {value}"
     return None
 

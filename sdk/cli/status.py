@@ -1,4 +1,5 @@
-"""`platform status`: deployments with their queues, workers by state (and why)."""
+"""`platform status`: deployments with their queues and the autoscaler's latest decision,
+workers by state (and why)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,13 @@ WAITING = ("queued", "starting")
 
 
 def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """Show deployments with their queue depth, and live workers by state with reasons.
+    """Show deployments with their queue depth and scaling, and live workers by state with
+    reasons.
 
-    Queue depth counts the jobs queued or starting (a worker is booting for them).
+    Queue depth counts the jobs queued or starting (a worker is booting for them). Scaling is
+    the autoscaler's latest decision: the workers it wants (desired), those that count now
+    (actual: ready or booting), why (demand, keepalive, prewarm, idle, ...), and when it will
+    next boot a worker ahead of traffic. "-": no recent decision.
 
     \b
     Example:
@@ -39,6 +44,7 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
             "workers": d.workers,
             "queued": waiting["queued"].get(d.name, 0),
             "starting": waiting["starting"].get(d.name, 0),
+            "scaling": d.scaling,
         }
         for d in deployments
     ]
@@ -53,7 +59,17 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
     if summary:
         typer.echo("")
         _common.print_table(
-            ("deployment", "version", "workers", "queued", "starting"),
+            (
+                "deployment",
+                "version",
+                "workers",
+                "queued",
+                "starting",
+                "desired",
+                "actual",
+                "scaling",
+                "next pre-warm",
+            ),
             [
                 (
                     s["name"],
@@ -61,6 +77,7 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
                     _common.workers_summary(s["workers"]),
                     _count(s["queued"]),
                     _count(s["starting"]),
+                    *_scaling(s["scaling"]),
                 )
                 for s in summary
             ],
@@ -85,3 +102,15 @@ def status(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] 
 
 def _count(n: int) -> str:
     return f"{n}+" if n >= MAX_COUNTED else str(n)
+
+
+def _scaling(decision: dict[str, Any] | None) -> tuple[Any, ...]:
+    """(desired, actual, reason, next pre-warm) of a decision; "-" where there is none."""
+    if not decision:
+        return ("-", "-", "-", "-")
+    return (
+        decision.get("desired", "-"),
+        decision.get("actual", "-"),
+        decision.get("reason") or "-",
+        decision.get("next_prewarm_at") or "-",
+    )

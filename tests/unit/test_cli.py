@@ -113,6 +113,7 @@ def test_unknown_field_is_named_with_its_line(tmp_path: Path) -> None:
         ("max_workers: two", "max_workers: must be an integer, got 'two'"),
         ("max_workers: true", "max_workers: must be an integer, got true"),
         ("scaledown_window_s: -5", "scaledown_window_s: must be >= 0 seconds"),
+        ("cold_penalty_s: -1", "cold_penalty_s: must be >= 0 seconds"),
         ("max_boot_s: 0", "max_boot_s: must be > 0 seconds"),
         ("defaults:\n  max_tokens: 1.5", "defaults.max_tokens: must be an integer"),
         ("defaults:\n  temprature: 1", "defaults.temprature: unknown field"),

@@ -380,23 +380,36 @@ def test_status_shows_queues_and_workers_with_reasons() -> None:
         {"id": "wrk_3", "deployment": "demo", "deployment_version": 2, "state": "stopped"},
     ]
 
+    scaling = {"desired": 2, "actual": 3, "reason": "scale_down", "next_prewarm_at": None}
+    between = {"desired": 0, "actual": 0, "reason": "idle", "next_prewarm_at": "2026-01-01T12:00Z"}
+    deployments = [
+        {**DEPLOYMENT, "scaling": scaling},
+        {**DEPLOYMENT, "name": "cron", "workers": {}, "scaling": between},
+        {**DEPLOYMENT, "name": "new"},  # no decision yet
+    ]
+
     def handler(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/v1/jobs":
             return jobs(request)
         if request.url.path == "/v1/workers":
             return ok({"data": workers})
-        return ok({"data": [DEPLOYMENT]})
+        return ok({"data": deployments})
 
     result = invoke(["status"], transport=httpx.MockTransport(handler))
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "1 deployment(s), 2 worker(s), 3 job(s) waiting" in out
-    assert "demo\t3\tbusy=2 idle=1\t2\t1" in out
+    assert "3 deployment(s), 2 worker(s), 3 job(s) waiting" in out
+    assert "desired\tactual\tscaling\tnext pre-warm" in out
+    assert "demo\t3\tbusy=2 idle=1\t2\t1\t2\t3\tscale_down\t-\n" in out
+    assert "cron\t3\tnone\t0\t0\t0\t0\tidle\t2026-01-01T12:00Z\n" in out
+    assert "new\t3\tbusy=2 idle=1\t0\t0\t-\t-\t-\t-\n" in out, "no decision yet"
     assert "wrk_2\tdemo\t3\tfailed\tcrash_loop" in out
     assert "wrk_3" not in out, "stopped workers are history"
     assert "warm pool" not in out, "there is no warm pool to report"
     data = json.loads(invoke(["status", "--json"], transport=httpx.MockTransport(handler)).stdout)
     assert data["deployments"][0]["queued"] == 2 and "warm_pool" not in data
+    assert data["deployments"][0]["scaling"] == scaling
+    assert data["deployments"][2]["scaling"] is None
     assert [w["id"] for w in data["workers"]] == ["wrk_1", "wrk_2"]
 
 

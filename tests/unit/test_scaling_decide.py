@@ -235,3 +235,12 @@ def test_concurrency_window_averages() -> None:
     assert stable == pytest.approx(0.5)
     assert panic == pytest.approx(5.0)
     assert NONE.forecast is None
+
+
+def test_keepalive_counts_from_the_end_of_a_long_job() -> None:
+    hold = hold_s(POLICY, 30.0)
+    # a job that arrived long ago runs until now: its worker is kept a full window after it
+    running = run(state(ready=1, running=1, last_arrival_at=T0 - 5 * hold), T0)
+    done = state(ready=1, last_arrival_at=T0 - 5 * hold, memory=running.memory)
+    assert run(done, T0 + hold - 1).reason == "keepalive"
+    assert run(done, T0 + hold + 1).desired == 0

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from control_plane.api.schemas import DeploymentSpec
+from control_plane.domain.scaling.policy import ScalingPolicy
 from control_plane.domain.spec import Spec, default_of
 
 
@@ -27,3 +31,32 @@ def test_the_api_shape_has_the_same_defaults() -> None:
 def test_scaling_policy_comes_from_the_spec() -> None:
     policy = Spec.from_doc({"name": "d", "model": "m", "max_workers": 4}).scaling_policy()
     assert (policy.min_workers, policy.max_workers, policy.target_concurrency) == (0, 4, 1)
+    assert (policy.scaledown_window_s, policy.max_boot_s) == (60, 600)
+    assert policy.cold_penalty_s == ScalingPolicy().cold_penalty_s, "the autoscaler's default"
+    doc = {
+        "name": "d",
+        "model": "m",
+        "min_workers": 1,
+        "max_workers": 3,
+        "target_concurrency": 8,
+        "scaledown_window_s": 120,
+        "max_boot_s": 90,
+        "cold_penalty_s": 5,
+    }
+    assert Spec.from_doc(doc).scaling_policy() == ScalingPolicy(
+        min_workers=1,
+        max_workers=3,
+        target_concurrency=8,
+        scaledown_window_s=120.0,
+        max_boot_s=90.0,
+        cold_penalty_s=5.0,
+    )
+
+
+def test_cold_penalty_is_a_non_negative_number_of_seconds() -> None:
+    assert default_of("cold_penalty_s") == ScalingPolicy().cold_penalty_s
+    assert DeploymentSpec(name="d", model="s3://m/", cold_penalty_s=0).cold_penalty_s == 0
+    with pytest.raises(ValidationError, match="cold_penalty_s"):
+        DeploymentSpec(name="d", model="s3://m/", cold_penalty_s=-1)
+    spec = Spec.from_doc({"name": "d", "model": "m", "cold_penalty_s": 30})
+    assert spec.cold_penalty_s == 30.0 and isinstance(spec.cold_penalty_s, float)

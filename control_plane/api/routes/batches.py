@@ -21,7 +21,6 @@ from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.schemas import JobInput
 from control_plane.errors import InvalidRequest
 from control_plane.services import batches, deployments, object_store, runs, webhooks
-from control_plane.services.dispatch import wake
 from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -206,8 +205,7 @@ def create_batch(
     # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
     session.commit()
     public = batches.to_public(session, batch)
-    for job_id in to_wake:
-        wake(ctx.redis, ctx.celery, batch.deployment_id, job_id, "batch")
+    batches.wake_dispatched(ctx.redis, ctx.celery, batch.deployment_id, to_wake, at)
     return JSONResponse(public, status_code=201 if created else 200)
 
 

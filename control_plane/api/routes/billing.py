@@ -9,10 +9,11 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
+import redis
 from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 
-from control_plane.api.context import Db, Now, Principal
+from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.schemas import (
     BillingCheck,
     BillingRecordList,
@@ -23,7 +24,7 @@ from control_plane.api.schemas import (
 from control_plane.db.models import BillingRecord, Deployment
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, SECONDS_QUANTUM
 from control_plane.domain.clock import iso
-from control_plane.services import auth, billing, workers
+from control_plane.services import auth, billing, scale_decisions, workers
 
 router = APIRouter(tags=["billing"])
 
@@ -175,8 +176,9 @@ def billing_check(session: Db, who: Principal, at: Now) -> Any:
 
 
 @router.get("/metrics", include_in_schema=False)
-def metrics(session: Db, who: Principal, at: Now) -> Response:
-    """Prometheus text format: billing drift across all tenants, workers by state.
+def metrics(ctx: Ctx, session: Db, who: Principal, at: Now) -> Response:
+    """Prometheus text format: billing drift across all tenants, workers by state, autoscaler
+    decisions by reason (counted in Redis by the reconciler).
 
     Platform-wide numbers: only the operator's admin keys may scrape (Prometheus sends one as
     `authorization: {credentials: sk_...}`).
@@ -186,6 +188,10 @@ def metrics(session: Db, who: Principal, at: Now) -> Response:
     by_state: dict[str, int] = {}
     for w in workers.live(session):
         by_state[w.state] = by_state.get(w.state, 0) + 1
+    try:
+        decisions = scale_decisions.counts(ctx.redis)
+    except redis.RedisError:
+        decisions = {}  # the other numbers still come
     lines = [
         "# HELP platform_billing_drift_issues Billing inconsistencies found by the check.",
         "# TYPE platform_billing_drift_issues gauge",
@@ -193,6 +199,13 @@ def metrics(session: Db, who: Principal, at: Now) -> Response:
         "# HELP platform_workers Live workers by state.",
         "# TYPE platform_workers gauge",
         *(f'platform_workers{{state="{s}"}} {n}' for s, n in sorted(by_state.items())),
+        "# HELP platform_scale_decisions_total Autoscaler decisions (one per deployment and "
+        "tick) by reason.",
+        "# TYPE platform_scale_decisions_total counter",
+        *(
+            f'platform_scale_decisions_total{{reason="{r}"}} {n}'
+            for r, n in sorted(decisions.items())
+        ),
     ]
     return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
 

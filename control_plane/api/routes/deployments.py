@@ -13,12 +13,14 @@ from control_plane.api.schemas import DeploymentList, DeploymentPublic, Deployme
 from control_plane.db.models import Deployment
 from control_plane.domain.clock import iso
 from control_plane.errors import InvalidRequest
-from control_plane.services import deployments, workers
+from control_plane.services import deployments, scale_decisions, workers
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 
 
-def to_public(session: Session, dep: Deployment) -> dict[str, Any]:
+def to_public(
+    session: Session, dep: Deployment, scaling: dict[str, Any] | None = None
+) -> dict[str, Any]:
     states = Counter(w.state for w in workers.live(session, dep.id))
     return {
         **dep.spec_doc,
@@ -27,7 +29,14 @@ def to_public(session: Session, dep: Deployment) -> dict[str, Any]:
         "created_at": iso(dep.created_at),
         "updated_at": iso(dep.updated_at),
         "workers": dict(states),
+        "scaling": scaling,
     }
+
+
+def with_scaling(ctx: Ctx, session: Session, deps: list[Deployment]) -> list[dict[str, Any]]:
+    """The deployments with the autoscaler's latest decision each (one Redis round trip)."""
+    latest = scale_decisions.latest(ctx.redis, [d.id for d in deps])
+    return [to_public(session, d, latest.get(d.id)) for d in deps]
 
 
 def _check_accelerator(ctx: Ctx, spec: DeploymentSpec) -> None:
@@ -61,19 +70,20 @@ def update_deployment(
     _check_accelerator(ctx, spec)
     dep = deployments.update(session, who.tenant_id, name, spec.model_dump(), at)
     session.commit()
-    return to_public(session, dep)
+    return with_scaling(ctx, session, [dep])[0]
 
 
 @router.get("", response_model=DeploymentList)
-def list_deployments(session: Db, who: Principal) -> Any:
+def list_deployments(ctx: Ctx, session: Db, who: Principal) -> Any:
     who.require("read")
-    return {"data": [to_public(session, d) for d in deployments.list_(session, who.tenant_id)]}
+    return {"data": with_scaling(ctx, session, deployments.list_(session, who.tenant_id))}
 
 
 @router.get("/{name}", response_model=DeploymentPublic)
-def get_deployment(name: str, session: Db, who: Principal) -> Any:
+def get_deployment(name: str, ctx: Ctx, session: Db, who: Principal) -> Any:
+    """The deployment, its live workers and the autoscaler's latest decision (`scaling`)."""
     who.require("read")
-    return to_public(session, deployments.get(session, who.tenant_id, name))
+    return with_scaling(ctx, session, [deployments.get(session, who.tenant_id, name)])[0]
 
 
 @router.delete("/{name}", status_code=204)

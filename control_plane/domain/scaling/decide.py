@@ -44,6 +44,7 @@ class Memory:
 
     needed_at: tuple[float, ...] = ()  # [k - 1]: last time k workers were needed
     panic_until: float = 0.0  # panic mode lasts a stable window after it was last triggered
+    busy_at: float | None = None  # last time work was present (queued or running)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,17 +143,22 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             worst = max(worst, math.ceil(concurrency / target))
         parts.append((worst, "forecast"))
 
-    since = math.inf if state.last_arrival_at is None else now - state.last_arrival_at
+    # A pre-warm counts from the last arrival (the gaps are between arrivals); a keep-alive
+    # from the later of the last arrival and the end of the last work, so a long job does not
+    # find its keep-alive spent when it finishes.
+    busy_at = now if demand > 0 else mem.busy_at
+    arrived = math.inf if state.last_arrival_at is None else now - state.last_arrival_at
+    idle_for = arrived if busy_at is None else min(arrived, now - busy_at)
     next_prewarm_at = None
     if idle.representative and idle.prewarm_s is not None:
         boot_at = idle.prewarm_s - boot_s
-        if since < boot_at:
-            next_prewarm_at = now + boot_at - since
-        if boot_at <= since < idle.keepalive_s:
+        if arrived < boot_at:
+            next_prewarm_at = now + boot_at - arrived
+        if boot_at <= arrived and idle_for < idle.keepalive_s:
             parts.append((1, "prewarm"))
     else:
         window = idle.keepalive_s if idle.representative else hold_s(p, boot_s)
-        if since < window:
+        if idle_for < window:
             parts.append((1, "keepalive"))
     parts.append((p.min_workers, "min_workers"))
 
@@ -166,7 +172,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     needed_at += [now] * max(needed - len(needed_at), 0)
     for k in range(needed):
         needed_at[k] = now
-    memory = Memory(tuple(needed_at), panic_until)
+    memory = Memory(tuple(needed_at), panic_until, busy_at)
     held = max(needed, len(needed_at) if len(needed_at) >= 2 else 0)
     desired = min(held, p.max_workers)
     if desired > needed:

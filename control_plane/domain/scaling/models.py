@@ -33,6 +33,7 @@ NONE = Models(0.0, None, PLAIN)
 
 
 def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float) -> Models:
+    boot_s = min(boot_s, policy.max_boot_s)  # as decide() counts it
     dense = _dense(stats, boot_s)
     return Models(
         fitted_at=stats.at,

@@ -1,0 +1,123 @@
+"""Arrival history of each deployment in Redis: what the autoscaler's models are fitted on.
+
+    record         at every admission (a run, a job, an OpenAI call, a batch line when it is
+                   dispatched): one Lua script, atomic across API processes
+    read           the history as `domain.scaling.history.ArrivalStats` (the refresher thread)
+    last_arrivals  the latest arrival of many deployments in one round trip (every tick)
+
+Per deployment, three keys (`worker/protocol.py`), the same bins as the simulator's
+`ArrivalHistory`: arrivals per `BUCKET_S` bucket (at most `MAX_BUCKETS` fields), the last
+`MAX_GAPS` gaps between arrivals, and the time of the latest one. Memory is bounded whatever the
+traffic; every write renews a TTL, so a deleted (or long silent) deployment's keys expire.
+
+Times come from the caller's clock (the API's `AppContext.clock`, the reconciler's `now`), never
+from Redis or `time.time()`, so tests that move the clock move arrivals with it.
+
+NOTE: recording is best effort. The database holds the accepted job; a Redis failure here is
+logged and the admission goes on (the autoscaler then sees one arrival fewer).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+
+import redis
+
+from control_plane.domain.scaling.history import (
+    BUCKET_S,
+    MAX_BUCKETS,
+    MAX_GAPS,
+    ArrivalStats,
+    stats_of,
+)
+from worker.protocol import arrival_buckets_key, arrival_gaps_key, last_arrival_key
+
+log = logging.getLogger(__name__)
+
+# A deployment silent this long forgets its history (the idle windows never look further back
+# than `scaledown_window_s` ≤ one day, the forecast one hour).
+ARRIVALS_TTL_S = 7 * 24 * 3600
+
+# KEYS: buckets (hash), gaps (list), last arrival (string).
+# ARGV: now (seconds since the epoch), arrivals at that time, BUCKET_S, MAX_BUCKETS, MAX_GAPS,
+# TTL. The gap to the previous arrival is pushed, then one 0 per further arrival at `now`
+# (as `ArrivalHistory.record` does); an arrival older than the latest (another API process's
+# clock) counts in its bucket but moves neither the last arrival back nor a gap below 0.
+_RECORD_LUA = """
+local now = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local max_buckets = tonumber(ARGV[4])
+local max_gaps = tonumber(ARGV[5])
+local index = math.floor(now / tonumber(ARGV[3]))
+local field = string.format('%d', index)
+if redis.call('HINCRBY', KEYS[1], field, n) == n then
+  -- a new bucket: drop the ones that fell out of the window (once per bucket, not per call)
+  for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+    if tonumber(f) <= index - max_buckets then redis.call('HDEL', KEYS[1], f) end
+  end
+end
+local last = redis.call('GET', KEYS[3])
+if last then
+  local gap = now - tonumber(last)
+  if gap < 0 then gap = 0 end
+  redis.call('RPUSH', KEYS[2], string.format('%.17g', gap))
+end
+for _ = 2, math.min(n, max_gaps + 1) do redis.call('RPUSH', KEYS[2], '0') end
+redis.call('LTRIM', KEYS[2], -max_gaps, -1)
+if (not last) or tonumber(last) < now then redis.call('SET', KEYS[3], ARGV[1]) end
+for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[6]) end
+return 1
+"""
+
+
+def record(r: redis.Redis, deployment_id: str, at: datetime, n: int = 1) -> bool:
+    """`n` arrivals for a deployment at `at`; False (logged) when Redis failed."""
+    if n <= 0:
+        return True
+    keys = [
+        arrival_buckets_key(deployment_id),
+        arrival_gaps_key(deployment_id),
+        last_arrival_key(deployment_id),
+    ]
+    # repr: the shortest text that parses back to the same double (Lua's tonumber included)
+    args: list[str | int] = [
+        repr(at.timestamp()),
+        n,
+        repr(BUCKET_S),
+        MAX_BUCKETS,
+        MAX_GAPS,
+        ARRIVALS_TTL_S,
+    ]
+    try:
+        r.register_script(_RECORD_LUA)(keys=keys, args=args)
+    except redis.RedisError as exc:
+        log.warning("arrival of deployment %s not recorded (Redis: %s)", deployment_id, exc)
+        return False
+    return True
+
+
+def read(r: redis.Redis, deployment_id: str, now: datetime) -> ArrivalStats:
+    """The deployment's arrival history at `now` (raises on a Redis failure)."""
+    pipe = r.pipeline(transaction=True)  # one consistent snapshot of the three keys
+    pipe.hgetall(arrival_buckets_key(deployment_id))
+    pipe.lrange(arrival_gaps_key(deployment_id), 0, -1)
+    pipe.get(last_arrival_key(deployment_id))
+    buckets, gaps, last = pipe.execute()
+    return stats_of(
+        {int(k): int(v) for k, v in buckets.items()},
+        tuple(float(g) for g in gaps),
+        float(last) if last is not None else None,
+        now.timestamp(),
+    )
+
+
+def last_arrivals(r: redis.Redis, deployment_ids: Sequence[str]) -> dict[str, float | None]:
+    """deployment id → its latest arrival (seconds since the epoch; None: never called)."""
+    if not deployment_ids:
+        return {}
+    values = r.mget([last_arrival_key(i) for i in deployment_ids])
+    return {
+        i: float(v) if v is not None else None for i, v in zip(deployment_ids, values, strict=True)
+    }

@@ -1,0 +1,452 @@
+"""The live autoscaler: arrivals recorded at admission (Redis), the reconciler driving
+`domain.scaling.decide` with the models its refresher refits, and the decision shown by the API,
+`/metrics` and `platform status` — on real Redis and SQL, through the real API.
+
+Time is a frozen clock the test moves (`FrozenClock`): arrival gaps and tick times are exact, so
+a periodic pattern is exactly periodic. The provider records starts and stops; `Fleet` plays
+the workers (boot in BOOT_S, claim, complete, drain when stopped) through `/internal`, as real
+workers report.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+from typer.testing import CliRunner
+
+from control_plane.db.models import Deployment, Job, Worker
+from control_plane.domain.scaling.history import (
+    BUCKET_S,
+    MAX_BUCKETS,
+    MAX_GAPS,
+    ArrivalHistory,
+)
+from control_plane.domain.scaling.policy import DEFAULT_BOOT_S
+from control_plane.reconcile.driver import Reconciler
+from control_plane.services import arrivals
+from sdk.cli._common import CliState
+from sdk.cli.main import app as cli_app
+from tests.integration.api_helpers import WORKER, deploy, h
+from tests.integration.conftest import SteppedClock, provider
+from tests.integration.test_sdk_app import AppTransport
+from worker.protocol import (
+    arrival_buckets_key,
+    arrival_gaps_key,
+    last_arrival_key,
+    worker_heartbeat_key,
+)
+
+BOOT_S = 2.0  # every worker Fleet plays is ready this long after its start
+TICK_S = 2.0  # the reconciler's tick in these tests (the production default is 0.5 s)
+
+
+class FrozenClock(SteppedClock):
+    """Time moves only when the test moves it (SteppedClock adds real time too)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start = datetime.now(UTC).replace(microsecond=0)
+
+    def __call__(self) -> datetime:
+        return self.start + self.offset
+
+
+@pytest.fixture
+def clock() -> SteppedClock:
+    return FrozenClock()
+
+
+@dataclass
+class Fleet:
+    """The API, the reconciler and the workers its provider "started", on one clock."""
+
+    client: TestClient
+    loop: Reconciler
+    clock: SteppedClock
+    redis: redis.Redis
+    key: str
+    # worker id → ids of the jobs it holds
+    holding: dict[str, set[str]] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+
+    def submit(self, **body: Any) -> str:
+        r = self.client.post(
+            "/v1/deployments/demo/jobs",
+            json={"input": {"prompt": "x"}, **body},
+            headers=h(self.key),
+        )
+        assert r.status_code == 202, r.text
+        job_id: str = r.json()["id"]
+        return job_id
+
+    def tick(self, seconds: float = 0.0) -> None:
+        """Move time, let workers due report, refit what is due (the refresher thread's work,
+        done here in step), then run one reconciler tick."""
+        now = self.clock.advance(seconds)
+        self.play()
+        self.loop.refresher.refresh(now)
+        self.loop.tick(now)
+        self.play()
+
+    def play(self) -> None:
+        """Workers booted BOOT_S after their start become idle; stopped ones drain, and stop
+        once they hold no job."""
+        now = self.clock()
+        stopped = set(provider(self.loop).stopped)
+        for wid, w in self.workers().items():
+            if w.state == "booting" and now >= w.started_at + timedelta(seconds=BOOT_S):
+                t0 = w.started_at.timestamp()
+                for state, at in (("loading", 0.2), ("warming", 0.6), ("idle", 1.0)):
+                    self.report(wid, state, t0 + at * BOOT_S)
+                beat = json.dumps({"at": now.timestamp()})
+                self.redis.set(worker_heartbeat_key(wid), beat, ex=3600)
+                w.state = "idle"
+            if wid in stopped and w.state in ("idle", "busy"):
+                self.report(wid, "draining")  # SIGTERM: stop taking work
+                w.state = "draining"
+            if w.state == "draining" and not self.holding.get(wid):
+                self.report(wid, "stopped")
+
+    def workers(self) -> dict[str, Worker]:
+        with self.loop.sessions() as s:
+            return {w.id: w for w in s.scalars(select(Worker).order_by(Worker.started_at))}
+
+    def live(self) -> list[Worker]:
+        return [w for w in self.workers().values() if w.state not in ("stopped", "failed")]
+
+    def idle_worker(self) -> str | None:
+        stopped = set(provider(self.loop).stopped)
+        return next((w.id for w in self.live() if w.state == "idle" and w.id not in stopped), None)
+
+    def report(self, wid: str, state: str, at: float | None = None) -> None:
+        body = {"state": state, "at": self.clock().timestamp() if at is None else at}
+        r = self.client.post(f"/internal/workers/{wid}/state", json=body, headers=WORKER)
+        assert r.status_code == 200, r.text
+
+    def claim(self, job_id: str, wid: str) -> None:
+        if not self.holding.get(wid):
+            self.report(wid, "busy")
+        r = self.client.post(
+            f"/internal/jobs/{job_id}/claim", json={"worker_id": wid}, headers=WORKER
+        )
+        assert r.status_code == 200, r.text
+        self.attempts[job_id] = r.json()["attempt"]
+        self.holding.setdefault(wid, set()).add(job_id)
+
+    def complete(self, job_id: str) -> None:
+        [wid] = [w for w, held in self.holding.items() if job_id in held]
+        body = {
+            "worker_id": wid,
+            "attempt": self.attempts[job_id],
+            "status": "succeeded",
+            "output": {"text": "ok"},
+            "prompt_tokens": 1,
+            "generated_tokens": 1,
+        }
+        r = self.client.post(f"/internal/jobs/{job_id}/complete", json=body, headers=WORKER)
+        assert r.status_code == 200, r.text
+        self.holding[wid].discard(job_id)
+        if not self.holding[wid] and self.workers()[wid].state == "busy":
+            self.report(wid, "idle")
+        self.play()
+
+    def job(self, job_id: str) -> Job:
+        with self.loop.sessions() as s:
+            job = s.get(Job, job_id)
+            assert job is not None
+            return job
+
+    def scaling(self) -> dict[str, Any]:
+        r = self.client.get("/v1/deployments/demo", headers=h(self.key))
+        assert r.status_code == 200, r.text
+        body: dict[str, Any] = r.json()["scaling"]
+        return body
+
+
+@pytest.fixture
+def fleet(
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    clock: SteppedClock,
+    redis_client: Any,
+) -> Fleet:
+    return Fleet(client, loop, clock, redis_client, keys["a"])
+
+
+def deployment_id(fleet: Fleet) -> str:
+    with fleet.loop.sessions() as s:
+        dep = s.scalars(select(Deployment).where(Deployment.name == "demo")).one()
+        return dep.id
+
+
+# --- the reconciler -------------------------------------------------------------------------
+
+
+PERIOD_S = 30.0  # one call every 30 s, exactly
+BURSTS = 14
+
+
+def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
+    fleet: Fleet, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call every PERIOD_S: once 10 gaps are known (11 calls), the idle windows expect the
+    next call at PERIOD_S and boot a worker one boot before it (`prewarm`); the call finds it
+    ready. Between calls the deployment runs no worker (first after the plain ski-rental hold
+    of boot + cold_penalty_s, then right after each call)."""
+    caplog.set_level(logging.INFO, logger="control_plane.reconcile.scale")
+    deploy(fleet.client, fleet.key, cold_penalty_s=10, scaledown_window_s=60)
+    found_warm: list[bool] = []
+    zero_between: list[bool] = []
+    prewarm_seen: list[str] = []
+    for burst in range(BURSTS):
+        arrival = fleet.clock()
+        found_warm.append(fleet.idle_worker() is not None)
+        job_id = fleet.submit()
+        fleet.tick()
+        while (wid := fleet.idle_worker()) is None:
+            fleet.tick(TICK_S)
+        fleet.claim(job_id, wid)
+        fleet.tick(TICK_S)
+        fleet.complete(job_id)
+        idle_seen = False
+        while (fleet.clock() - arrival).total_seconds() < PERIOD_S:
+            fleet.tick(TICK_S)
+            decision = fleet.scaling()
+            idle_seen |= not fleet.live() and decision["desired"] == 0
+            if decision["reason"] == "prewarm":
+                prewarm_seen.append(decision["decided_at"])
+                assert decision["desired"] == 1 and burst >= 10
+        zero_between.append(idle_seen)
+
+    assert zero_between == [True] * BURSTS, "no worker runs between two calls"
+    # Calls 1–11: cold (no histogram yet: the plain hold of 2 + 10 s is shorter than the gap).
+    # From call 12 on, the worker was booted ahead of the call and is ready when it arrives.
+    assert found_warm == [False] * 11 + [True] * (BURSTS - 11)
+    messages = [r.getMessage() for r in caplog.records]
+    started = [m.endswith("(prewarm)") for m in messages if m.startswith("started worker")]
+    # one worker per call, the last one booted for a call still to come
+    assert started == [False] * 11 + [True] * (BURSTS - 11 + 1)
+    decision = fleet.scaling()
+    assert decision["idle_windows"] == {
+        "representative": True,
+        "prewarm_s": PERIOD_S,
+        "keepalive_s": pytest.approx(PERIOD_S * 1.1),
+    }
+    assert decision["boot_s"] == BOOT_S and decision["service_s"] == TICK_S
+    # one pre-warm decision per expected call, one boot ahead of it
+    assert len(prewarm_seen) >= BURSTS - 11
+    logged = [m for m in messages if "reason prewarm" in m]
+    assert len(logged) == BURSTS - 11 + 1 and "demo" in logged[0] and "desired 1" in logged[0]
+    idle_logs = [m for m in messages if "reason idle" in m]
+    assert any("next pre-warm 20" in m for m in idle_logs), "idle decisions name the pre-warm"
+
+
+def test_scale_down_with_long_jobs_in_flight_drains_and_kills_none(fleet: Fleet) -> None:
+    """Four long jobs on two workers (two each); two end. Two jobs need one worker: after the
+    hold, one busy worker is asked to stop — a drain: it takes no new work, finishes its job,
+    then exits. No worker is killed and no job loses its attempt."""
+    deploy(fleet.client, fleet.key, target_concurrency=2, max_workers=2, cold_penalty_s=0)
+    job_ids = [fleet.submit() for _ in range(4)]
+    fleet.tick()
+    assert len(provider(fleet.loop).started) == 2, "4 jobs / 2 per worker"
+    fleet.tick(TICK_S)
+    a, b = (w.id for w in fleet.live())
+    for job_id, wid in zip(job_ids, (a, a, b, b), strict=True):
+        fleet.claim(job_id, wid)
+    fleet.tick(TICK_S)
+    fleet.complete(job_ids[1])
+    fleet.complete(job_ids[3])
+    p = provider(fleet.loop)
+    # The scale from zero asked for 2 workers at once: KPA panic, which holds the count for a
+    # stable window (60 s); then the hold (boot + 0 s); then one worker of two goes.
+    while not p.stopped:
+        fleet.tick(TICK_S)
+        assert (fleet.clock() - fleet.job(job_ids[0]).created_at).total_seconds() < 90
+    for _ in range(10):
+        fleet.tick(TICK_S)
+    assert len(p.stopped) == 1, "two running jobs need one worker of two slots"
+    assert p.killed == []
+    victim = p.stopped[0]
+    assert fleet.workers()[victim].state == "draining"
+    assert len(p.started) == 2, "the draining worker is not replaced: one is enough"
+    assert [fleet.job(j).status for j in job_ids] == ["running", "succeeded"] * 2
+    assert fleet.scaling()["reason"] == "demand"
+
+    fleet.tick(300)  # the long jobs end; the draining worker exits only then
+    for job_id in (job_ids[0], job_ids[2]):
+        fleet.complete(job_id)
+    fleet.tick(TICK_S)
+    jobs = [fleet.job(j) for j in job_ids]
+    assert [(j.status, j.attempt) for j in jobs] == [("succeeded", 1)] * 4
+    assert fleet.workers()[victim].state == "stopped"
+    assert p.killed == []
+
+
+def test_the_refresher_thread_refits_off_the_tick(fleet: Fleet) -> None:
+    """The tick decides on the snapshot the refresher last made: ticks without a refresh keep
+    the same `models_fitted_at`; the thread (started as the reconciler process does) makes
+    a new one on its own."""
+    deploy(fleet.client, fleet.key, cold_penalty_s=10)
+    for _ in range(12):
+        fleet.submit()
+        fleet.clock.advance(5)
+    fitted_at = fleet.clock()
+    fleet.loop.refresher.refresh(fitted_at)
+    fleet.loop.tick(fleet.clock())
+    first = fleet.scaling()
+    assert first["models_fitted_at"] is not None
+    assert first["idle_windows"]["representative"], "11 gaps of 5 s"
+    fleet.loop.tick(fleet.clock.advance(TICK_S))
+    assert fleet.scaling()["models_fitted_at"] == first["models_fitted_at"], "no refit in a tick"
+
+    fleet.clock.advance(60)
+    before = fleet.loop.refresher.latest(deployment_id(fleet))
+    fleet.loop.start(fleet.clock)
+    try:
+        deadline = datetime.now(UTC) + timedelta(seconds=10)
+        while fleet.loop.refresher.latest(deployment_id(fleet)) is before:
+            assert datetime.now(UTC) < deadline, "the refresher thread did not refit"
+            time.sleep(0.05)
+    finally:
+        fleet.loop.shutdown(fleet.clock())
+    fleet.loop.tick(fleet.clock())
+    assert fleet.scaling()["models_fitted_at"] != first["models_fitted_at"]
+
+
+# --- arrivals -------------------------------------------------------------------------------
+
+
+def test_arrivals_are_bounded_and_read_back_as_the_simulators_history(redis_client: Any) -> None:
+    """Redis keeps the same bins as `ArrivalHistory` (the simulator's): the snapshots agree
+    exactly, and memory stays bounded — at most MAX_BUCKETS buckets and MAX_GAPS gaps — with
+    a TTL on every key."""
+    rng = random.Random(7)
+    history = ArrivalHistory()
+    start = t = 1_700_000_000.123
+    for _ in range(3_000):
+        at = datetime.fromtimestamp(
+            t + rng.choice([0.0, 0.3, 2.5, 11.0, rng.expovariate(0.2)]), UTC
+        )
+        t = at.timestamp()  # what the clock gives: microseconds
+        n = rng.choice([1, 1, 1, 3])
+        history.record(t, n)
+        assert arrivals.record(redis_client, "dep_x", at, n)
+    assert t - start > 2 * MAX_BUCKETS * BUCKET_S, "longer than the bucket window"
+    for later in (0.0, 5.0, 3_000.0):
+        now = datetime.fromtimestamp(t + later, UTC)
+        assert arrivals.read(redis_client, "dep_x", now) == history.stats(now.timestamp())
+    assert redis_client.hlen(arrival_buckets_key("dep_x")) <= MAX_BUCKETS
+    assert redis_client.llen(arrival_gaps_key("dep_x")) == MAX_GAPS
+    for key in (arrival_buckets_key, arrival_gaps_key, last_arrival_key):
+        assert 0 < redis_client.ttl(key("dep_x")) <= arrivals.ARRIVALS_TTL_S
+    assert arrivals.last_arrivals(redis_client, ["dep_x", "dep_none"]) == {
+        "dep_x": t,
+        "dep_none": None,
+    }
+
+
+def test_every_admission_records_an_arrival_on_the_apps_clock(fleet: Fleet) -> None:
+    """A job, a run and each batch line (when dispatched) is an arrival at the API's clock."""
+    deploy(fleet.client, fleet.key)
+    dep_id = deployment_id(fleet)
+    t0 = fleet.clock()
+    fleet.submit()
+    fleet.clock.advance(7)
+    r = fleet.client.post(
+        "/v1/deployments/demo/run", json={"input": {"prompt": "x"}, "wait_s": 0.01},
+        headers=h(fleet.key),
+    )  # fmt: skip
+    assert r.status_code == 202
+    fleet.clock.advance(13)
+    batch = fleet.client.post(
+        "/v1/batches",
+        json={"deployment": "demo", "inputs": [{"prompt": "a"}] * 3, "max_in_flight": 2},
+        headers=h(fleet.key),
+    )
+    assert batch.status_code == 201, batch.text
+    stats = arrivals.read(fleet.redis, dep_id, fleet.clock())
+    assert stats.last_arrival_at == (t0 + timedelta(seconds=20)).timestamp()
+    assert stats.gaps == (7.0, 13.0, 0.0), "two batch lines dispatched at once"
+    assert sum(stats.counts) == 2, "complete buckets only: the batch's is still open"
+
+    fleet.tick(30)  # nothing frees a batch slot yet: the third line has not arrived
+    assert arrivals.read(fleet.redis, dep_id, fleet.clock()).gaps == (7.0, 13.0, 0.0)
+    with fleet.loop.sessions() as s:
+        first = s.scalars(select(Job).where(Job.batch_index == 0)).one()
+        fleet.client.post(f"/v1/jobs/{first.id}/cancel", headers=h(fleet.key))
+    fleet.tick(1)  # the pump dispatches the third line: it arrives now
+    stats = arrivals.read(fleet.redis, dep_id, fleet.clock())
+    assert stats.gaps == (7.0, 13.0, 0.0, 31.0)
+    assert sum(stats.counts) == 4, "the third line is in the open bucket"
+
+
+def test_a_redis_outage_does_not_fail_admission(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    deploy(fleet.client, fleet.key)
+    ctx = fleet.client.app.state.ctx  # type: ignore[attr-defined]
+
+    def down(*_args: Any, **_kw: Any) -> Any:
+        raise redis.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(ctx.redis, "execute_command", down)
+    job_id = fleet.submit()
+    assert fleet.job(job_id).status == "queued", "committed and acknowledged"
+    assert any("not recorded" in r.getMessage() for r in caplog.records)
+    monkeypatch.undo()
+    stats = arrivals.read(fleet.redis, deployment_id(fleet), fleet.clock())
+    assert stats.last_arrival_at is None, "the arrival was lost, the job was not"
+
+
+# --- what the decision looks like from outside ----------------------------------------------
+
+
+def test_the_deployment_shows_the_latest_decision_in_api_metrics_and_cli(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    deploy(fleet.client, fleet.key)
+    assert fleet.client.get("/v1/deployments/demo", headers=h(fleet.key)).json()["scaling"] is None
+    fleet.submit()
+    fleet.tick()
+    decision = fleet.scaling()
+    assert decision["desired"] == 1 and decision["actual"] == 0
+    assert decision["reason"] == "scale_from_zero"
+    assert decision["decided_at"] == fleet.clock().isoformat().replace("+00:00", "Z")
+    assert (decision["queued"], decision["running"]) == (1, 0)
+    assert decision["boot_s"] == DEFAULT_BOOT_S, "the prior until a worker of the version booted"
+    assert decision["idle_windows"]["representative"] is False
+    assert decision["forecast"] is None
+    listed = fleet.client.get("/v1/deployments", headers=h(fleet.key)).json()["data"]
+    assert listed[0]["scaling"] == decision
+
+    fleet.tick(TICK_S)
+    decision = fleet.scaling()
+    assert (decision["desired"], decision["actual"], decision["ready"]) == (1, 1, 1)
+    metrics = fleet.client.get("/metrics", headers=h(fleet.key)).text
+    assert 'platform_scale_decisions_total{reason="scale_from_zero"} 1' in metrics
+    assert 'platform_scale_decisions_total{reason="demand"} 1' in metrics
+
+    # `platform status`, through the SDK, against this app
+    monkeypatch.setenv("PLATFORM_CONFIG", str(tmp_path / "config.json"))
+    state = CliState(
+        url="http://testserver",
+        api_key=fleet.key,
+        client_options={"transport": AppTransport(fleet.client), "sleep": lambda _s: None},
+    )
+    result = CliRunner().invoke(cli_app, ["status"], obj=state)
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if line.startswith("demo\t"))
+    assert row.endswith("\t1\t1\tdemand\t-"), row
+    result = CliRunner().invoke(cli_app, ["status", "--json"], obj=state)
+    assert json.loads(result.stdout)["deployments"][0]["scaling"]["reason"] == "demand"
