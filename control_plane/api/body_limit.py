@@ -69,7 +69,9 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
         body = b"".join(chunks)
-        if b"json" in dict(scope["headers"]).get(b"content-type", b""):
+        content_type = dict(scope["headers"]).get(b"content-type", b"")
+        # FastAPI parses a body without a content type as JSON too
+        if not content_type or b"json" in content_type:
             depth = json_depth(body)
             if depth > MAX_JSON_DEPTH:
                 response = problems.problem(

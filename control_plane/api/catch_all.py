@@ -14,7 +14,7 @@ import logging
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from control_plane.api.problems import OPENAI_PATHS, openai_error, problem
+from control_plane.api.problems import internal_error
 
 log = logging.getLogger(__name__)
 
@@ -42,14 +42,5 @@ class CatchAll:
             log.exception("unhandled error on %s", path)
             if started:
                 return
-            if path.startswith(OPENAI_PATHS):
-                response = openai_error(500, "unexpected error; see server logs")
-            else:
-                response = problem(
-                    500,
-                    "internal",
-                    "Internal Server Error",
-                    "unexpected error; see server logs",
-                    path,
-                )
+            response = internal_error(path)
             await response(scope, receive, send)

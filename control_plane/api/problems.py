@@ -123,15 +123,18 @@ def install(app: FastAPI) -> None:
             return openai_error(exc.status_code, str(exc.detail), code=slug)
         return problem(exc.status_code, slug, str(exc.detail), str(exc.detail), request.url.path)
 
+    # Route errors end in `catch_all.CatchAll`; this takes what is raised outside it.
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error on %s", request.url.path)
-        if request.url.path.startswith(OPENAI_PATHS):
-            return openai_error(500, "unexpected error; see server logs")
-        return problem(
-            500,
-            "internal",
-            "Internal Server Error",
-            "unexpected error; see server logs",
-            request.url.path,
-        )
+        return internal_error(request.url.path)
+
+
+def internal_error(path: str) -> JSONResponse:
+    """The 500 for a bug: OpenAI-shaped on its paths, problem+json elsewhere; never the
+    exception's text (it is in the server log)."""
+    if path.startswith(OPENAI_PATHS):
+        return openai_error(500, "unexpected error; see server logs")
+    return problem(
+        500, "internal", "Internal Server Error", "unexpected error; see server logs", path
+    )

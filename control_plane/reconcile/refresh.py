@@ -113,9 +113,7 @@ def measure(session: Session, env: Env, dep: Deployment, now: datetime) -> Measu
     boot_s = workers.recent_boot_s(session, dep.id, dep.version)
     service_s = job_queries.recent_execution_s(session, dep.id)
     boot_s = DEFAULT_BOOT_S if boot_s is None else boot_s
-    stats = arrivals.read(env.redis, dep.id, now)
-    # the boot decide() will use: a boot past max_boot_s is not waited for
-    models = refit(stats, policy, min(boot_s, policy.max_boot_s))
+    models = refit(arrivals.read(env.redis, dep.id, now), policy, boot_s)
     return Measured(
         at=now,
         version=dep.version,

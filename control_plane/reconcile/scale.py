@@ -28,10 +28,17 @@ from control_plane.db.models import Deployment, Worker
 from control_plane.domain import fleet
 from control_plane.domain.clock import iso
 from control_plane.domain.crash_loop import BootHistory, may_start
-from control_plane.domain.scaling.decide import DeploymentState, Memory, ScaleDecision, decide
+from control_plane.domain.scaling.decide import (
+    DeploymentState,
+    Memory,
+    ScaleDecision,
+    counts_as_capacity,
+    decide,
+    keepalive_window,
+)
 from control_plane.domain.scaling.history import ConcurrencyWindow
 from control_plane.domain.scaling.models import NONE
-from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S, hold_s
+from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S, counted_boot_s
 from control_plane.providers.base import WorkerSpec
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
@@ -157,7 +164,11 @@ def scale(
         for job_id in jobs.mark_starting(session, dep.id, verdict.reason):
             events.publish(env.redis, job_id, EventType.STARTING, {"reason": verdict.reason})
     if decision.desired < decision.capacity:
-        counted = [_view(w) for w in ready + booting if _counts(w, spec.max_boot_s, now)]
+        counted = [_view(w) for w in ready] + [
+            _view(w)
+            for w in booting
+            if counts_as_capacity(w.started_at.timestamp(), t, state.policy)
+        ]
         for v in fleet.scale_down_victims(counted, decision.desired):
             # NOTE: a stop is a drain (SIGTERM): the worker finishes the jobs it holds first.
             log.info("scaling down worker %s of %s (%s)", v.id, dep.name, decision.reason)
@@ -182,11 +193,6 @@ def _last_arrivals(r: redis.Redis, demand: Demand, ids: list[str]) -> dict[str, 
     except redis.RedisError as exc:
         log.warning("last arrivals unreadable (Redis: %s); using the previous ones", exc)
     return {i: demand.last_arrival_at.get(i) for i in ids}
-
-
-def _counts(w: Worker, max_boot_s: float, now: datetime) -> bool:
-    """Whether decide() counted this worker as capacity (ready, or booting within max_boot_s)."""
-    return w.state in READY_STATES or (now - w.started_at).total_seconds() <= max_boot_s
 
 
 def _log_change(demand: Demand, dep: Deployment, d: ScaleDecision) -> None:
@@ -214,7 +220,6 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
     if models.forecast is not None:
         mean, sd = models.forecast.rate(now.timestamp())
         forecast = {"rate_per_s": round(mean, 6), "rate_sd_per_s": round(sd, 6)}
-    boot_s = min(state.boot_s, state.policy.max_boot_s)
     return {
         "desired": d.desired,
         "actual": d.capacity,
@@ -230,9 +235,9 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
         "idle_windows": {
             "representative": idle.representative,
             "prewarm_s": None if idle.prewarm_s is None else round(idle.prewarm_s, 3),
-            # not representative: the plain ski-rental window decide() keeps a worker for
             "keepalive_s": round(
-                idle.keepalive_s if idle.representative else hold_s(state.policy, boot_s), 3
+                keepalive_window(idle, state.policy, counted_boot_s(state.policy, state.boot_s)),
+                3,
             ),
         },
         "forecast": forecast,

@@ -19,11 +19,13 @@ logged and the admission goes on (the autoscaler then sees one arrival fewer).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from datetime import datetime
 
 import redis
+from redis.commands.core import Script
 
 from control_plane.domain.scaling.history import (
     BUCKET_S,
@@ -91,11 +93,17 @@ def record(r: redis.Redis, deployment_id: str, at: datetime, n: int = 1) -> bool
         ARRIVALS_TTL_S,
     ]
     try:
-        r.register_script(_RECORD_LUA)(keys=keys, args=args)
+        _record_script(r)(keys=keys, args=args)
     except redis.RedisError as exc:
         log.warning("arrival of deployment %s not recorded (Redis: %s)", deployment_id, exc)
         return False
     return True
+
+
+@functools.cache
+def _record_script(r: redis.Redis) -> Script:
+    """The script bound to a client, made once per client (admission is a hot path)."""
+    return r.register_script(_RECORD_LUA)
 
 
 def read(r: redis.Redis, deployment_id: str, now: datetime) -> ArrivalStats:

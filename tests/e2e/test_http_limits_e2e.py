@@ -47,6 +47,9 @@ def test_deeply_nested_json_is_422_on_every_route(platform: dict[str, Any]) -> N
             r = client.post(path, content=deep)
             assert r.status_code == 422, (path, r.text)
             assert "nests 502 levels" in r.text
+        # without a content type (FastAPI parses it as JSON all the same)
+        bare = client.post("/v1/deployments", content=deep, headers={"Content-Type": ""})
+        assert bare.status_code == 422, bare.text
 
 
 def test_an_inline_batch_has_its_own_larger_limit(platform: dict[str, Any]) -> None:

@@ -20,3 +20,13 @@ def deploy(client: TestClient, key: str, **over: Any) -> dict[str, Any]:
     assert r.status_code == 201, r.text
     body: dict[str, Any] = r.json()
     return body
+
+
+def submit(client: TestClient, key: str, **body: Any) -> str:
+    """An async job on the `demo` deployment (prompt "x" unless `input` is given); its id."""
+    r = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}, **body}, headers=h(key)
+    )
+    assert r.status_code == 202, r.text
+    job_id: str = r.json()["id"]
+    return job_id

@@ -36,7 +36,7 @@ from control_plane.reconcile.driver import Reconciler
 from control_plane.services import arrivals
 from sdk.cli._common import CliState
 from sdk.cli.main import app as cli_app
-from tests.integration.api_helpers import WORKER, deploy, h
+from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock, provider
 from tests.integration.test_sdk_app import AppTransport
 from worker.protocol import (
@@ -80,14 +80,7 @@ class Fleet:
     attempts: dict[str, int] = field(default_factory=dict)
 
     def submit(self, **body: Any) -> str:
-        r = self.client.post(
-            "/v1/deployments/demo/jobs",
-            json={"input": {"prompt": "x"}, **body},
-            headers=h(self.key),
-        )
-        assert r.status_code == 202, r.text
-        job_id: str = r.json()["id"]
-        return job_id
+        return submit(self.client, self.key, **body)
 
     def tick(self, seconds: float = 0.0) -> None:
         """Move time, let workers due report, refit what is due (the refresher thread's work,

@@ -24,7 +24,7 @@ from control_plane.db.models import Job
 from control_plane.reconcile.driver import Reconciler
 from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE, DELIVER_WEBHOOK_TASK
-from tests.integration.api_helpers import WORKER, deploy, h
+from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock, provider
 from worker.protocol import TERMINAL_EVENTS, job_cancel_key, job_events_key, worker_heartbeat_key
 
@@ -47,14 +47,7 @@ class World:
     def submit(self, webhook: str | None = HOOK, **body: Any) -> str:
         if webhook:
             body["webhook"] = webhook
-        r = self.client.post(
-            "/v1/deployments/demo/jobs",
-            json={"input": {"prompt": "x"}, **body},
-            headers=h(self.key),
-        )
-        assert r.status_code == 202, r.text
-        job_id: str = r.json()["id"]
-        return job_id
+        return submit(self.client, self.key, **body)
 
     def tick(self, seconds: float = 0.0) -> None:
         self.loop.tick(self.clock.advance(seconds))

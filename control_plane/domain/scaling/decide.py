@@ -23,12 +23,14 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from control_plane.domain.scaling.idle import IdleWindows
 from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE, Models
 from control_plane.domain.scaling.policy import (
     MAX_SCALE_DOWN_RATE,
     PANIC_THRESHOLD,
     STABLE_WINDOW_S,
     ScalingPolicy,
+    counted_boot_s,
     hold_s,
     under_quantile,
 )
@@ -100,11 +102,23 @@ REASONS = (
 _Z: dict[float, float] = {}
 
 
+def keepalive_window(idle: IdleWindows, policy: ScalingPolicy, boot_s: float) -> float:
+    """How long the last worker is kept after its work: the idle windows' keep-alive, or the
+    plain ski-rental window while they are not representative."""
+    return idle.keepalive_s if idle.representative else hold_s(policy, boot_s)
+
+
+def counts_as_capacity(booting_since: float, now: float, policy: ScalingPolicy) -> bool:
+    """A booting worker counts until `max_boot_s`; past it a replacement is started (and the
+    liveness check fails the overdue one)."""
+    return now - booting_since <= policy.max_boot_s
+
+
 def decide(state: DeploymentState, now: float) -> ScaleDecision:
     p = state.policy
-    boot_s = min(state.boot_s, p.max_boot_s)
+    boot_s = counted_boot_s(p, state.boot_s)
     target = max(p.target_concurrency, 1)
-    booting = sum(1 for s in state.booting_since if now - s <= p.max_boot_s)
+    booting = sum(1 for s in state.booting_since if counts_as_capacity(s, now, p))
     capacity = state.ready + booting
     mem = state.memory
     # The forecast extrapolates: trusted only while recent. The idle windows describe the gaps
@@ -156,10 +170,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             next_prewarm_at = now + boot_at - arrived
         if boot_at <= arrived and idle_for < idle.keepalive_s:
             parts.append((1, "prewarm"))
-    else:
-        window = idle.keepalive_s if idle.representative else hold_s(p, boot_s)
-        if idle_for < window:
-            parts.append((1, "keepalive"))
+    elif idle_for < keepalive_window(idle, p, boot_s):
+        parts.append((1, "keepalive"))
     parts.append((p.min_workers, "min_workers"))
 
     needed, reason = max(parts, key=lambda part: part[0])

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from control_plane.domain.scaling.forecast import Forecast, fit_forecast
 from control_plane.domain.scaling.history import BUCKET_S, ArrivalStats
 from control_plane.domain.scaling.idle import PLAIN, IdleWindows, fit_idle_windows
-from control_plane.domain.scaling.policy import ScalingPolicy
+from control_plane.domain.scaling.policy import ScalingPolicy, counted_boot_s
 
 # "Recent" for the density test: the last five minutes of buckets.
 RECENT_BUCKETS = 30
@@ -33,7 +33,7 @@ NONE = Models(0.0, None, PLAIN)
 
 
 def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float) -> Models:
-    boot_s = min(boot_s, policy.max_boot_s)  # as decide() counts it
+    boot_s = counted_boot_s(policy, boot_s)
     dense = _dense(stats, boot_s)
     return Models(
         fitted_at=stats.at,

@@ -34,6 +34,11 @@ class ScalingPolicy:
     cold_penalty_s: float = 60.0
 
 
+def counted_boot_s(policy: ScalingPolicy, boot_s: float) -> float:
+    """The boot the autoscaler plans with: a boot past `max_boot_s` is not waited for."""
+    return min(boot_s, policy.max_boot_s)
+
+
 def cold_cost_s(policy: ScalingPolicy, boot_s: float) -> float:
     """Worker-seconds one cold start costs: its boot plus the caller's wait, priced."""
     return boot_s + policy.cold_penalty_s
