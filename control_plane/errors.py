@@ -5,6 +5,7 @@ ControlPlaneError          500  (base; an unexpected error never leaks details)
  ├── NotFound          404  a resource of this tenant does not exist (or is another's)
  ├── Conflict          409  state conflict: name taken, idempotency key reused, stale attempt
  ├── InvalidRequest    422  input is well-formed JSON but not acceptable (names the field)
+ ├── TooLarge          413  a streamed body (a file upload) passed its limit (`limit_bytes`)
  ├── Unauthorized      401  missing or unknown API key
  ├── Forbidden         403  key lacks the scope
  ├── RateLimited       429  a tenant quota is exhausted (`limit`, `retry_after_s`)
@@ -46,6 +47,12 @@ class InvalidRequest(ControlPlaneError):
     status = 422
     type_slug = "invalid-request"
     title = "Invalid Request"
+
+
+class TooLarge(ControlPlaneError):
+    status = 413
+    type_slug = "too-large"
+    title = "Payload Too Large"
 
 
 class Unauthorized(ControlPlaneError):

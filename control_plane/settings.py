@@ -95,6 +95,19 @@ class Settings(BaseSettings):
     # After a rotation the previous secret keeps signing for this long (seconds).
     webhook_rotation_overlap_s: float = Field(24 * 3600.0, ge=0)
 
+    # --- tenant-scoped storage (docs/security.md) ---
+    # Bucket of the platform's store: a tenant's `store://path` is `tenants/<id>/path` there.
+    store_bucket: str = "platform-store"
+    # Largest file one `PUT /v1/files/{path}` accepts (bytes).
+    upload_max_bytes: int = Field(200 * 2**30, gt=0)
+    # Encrypts the storage credentials tenants register; without it they cannot register any.
+    secret_key: SecretStr = SecretStr("")
+    # S3 endpoints tenants may register credentials for, besides the platform's own (and AWS
+    # when that is unset). Anything else would let a tenant aim the platform at any URL.
+    storage_endpoints: tuple[str, ...] = ()
+    # `file://` and host paths for the operator's tenant; never for other tenants.
+    allow_host_paths: bool = False
+
     @field_validator("worker_token")
     @classmethod
     def _token_not_trivial(cls, v: SecretStr) -> SecretStr:

@@ -104,21 +104,17 @@ def run_demo(port: int, t_start: float) -> int:
         **os.environ,
         "PLATFORM_URL": state["url"],
         "PLATFORM_API_KEY": state["api_key"],
-        "PLATFORM_S3_ENDPOINT_URL": state["s3_endpoint_url"],
-        "AWS_ACCESS_KEY_ID": state["s3_access_key_id"],
-        "AWS_SECRET_ACCESS_KEY": state["s3_secret_access_key"],
-        "AWS_DEFAULT_REGION": "us-east-1",
     }
 
     step("Create the demo model (small Llama, tokenizer trained on text shipped in the repo)")
     platform("models", "create-demo", str(MODEL_DIR), env=env)
 
-    step("Upload it to the object store")
-    platform("models", "upload", str(MODEL_DIR), "s3://models/demo/", env=env)
+    step("Upload it into this tenant's namespace (through the API: no storage credentials)")
+    platform("models", "upload", str(MODEL_DIR), "models/demo/", env=env)
 
     step("Deploy it (scale to zero after a short idle window)")
     platform(
-        "deploy", "--name", "demo", "--model", "s3://models/demo/", "--accelerator", "cpu",
+        "deploy", "--name", "demo", "--model", "store://models/demo/", "--accelerator", "cpu",
         "--min-workers", "0", "--max-workers", "1", "--scaledown-window", str(SCALEDOWN_WINDOW_S),
         "--max-tokens", "48", env=env,
     )  # fmt: skip

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAIRS = {
     "sdk/_async_resource.py": "sdk/_resource.py",
     "sdk/_async_keys.py": "sdk/_keys.py",
+    "sdk/_async_files.py": "sdk/_files.py",
     "sdk/_async_usage.py": "sdk/_usage.py",
     "sdk/_async_batches.py": "sdk/_batches.py",
     "sdk/_async_client.py": "sdk/_client.py",

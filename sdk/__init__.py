@@ -35,7 +35,7 @@ from sdk._errors import (
     ServerError,
     WebhookVerificationError,
 )
-from sdk._models import ApiKey, Deployment
+from sdk._models import ApiKey, Deployment, StoredFile
 
 __all__ = [
     "APIConnectionError",
@@ -61,6 +61,7 @@ __all__ = [
     "PlatformError",
     "RateLimitError",
     "ServerError",
+    "StoredFile",
     "WebhookVerificationError",
 ]
 

@@ -20,6 +20,7 @@ import httpx
 from sdk import _flows as flows
 from sdk import _routes as routes
 from sdk._async_batches import AsyncBatches
+from sdk._async_files import AsyncFiles
 from sdk._async_keys import AsyncKeys
 from sdk._async_resource import AsyncResource
 from sdk._async_usage import AsyncUsage
@@ -82,6 +83,7 @@ class AsyncClient:
         self.webhooks = AsyncWebhooks(self)
         self.batches = AsyncBatches(self)
         self.keys = AsyncKeys(self)
+        self.files = AsyncFiles(self)
         self.usage = AsyncUsage(self)
 
     @property
@@ -400,7 +402,7 @@ class AsyncDeployments(_AsyncResource):
     async def create(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> Deployment:
         """Create from a DeploymentSpec (a dict, keyword fields, or both; fields win).
 
-        Example: await client.deployments.create(name="demo", model="s3://models/demo/")
+        Example: await client.deployments.create(name="demo", model="store://models/demo/")
         """
         return Deployment(await self._json(routes.create_deployment({**(spec or {}), **fields})))
 

@@ -72,6 +72,7 @@ class Call:
     path: str  # "/v1/...", already percent-encoded
     params: Mapping[str, str | int] = field(default_factory=dict)  # query string
     json: Any = None  # request body; None sends no body
+    content: bytes | None = None  # a raw body instead (a file upload); sent as is
     idempotency_key: str | None = None  # sent as the Idempotency-Key header
     # True when sending twice is harmless (reads, PUT, DELETE, keyed POSTs): then a request
     # that may have reached the server (read error, 502, 504) is retried too.
@@ -97,7 +98,8 @@ def build_request(rt: Runtime, call: Call) -> httpx.Request:
         call.method,
         rt.credentials.base_url + call.path,
         params={k: str(v) for k, v in call.params.items()},
-        json=call.json,
+        json=call.json if call.content is None else None,
+        content=call.content,
         headers=headers,
         extensions=extensions,
     )

@@ -136,7 +136,8 @@ class Batches(Resource):
         max_in_flight: int | None = None,
         idempotency_key: str | None = None,
     ) -> Batch:
-        """Create a batch from a list of inputs, a local .jsonl file, or an s3:// JSONL object.
+        """Create a batch from a list of inputs, a local .jsonl file, or a store:// (or s3://)
+        JSONL object.
 
         Every line is validated before anything is created (a bad one raises
         InvalidRequestError naming its line). With a `webhook`, `batch.completed` is sent

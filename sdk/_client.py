@@ -22,6 +22,7 @@ from sdk._base import Call, RetryPolicy, Runtime, job_id_header, secret_of, sync
 from sdk._batches import Batches
 from sdk._config import resolve_credentials
 from sdk._errors import APIConnectionError
+from sdk._files import Files
 from sdk._flows import Flow, Send, Sleep
 from sdk._keys import Keys
 from sdk._models import Deployment, JobView
@@ -81,6 +82,7 @@ class Client:
         self.webhooks = Webhooks(self)
         self.batches = Batches(self)
         self.keys = Keys(self)
+        self.files = Files(self)
         self.usage = Usage(self)
 
     @property
@@ -399,7 +401,7 @@ class Deployments(_Resource):
     def create(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> Deployment:
         """Create from a DeploymentSpec (a dict, keyword fields, or both; fields win).
 
-        Example: client.deployments.create(name="demo", model="s3://models/demo/")
+        Example: client.deployments.create(name="demo", model="store://models/demo/")
         """
         return Deployment(self._json(routes.create_deployment({**(spec or {}), **fields})))
 

@@ -263,6 +263,38 @@ class ApiKey(_RawView):
         return f"ApiKey(id={self.id!r}, prefix={self.prefix!r}, scopes={self.scopes!r})"
 
 
+class StoredFile(_RawView):
+    """A file of the tenant's namespace (`store://path`).
+
+    Example:
+        f = client.files.upload("in/prompts.jsonl", "./prompts.jsonl")
+        client.batches.create(f.uri, deployment="demo")
+    """
+
+    __slots__ = ()
+
+    @property
+    def path(self) -> str:
+        return str(self._raw.get("path", ""))
+
+    @property
+    def uri(self) -> str:
+        """What to name it by: "store://<path>"."""
+        return str(self._raw.get("uri", ""))
+
+    @property
+    def bytes(self) -> int:
+        size = self._raw.get("bytes")
+        return size if isinstance(size, int) else 0
+
+    @property
+    def etag(self) -> str | None:
+        return _opt_str(self._raw.get("etag"))
+
+    def __repr__(self) -> str:
+        return f"StoredFile(uri={self.uri!r}, bytes={self.bytes})"
+
+
 def _opt_str(value: object) -> str | None:
     return value if isinstance(value, str) else None
 

@@ -173,7 +173,7 @@ def rotate_webhook_secret() -> Call:
 # --- batches --------------------------------------------------------------------------------
 
 # What `batches.create` takes: a list of JobInputs (a str is a prompt), a path to a local
-# JSONL file, or an "s3://bucket/key.jsonl" the platform reads itself.
+# JSONL file, or a "store://path.jsonl" / "s3://bucket/key.jsonl" the platform reads itself.
 BatchSource = Sequence[Mapping[str, Any] | str] | str | os.PathLike[str]
 
 
@@ -183,7 +183,7 @@ def batch_source(source: BatchSource) -> dict[str, Any]:
     NOTE: a local file is sent as text and validated by the platform line by line, so a bad
     line is reported with its line number before anything is created.
     """
-    if isinstance(source, str) and source.startswith("s3://"):
+    if isinstance(source, str) and source.startswith(("s3://", "store://")):
         return {"input_uri": source}
     if isinstance(source, str | os.PathLike):
         return {"input_jsonl": Path(source).read_text(encoding="utf-8")}
@@ -246,6 +246,35 @@ def list_keys() -> Call:
 
 def revoke_key(key_id: str) -> Call:
     return Call("DELETE", f"/v1/keys/{_seg(key_id)}")
+
+
+# --- files (the tenant's namespace in the platform's store: store://path) -------------------
+
+
+def _file_path(path: str) -> str:
+    """A store path as URL path segments: '/' separates, everything else is percent-encoded."""
+    path = path.removeprefix("store://")
+    if not path or path.endswith("/"):
+        raise ValueError(f"{path!r} is not a file path (e.g. 'models/demo/config.json')")
+    return "/".join(quote(segment, safe="") for segment in path.split("/"))
+
+
+def upload_file(path: str, content: bytes) -> Call:
+    # A PUT of the same bytes to the same path is harmless to repeat.
+    return Call(
+        "PUT",
+        f"/v1/files/{_file_path(path)}",
+        content=content,
+        accept="application/json",
+    )
+
+
+def list_files(prefix: str) -> Call:
+    return Call("GET", "/v1/files", params=_query(prefix=prefix.removeprefix("store://") or None))
+
+
+def delete_file(path: str) -> Call:
+    return Call("DELETE", f"/v1/files/{_file_path(path)}")
 
 
 # --- usage (per-job usage and cost summaries) -----------------------------------------------

@@ -16,6 +16,7 @@ from control_plane.api.routes import (
     batches,
     billing,
     deployments,
+    files,
     internal,
     jobs,
     keys,
@@ -35,13 +36,14 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
     """The app; `clock` is the time every route uses (tests pass one they control)."""
     engine = make_engine(settings.database_url)
     sync_redis = redis.Redis.from_url(settings.redis_url)
+    sessions = make_sessionmaker(engine)
     ctx = AppContext(
         settings=settings,
-        sessions=make_sessionmaker(engine),
+        sessions=sessions,
         redis=sync_redis,
         aredis=aioredis.Redis.from_url(settings.redis_url),
         celery=make_celery(settings),
-        model_meta=ModelMetaCache(settings),
+        model_meta=ModelMetaCache(settings, sessions),
         quotas=Quotas(sync_redis, settings.quota_fail_open),
         clock=clock,
     )
@@ -69,12 +71,14 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
         limit_bytes=settings.max_request_bytes,
         # an inline batch (`inputs` / `input_jsonl`) may be as large as a batch input file
         routes={("POST", "/v1/batches"): settings.batch_max_input_bytes},
+        # uploads stream to object storage as they arrive; the route counts their bytes
+        streamed={("PUT", "/v1/files/"): settings.upload_max_bytes},
     )
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    for module in (deployments, jobs, batches, webhooks, billing, keys, openai, internal):
+    for module in (deployments, jobs, batches, files, webhooks, billing, keys, openai, internal):
         app.include_router(module.router)
     return app

@@ -36,23 +36,41 @@ def json_depth(body: bytes) -> int:
 
 class BodyLimit:
     """`limit_bytes` for every request; `routes` raises it for (method, path) pairs where larger
-    bodies are legitimate (an inline batch)."""
+    bodies are legitimate (an inline batch). Requests under a `streamed` (method, path prefix)
+    are passed through unread, after the declared length is checked: their route streams the
+    body onwards and counts it against that limit itself (file uploads)."""
 
     def __init__(
-        self, app: ASGIApp, limit_bytes: int, routes: dict[tuple[str, str], int] | None = None
+        self,
+        app: ASGIApp,
+        limit_bytes: int,
+        routes: dict[tuple[str, str], int] | None = None,
+        streamed: dict[tuple[str, str], int] | None = None,
     ) -> None:
         self.app = app
         self.limit_bytes = limit_bytes
         self.routes = routes or {}
+        self.streamed = streamed or {}
+
+    def _streamed_limit(self, method: str, path: str) -> int | None:
+        for (m, prefix), limit in self.streamed.items():
+            if m == method and path.startswith(prefix):
+                return limit
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        streamed = self._streamed_limit(scope["method"], scope["path"])
         limit = self.routes.get((scope["method"], scope["path"].rstrip("/")), self.limit_bytes)
+        limit = streamed if streamed is not None else limit
         declared = dict(scope["headers"]).get(b"content-length", b"")
         if declared.isdigit() and int(declared) > limit:
             await _too_large(scope, receive, send, f"request body is {int(declared)} bytes", limit)
+            return
+        if streamed is not None:
+            await self.app(scope, receive, send)
             return
         chunks: list[bytes] = []
         size = 0

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from control_plane.domain.spec import default_of
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-MODEL_URI_RE = re.compile(r"^(s3://[^/]+/.*|file:///.+|hf://[^/]+/[^@]+(@.+)?|/.+)$")
+MODEL_URI_RE = re.compile(r"^(store://.+|s3://[^/]+/.*|file:///.+|hf://[^/]+/[^@]+(@.+)?|/.+)$")
 MAX_PROMPT_CHARS = 200_000
 
 
@@ -27,7 +27,11 @@ class DeploymentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="lowercase letters, digits and '-', at most 63 characters")
-    model: str = Field(description="s3://bucket/prefix/, file:///path, hf://org/repo[@rev]")
+    model: str = Field(
+        max_length=2_000,
+        description="store://prefix/ (your namespace), s3://bucket/prefix/ (a bucket you "
+        "registered credentials for), hf://org/repo[@rev]; file:///path for the operator only",
+    )
     # Defaults live in the domain's Spec; these shapes only add the bounds.
     accelerator: str = default_of("accelerator")
     accelerator_count: int = Field(default_of("accelerator_count"), ge=1, le=8)
@@ -51,7 +55,9 @@ class DeploymentSpec(BaseModel):
     @classmethod
     def _model(cls, v: str) -> str:
         if not MODEL_URI_RE.match(v):
-            raise ValueError("must be s3://bucket/prefix, file:///path, hf://org/repo or /path")
+            raise ValueError(
+                "must be store://prefix, s3://bucket/prefix, hf://org/repo, file:///path or /path"
+            )
         return v
 
     @model_validator(mode="after")

@@ -74,6 +74,26 @@ class ApiKey(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
+class StorageCredential(Base):
+    """Credentials a tenant registered to read one of its own buckets (docs/security.md).
+
+    The secret is stored encrypted (`services/secrets_box.py`) and never returned.
+    """
+
+    __tablename__ = "storage_credentials"
+    __table_args__ = (UniqueConstraint("tenant_id", "bucket", name="uq_storage_cred_bucket"),)
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), index=True)
+    bucket: Mapped[str] = mapped_column(String(63))
+    # None: the platform's own endpoint setting (AWS itself when that is unset).
+    endpoint_url: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    region: Mapped[str] = mapped_column(String(40), default="us-east-1")
+    access_key_id: Mapped[str] = mapped_column(String(200))
+    secret_ciphertext: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class Deployment(Base):
     __tablename__ = "deployments"
     __table_args__ = (

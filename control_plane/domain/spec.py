@@ -23,7 +23,7 @@ _POLICY = ScalingPolicy()  # the autoscaler's defaults
 @dataclass(frozen=True, slots=True)
 class Spec:
     name: str  # deployment name (unique per tenant among live deployments)
-    model: str  # weights: s3://bucket/prefix/, file:///path, hf://org/repo[@rev]
+    model: str  # weights: store://prefix/, s3://bucket/prefix/, hf://org/repo[@rev], file:///path
     accelerator: str = "cpu"  # hardware kind; a key of settings.rates_per_s
     accelerator_count: int = 1  # accelerators per worker
     min_workers: int = 0  # floor kept without traffic (0 = scale to zero)

@@ -16,6 +16,7 @@ keeps dying stops the platform with its name and log.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import math
@@ -58,6 +59,8 @@ class Credentials:
     worker_token: str  # shared secret of workers for /internal
     s3_access_key: str  # for the embedded S3 server
     s3_secret_key: str
+    # PLATFORM_SECRET_KEY: encrypts the storage credentials tenants register
+    secret_key: str = ""
 
 
 def load_or_create_credentials(state_dir: Path) -> Credentials:
@@ -66,13 +69,19 @@ def load_or_create_credentials(state_dir: Path) -> Credentials:
 
     path = state_dir / CREDENTIALS_FILE
     if path.exists():
-        return Credentials(**json.loads(path.read_text()))
-    creds = Credentials(
-        admin_key=generate_key()[0],
-        worker_token=secrets.token_urlsafe(32),
-        s3_access_key="AK" + secrets.token_hex(9).upper(),
-        s3_secret_key=secrets.token_urlsafe(30),
-    )
+        creds = Credentials(**json.loads(path.read_text()))
+        if creds.secret_key:
+            return creds
+        # written by a version without it: add one, keep the rest
+        creds = dataclasses.replace(creds, secret_key=secrets.token_urlsafe(32))
+    else:
+        creds = Credentials(
+            admin_key=generate_key()[0],
+            worker_token=secrets.token_urlsafe(32),
+            s3_access_key="AK" + secrets.token_hex(9).upper(),
+            s3_secret_key=secrets.token_urlsafe(30),
+            secret_key=secrets.token_urlsafe(32),
+        )
     path.touch(mode=0o600)
     path.write_text(json.dumps(asdict(creds)))
     return creds
@@ -171,6 +180,7 @@ class Supervisor:
                 "PLATFORM_API_PORT": str(self.port),
                 "PLATFORM_INTERNAL_URL": api_url,
                 "PLATFORM_WORKER_TOKEN": creds.worker_token,
+                "PLATFORM_SECRET_KEY": env.get("PLATFORM_SECRET_KEY") or creds.secret_key,
                 "PLATFORM_STATE_DIR": str(self.state_dir),
                 # Local receivers (the demo's, a developer's) live on loopback.
                 "PLATFORM_WEBHOOK_ALLOW_PRIVATE": env.get("PLATFORM_WEBHOOK_ALLOW_PRIVATE", "true"),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Protocol
 
 
@@ -11,10 +12,13 @@ class WorkerSpec:
     worker_id: str  # id of the Worker row created before the start
     deployment_id: str  # deployment the worker serves
     deployment_version: int  # spec version it was started for
-    model_uri: str  # weights location (s3://, file://, hf://)
+    model_uri: str  # weights location as read (s3://, file://, hf://), tenancy resolved
     accelerator: str  # cpu, h100, ...
     queue: str  # broker queue it consumes
     max_concurrency: int  # jobs it may hold at once
+    # The storage credentials of this deployment's tenant for that location, and only those
+    # (AWS_*, HF_TOKEN): a worker never holds what its deployment may not read.
+    storage_env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

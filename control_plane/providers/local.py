@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from control_plane.providers.base import Exited, WorkerSpec
+from control_plane.services.storage import CREDENTIAL_ENV
 from worker.protocol import WORKER_ENV_PREFIXES
 
 log = logging.getLogger(__name__)
@@ -53,7 +54,7 @@ class LocalProvider:
         logfile = (self._log_dir / f"{spec.worker_id}.log").open("ab")
         proc = subprocess.Popen(
             cmd,
-            env=self._env,
+            env={**self._env, **spec.storage_env},
             stdin=subprocess.DEVNULL,
             stdout=logfile,
             stderr=subprocess.STDOUT,
@@ -102,12 +103,15 @@ class LocalProvider:
 
 
 def worker_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
-    """A worker's environment: the control plane's, minus its PLATFORM_* settings (secrets
-    among them), plus `extra`; engine and loader tuning (WORKER_ENV_PREFIXES) pass through."""
+    """A worker's environment: the control plane's, minus its PLATFORM_* settings and its
+    storage credentials (secrets both), plus `extra`; engine and loader tuning
+    (WORKER_ENV_PREFIXES) pass through. Each worker gets its deployment's storage credentials
+    at start (`WorkerSpec.storage_env`)."""
     env = {
         k: v
         for k, v in base.items()
-        if not k.startswith("PLATFORM_") or k.startswith(WORKER_ENV_PREFIXES)
+        if (not k.startswith("PLATFORM_") or k.startswith(WORKER_ENV_PREFIXES))
+        and k not in CREDENTIAL_ENV
     }
     env.update(extra)
     env.setdefault("PYTHONUNBUFFERED", "1")

@@ -37,8 +37,6 @@ def main() -> None:
             "PLATFORM_WORKER_THREADS": str(settings.worker_threads),
         },
     )
-    if settings.s3_endpoint_url:
-        env["AWS_ENDPOINT_URL"] = settings.s3_endpoint_url
     env.setdefault("AWS_DEFAULT_REGION", settings.s3_region)
     provider = LocalProvider(env, settings.state_dir / "logs" / "workers", settings.worker_python)
     reconciler = Reconciler(

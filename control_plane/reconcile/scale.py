@@ -39,6 +39,7 @@ from control_plane.domain.scaling.decide import (
 from control_plane.domain.scaling.history import ConcurrencyWindow
 from control_plane.domain.scaling.models import NONE
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S, counted_boot_s
+from control_plane.errors import InvalidRequest
 from control_plane.providers.base import WorkerSpec
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
@@ -50,6 +51,7 @@ from control_plane.services import (
     job_queries,
     jobs,
     scale_decisions,
+    storage,
     workers,
 )
 from worker.protocol import EventType, WorkerState, deployment_queue
@@ -264,15 +266,24 @@ def _start(session: Session, env: Env, dep: Deployment, reason: str, now: dateti
     spec = dep.spec
     w = workers.create(session, dep, spec.accelerator, reason, now)
     session.flush()
+    model_uri, storage_env = spec.model, {}
+    try:
+        access = storage.resolve(session, env.settings, dep.tenant_id, spec.model)
+        model_uri, storage_env = access.uri, access.worker_env(storage.platform_env())
+    except InvalidRequest as exc:
+        # A spec accepted before its tenant lost access (or before the rules existed): the
+        # worker gets no credentials, fails to read, and the crash-loop gate says why.
+        log.warning("deployment %s: model not readable by its tenant: %s", dep.id, exc.detail)
     w.pid = env.provider.start(
         WorkerSpec(
             worker_id=w.id,
             deployment_id=dep.id,
             deployment_version=dep.version,
-            model_uri=spec.model,
+            model_uri=model_uri,
             accelerator=spec.accelerator,
             queue=deployment_queue(dep.id),
             max_concurrency=spec.target_concurrency,
+            storage_env=storage_env,
         )
     )
     log.info("started worker %s for %s (%s)", w.id, dep.name, reason)

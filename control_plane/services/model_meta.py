@@ -12,11 +12,13 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from sqlalchemy.orm import Session, sessionmaker
+
 from control_plane.errors import ControlPlaneError
-from control_plane.services import object_store
+from control_plane.services import object_store, storage
+from control_plane.services.storage import Access
 from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -69,13 +71,17 @@ def render_chat(template: str, messages: list[dict[str, Any]], bos: str, eos: st
 class ModelMetaCache:
     """Per-process cache keyed by (deployment id, version); a failed read is retried later."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, sessions: sessionmaker[Session]) -> None:
         self._settings = settings
+        self._sessions = sessions
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, int], ModelMeta] = {}
         self._failures: dict[tuple[str, int], float] = {}
 
-    def get(self, deployment_id: str, version: int, model_uri: str) -> ModelMeta | None:
+    def get(
+        self, deployment_id: str, version: int, tenant_id: str, model_uri: str
+    ) -> ModelMeta | None:
+        """The metadata of a deployment version, read with what its tenant may read."""
         key = (deployment_id, version)
         with self._lock:
             if key in self._entries:
@@ -84,7 +90,9 @@ class ModelMetaCache:
             if failed_at is not None and time.monotonic() - failed_at < NEGATIVE_TTL_S:
                 return None
         try:
-            meta = load(self._settings, model_uri)
+            with self._sessions() as session:
+                access = storage.resolve(session, self._settings, tenant_id, model_uri)
+            meta = load(access)
         except Exception as exc:
             # The worker will report the real problem; the edge just cannot pre-check.
             log.warning("model metadata of %s unavailable: %s", model_uri, exc)
@@ -96,24 +104,18 @@ class ModelMetaCache:
         return meta
 
 
-def _read(settings: Settings, model_uri: str, name: str) -> bytes:
-    uri = model_uri.rstrip("/") + "/" + name
-    if uri.startswith("s3://"):
-        return object_store.read(settings, uri, MAX_META_BYTES, field="model")
-    path = Path(uri.removeprefix("file://"))
-    if not path.is_file() or path.stat().st_size > MAX_META_BYTES:
-        raise FileNotFoundError(uri)
-    return path.read_bytes()
+def _read(access: Access, name: str) -> bytes:
+    return object_store.read(access.child(name), MAX_META_BYTES, field="model")
 
 
-def load(settings: Settings, model_uri: str) -> ModelMeta:
+def load(access: Access) -> ModelMeta:
     from tokenizers import Tokenizer
 
-    config = json.loads(_read(settings, model_uri, "config.json"))
-    tokenizer = Tokenizer.from_str(_read(settings, model_uri, "tokenizer.json").decode())
+    config = json.loads(_read(access, "config.json"))
+    tokenizer = Tokenizer.from_str(_read(access, "tokenizer.json").decode())
     try:
-        tok_config = json.loads(_read(settings, model_uri, "tokenizer_config.json"))
-    except (ControlPlaneError, FileNotFoundError):
+        tok_config = json.loads(_read(access, "tokenizer_config.json"))
+    except ControlPlaneError:
         tok_config = {}
     template = tok_config.get("chat_template")
     if isinstance(template, list):  # several named templates: take the default one

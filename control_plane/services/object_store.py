@@ -1,24 +1,30 @@
-"""Object storage adapter (S3 or any S3-compatible store) for batch inputs and results.
+"""Object storage adapter (S3 or any S3-compatible store): what tenants name (batch inputs,
+model metadata) read through a `storage.Access`, and the platform's own results.
 
-The endpoint comes from settings (`PLATFORM_S3_ENDPOINT_URL`), credentials from the standard
-AWS variables. Errors become control-plane errors here, so callers never see botocore.
+The platform's endpoint comes from settings (`PLATFORM_S3_ENDPOINT_URL`), its credentials from
+the standard AWS variables. Errors become control-plane errors here, so callers never see
+botocore.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from control_plane.errors import InvalidRequest, NotFound, Unavailable
+from control_plane.services import storage
+from control_plane.services.storage import Access
 from control_plane.settings import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 CHUNK_BYTES = 256 * 1024
-_MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
+MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
+_DENIED = {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch"}
 
 
 def split_uri(uri: str, field: str = "input_uri") -> tuple[str, str]:
@@ -34,71 +40,93 @@ def split_uri(uri: str, field: str = "input_uri") -> tuple[str, str]:
 
 
 def client(settings: Settings) -> S3Client:
-    import boto3
-    from botocore.config import Config
-
-    # A fresh session per client: credentials come from the environment at call time.
-    return boto3.session.Session().client(
-        "s3",
-        endpoint_url=settings.s3_endpoint_url or os.environ.get("AWS_ENDPOINT_URL") or None,
-        region_name=settings.s3_region,
-        config=Config(
-            s3={"addressing_style": "path"},
-            retries={"max_attempts": 5, "mode": "standard"},
-            connect_timeout=10,
-            read_timeout=60,
-        ),
-    )
+    """The platform's own client (its results, its store), credentials from the environment."""
+    return storage.s3_client(storage.platform_access(settings))
 
 
-def _code(exc: Any) -> str:
+def error_code(exc: Any) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def read(settings: Settings, uri: str, max_bytes: int, field: str = "input_uri") -> bytes:
-    """The whole object; InvalidRequest when it is missing, unreadable or over `max_bytes`."""
+def read(access: Access, max_bytes: int, field: str = "input_uri") -> bytes:
+    """The whole object a tenant named, read as `access` says; InvalidRequest when it is
+    missing, not readable with those credentials, or over `max_bytes`.
+
+    Missing and forbidden give the same answer: telling them apart would let a tenant probe
+    for objects it may not read.
+    """
     from botocore.exceptions import BotoCoreError, ClientError
 
-    bucket, key = split_uri(uri, field)
-    s3 = client(settings)
+    shown = access.location.uri
+    unreadable = InvalidRequest(
+        f"{shown} does not exist or is not readable",
+        errors=[{"field": field, "message": "not found or not readable"}],
+    )
+    if access.location.kind == "host":
+        return _read_host(access, max_bytes, field, unreadable)
+    if access.location.kind != "store" and access.location.kind != "s3":
+        raise InvalidRequest(
+            f"{shown}: {field} must be store://path or s3://bucket/key",
+            errors=[{"field": field, "message": "expected store://path or s3://bucket/key"}],
+        )
+    bucket, key = split_uri(access.uri, field)
+    s3 = storage.s3_client(access)
     try:
         size = int(s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
         if size > max_bytes:
-            raise InvalidRequest(
-                f"{uri} is {size} bytes; the limit is {max_bytes}",
-                errors=[{"field": field, "message": f"object over {max_bytes} bytes"}],
-                limit_bytes=max_bytes,
-            )
+            raise _too_large(shown, size, max_bytes, field)
         data: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         return data
     except ClientError as exc:
-        code = _code(exc)
-        reason = "does not exist" if code in _MISSING else f"cannot be read ({code})"
-        raise InvalidRequest(
-            f"{uri} {reason}", errors=[{"field": field, "message": reason}]
-        ) from None
+        if error_code(exc) in MISSING or error_code(exc) in _DENIED:
+            raise unreadable from None
+        raise Unavailable(f"object storage answered {error_code(exc)} reading {field}") from None
     except BotoCoreError as exc:
         raise Unavailable(f"object storage is unavailable: {type(exc).__name__}") from None
 
 
-def write(settings: Settings, uri: str, data: bytes, content_type: str) -> None:
-    """Put one object, creating its bucket first if it does not exist."""
-    from botocore.exceptions import ClientError
+def _read_host(access: Access, max_bytes: int, field: str, unreadable: Exception) -> bytes:
+    path = Path(access.location.key)
+    try:
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > max_bytes:
+                raise _too_large(access.location.uri, size, max_bytes, field)
+            return f.read()
+    except OSError:
+        raise unreadable from None
 
+
+def _too_large(shown: str, size: int, max_bytes: int, field: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"{shown} is {size} bytes; the limit is {max_bytes}",
+        errors=[{"field": field, "message": f"object over {max_bytes} bytes"}],
+        limit_bytes=max_bytes,
+    )
+
+
+def write(settings: Settings, uri: str, data: bytes, content_type: str) -> None:
+    """Put one object of the platform's, creating its bucket first if it does not exist."""
     bucket, key = split_uri(uri, "uri")
     s3 = client(settings)
+    ensure_bucket(s3, bucket)
+    s3.put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type)
+
+
+def ensure_bucket(s3: S3Client, bucket: str) -> None:
+    """Create `bucket` if it does not exist (another process may create it concurrently)."""
+    from botocore.exceptions import ClientError
+
     try:
         s3.head_bucket(Bucket=bucket)
     except ClientError as exc:
-        if _code(exc) not in _MISSING:
+        if error_code(exc) not in MISSING:
             raise
         try:
             s3.create_bucket(Bucket=bucket)
         except ClientError as create_exc:
-            # Another process created it in between.
-            if _code(create_exc) not in {"BucketAlreadyOwnedByYou", "BucketAlreadyExists"}:
+            if error_code(create_exc) not in {"BucketAlreadyOwnedByYou", "BucketAlreadyExists"}:
                 raise
-    s3.put_object(Bucket=bucket, Key=key, Body=data, ContentType=content_type)
 
 
 def open_chunks(settings: Settings, uri: str) -> Iterator[bytes]:
@@ -109,7 +137,7 @@ def open_chunks(settings: Settings, uri: str) -> Iterator[bytes]:
     try:
         body = client(settings).get_object(Bucket=bucket, Key=key)["Body"]
     except ClientError as exc:
-        if _code(exc) in _MISSING:
+        if error_code(exc) in MISSING:
             raise NotFound(f"{uri} does not exist") from None
         raise
 

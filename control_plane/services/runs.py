@@ -122,7 +122,7 @@ def check_fits_context(ctx: AppContext, dep: Deployment, resolved: dict[str, Any
 
     Returns the prompt's token count (an estimate when the model files are unreadable).
     """
-    meta = ctx.model_meta.get(dep.id, dep.version, dep.spec.model)
+    meta = ctx.model_meta.get(dep.id, dep.version, dep.tenant_id, dep.spec.model)
     if meta is None:
         # Metadata unreadable: the worker checks and reports; ~4 characters per token.
         return len(resolved["prompt"]) // 4 + 1

@@ -29,7 +29,8 @@ def submit(
         str,
         typer.Argument(
             metavar="FILE.jsonl",
-            help="A local JSONL file (one JobInput per line), or s3://bucket/key.jsonl.",
+            help="A local JSONL file (one JobInput per line), or store://path.jsonl "
+            "(your namespace) or s3://bucket/key.jsonl.",
             show_default=False,
         ),
     ],
@@ -60,10 +61,10 @@ def submit(
     Examples:
         platform batch submit prompts.jsonl --deployment demo --wait
         BATCH=$(platform batch submit prompts.jsonl -d demo --quiet)
-        platform batch submit s3://inputs/prompts.jsonl -d demo --webhook https://example.com/hook
+        platform batch submit store://in/prompts.jsonl -d demo --webhook https://example.com/hook
     """
-    if not source.startswith("s3://") and not Path(source).is_file():
-        _common.fail(f"{source}: no such file (give a .jsonl file or an s3:// URI)")
+    if not source.startswith(("s3://", "store://")) and not Path(source).is_file():
+        _common.fail(f"{source}: no such file (give a .jsonl file, store:// or s3:// URI)")
     with _common.client() as client:
         batch = client.batches.create(
             source, deployment=deployment, webhook=webhook, max_in_flight=max_in_flight

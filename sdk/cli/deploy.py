@@ -92,7 +92,7 @@ def deploy(
     \b
     Examples:
         platform deploy deploy.yaml
-        platform deploy --name demo --model s3://models/demo/ --max-workers 2
+        platform deploy --name demo --model store://models/demo/ --max-workers 2
         platform deploy deploy.yaml --max-workers 4 --dry-run
         platform deploy deploy.yaml --min-workers 1 --wait
     """

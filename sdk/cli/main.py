@@ -94,8 +94,8 @@ def root(
     \b
     Examples:
         platform up --detach
-        platform models create-demo ./demo && platform models upload ./demo s3://models/demo/
-        platform deploy --name demo --model s3://models/demo/
+        platform models create-demo ./demo && platform models upload ./demo models/demo/
+        platform deploy --name demo --model store://models/demo/
         platform run demo --input prompt="Hello" --stream
 
     Exit codes: 0 ok, 1 your error (bad input, 4xx), 2 the platform's (5xx, unreachable).

@@ -5,7 +5,7 @@ it talks to the platform, naming the field and, for a manifest, the line. A mani
 the DeploymentSpec fields of docs/api.md:
 
     name: demo
-    model: s3://models/demo/
+    model: store://models/demo/
     accelerator: cpu
     max_workers: 2
     defaults:
@@ -49,7 +49,7 @@ DEFAULTS_TYPES: dict[str, str] = {
     "top_p": _NUMBER,
     "stop": "a list of strings",
 }
-MODEL_SCHEMES = ("s3://", "file://", "hf://")
+MODEL_SCHEMES = ("store://", "s3://", "file://", "hf://")
 # Seconds fields where 0 is meaningful (no keep-alive, no price on a cold start); others > 0.
 _MAY_BE_ZERO = frozenset({"scaledown_window_s", "cold_penalty_s"})
 # A deployment name, as the platform accepts it: lowercase letters, digits and '-'.
@@ -188,6 +188,8 @@ def check_model_uri(uri: str) -> str | None:
     for scheme in MODEL_SCHEMES:
         if uri.startswith(scheme):
             rest = uri[len(scheme) :]
+            if scheme == "store://" and not rest:
+                return "a store:// URI needs a path: store://models/demo/"
             if scheme == "s3://" and not rest.split("/", 1)[0]:
                 return "an s3:// URI needs a bucket: s3://bucket/prefix/"
             if scheme == "hf://" and rest.split("@", 1)[0].count("/") != 1:
@@ -196,8 +198,8 @@ def check_model_uri(uri: str) -> str | None:
                 return "a file:// URI needs an absolute path: file:///path/to/model"
             return None
     return (
-        f"unsupported model location {uri!r}: use s3://bucket/prefix/, file:///abs/path, "
-        "hf://org/repo[@revision] or an absolute path"
+        f"unsupported model location {uri!r}: use store://prefix/ (your namespace), "
+        "s3://bucket/prefix/, hf://org/repo[@revision], or file:///abs/path"
     )
 
 

@@ -47,7 +47,12 @@ def create_demo(
 def upload(
     directory: Annotated[Path, typer.Argument(help="Local model directory.", show_default=False)],
     destination: Annotated[
-        str, typer.Argument(help="s3://bucket/prefix/ to upload to.", show_default=False)
+        str,
+        typer.Argument(
+            help="store://prefix/ (or just prefix/): your namespace on the platform; or "
+            "s3://bucket/prefix/: a bucket of yours.",
+            show_default=False,
+        ),
     ],
     endpoint_url: Annotated[
         str | None,
@@ -57,19 +62,26 @@ def upload(
         ),
     ] = None,
 ) -> None:
-    """Upload every file of DIR under s3://bucket/prefix/ (creating the bucket if needed) and
-    print the model URI to deploy. Credentials come from the usual AWS variables.
+    """Upload every file of DIR and print the model URI to deploy.
+
+    Into your namespace on the platform (store://prefix/, through the API with your API
+    key; no other tenant can read it), or into a bucket of yours (s3://bucket/prefix/, with
+    the usual AWS variables; register its credentials with the platform to deploy from it).
 
     \b
-    Example:
-        platform models upload ./demo-model s3://models/demo/ --endpoint-url http://127.0.0.1:9000
+    Examples:
+        platform models upload ./demo-model models/demo/
+        platform models upload ./demo-model s3://my-models/demo/ --endpoint-url https://...
     """
-    bucket, prefix = parse_s3_uri(destination)
     if not directory.is_dir():
         _common.fail(f"{directory} is not a directory")
     files = sorted(p for p in directory.rglob("*") if p.is_file())
     if not files:
         _common.fail(f"{directory} holds no files")
+    if not destination.startswith("s3://"):
+        _upload_to_store(directory, files, destination)
+        return
+    bucket, prefix = parse_s3_uri(destination)
     try:
         import boto3
         import botocore.config
@@ -129,6 +141,25 @@ def verify(
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "loader", uri, *ctx.args])
+
+
+def _upload_to_store(directory: Path, files: list[Path], destination: str) -> None:
+    if "://" in destination and not destination.startswith("store://"):
+        _common.fail(f"{destination!r}: give store://prefix/, prefix/ or s3://bucket/prefix/")
+    prefix = destination.removeprefix("store://").strip("/")
+    if not prefix:
+        _common.fail("give a prefix to upload under, e.g. models/demo/")
+    from sdk import PlatformError
+
+    with _common.client() as client:
+        try:
+            for path in files:
+                name = f"{prefix}/{path.relative_to(directory).as_posix()}"
+                stored = client.files.upload(name, path)
+                typer.echo(f"uploaded {stored.uri} ({stored.bytes} bytes)", err=True)
+        except PlatformError as e:
+            raise typer.Exit(_common.report(e)) from None
+    typer.echo(f"store://{prefix}/")
 
 
 def _loader_main_exists() -> bool:

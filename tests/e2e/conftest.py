@@ -91,6 +91,9 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         # reach the workers through the control plane (PLATFORM_LOADER_*/ENGINE_* pass through)
         "PLATFORM_LOADER_CACHE_DIR": str(state_dir / "weights-cache"),
         "PLATFORM_ENGINE_MAX_NUM_BATCHED_TOKENS": "512",
+        # the operator's tests deploy the demo model from its host path (other tenants never
+        # may; test_platform_e2e uploads into the namespace as a tenant would)
+        "PLATFORM_ALLOW_HOST_PATHS": "true",
     }
     up = cli("up", "--detach", "--port", str(port), "--state-dir", str(state_dir), env=env)
     assert up.returncode == 0, up.stdout + up.stderr

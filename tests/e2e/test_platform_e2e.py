@@ -76,13 +76,13 @@ def test_deploy_run_stream_webhook_billing_scale_to_zero(
     platform: dict[str, Any], demo_model: Path
 ) -> None:
     env = platform["env"]
-    up = cli("models", "upload", str(demo_model), "s3://models/e2e/", env=env)
+    up = cli("models", "upload", str(demo_model), "models/e2e/", env=env)
     assert up.returncode == 0, up.stdout + up.stderr
     # NOTE: the autoscaler keeps the last worker for min(boot + cold_penalty_s, window)
     # counted from the last *arrival* (docs/autoscaling.md), not from the end of the last job:
     # the window must outlast the first call's cold boot, or the worker may go between calls.
     dep = cli(
-        "deploy", "--name", "e2e", "--model", "s3://models/e2e/", "--scaledown-window", "15",
+        "deploy", "--name", "e2e", "--model", "store://models/e2e/", "--scaledown-window", "15",
         env=env,
     )  # fmt: skip
     assert dep.returncode == 0, dep.stdout + dep.stderr

@@ -8,7 +8,7 @@ from fastapi.testclient import TestClient
 
 WORKER_TOKEN = "test-worker-token-0123456789"
 WORKER = {"Authorization": f"Bearer {WORKER_TOKEN}"}
-SPEC = {"name": "demo", "model": "s3://models/demo/", "scaledown_window_s": 5}
+SPEC = {"name": "demo", "model": "store://models/demo/", "scaledown_window_s": 5}
 
 
 def h(key: str) -> dict[str, str]:

@@ -21,7 +21,9 @@ def test_key_is_shown_once_and_works(client: TestClient, keys: dict[str, str]) -
     assert client.get("/v1/deployments", headers=h(created["key"])).status_code == 200
     assert (
         client.post(
-            "/v1/deployments", json={"name": "x", "model": "s3://m/x/"}, headers=h(created["key"])
+            "/v1/deployments",
+            json={"name": "x", "model": "store://m/x/"},
+            headers=h(created["key"]),
         ).status_code
         == 403
     )

@@ -51,6 +51,7 @@ def settings(database_url: str, redis_url: str, s3_env: S3Server) -> Settings:
         results_bucket=RESULTS_BUCKET,
         batch_max_lines=50,
         batch_max_in_flight=8,
+        store_bucket="store-batches",
     )
 
 
@@ -201,11 +202,14 @@ def test_jsonl_text_and_s3_object_inputs(
     assert [j.input["prompt"] for j in db.jobs(r.json()["id"])] == ["a", "b"]
     assert db.jobs(r.json()["id"])[1].input["max_tokens"] == 3
 
-    s3 = object_store.client(db.settings)
-    s3.put_object(Bucket="test", Key="in/batch.jsonl", Body=b'{"prompt": "x"}\n{"prompt": "y"}')
-    r = create(client, keys["a"], {"input_uri": "s3://test/in/batch.jsonl", "max_in_flight": 1})
+    # A file of the tenant's namespace, uploaded through the API.
+    up = client.put("/v1/files/in/batch.jsonl", content=b'{"prompt": "x"}\n{"prompt": "y"}',
+                    headers=h(keys["a"]))  # fmt: skip
+    assert up.status_code == 201, up.text
+    assert up.json()["uri"] == "store://in/batch.jsonl"
+    r = create(client, keys["a"], {"input_uri": "store://in/batch.jsonl", "max_in_flight": 1})
     assert r.status_code == 201, r.text
-    assert r.json()["input_uri"] == "s3://test/in/batch.jsonl"
+    assert r.json()["input_uri"] == "store://in/batch.jsonl"
     assert [j.input["prompt"] for j in db.jobs(r.json()["id"])] == ["x", "y"]
 
 

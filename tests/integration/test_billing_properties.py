@@ -47,7 +47,7 @@ def test_segments_tile_the_life_whatever_the_delivery(
             s.add(tenant)
             s.flush()
         dep = s.scalars(select(Deployment)).first() or deployments.create(
-            s, tenant.id, {"name": "p", "model": "s3://m/p/", "max_boot_s": 3600}, T0
+            s, tenant.id, {"name": "p", "model": "store://m/p/", "max_boot_s": 3600}, T0
         )
         w = workers.create(s, dep, "cpu", "test", T0)
         s.commit()

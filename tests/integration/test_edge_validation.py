@@ -8,8 +8,15 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from control_plane.settings import Settings
 from tests.integration.api_helpers import deploy, h
 from worker.model.demo import create_demo_model
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """The operator (tenant A) deploys from host paths here, which needs the setting."""
+    return settings.model_copy(update={"allow_host_paths": True})
 
 
 @pytest.fixture(scope="module")

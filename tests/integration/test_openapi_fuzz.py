@@ -20,11 +20,14 @@ from control_plane.db.migrate import upgrade
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.services import auth
 from control_plane.settings import Settings
+from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER_TOKEN
 
 
 @pytest.fixture(scope="module")
-def fuzz_app(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterator[FastAPI]:
+def fuzz_app(
+    tmp_path_factory: pytest.TempPathFactory, redis_url: str, s3_server: S3Server
+) -> Iterator[FastAPI]:
     db = f"sqlite:///{Path(tmp_path_factory.mktemp('fuzz')) / 'fuzz.db'}"
     upgrade(db)
     engine = make_engine(db)
@@ -45,10 +48,17 @@ def fuzz_app(tmp_path_factory: pytest.TempPathFactory, redis_url: str) -> Iterat
             sync_wait_default_s=0.05,
             sync_wait_max_s=0.1,
             default_requests_per_min=100_000,
+            s3_endpoint_url=s3_server.url,
+            store_bucket="store-fuzz",
+            upload_max_bytes=1_000_000,
+            secret_key="fuzz-secret-key",
         )
     )
     app.state.fuzz_key = key
-    yield app
+    with pytest.MonkeyPatch.context() as mp:  # the platform's storage credentials
+        for name, value in s3_server.env().items():
+            mp.setenv(name, value)
+        yield app
 
 
 def test_no_server_errors_and_schema_conformance(fuzz_app: FastAPI) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from control_plane.db.models import Job, Worker
+from control_plane.db.models import Deployment, Job, Worker
 from control_plane.reconcile.driver import Reconciler
 from control_plane.services.dispatch import queue_depth
 from tests.integration.api_helpers import WORKER, deploy, h
@@ -119,14 +119,20 @@ def test_new_version_drains_old_workers(
     redis_client.set(worker_heartbeat_key(old.worker_id), "{}", ex=10)
     r = client.put(
         "/v1/deployments/demo",
-        json={"name": "demo", "model": "s3://models/demo-v2/", "min_workers": 1},
+        json={"name": "demo", "model": "store://models/demo-v2/", "min_workers": 1},
         headers=h(keys["a"]),
     )
     assert r.json()["version"] == 2
     loop.tick(now())
     assert provider(loop).stopped == [old.worker_id]
     new = provider(loop).started[-1]
-    assert (new.deployment_version, new.model_uri) == (2, "s3://models/demo-v2/")
+    with loop.sessions() as s:
+        dep = s.get(Deployment, r.json()["id"])
+        assert dep is not None
+        tenant = dep.tenant_id
+    # The worker reads the tenant's namespace in the platform's bucket, nothing else.
+    physical = f"s3://{loop.env.settings.store_bucket}/tenants/{tenant}/models/demo-v2/"
+    assert (new.deployment_version, new.model_uri) == (2, physical)
 
 
 def test_execution_overrun_is_timed_out_by_the_control_plane(

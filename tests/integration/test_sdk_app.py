@@ -37,7 +37,7 @@ from tests.unit.test_sdk_client import Twin, twin
 __all__ = ["twin"]  # a fixture, used by name
 
 BASE = "http://testserver"
-MODEL = "s3://models/demo/"
+MODEL = "store://models/demo/"
 
 
 @pytest.fixture

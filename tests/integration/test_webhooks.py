@@ -240,7 +240,7 @@ def unique(prefix: str) -> str:
 
 
 def deploy(env: Env, key: str) -> None:
-    spec = {"name": "demo", "model": "s3://models/demo/"}
+    spec = {"name": "demo", "model": "store://models/demo/"}
     assert env.client.post("/v1/deployments", json=spec, headers=h(key)).status_code == 201
 
 

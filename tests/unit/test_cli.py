@@ -129,7 +129,7 @@ def test_wrong_types_are_named_with_their_line(tmp_path: Path, line: str, messag
 
 
 @pytest.mark.parametrize(
-    "uri", ["gs://bucket/model", "models/demo", "s3:///no-bucket", "hf://just-a-repo"]
+    "uri", ["gs://bucket/model", "models/demo", "s3:///no-bucket", "hf://just-a-repo", "store://"]
 )
 def test_bad_model_uris_are_refused(tmp_path: Path, uri: str) -> None:
     manifest = write(tmp_path, f"name: demo\nmodel: {uri}\n")
@@ -143,7 +143,13 @@ def test_bad_model_uris_are_refused(tmp_path: Path, uri: str) -> None:
 
 
 def test_model_uri_rules() -> None:
-    for good in ("s3://b/p/", "file:///models/x", "hf://org/repo@main", "/abs/path"):
+    for good in (
+        "store://m/d/",
+        "s3://b/p/",
+        "file:///models/x",
+        "hf://org/repo@main",
+        "/abs/path",
+    ):
         assert check_model_uri(good) is None, good
     assert "unsupported" in str(check_model_uri("https://example.com/m"))
 
@@ -443,6 +449,33 @@ def test_up_without_the_server_extra_exits_1(monkeypatch: pytest.MonkeyPatch) ->
     result = invoke(["up"])
     assert result.exit_code == 1
     assert "pip install 'platform-serverless[server,worker]'" in result.stderr
+
+
+def test_models_upload_into_the_namespace_goes_through_the_api(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    (model / "sub").mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    (model / "sub" / "w b.safetensors").write_bytes(b"\1" * 10)
+
+    def stored(path: str, size: int) -> httpx.Response:
+        return httpx.Response(201, json={"path": path, "uri": f"store://{path}", "bytes": size})
+
+    routes = Routes({
+        "PUT /v1/files/models/demo/config.json": stored("models/demo/config.json", 2),
+        "PUT /v1/files/models/demo/sub/w b.safetensors": stored("models/demo/sub/w b", 10),
+    })  # fmt: skip
+    result = invoke(["models", "upload", str(model), "store://models/demo"], routes)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "store://models/demo/"
+    [weights] = [r for r in routes.requests if r.url.path.endswith(".safetensors")]
+    assert weights.content == b"\1" * 10 and weights.url.raw_path.endswith(b"/w%20b.safetensors")
+    # a refusal from the platform is the user's error, shown with its fields
+    refused = Routes({"PUT /v1/files/models/x/config.json": httpx.Response(
+        422, json={"title": "Invalid Request", "status": 422, "detail": "bad path",
+                   "errors": [{"field": "path", "message": "bad"}]},
+    )})  # fmt: skip
+    result = invoke(["models", "upload", str(model), "models/x/"], refused)
+    assert result.exit_code == 1 and "path: bad" in result.stderr
 
 
 def test_models_upload_puts_every_file_under_the_prefix(

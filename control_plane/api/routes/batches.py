@@ -16,11 +16,12 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from sqlalchemy.orm import Session
 
 from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.schemas import JobInput
 from control_plane.errors import InvalidRequest
-from control_plane.services import batches, deployments, object_store, runs, webhooks
+from control_plane.services import batches, deployments, object_store, runs, storage, webhooks
 from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,9 @@ def _request_hash(body: BatchCreate) -> str:
     return hashlib.sha256(json.dumps(body.model_dump(), sort_keys=True).encode()).hexdigest()
 
 
-def _raw_lines(body: BatchCreate, settings: Settings, tenant_id: str) -> list[tuple[int, Any]]:
+def _raw_lines(
+    body: BatchCreate, session: Session, settings: Settings, tenant_id: str
+) -> list[tuple[int, Any]]:
     """(line number, parsed JSON or the undecodable text) of every non-blank input line."""
     if body.inputs is not None:
         return [(i + 1, v) for i, v in enumerate(body.inputs)]
@@ -85,13 +88,8 @@ def _raw_lines(body: BatchCreate, settings: Settings, tenant_id: str) -> list[tu
         text = body.input_jsonl
     else:
         uri = body.input_uri or ""
-        bucket, key = object_store.split_uri(uri)
-        # Results of other tenants live in the results bucket: only a tenant's own are readable.
-        if bucket == settings.results_bucket and not key.startswith(f"batches/{tenant_id}/"):
-            raise InvalidRequest(
-                f"{uri} does not exist", errors=[{"field": "input_uri", "message": "not found"}]
-            )
-        data = object_store.read(settings, uri, settings.batch_max_input_bytes)
+        access = storage.resolve(session, settings, tenant_id, uri, "input_uri")
+        data = object_store.read(access, settings.batch_max_input_bytes)
         try:
             text = data.decode()
         except UnicodeDecodeError as exc:
@@ -185,7 +183,7 @@ def create_batch(
         webhooks.check_target(body.webhook, settings.webhook_allow_private)
     source = "inputs" if body.inputs is not None else "input_jsonl"
     source = "input_uri" if body.input_uri is not None else source
-    lines = _raw_lines(body, settings, who.tenant_id)
+    lines = _raw_lines(body, session, settings, who.tenant_id)
     parsed = _validate_lines(lines, source, settings.batch_max_lines)
     # A batch is one request against the tenant's rate; its jobs run at batch priority and
     # enter the in-flight count as pump dispatches them.

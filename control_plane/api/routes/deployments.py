@@ -13,7 +13,7 @@ from control_plane.api.schemas import DeploymentList, DeploymentPublic, Deployme
 from control_plane.db.models import Deployment
 from control_plane.domain.clock import iso
 from control_plane.errors import InvalidRequest
-from control_plane.services import deployments, scale_decisions, workers
+from control_plane.services import deployments, scale_decisions, storage, workers
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 
@@ -39,6 +39,13 @@ def with_scaling(ctx: Ctx, session: Session, deps: list[Deployment]) -> list[dic
     return [to_public(session, d, latest.get(d.id)) for d in deps]
 
 
+def _check(ctx: Ctx, session: Session, tenant_id: str, spec: DeploymentSpec) -> None:
+    """Refuse, before anything is written, a spec this tenant may not run: an unknown
+    accelerator, or a model outside what the tenant may read (docs/security.md)."""
+    _check_accelerator(ctx, spec)
+    storage.resolve(session, ctx.settings, tenant_id, spec.model, "model")
+
+
 def _check_accelerator(ctx: Ctx, spec: DeploymentSpec) -> None:
     if spec.accelerator not in ctx.settings.rates_per_s:
         allowed = sorted(ctx.settings.rates_per_s)
@@ -51,7 +58,7 @@ def _check_accelerator(ctx: Ctx, spec: DeploymentSpec) -> None:
 @router.post("", status_code=201, response_model=DeploymentPublic)
 def create_deployment(spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("deploy")
-    _check_accelerator(ctx, spec)
+    _check(ctx, session, who.tenant_id, spec)
     dep = deployments.create(session, who.tenant_id, spec.model_dump(), at)
     session.commit()
     return to_public(session, dep)
@@ -67,7 +74,7 @@ def update_deployment(
             f"body name {spec.name!r} does not match the path {name!r}",
             errors=[{"field": "name", "message": "must match the URL"}],
         )
-    _check_accelerator(ctx, spec)
+    _check(ctx, session, who.tenant_id, spec)
     dep = deployments.update(session, who.tenant_id, name, spec.model_dump(), at)
     session.commit()
     return with_scaling(ctx, session, [dep])[0]

@@ -120,7 +120,7 @@ def _render(ctx: AppContext, token: str, body: ChatCompletionRequest) -> str:
         who = auth.authenticate(session, token)
         dep = deployments.get(session, who.tenant_id, body.model)
         dep_id, version, model_uri = dep.id, dep.version, dep.spec.model
-    meta = ctx.model_meta.get(dep_id, version, model_uri)
+    meta = ctx.model_meta.get(dep_id, version, who.tenant_id, model_uri)
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
     try:
         if meta is None:

@@ -1,0 +1,88 @@
+"""/v1/files (a tenant's namespace in the platform's store) and /v1/storage-credentials (keys
+a tenant registers for its own buckets). See docs/security.md."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field
+
+from control_plane.api.context import Ctx, Db, Now, Principal
+from control_plane.services import files, storage
+
+router = APIRouter(tags=["files"])
+
+
+class CredentialCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bucket: str = Field(min_length=3, max_length=63)
+    access_key_id: str = Field(min_length=1, max_length=200)
+    secret_access_key: str = Field(min_length=1, max_length=500)
+    endpoint_url: str | None = Field(None, max_length=500)
+    region: str | None = Field(None, max_length=40)
+
+
+@router.put("/v1/files/{path:path}", status_code=201)
+async def upload_file(path: str, request: Request, ctx: Ctx, who: Principal) -> Any:
+    """Store the request body as `store://<path>` (replacing any file there)."""
+    who.require("deploy")
+    upload = files.Upload(ctx.settings, who.tenant_id, files.file_location(path))
+    try:
+        async for chunk in request.stream():
+            if chunk:
+                await run_in_threadpool(upload.add, chunk)
+        return await run_in_threadpool(upload.finish)
+    except BaseException:
+        await run_in_threadpool(upload.abort)
+        raise
+
+
+@router.get("/v1/files")
+def list_files(
+    ctx: Ctx,
+    who: Principal,
+    prefix: Annotated[str, Query(max_length=2_000)] = "",
+    cursor: Annotated[str | None, Query(max_length=2_000)] = None,
+    limit: Annotated[int, Query(ge=1, le=files.MAX_LIST)] = 100,
+) -> Any:
+    who.require("read")
+    data, next_cursor = files.list_(ctx.settings, who.tenant_id, prefix, cursor, limit)
+    return {"data": data, "next_cursor": next_cursor}
+
+
+@router.delete("/v1/files/{path:path}", status_code=204)
+def delete_file(path: str, ctx: Ctx, who: Principal) -> Response:
+    who.require("deploy")
+    files.delete(ctx.settings, who.tenant_id, path)
+    return Response(status_code=204)
+
+
+@router.post("/v1/storage-credentials", status_code=201)
+def register_credential(
+    body: CredentialCreate, ctx: Ctx, session: Db, who: Principal, at: Now
+) -> Any:
+    who.require("admin")
+    row = storage.register(session, ctx.settings, who.tenant_id, body.model_dump(), at)
+    session.commit()
+    return storage.credential_public(row)
+
+
+@router.get("/v1/storage-credentials")
+def list_credentials(session: Db, who: Principal) -> Any:
+    who.require("read")
+    return {
+        "data": [
+            storage.credential_public(r) for r in storage.list_credentials(session, who.tenant_id)
+        ]
+    }
+
+
+@router.delete("/v1/storage-credentials/{cred_id}", status_code=204)
+def delete_credential(cred_id: str, session: Db, who: Principal) -> Response:
+    who.require("admin")
+    storage.delete_credential(session, who.tenant_id, cred_id)
+    session.commit()
+    return Response(status_code=204)
