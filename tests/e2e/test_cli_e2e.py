@@ -40,7 +40,7 @@ def test_deploy_dry_run_shows_changes_and_wait_follows_the_worker(env: dict[str,
     assert done.returncode == 0, done.stderr
     assert "up to date" in done.stdout and "ready: worker wrk_" in done.stdout
 
-    done = cli("deploy", "--name", "lazy-cli", "--model", "s3://models/demo/", "--wait", env=env)
+    done = cli("deploy", "--name", "lazy-cli", "--model", "store://models/demo/", "--wait", env=env)
     assert done.returncode == 0 and "min_workers 0" in done.stderr
     ok("deployments", "delete", "lazy-cli", env=env)
 

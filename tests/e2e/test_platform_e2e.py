@@ -164,6 +164,7 @@ def test_foreground_up_stops_every_child_on_sigterm(
     state_dir = tmp_path / "fg"
     port = free_port()
     env = {k: v for k, v in platform["env"].items() if not k.startswith("PLATFORM_")}
+    env["PLATFORM_ALLOW_HOST_PATHS"] = "true"  # the operator deploys the demo from its path
     proc = subprocess.Popen(
         [str(BIN / "platform"), "up", "--port", str(port), "--state-dir", str(state_dir)],
         env=env,
@@ -207,7 +208,7 @@ def test_foreground_up_stops_every_child_on_sigterm(
 
 def test_unloadable_model_fails_calls_fast_with_a_clear_error(platform: dict[str, Any]) -> None:
     client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
-    client.deployments.create(name="broken", model="s3://models/does-not-exist/")
+    client.deployments.create(name="broken", model="store://models/does-not-exist/")
     job = client.submit("broken", input={"prompt": "hi", "max_tokens": 2})
     t0 = time.monotonic()
     final = client.jobs.get(job.id)
