@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # torch is pinned in pyproject.toml; the local CPU wheel is picked up by pip's find-links.
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo test faults lint typecheck clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,15 @@ demo: .stamp-demo
 
 test: .stamp-test
 	$(PY) -m pytest
+
+# The fault suite's long form (the short one runs inside `make test`); override any size:
+# make faults FAULTS_JOBS=200 FAULTS_WORKER_KILLS=5
+FAULTS_JOBS ?= 2000
+FAULTS_WORKER_KILLS ?= 50
+FAULTS_REDIS_RESTARTS ?= 5
+faults: .stamp-test
+	FAULTS_JOBS=$(FAULTS_JOBS) FAULTS_WORKER_KILLS=$(FAULTS_WORKER_KILLS) \
+	FAULTS_REDIS_RESTARTS=$(FAULTS_REDIS_RESTARTS) $(PY) -m pytest tests/faults -m faults
 
 lint: .stamp-test
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,6 +18,8 @@ from worker.protocol import (
     EventType,
     job_events_key,
 )
+
+log = logging.getLogger(__name__)
 
 
 def publish(r: redis.Redis, job_id: str, event: EventType, data: dict[str, Any]) -> None:
@@ -33,11 +37,23 @@ async def follow(
 
     Yields `(None, {})` after each `block_ms` without events, so callers can send keep-alives.
     The caller bounds the wait (it is an async generator: cancel or stop iterating).
+
+    Redis failing (restarted: the pooled connection is dead; or down) is waited out the same
+    way, as silence: the database holds the job, and a caller that stops waiting reads it
+    there. A sync call must still answer with its job, never a 500 (DESIGN §5).
     """
     key = job_events_key(job_id)
     last_id = "0-0"
     while True:
-        resp: Any = await r.xread({key: last_id}, block=block_ms, count=256)
+        try:
+            resp: Any = await r.xread({key: last_id}, block=block_ms, count=256)
+        except redis.RedisError as exc:
+            log.warning(
+                "job %s: event stream unavailable (%s); waiting", job_id, type(exc).__name__
+            )
+            await asyncio.sleep(min(block_ms, 500) / 1000)
+            yield None, {}
+            continue
         if not resp:
             yield None, {}
         for _stream, entries in resp or []:

@@ -1,0 +1,327 @@
+"""What the fault scenarios share: their sizes, a steady client that submits jobs through the
+SDK, a read-only view of the platform's ledger, and the record of one run for the summary.
+
+    Sizes.from_env()          FAULTS_JOBS, FAULTS_WORKER_KILLS, FAULTS_REDIS_RESTARTS,
+                              FAULTS_MAX_TOKENS (short defaults; `make faults` sets long ones)
+    Submitter                 a thread: submits jobs, at most `window` unfinished at a time;
+                              only a 201/202 makes a job admitted
+    Ledger                    SQL reads the scenarios need (running jobs and their worker's pid,
+                              completions after an instant)
+    run_scenario()            the shape every scenario shares: deploy, warm, submit while
+                              injecting faults spread over the run, then the checker
+    FaultRun, RUNS            one scenario's numbers; conftest prints RUNS at the end
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+
+from control_plane.db.models import Job, JobAttempt, Worker
+from control_plane.db.session import make_engine, make_sessionmaker
+from sdk import APIError, Client, PlatformError
+from tests.faults.invariants import (
+    TERMINAL_STATUSES,
+    Bounds,
+    Evidence,
+    Violation,
+    WebhookEvidence,
+    check,
+)
+from tests.faults.receiver import WebhookReceiver
+
+# Prompts of the jobs (never logged; the outputs are not read at all).
+PROMPTS = ("The weather", "A good soup", "Once upon a time", "The river")
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How big a run is. The defaults are the short forms `pytest` runs (both scenarios well
+    under 3 minutes on a 2-core CPU); `make faults` passes the long ones."""
+
+    jobs: int = 12  # jobs submitted per scenario
+    worker_kills: int = 2  # SIGKILLs of a worker running a job
+    redis_restarts: int = 1  # SIGKILLs of redis-server (the supervisor restarts it)
+    max_tokens: int = 24  # tokens per job: the demo model is untrained, it uses them all
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> Sizes:
+        d = cls()
+        return cls(
+            jobs=int(env.get("FAULTS_JOBS", d.jobs)),
+            worker_kills=int(env.get("FAULTS_WORKER_KILLS", d.worker_kills)),
+            redis_restarts=int(env.get("FAULTS_REDIS_RESTARTS", d.redis_restarts)),
+            max_tokens=int(env.get("FAULTS_MAX_TOKENS", d.max_tokens)),
+        )
+
+    def timeout_s(self) -> float:
+        """A pytest timeout that no healthy run of these sizes comes near."""
+        return 600 + 3 * self.jobs + 60 * (self.worker_kills + self.redis_restarts)
+
+
+class Ledger:
+    """Read-only SQL queries on the platform's database (platform.json → database_url)."""
+
+    def __init__(self, database_url: str) -> None:
+        self._engine = make_engine(database_url)
+        self._sessions = make_sessionmaker(self._engine)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+    def unfinished(self, ids: Sequence[str]) -> int:
+        if not ids:
+            return 0
+        with self._sessions() as s:
+            n = s.scalar(
+                select(func.count())
+                .select_from(Job)
+                .where(Job.id.in_(ids), Job.status.not_in(TERMINAL_STATUSES))
+            )
+        return int(n or 0)
+
+    def finished(self, deployment: str) -> int:
+        with self._sessions() as s:
+            n = s.scalar(
+                select(func.count())
+                .select_from(Job)
+                .where(Job.deployment_name == deployment, Job.status.in_(TERMINAL_STATUSES))
+            )
+        return int(n or 0)
+
+    def running(self, deployment: str) -> list[tuple[str, int, str, int]]:
+        """(job id, attempt, worker id, worker pid) of the deployment's running jobs."""
+        with self._sessions() as s:
+            rows = s.execute(
+                select(Job.id, Job.attempt, Worker.id, Worker.pid)
+                .join(Worker, Worker.id == Job.worker_id)
+                .where(Job.deployment_name == deployment, Job.status == "running")
+            ).all()
+        return [(j, a, w, pid) for j, a, w, pid in rows if pid]
+
+    def first_success_after(self, deployment: str, t: datetime) -> datetime | None:
+        """When the deployment's first job *started* after `t` succeeded (None: none yet).
+
+        A job already running at `t` may finish without the part that broke (a report needs
+        no Redis): only work picked up after the fault shows the service is back.
+        """
+        with self._sessions() as s:
+            return s.scalar(
+                select(func.min(Job.completed_at))
+                .join(
+                    JobAttempt, (JobAttempt.job_id == Job.id) & (JobAttempt.attempt == Job.attempt)
+                )
+                .where(
+                    Job.deployment_name == deployment,
+                    Job.status == "succeeded",
+                    JobAttempt.started_at > t,
+                )
+            )
+
+    def statuses(self, ids: Sequence[str]) -> Counter[str]:
+        out: Counter[str] = Counter()
+        with self._sessions() as s:
+            for i in range(0, len(ids), 500):
+                chunk = ids[i : i + 500]
+                out.update(s.scalars(select(Job.status).where(Job.id.in_(chunk))))
+        return out
+
+
+class Submitter(threading.Thread):
+    """Submits `total` async jobs to `deployment`, at most `window` of them unfinished at once.
+
+    A job is admitted only when the SDK returned it (201/202, after its own retries with one
+    idempotency key); anything else (a 503 while Redis is down, a refused connection) is
+    counted by cause in `refused` and not retried further: the run then admits fewer jobs.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        ledger: Ledger,
+        deployment: str,
+        total: int,
+        max_tokens: int,
+        *,
+        window: int = 4,
+        webhook: str | None = None,
+    ) -> None:
+        super().__init__(name=f"submit-{deployment}", daemon=True)
+        self.client, self.ledger, self.deployment = client, ledger, deployment
+        self.total, self.max_tokens, self.window, self.webhook = total, max_tokens, window, webhook
+        self.admitted: list[str] = []
+        self.refused: Counter[str] = Counter()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            for n in range(self.total):
+                while self.ledger.unfinished(self.admitted[-4 * self.window :]) >= self.window:
+                    time.sleep(0.1)
+                self._submit_one(n)
+        except BaseException as e:  # surfaced by the scenario, not lost in a thread
+            self.error = e
+
+    def _submit_one(self, n: int) -> None:
+        prompt = PROMPTS[n % len(PROMPTS)]
+        try:
+            job = self.client.submit(
+                self.deployment,
+                input={"prompt": prompt, "max_tokens": self.max_tokens},
+                webhook=self.webhook,
+            )
+        except APIError as e:
+            self.refused[f"HTTP {e.status}"] += 1
+            time.sleep(0.2)
+        except PlatformError as e:
+            self.refused[type(e).__name__] += 1
+            time.sleep(0.2)
+        else:
+            self.admitted.append(job.id)
+
+
+def wait_recovered(
+    ledger: Ledger, deployment: str, fault_at: datetime, timeout_s: float
+) -> float | None:
+    """Seconds from a fault to the deployment's next job picked up and succeeded after it
+    (None: none in time)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        done = ledger.first_success_after(deployment, fault_at)
+        if done is not None:
+            return (done - fault_at).total_seconds()
+        time.sleep(0.1)
+    return None
+
+
+def wait_finished(ledger: Ledger, deployment: str, at_least: int, timeout_s: float) -> bool:
+    """Until `at_least` of the deployment's jobs ended (False: not in time)."""
+    deadline = time.monotonic() + timeout_s
+    while ledger.finished(deployment) < at_least:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(slots=True)
+class FaultRun:
+    """One scenario's numbers, as the summary table and docs/reliability.md show them."""
+
+    scenario: str  # test module name
+    faults: int = 0  # faults injected
+    admitted: int = 0  # jobs the client got 201/202 for
+    refused: Counter[str] = field(default_factory=Counter)  # submits not admitted, by cause
+    statuses: Counter[str] = field(default_factory=Counter)  # final status of admitted jobs
+    recoveries_s: list[float] = field(default_factory=list)  # fault → next job succeeded
+    unrecovered: int = 0  # faults after which no job succeeded within the bound
+    violations: list[Violation] = field(default_factory=list)  # the checker's findings
+    duration_s: float = 0.0  # wall time of the scenario, checker included
+
+    def count(self, *kinds: str) -> int:
+        return sum(1 for v in self.violations if v.kind in kinds)
+
+    def summary(self) -> str:
+        rec = sorted(self.recoveries_s)
+        p50 = f"{statistics.median(rec):.1f}" if rec else "-"
+        p99 = f"{rec[min(len(rec) - 1, int(0.99 * len(rec)))]:.1f}" if rec else "-"
+        by_inv = Counter(v.invariant for v in self.violations)
+        return (
+            f"{self.scenario}: {self.admitted} jobs admitted ({sum(self.refused.values())} "
+            f"refused {dict(self.refused)}), {self.faults} faults, final {dict(self.statuses)}; "
+            f"lost {self.count('lost')}, duplicated results {self.count('duplicate_result')}, "
+            f"duplicated billing {self.count('duplicate_billing')}; recovery p50 {p50} s, "
+            f"p99 {p99} s {[round(r, 1) for r in rec]} (unrecovered {self.unrecovered}); "
+            f"violations {dict(by_inv) or 0}; "
+            f"{self.duration_s:.0f} s"
+        )
+
+
+# Filled by the scenarios, printed by conftest's pytest_terminal_summary.
+RUNS: list[FaultRun] = []
+
+# A fault whose next successful job takes longer than this counts as unrecovered.
+RECOVERY_BOUND_S = 180.0
+
+
+def run_scenario(
+    name: str,
+    platform: dict[str, Any],
+    model: Path,
+    sizes: Sizes,
+    faults: int,
+    inject: Callable[[Ledger, str], datetime | None],
+) -> FaultRun:
+    """Deploy `model` as `faults-<name>`, warm one worker, submit `sizes.jobs` async jobs (each
+    with a webhook to a local receiver) and call `inject(ledger, deployment)` `faults` times,
+    spread evenly over the jobs' completions; then run the checker over everything.
+
+    `inject` does one fault and returns when it happened (None: it found nothing to break;
+    the run then injects fewer). Recovery is measured from that instant to the next job of
+    the deployment that succeeded.
+    """
+    started = time.monotonic()
+    deployment = f"faults-{name.replace('_', '-')}"
+    client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=30)
+    ledger = Ledger(platform["database_url"])
+    run = FaultRun(name)
+    try:
+        client.deployments.create(name=deployment, model=str(model), scaledown_window_s=600)
+        # the first worker's cold start is no fault's recovery
+        warm = client.submit(deployment, input={"prompt": "warm", "max_tokens": 1})
+        assert wait_finished(ledger, deployment, 1, RECOVERY_BOUND_S), f"{warm.id} never ran"
+        base = ledger.finished(deployment)
+        bound_s = sizes.timeout_s()
+        with WebhookReceiver() as rx:
+            sub = Submitter(
+                client, ledger, deployment, sizes.jobs, sizes.max_tokens, webhook=rx.url
+            )
+            sub.start()
+            for k in range(faults):
+                # the k-th fault once this share of the jobs has ended
+                share = base + (k + 1) * sizes.jobs // (faults + 1)
+                if not wait_finished(ledger, deployment, share, bound_s):
+                    break
+                fault_at = inject(ledger, deployment)
+                if fault_at is None:
+                    continue
+                run.faults += 1
+                recovered = wait_recovered(ledger, deployment, fault_at, RECOVERY_BOUND_S)
+                if recovered is None:
+                    run.unrecovered += 1
+                else:
+                    run.recoveries_s.append(recovered)
+            sub.join(bound_s)
+            assert not sub.is_alive(), "the submitter did not finish"
+            if sub.error is not None:
+                raise sub.error
+            run.admitted, run.refused = len(sub.admitted), sub.refused
+            evidence = Evidence(
+                database_url=platform["database_url"],
+                redis_url=platform["redis_url"],
+                admitted=sub.admitted,
+                webhooks=WebhookEvidence(rx.log, client.webhooks.secret(), frozenset(sub.admitted)),
+            )
+            run.violations = check(evidence, Bounds(terminal_s=max(120.0, 2.0 * sizes.jobs)))
+        run.statuses = ledger.statuses(sub.admitted)
+    finally:
+        ledger.close()
+        client.close()
+    run.duration_s = time.monotonic() - started
+    RUNS.append(run)
+    print(run.summary())
+    return run

@@ -1,0 +1,110 @@
+"""redis-server killed with SIGKILL while jobs are being submitted and run: the supervisor
+restarts it on the same port from its AOF; the API may refuse submissions meanwhile (503:
+not admitted), but nothing admitted may be lost, doubled or billed twice. Then the one
+checker (invariants.py) runs over the ledger, Redis and the webhook receiver's log.
+
+Each restart is framed by two sync calls: one before (so the API holds a connection to the
+old redis-server, as it does under any traffic) and one right after it is back (the probe).
+
+Sizes: FAULTS_JOBS (12), FAULTS_REDIS_RESTARTS (1); `make faults` runs the long form.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sdk import APIError, Client
+from tests.e2e.conftest import alive
+from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
+from tests.faults.invariants import assert_holds
+
+SIZES = Sizes.from_env()
+# NOTE: a platform bug, reported, not fixed here: a worker exits when its broker connection
+# drops ("worker failed": ConnectionError) and the message it had not acked yet (the sync
+# call just before the kill) stays in kombu's `unacked` for the 1 h visibility timeout.
+STALE_UNACKED = pytest.mark.xfail(
+    SIZES.redis_restarts > 0,
+    strict=True,
+    reason="platform bug: the ack in flight when redis-server dies is lost with the worker, "
+    "which exits on the broker error; the message stays unacked for kombu's 1 h visibility "
+    "timeout",
+)
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", pytest.param("I6", marks=STALE_UNACKED))
+SYNC_INPUT = {"prompt": "The river", "max_tokens": 1}
+
+pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s())]
+
+
+class RedisKiller:
+    """The fault: SIGKILL redis-server, return once the supervisor has started a new one."""
+
+    def __init__(self, platform: dict[str, Any]) -> None:
+        self.state_dir: Path = platform["state_dir"]
+        self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=60)
+        # per restart: how the first sync call after it went ("ok", or the error)
+        self.probes: list[str] = []
+
+    def pid(self) -> int:
+        """The supervisor's current redis-server pid (platform.json is rewritten on restarts)."""
+        return int(json.loads((self.state_dir / "platform.json").read_text())["children"]["redis"])
+
+    def __call__(self, _ledger: Ledger, deployment: str) -> datetime | None:
+        with contextlib.suppress(APIError):  # priming only; the probe below is what counts
+            self.client.run(deployment, input=SYNC_INPUT)
+        old = self.pid()
+        fault_at = utcnow()
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while (new := self.pid()) == old or not alive(new):
+            assert time.monotonic() < deadline, "the supervisor did not restart redis-server"
+            time.sleep(0.05)
+        self.probes.append(self.probe(deployment))
+        return fault_at
+
+    def probe(self, deployment: str) -> str:
+        try:
+            self.client.run(deployment, input=SYNC_INPUT)
+        except APIError as e:
+            return f"HTTP {e.status} (job id {'given' if e.job_id else 'not given'})"
+        return "ok"
+
+
+@pytest.fixture(scope="module")
+def killer(fault_platform: dict[str, Any]) -> RedisKiller:
+    return RedisKiller(fault_platform)
+
+
+@pytest.fixture(scope="module")
+def run(fault_platform: dict[str, Any], fault_model: Path, killer: RedisKiller) -> FaultRun:
+    try:
+        return run_scenario(
+            "redis_restarts", fault_platform, fault_model, SIZES, SIZES.redis_restarts, killer
+        )
+    finally:
+        killer.client.close()
+
+
+@pytest.mark.parametrize("invariant", INVARIANTS)
+def test_invariant_holds_after_redis_restarts(run: FaultRun, invariant: str) -> None:
+    assert_holds(run.violations, invariant)
+
+
+def test_every_restart_was_injected_and_recovered(run: FaultRun) -> None:
+    assert run.faults == SIZES.redis_restarts
+    assert run.unrecovered == 0, "no job succeeded after a restart"
+
+
+def test_sync_calls_answer_right_after_a_restart(run: FaultRun, killer: RedisKiller) -> None:
+    if not killer.probes:
+        pytest.skip("no restart was injected (FAULTS_REDIS_RESTARTS=0)")
+    print(f"sync call right after each restart: {killer.probes}")
+    assert set(killer.probes) == {"ok"}

@@ -1,0 +1,84 @@
+"""Workers killed with SIGKILL in the middle of a job, again and again, while async jobs keep
+arriving: the reconciler reaps each dead worker, requeues its job as a new attempt and starts
+a replacement. Then the one checker (invariants.py) runs over the ledger, Redis and the
+webhook receiver's log.
+
+Sizes: FAULTS_JOBS (12), FAULTS_WORKER_KILLS (2); `make faults` runs the long form.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
+from tests.faults.invariants import assert_holds
+
+SIZES = Sizes.from_env()
+# NOTE: a platform bug, reported, not fixed here: a worker SIGKILLed mid-job never acks its
+# wake-up, and kombu's Redis transport keeps that message in `unacked` for its visibility
+# timeout (1 h by default; the platform sets none), then redelivers it. Every kill leaves one.
+STALE_UNACKED = pytest.mark.xfail(
+    SIZES.worker_kills > 0,
+    strict=True,
+    reason="platform bug: a killed worker's message stays unacked for kombu's 1 h "
+    "visibility timeout (BROKER_TRANSPORT_OPTIONS sets none; nothing restores it sooner)",
+)
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", pytest.param("I6", marks=STALE_UNACKED))
+
+pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s())]
+
+
+def is_worker(pid: int, worker_id: str) -> bool:
+    """The pid is still that worker's process (not a pid reused since)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"worker" in cmdline and worker_id.encode() in cmdline
+
+
+def kill_a_busy_worker(ledger: Ledger, deployment: str) -> datetime | None:
+    """SIGKILL the worker of a running job (None: none ran within 60 s).
+
+    NOTE: a job on its first attempt is preferred for 30 s: the requeued job of the last kill
+    is often the next to run, and a job whose worker dies MAX_ATTEMPTS times fails by policy.
+    A run of many kills still hits some jobs twice; that is allowed, and I1 accepts `failed`.
+    """
+    started = time.monotonic()
+    while (waited := time.monotonic() - started) < 60:
+        for _job_id, attempt, worker_id, pid in ledger.running(deployment):
+            if (attempt == 1 or waited > 30) and is_worker(pid, worker_id):
+                fault_at = utcnow()
+                os.kill(pid, signal.SIGKILL)
+                return fault_at
+        time.sleep(0.05)
+    return None
+
+
+@pytest.fixture(scope="module")
+def run(fault_platform: dict[str, Any], fault_model: Path) -> FaultRun:
+    return run_scenario(
+        "worker_kills",
+        fault_platform,
+        fault_model,
+        SIZES,
+        SIZES.worker_kills,
+        kill_a_busy_worker,
+    )
+
+
+@pytest.mark.parametrize("invariant", INVARIANTS)
+def test_invariant_holds_after_worker_kills(run: FaultRun, invariant: str) -> None:
+    assert_holds(run.violations, invariant)
+
+
+def test_every_kill_was_injected_and_recovered(run: FaultRun) -> None:
+    assert run.faults == SIZES.worker_kills, "a kill found no running job to interrupt"
+    assert run.unrecovered == 0, "no job succeeded after a kill"
