@@ -68,9 +68,8 @@ def cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture(scope="session")
-def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("model") / "demo"
+def build_demo_model(out: Path) -> Path:
+    """The demo model, untrained (every job then uses all its tokens), written to `out`."""
     subprocess.run(
         [sys.executable, "-m", "worker.model.demo", str(out), "--train-steps", "0"],
         check=True,
@@ -78,6 +77,11 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=120,
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_demo_model(tmp_path_factory.mktemp("model") / "demo")
 
 
 @pytest.fixture(scope="session")

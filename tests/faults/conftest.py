@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,21 +17,13 @@ from typing import Any
 import pytest
 
 from control_plane.embedded.processes import free_port
-from tests.e2e.conftest import cli, processes_mentioning
+from tests.e2e.conftest import build_demo_model, cli, processes_mentioning
 from tests.faults.harness import RUNS
 
 
 @pytest.fixture(scope="session")
 def fault_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The demo model, untrained (as tests/e2e builds it): every job uses all its tokens."""
-    out = tmp_path_factory.mktemp("fault-model") / "demo"
-    subprocess.run(
-        [sys.executable, "-m", "worker.model.demo", str(out), "--train-steps", "0"],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    return out
+    return build_demo_model(tmp_path_factory.mktemp("fault-model") / "demo")
 
 
 @pytest.fixture(scope="session")
