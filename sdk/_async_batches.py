@@ -10,15 +10,14 @@ async for line in await batch.results():  # {"index": 0, "job_id": ..., "status"
 from __future__ import annotations
 
 import builtins
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from types import TracebackType
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from sdk import _flows as flows
 from sdk import _routes as routes
-from sdk._async_resource import AsyncResource
+from sdk._async_resource import AsyncResource, AsyncResponseIterator
 from sdk._base import BATCH_STATUS_HEADER, parse_jsonl_line
 from sdk._errors import APIConnectionError
 from sdk._models import BatchView
@@ -72,7 +71,7 @@ class AsyncBatch(BatchView):
         return await self._client.batches.results(self.id)
 
 
-class AsyncBatchResults:
+class AsyncBatchResults(AsyncResponseIterator[dict[str, Any]]):
     """The result lines of a batch, read as they arrive: one dict per finished job.
 
     `status` is the batch's status when the platform answered: before `completed`, only the
@@ -88,28 +87,7 @@ class AsyncBatchResults:
         self._response = response
         self.batch_id = batch_id
         self.status: str | None = response.headers.get(BATCH_STATUS_HEADER)
-        self._lines = self._generate()
-
-    def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
-        return self
-
-    async def __anext__(self) -> dict[str, Any]:
-        return await self._lines.__anext__()
-
-    async def aclose(self) -> None:
-        await self._lines.aclose()
-        await self._response.aclose()
-
-    async def __aenter__(self) -> AsyncBatchResults:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+        self._items = self._generate()
 
     async def _generate(self) -> AsyncGenerator[dict[str, Any], None]:
         what = f"results of batch {self.batch_id}"

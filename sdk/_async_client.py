@@ -10,7 +10,7 @@ import asyncio
 import builtins
 import random
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast, overload
@@ -22,7 +22,7 @@ from sdk import _routes as routes
 from sdk._async_batches import AsyncBatches
 from sdk._async_files import AsyncFiles
 from sdk._async_keys import AsyncKeys
-from sdk._async_resource import AsyncResource
+from sdk._async_resource import AsyncResource, AsyncResponseIterator
 from sdk._async_usage import AsyncUsage
 from sdk._base import Call, RetryPolicy, Runtime, job_id_header, secret_of, sync_wait_s
 from sdk._config import resolve_credentials
@@ -280,7 +280,7 @@ class AsyncJob(JobView):
         return self
 
 
-class AsyncStream:
+class AsyncStream(AsyncResponseIterator[str]):
     """The text deltas of a streamed run, as they arrive; `job_id` is known from the start.
 
     Example:
@@ -306,7 +306,7 @@ class AsyncStream:
         self._started_s = started_s
         self._state = StreamState(job_id_header(response))
         self._job: AsyncJob | None = None
-        self._deltas = self._generate()
+        self._items = self._generate()
 
     @property
     def job_id(self) -> str | None:
@@ -316,27 +316,6 @@ class AsyncStream:
     def job(self) -> AsyncJob | None:
         """The final job, once the stream has ended."""
         return self._job
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self
-
-    async def __anext__(self) -> str:
-        return await self._deltas.__anext__()
-
-    async def aclose(self) -> None:
-        await self._deltas.aclose()
-        await self._response.aclose()
-
-    async def __aenter__(self) -> AsyncStream:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def _generate(self) -> AsyncGenerator[str, None]:
         state = self._state

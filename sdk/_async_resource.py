@@ -8,7 +8,11 @@ so the client's `_execute` is its only I/O.
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import AsyncGenerator, AsyncIterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+import httpx
 
 from sdk import _flows as flows
 from sdk._base import Call
@@ -34,3 +38,32 @@ class AsyncResource:
 
     async def _list(self, call: Call, limit: int | None) -> builtins.list[dict[str, Any]]:
         return await self._run(flows.request_list(self._client._rt, call, limit))
+
+
+class AsyncResponseIterator(Generic[T]):
+    """Items parsed from a streamed answer, as they arrive; closing it (`aclose`, or leaving
+    its `async with`) closes the answer. Subclasses set `_response` and `_items`."""
+
+    _response: httpx.Response
+    _items: AsyncGenerator[T, None]
+
+    def __aiter__(self) -> AsyncIterator[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        return await self._items.__anext__()
+
+    async def aclose(self) -> None:
+        await self._items.aclose()
+        await self._response.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()

@@ -10,8 +10,7 @@ for line in batch.results():  # {"index": 0, "job_id": ..., "status": ...}
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Generator, Iterator
-from types import TracebackType
+from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -21,7 +20,7 @@ from sdk import _routes as routes
 from sdk._base import BATCH_STATUS_HEADER, parse_jsonl_line
 from sdk._errors import APIConnectionError
 from sdk._models import BatchView
-from sdk._resource import Resource
+from sdk._resource import Resource, ResponseIterator
 from sdk._routes import BatchSource
 
 if TYPE_CHECKING:
@@ -72,7 +71,7 @@ class Batch(BatchView):
         return self._client.batches.results(self.id)
 
 
-class BatchResults:
+class BatchResults(ResponseIterator[dict[str, Any]]):
     """The result lines of a batch, read as they arrive: one dict per finished job.
 
     `status` is the batch's status when the platform answered: before `completed`, only the
@@ -88,28 +87,7 @@ class BatchResults:
         self._response = response
         self.batch_id = batch_id
         self.status: str | None = response.headers.get(BATCH_STATUS_HEADER)
-        self._lines = self._generate()
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        return self
-
-    def __next__(self) -> dict[str, Any]:
-        return self._lines.__next__()
-
-    def close(self) -> None:
-        self._lines.close()
-        self._response.close()
-
-    def __enter__(self) -> BatchResults:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._items = self._generate()
 
     def _generate(self) -> Generator[dict[str, Any], None, None]:
         what = f"results of batch {self.batch_id}"

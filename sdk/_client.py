@@ -9,7 +9,7 @@ from __future__ import annotations
 import builtins
 import random
 import time
-from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast, overload
@@ -26,7 +26,7 @@ from sdk._files import Files
 from sdk._flows import Flow, Send, Sleep
 from sdk._keys import Keys
 from sdk._models import Deployment, JobView
-from sdk._resource import Resource
+from sdk._resource import Resource, ResponseIterator
 from sdk._sse import StreamState, settle
 from sdk._usage import Usage
 
@@ -279,7 +279,7 @@ class Job(JobView):
         return self
 
 
-class Stream:
+class Stream(ResponseIterator[str]):
     """The text deltas of a streamed run, as they arrive; `job_id` is known from the start.
 
     Example:
@@ -305,7 +305,7 @@ class Stream:
         self._started_s = started_s
         self._state = StreamState(job_id_header(response))
         self._job: Job | None = None
-        self._deltas = self._generate()
+        self._items = self._generate()
 
     @property
     def job_id(self) -> str | None:
@@ -315,27 +315,6 @@ class Stream:
     def job(self) -> Job | None:
         """The final job, once the stream has ended."""
         return self._job
-
-    def __iter__(self) -> Iterator[str]:
-        return self
-
-    def __next__(self) -> str:
-        return self._deltas.__next__()
-
-    def close(self) -> None:
-        self._deltas.close()
-        self._response.close()
-
-    def __enter__(self) -> Stream:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _generate(self) -> Generator[str, None, None]:
         state = self._state

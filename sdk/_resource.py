@@ -8,7 +8,11 @@ so the client's `_execute` is its only I/O.
 from __future__ import annotations
 
 import builtins
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Generator, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
+
+import httpx
 
 from sdk import _flows as flows
 from sdk._base import Call
@@ -34,3 +38,32 @@ class Resource:
 
     def _list(self, call: Call, limit: int | None) -> builtins.list[dict[str, Any]]:
         return self._run(flows.request_list(self._client._rt, call, limit))
+
+
+class ResponseIterator(Generic[T]):
+    """Items parsed from a streamed answer, as they arrive; closing it (`close`, or leaving
+    its `with`) closes the answer. Subclasses set `_response` and `_items`."""
+
+    _response: httpx.Response
+    _items: Generator[T, None, None]
+
+    def __iter__(self) -> Iterator[T]:
+        return self
+
+    def __next__(self) -> T:
+        return self._items.__next__()
+
+    def close(self) -> None:
+        self._items.close()
+        self._response.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
