@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from control_plane.domain import uris
 from control_plane.domain.spec import default_of
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-MODEL_URI_RE = re.compile(r"^(store://.+|s3://[^/]+/.*|file:///.+|hf://[^/]+/[^@]+(@.+)?|/.+)$")
 MAX_PROMPT_CHARS = 200_000
 
 
@@ -54,10 +54,11 @@ class DeploymentSpec(BaseModel):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        if not MODEL_URI_RE.match(v):
-            raise ValueError(
-                "must be store://prefix, s3://bucket/prefix, hf://org/repo, file:///path or /path"
-            )
+        # The one parser of storage URIs; who may read it is checked by the route.
+        try:
+            uris.parse(v)
+        except uris.UriError as exc:
+            raise ValueError(exc.reason) from None
         return v
 
     @model_validator(mode="after")

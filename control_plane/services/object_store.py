@@ -64,7 +64,7 @@ def read(access: Access, max_bytes: int, field: str = "input_uri") -> bytes:
     )
     if access.location.kind == "host":
         return _read_host(access, max_bytes, field, unreadable)
-    if access.location.kind != "store" and access.location.kind != "s3":
+    if access.location.kind not in ("store", "s3"):
         raise InvalidRequest(
             f"{shown}: {field} must be store://path or s3://bucket/key",
             errors=[{"field": field, "message": "expected store://path or s3://bucket/key"}],

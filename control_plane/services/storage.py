@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -37,6 +38,7 @@ from control_plane.settings import Settings
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+_REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}$")
 # The environment variables that carry storage credentials: a worker's come only from `Access`.
 CREDENTIAL_ENV = (
     "AWS_ACCESS_KEY_ID",
@@ -211,6 +213,10 @@ def register(
     """Store a key pair for one bucket of the tenant (the secret encrypted)."""
     bucket = str(body["bucket"])
     parse(f"s3://{bucket}/x", "bucket")  # the bucket name's own rules
+    region = str(body.get("region") or settings.s3_region)
+    # boto3 builds AWS hostnames from the region: anything but a region name could redirect it
+    if not _REGION.match(region):
+        raise _invalid("region", region, "is not a region name (e.g. eu-west-1)")
     if bucket in (settings.store_bucket, settings.results_bucket):
         raise _invalid("bucket", bucket, "is the platform's own bucket")
     endpoint = body.get("endpoint_url")
@@ -232,7 +238,7 @@ def register(
         tenant_id=tenant_id,
         bucket=bucket,
         endpoint_url=endpoint,
-        region=str(body.get("region") or settings.s3_region),
+        region=region,
         access_key_id=str(body["access_key_id"]),
         secret_ciphertext=secrets_box.seal(settings, str(body["secret_access_key"])),
         created_at=now,

@@ -218,6 +218,7 @@ def test_registered_credentials_read_a_bucket_and_are_never_returned(
         ({"bucket": "results-tenancy"}, "bucket"),
         ({"bucket": "Not_A_Bucket"}, "bucket"),
         ({"bucket": "ext", "endpoint_url": "http://169.254.169.254/"}, "endpoint_url"),
+        ({"bucket": "ext", "region": "evil.example.com/#"}, "region"),
     ],
 )
 def test_bad_credential_registrations_are_422(

@@ -11,8 +11,8 @@ from control_plane.domain.spec import Spec, default_of
 
 
 def test_missing_keys_take_the_defaults_and_unknown_keys_are_ignored() -> None:
-    spec = Spec.from_doc({"name": "d", "model": "s3://m/", "future_knob": 1, "max_workers": None})
-    assert spec == Spec(name="d", model="s3://m/")
+    spec = Spec.from_doc({"name": "d", "model": "store://m/", "future_knob": 1, "max_workers": None})
+    assert spec == Spec(name="d", model="store://m/")
     assert (spec.max_boot_s, spec.execution_timeout_s, spec.max_workers) == (600.0, 600.0, 1)
 
 
@@ -23,8 +23,8 @@ def test_values_are_coerced_to_their_types() -> None:
 
 
 def test_the_api_shape_has_the_same_defaults() -> None:
-    doc = DeploymentSpec(name="d", model="s3://m/").model_dump()
-    assert Spec.from_doc(doc) == Spec(name="d", model="s3://m/", defaults=doc["defaults"])
+    doc = DeploymentSpec(name="d", model="store://m/").model_dump()
+    assert Spec.from_doc(doc) == Spec(name="d", model="store://m/", defaults=doc["defaults"])
     assert default_of("scaledown_window_s") == 60.0
 
 
@@ -55,8 +55,8 @@ def test_scaling_policy_comes_from_the_spec() -> None:
 
 def test_cold_penalty_is_a_non_negative_number_of_seconds() -> None:
     assert default_of("cold_penalty_s") == ScalingPolicy().cold_penalty_s
-    assert DeploymentSpec(name="d", model="s3://m/", cold_penalty_s=0).cold_penalty_s == 0
+    assert DeploymentSpec(name="d", model="store://m/", cold_penalty_s=0).cold_penalty_s == 0
     with pytest.raises(ValidationError, match="cold_penalty_s"):
-        DeploymentSpec(name="d", model="s3://m/", cold_penalty_s=-1)
+        DeploymentSpec(name="d", model="store://m/", cold_penalty_s=-1)
     spec = Spec.from_doc({"name": "d", "model": "m", "cold_penalty_s": 30})
     assert spec.cold_penalty_s == 30.0 and isinstance(spec.cold_penalty_s, float)
