@@ -63,7 +63,7 @@ class Upload:
     _buffer: bytearray = field(default_factory=bytearray)
     _parts: list[dict[str, Any]] = field(default_factory=list)
     _upload_id: str | None = None
-    _s3: Any = None
+    _s3: S3Client | None = None
 
     @property
     def key(self) -> str:
@@ -77,11 +77,8 @@ class Upload:
         """Take received bytes; sends a part whenever a whole one is buffered."""
         self.size += len(chunk)
         if self.size > self.settings.upload_max_bytes:
-            raise TooLarge(
-                f"the file passed {self.settings.upload_max_bytes} bytes; the limit is "
-                f"{self.settings.upload_max_bytes}",
-                limit_bytes=self.settings.upload_max_bytes,
-            )
+            limit = self.settings.upload_max_bytes
+            raise TooLarge(f"the file passed the limit of {limit} bytes", limit_bytes=limit)
         self._buffer += chunk
         while len(self._buffer) >= PART_BYTES:
             with storage_errors():
@@ -92,8 +89,7 @@ class Upload:
         if self._s3 is None:
             self._s3 = object_store.client(self.settings)
             object_store.ensure_bucket(self._s3, self.bucket)
-        client: S3Client = self._s3
-        return client
+        return self._s3
 
     def _send_part(self, data: bytes) -> None:
         s3 = self._client()

@@ -109,8 +109,6 @@ def resolve(
 ) -> Access:
     """How `tenant_id` reads `uri`; InvalidRequest (422, naming `field`) when it may not."""
     loc = parse(uri, field)
-    tenant = session.get(Tenant, tenant_id)
-    operator = bool(tenant and tenant.is_operator)
     platform = (settings.s3_endpoint_url, settings.s3_region)
     if loc.kind == "store":
         physical = f"s3://{settings.store_bucket}/{uris.store_key(tenant_id, loc.key)}"
@@ -131,7 +129,7 @@ def resolve(
         endpoint = cred.endpoint_url or settings.s3_endpoint_url
         return Access(loc, loc.uri, endpoint, cred.region, (cred.access_key_id, secret), False)
     if loc.kind == "host":
-        if not (operator and settings.allow_host_paths):
+        if not (settings.allow_host_paths and _is_operator(session, tenant_id)):
             raise _invalid(
                 field,
                 uri,
@@ -139,7 +137,13 @@ def resolve(
                 "(store://path) instead",
             )
         return Access(loc, loc.uri, None, settings.s3_region, key_pair=None, hub_token=False)
-    return Access(loc, loc.uri, None, settings.s3_region, key_pair=None, hub_token=operator)
+    hub_token = _is_operator(session, tenant_id)
+    return Access(loc, loc.uri, None, settings.s3_region, key_pair=None, hub_token=hub_token)
+
+
+def _is_operator(session: Session, tenant_id: str) -> bool:
+    tenant = session.get(Tenant, tenant_id)
+    return bool(tenant and tenant.is_operator)
 
 
 def platform_access(settings: Settings) -> Access:
