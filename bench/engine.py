@@ -2,6 +2,7 @@
 
     python -m bench.engine                  # full run (~10 minutes on 2 cores)
     python -m bench.engine --quick          # small model, few requests: a smoke test
+    python -m bench.engine --device cuda --dtype bfloat16 --size 1b --requests 256 --scale gpu
 
 Workload: the first ``--requests`` requests of ``../shared/workloads/azure_llm_2023_conv.csv``
 scaled to this CPU (prompt = ctx/8 clipped to 16..512, output = gen/2 clipped to 16..256),
@@ -136,7 +137,10 @@ def _run_engine(ckpt: Path, work: list[tuple[list[int], int]], opts: dict[str, A
     from worker.model.weights import build_model
 
     config = ModelConfig.from_hf_dict(json.loads((ckpt / "config.json").read_text()))
-    model = build_model(config, load_file(str(ckpt / "model.safetensors")))
+    device, dtype = torch.device(opts["device"]), getattr(torch, opts["dtype"])
+    model = build_model(
+        config, load_file(str(ckpt / "model.safetensors"), device=str(device)), dtype=dtype
+    )
     tokenizer = Tokenizer(models.WordLevel({f"t{i}": i for i in range(config.vocab_size)}, "t0"))
     capacity = sum(len(p) + n for p, n in work) + 16 * len(work)
     engine_config = EngineConfig(
@@ -194,20 +198,20 @@ class _StepTimes:
         pass
 
 
-def _hf_model(ckpt: Path) -> Any:
+def _hf_model(ckpt: Path, opts: dict[str, Any]) -> Any:
     import torch
     import transformers
 
     model = transformers.LlamaForCausalLM.from_pretrained(
-        ckpt, dtype=torch.float32, attn_implementation="sdpa"
+        ckpt, dtype=getattr(torch, opts["dtype"]), attn_implementation="sdpa"
     )
-    return model.eval()
+    return model.to(opts["device"]).eval()
 
 
 def _run_hf_generate(ckpt: Path, work: list[tuple[list[int], int]], opts: dict[str, Any]) -> dict:
     import torch
 
-    model = _hf_model(ckpt)
+    model = _hf_model(ckpt, opts)
     bucket = opts.get("bucket_size") or len(work)
     order = (
         sorted(range(len(work)), key=lambda i: len(work[i][0]))
@@ -219,8 +223,8 @@ def _run_hf_generate(ckpt: Path, work: list[tuple[list[int], int]], opts: dict[s
     def generate(idx: list[int]) -> tuple[torch.Tensor, list[float]]:
         width = max(len(work[i][0]) for i in idx)
         # left padding with pad id 0 (masked)
-        ids = torch.zeros(len(idx), width, dtype=torch.long)
-        mask = torch.zeros(len(idx), width, dtype=torch.long)
+        ids = torch.zeros(len(idx), width, dtype=torch.long, device=opts["device"])
+        mask = torch.zeros(len(idx), width, dtype=torch.long, device=opts["device"])
         for row, i in enumerate(idx):
             prompt = work[i][0]
             ids[row, width - len(prompt) :] = torch.tensor(prompt)
@@ -258,7 +262,7 @@ def _run_hf_continuous(ckpt: Path, work: list[tuple[list[int], int]], opts: dict
     import transformers
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-    model = _hf_model(ckpt)
+    model = _hf_model(ckpt, opts)
     page_size = 16
     capacity = sum(len(p) + n for p, n in work) + page_size * len(work)
     cb_config = ContinuousBatchingConfig(
@@ -355,25 +359,39 @@ def _run_child(
     return result
 
 
-def _make_checkpoint(path: Path, quick: bool) -> int:
+SIZES: dict[str, dict[str, int]] = {
+    "quick": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2},
+    "default": {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8},
+    # Llama-3.2-1B's shape (head_dim 64, GQA 4:1), a 32000 vocabulary
+    "1b": {
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_hidden_layers": 16,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+    },
+}
+# Trace lengths per machine: CPU runs are scaled down, a GPU takes the trace nearly as is.
+SCALES = {
+    "quick": Scale(32, 8, 64, 8, 4, 16),
+    "cpu": Scale(8, 16, 512, 2, 16, 256),
+    "gpu": Scale(1, 16, 2048, 1, 16, 512),
+}
+
+
+def _make_checkpoint(path: Path, size_name: str) -> int:
     """A random Llama (HF format); returns its parameter count."""
     import torch
     import transformers
 
-    size = (
-        {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2, "vocab_size": 4096}
-        if quick
-        else {
-            "hidden_size": 512,
-            "intermediate_size": 1536,
-            "num_hidden_layers": 8,
-            "vocab_size": 32000,
-        }
-    )
+    size = {
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "vocab_size": 4096 if size_name == "quick" else 32000,
+        **SIZES[size_name],
+    }
     config = transformers.LlamaConfig(
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        max_position_embeddings=1024,
+        max_position_embeddings=4096,
         initializer_range=0.05,
         bos_token_id=None,
         eos_token_id=None,
@@ -385,6 +403,12 @@ def _make_checkpoint(path: Path, quick: bool) -> int:
     model = transformers.LlamaForCausalLM(config)
     model.save_pretrained(path)
     return sum(p.numel() for p in model.parameters())
+
+
+def _gpu_name() -> str:
+    import torch
+
+    return str(torch.cuda.get_device_name())
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -418,37 +442,46 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds; best kept")
     parser.add_argument("--budget", type=int, default=1024, help="max_num_batched_tokens")
     parser.add_argument("--quick", action="store_true", help="small model and lengths (smoke test)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated subset")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16, float16")
+    parser.add_argument("--size", choices=sorted(SIZES), help="model size (default: by --quick)")
+    parser.add_argument("--scale", choices=sorted(SCALES), help="trace scaling (default: cpu)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         _child(args)
         return 0
 
-    scale = Scale(32, 8, 64, 8, 4, 16) if args.quick else Scale(8, 16, 512, 2, 16, 256)
+    scale = SCALES[args.scale or ("quick" if args.quick else "cpu")]
+    size_name = args.size or ("quick" if args.quick else "default")
     with tempfile.TemporaryDirectory(prefix="bench-engine-") as tmp_name:
         tmp = Path(tmp_name)
         ckpt = tmp / "model"
-        num_params = _make_checkpoint(ckpt, args.quick)
+        num_params = _make_checkpoint(ckpt, size_name)
         vocab = json.loads((ckpt / "config.json").read_text())["vocab_size"]
         work = azure_workload(args.requests, scale, vocab)
         print(
             f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-            f"python {platform.python_version()}, 1 intra-op thread"
+            f"python {platform.python_version()}, 1 intra-op thread, device {args.device}"
+            + (f" ({_gpu_name()})" if args.device.startswith("cuda") else "")
         )
-        print(f"# model: random Llama, {num_params / 1e6:.1f}M parameters, fp32")
+        print(f"# model: random Llama, {num_params / 1e6:.1f}M parameters, {args.dtype}")
         print(
             f"# workload: {len(work)} requests from azure_llm_2023_conv.csv, {scale.describe()}; "
             f"{sum(len(p) for p, _ in work)} prompt + {sum(n for _, n in work)} output tokens"
         )
+        where = {"device": args.device, "dtype": args.dtype}
         opts = {
-            "engine": {"max_num_batched_tokens": args.budget},
-            "hf_padded": {},
-            "hf_buckets": {"bucket_size": BUCKET_SIZE},
-            "hf_continuous": {"max_num_batched_tokens": args.budget},
+            "engine": {"max_num_batched_tokens": args.budget, **where},
+            "hf_padded": {**where},
+            "hf_buckets": {"bucket_size": BUCKET_SIZE, **where},
+            "hf_continuous": {"max_num_batched_tokens": args.budget, **where},
         }
-        results: dict[str, list[dict[str, Any]]] = {s: [] for s in SYSTEMS}
+        systems = [x for x in SYSTEMS if x in args.systems.split(",")]
+        results: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
         for r in range(args.rounds):
-            for system in SYSTEMS:
+            for system in systems:
                 t0 = time.perf_counter()
                 results[system].append(_run_child(tmp, system, ckpt, work, opts[system]))
                 print(
@@ -456,25 +489,27 @@ def main(argv: list[str] | None = None) -> int:
                     flush=True,
                 )
         best = {s: min(rs, key=lambda x: x["wall_s"]) for s, rs in results.items()}
-        rows = {s: _summary(best[s], work) for s in SYSTEMS}
+        rows = {s: _summary(best[s], work) for s in systems}
 
         reference = best["engine"]["tokens"]
-        identical = {s: best[s]["tokens"] == reference for s in SYSTEMS}
+        identical = {s: best[s]["tokens"] == reference for s in systems}
         header = (
             f"{'system':<14} {'tok/s':>8} {'wall s':>8} {'TTFT p50':>9} {'TTFT p99':>9} "
             f"{'ITL p50':>8} {'ITL p99':>8} {'RSS MB':>7}  same tokens"
         )
         print(header)
-        for s in SYSTEMS:
+        for s in systems:
             x = rows[s]
             print(
                 f"{s:<14} {x['tok_s']:8.1f} {x['wall_s']:8.1f} {x['ttft_p50_s']:8.2f}s "
                 f"{x['ttft_p99_s']:8.2f}s {x['itl_p50_ms']:6.0f}ms {x['itl_p99_ms']:6.0f}ms "
                 f"{x['peak_rss_mb']:7.0f}  {'yes' if identical[s] else 'NO'}"
             )
-        generate_best = max(rows["hf_padded"]["tok_s"], rows["hf_buckets"]["tok_s"])
+        nan = float("nan")
+        generate = [rows[s]["tok_s"] for s in ("hf_padded", "hf_buckets") if s in rows]
+        generate_best = max(generate) if generate else nan
         vs_generate = rows["engine"]["tok_s"] / generate_best
-        vs_continuous = rows["engine"]["tok_s"] / rows["hf_continuous"]["tok_s"]
+        vs_continuous = rows["engine"]["tok_s"] / rows.get("hf_continuous", {"tok_s": nan})["tok_s"]
         print(
             f"# engine vs best generate: {vs_generate:.2f}x; vs transformers continuous batching: "
             f"{vs_continuous:.2f}x"

@@ -4,6 +4,12 @@ loopback, interleaved in one run.
 
     .venv/bin/python bench/loader.py            # 5 interleaved rounds; prints a table + JSON
     .venv/bin/python bench/loader.py --rounds 3 --layers 10
+    python bench/loader.py --device cuda --shape 8b --rounds 3    # S3 -> GPU memory, 16 GB
+
+With `--device cuda` every contender ends with the tensors in GPU memory: the loader streams
+through its pinned ring, run:ai's and safetensors' CPU tensors are copied with `.to(device)`
+(as vLLM does with them); the raw ceiling stays a host-memory ceiling (network and server).
+The CUDA context is created before the clock starts, for every contender alike.
 
 Every measured load runs in a fresh subprocess (so peak RSS and CPU are its own); the server's
 CPU-seconds come from /proc of the rclone process. Needs the `bench` extra
@@ -50,7 +56,11 @@ def _cpu_s() -> float:
 
 def child(name: str, uri: str, size: int) -> None:
     """Run one load; print one JSON line."""
-    import torch  # noqa: F401  (import cost is not measured)
+    import torch  # (import cost is not measured)
+
+    device = torch.device(os.environ.get("BENCH_DEVICE", "cpu"))
+    if device.type == "cuda":
+        torch.zeros(1, device=device)  # the CUDA context, outside the clock
 
     extra_env = json.loads(os.environ.get("BENCH_ENV", "{}"))
     os.environ.update(extra_env)
@@ -65,7 +75,8 @@ def child(name: str, uri: str, size: int) -> None:
     cpu0, t0 = _cpu_s(), time.perf_counter()
     dest_bytes = 0
     if name == "loader":
-        result = loader.load(uri)
+        options = loader.LoadOptions(**json.loads(os.environ.get("BENCH_LOADER_OPTIONS", "{}")))
+        result = loader.load(uri, device=device, options=options)
         dest_bytes = sum(t.numel() * t.element_size() for t in result.tensors.values())
     elif name.startswith("runai"):
         from runai_model_streamer import SafetensorsStreamer
@@ -74,7 +85,7 @@ def child(name: str, uri: str, size: int) -> None:
         with SafetensorsStreamer() as streamer:
             streamer.stream_file(uri)
             for tname, tensor in streamer.get_tensors():
-                tensors[tname] = tensor
+                tensors[tname] = tensor.to(device)
         dest_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
     elif name == "boto3":
         from safetensors.torch import load_file
@@ -84,12 +95,17 @@ def child(name: str, uri: str, size: int) -> None:
         with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
             path = os.path.join(d, "model.safetensors")
             s3_client().download_file(BUCKET, KEY, path)
-            tensors = load_file(path)
+            tensors = load_file(path, device=str(device))
             dest_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
     elif name == "ceiling":
-        dest_bytes = raw_ceiling(size, int(os.environ.get("BENCH_CONCURRENCY", "4")))
+        default = loader.LoadOptions().resolved_concurrency()  # the loader's: 4 on 2 cores
+        dest_bytes = raw_ceiling(size, int(os.environ.get("BENCH_CONCURRENCY", default)))
     else:
         raise SystemExit(f"unknown contender {name}")
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        if name != "ceiling":
+            dest_bytes = 0  # in GPU memory: not part of the RSS
     seconds = time.perf_counter() - t0
     out = {
         "name": name,
@@ -144,12 +160,20 @@ def raw_ceiling(size: int, concurrency: int) -> int:
 # --------------------------------------------------------------------------- parent side
 
 
-def make_checkpoint(path: Path, layers: int) -> int:
-    """A small-Llama-shaped bf16 checkpoint (hidden 2048, GQA 4:1, MLP 5632, vocab 32000)."""
+# (hidden, kv width, MLP, vocab, layers) per shape
+SHAPES = {
+    "small": (2048, 512, 5632, 32000, 10),  # a small Llama: 10 layers ≈ 1.16 GB
+    "8b": (4096, 1024, 14336, 128256, 32),  # Llama-3-8B: ≈ 16.1 GB
+}
+
+
+def make_checkpoint(path: Path, shape: str, layers: int | None) -> int:
+    """A Llama-shaped bf16 checkpoint (GQA 4:1) of the given shape."""
     import torch
     from safetensors.torch import save_file
 
-    hidden, kv, mlp, vocab = 2048, 512, 5632, 32000
+    hidden, kv, mlp, vocab, default_layers = SHAPES[shape]
+    layers = default_layers if layers is None else layers
     shapes: dict[str, tuple[int, ...]] = {
         "model.embed_tokens.weight": (vocab, hidden),
         "model.norm.weight": (hidden,),
@@ -185,15 +209,26 @@ def proc_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-CONTENDERS: dict[str, dict[str, str]] = {
-    "loader": {},
-    "runai default": {},
-    "runai c=1": {"RUNAI_STREAMER_CONCURRENCY": "1", "RUNAI_STREAMER_S3_TARGET_GBPS": "1"},
-    "runai c=2": {"RUNAI_STREAMER_CONCURRENCY": "2", "RUNAI_STREAMER_S3_TARGET_GBPS": "1"},
-    "runai c=4": {"RUNAI_STREAMER_CONCURRENCY": "4", "RUNAI_STREAMER_S3_TARGET_GBPS": "1"},
-    "boto3 + load_file": {},
-    "raw ceiling": {},
-}
+def contenders(
+    concurrency: list[int], target_gbps: float, loader_options: str = ""
+) -> dict[str, dict[str, str]]:
+    """Each contender's extra environment: the loader at its defaults and with each variant of
+    `loader_options` (JSON: label -> LoadOptions fields), run:ai at its defaults and at each
+    concurrency."""
+    target = {"RUNAI_STREAMER_S3_TARGET_GBPS": f"{target_gbps:g}"} if target_gbps else {}
+    variants = json.loads(loader_options or "{}")
+    tuned = {f"loader {k}": {"BENCH_LOADER_OPTIONS": json.dumps(v)} for k, v in variants.items()}
+    return {
+        "loader": {},
+        **tuned,
+        "runai default": {},
+        **{f"runai c={c}": {"RUNAI_STREAMER_CONCURRENCY": str(c), **target} for c in concurrency},
+        "boto3 + load_file": {},
+        "raw ceiling": {},
+    }
+
+
+CONTENDERS = contenders([1, 2, 4], 1)
 KIND = {
     "loader": "loader",
     "boto3 + load_file": "boto3",
@@ -202,7 +237,7 @@ KIND = {
 
 
 def run_one(label: str, s3_env: dict[str, str], size: int, server_pid: int) -> dict[str, float]:
-    kind = KIND.get(label, "runai")
+    kind = "loader" if label.startswith("loader") else KIND.get(label, "runai")
     env = {
         **os.environ,
         **s3_env,
@@ -211,7 +246,7 @@ def run_one(label: str, s3_env: dict[str, str], size: int, server_pid: int) -> d
         "RUNAI_STREAMER_S3_REQUEST_TIMEOUT_MS": "60000",
         "RUNAI_STREAMER_LOG_LEVEL": "WARNING",
         "AWS_EC2_METADATA_DISABLED": "true",
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     os.sync()  # no writeback of an earlier contender's files during this one
     time.sleep(0.5)
@@ -248,9 +283,36 @@ def machine() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--layers", type=int, default=10, help="10 layers ≈ 1.16 GB")
+    ap.add_argument("--layers", type=int, default=None, help="layers (default: the shape's)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="small")
+    ap.add_argument("--device", default="cpu", help="where the tensors end: cpu or cuda")
+    ap.add_argument(
+        "--runai-concurrency", default="1,2,4", help="RUNAI_STREAMER_CONCURRENCY values to try"
+    )
+    ap.add_argument(
+        "--runai-target-gbps",
+        type=float,
+        default=1.0,
+        help="RUNAI_STREAMER_S3_TARGET_GBPS for those (0: run:ai's default)",
+    )
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--loader-options",
+        default="",
+        help='loader variants, JSON label -> LoadOptions: {"ring 512M": {"ring_bytes": 536870912}}',
+    )
+    ap.add_argument("--skip", default="", help="contenders to leave out, comma-separated")
     args = ap.parse_args()
+    CONTENDERS.clear()
+    CONTENDERS.update(
+        contenders(
+            [int(c) for c in args.runai_concurrency.split(",") if c],
+            args.runai_target_gbps,
+            args.loader_options,
+        )
+    )
+    for label in filter(None, args.skip.split(",")):
+        CONTENDERS.pop(label.strip(), None)
     if args.child:
         child(args.child[0], args.child[1], int(args.child[2]))
         return
@@ -259,7 +321,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
         root = Path(tmp)
-        size = make_checkpoint(root / "objects" / BUCKET / KEY, args.layers)
+        size = make_checkpoint(root / "objects" / BUCKET / KEY, args.shape, args.layers)
         access, secret = "AKBENCH" + secrets.token_hex(8).upper(), secrets.token_urlsafe(24)
         server = start_s3(
             root / "objects", free_port(), access, secret, root / "rclone.log", (BUCKET,)
@@ -271,9 +333,13 @@ def main() -> None:
             "AWS_DEFAULT_REGION": "us-east-1",
             # boto3's download goes to tmpfs when there is one: no disk writeback to skew others
             "BENCH_TMP": "/dev/shm" if os.path.isdir("/dev/shm") else tmp,
+            "BENCH_DEVICE": args.device,
         }
         try:
-            print(f"checkpoint {size / 1e9:.2f} GB; machine: {machine()}", flush=True)
+            print(
+                f"checkpoint {size / 1e9:.2f} GB -> {args.device}; machine: {machine()}",
+                flush=True,
+            )
             run_one("raw ceiling", s3_env, size, server.pid)  # warm-up: rclone hashes the file
             results: dict[str, list[dict[str, float]]] = {k: [] for k in CONTENDERS}
             labels = list(CONTENDERS)
@@ -301,12 +367,17 @@ def main() -> None:
     runai = {k: med(k, "seconds") for k in CONTENDERS if k.startswith("runai")}
     summary = {
         "bench": "loader",
+        "device": args.device,
+        "checkpoint_gb": round(size / 1e9, 2),
         "gbps": round(size / ours / 1e9, 3),
         "vs_runai_best": round(min(runai.values()) / ours, 3),
         "vs_runai_default": round(runai["runai default"] / ours, 3),
         "vs_ceiling": round(med("raw ceiling", "seconds") / ours, 3),
         "peak_extra_rss_mb": round(max(r["extra_rss_mb"] for r in results["loader"]), 1),
     }
+    for label in results:
+        if label.startswith("loader "):
+            summary[f"gbps_{label}"] = round(size / med(label, "seconds") / 1e9, 3)
     print(json.dumps(summary))
 
 

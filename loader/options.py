@@ -31,9 +31,14 @@ class LoadOptions:
 
     concurrency: int | None = None  # concurrent ranged GETs; None: from the core count
     part_bytes: int | None = None  # bytes per ranged GET; None: from concurrency and bandwidth
-    bandwidth_bps: float = 1.25e9  # expected link bandwidth, bytes/s: sizes parts
+    # Expected link bandwidth, bytes/s: sizes the parts. GPU hosts have 100 Gbps and more; at
+    # 10 Gbps the parts of 16 connections were 2 MiB and an 8B checkpoint loaded to an H100 at
+    # 1.8 GB/s where 16 MiB parts reached 6.6 GB/s (docs/benchmarks.md).
+    bandwidth_bps: float = 1.25e10
     first_request_bytes: int = 1 * MiB  # speculative first GET: header + first data bytes
-    ring_bytes: int = 64 * MiB  # pinned staging ring (device loads only): bounds extra host RAM
+    # Pinned staging ring (device loads only): bounds the extra host RAM. None: 1/32 of the
+    # host's memory within [64 MiB, 1 GiB]; the ring caps the part size at ring / (2 × conns).
+    ring_bytes: int | None = None
     max_retries: int = 5  # retries of one part before FetchError
     backoff_s: float = 0.05  # first retry delay; doubles, with jitter, up to max_backoff_s
     max_backoff_s: float = 2.0  # cap of the retry delay
@@ -46,6 +51,15 @@ class LoadOptions:
     # is installed (without a cache tier they always stream straight into memory)
     hf_transfer: bool = True
     s3: S3Options = field(default_factory=S3Options)  # S3 endpoint and credentials
+
+    def resolved_ring_bytes(self) -> int:
+        if self.ring_bytes:
+            return self.ring_bytes
+        try:
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (OSError, ValueError):
+            memory = 0
+        return min(1 << 30, max(64 * MiB, memory // 32))
 
     def resolved_concurrency(self) -> int:
         if self.concurrency:

@@ -52,12 +52,13 @@ def plan_fetch(
     `streams[i]`: object i is read as one stream (its server ignores Range).
     """
     total_data = sum(s.header.data_size for s in shards)
-    slot_cap = max(MIN_SLOT_CAP_BYTES, options.ring_bytes // (2 * concurrency)) if staged else None
+    ring_bytes = options.resolved_ring_bytes()
+    slot_cap = max(MIN_SLOT_CAP_BYTES, ring_bytes // (2 * concurrency)) if staged else None
     part_bytes = options.part_bytes or derive_part_bytes(
         total_data, concurrency, options.bandwidth_bps, slot_cap
     )
     plan = plan_load(list(shards), part_bytes, name_map)
-    ring = ring_for(plan, part_bytes, options.ring_bytes) if staged else None
+    ring = ring_for(plan, part_bytes, ring_bytes) if staged else None
     return FetchLayout(plan, part_bytes, ring, fetch_tasks(plan, streams))
 
 

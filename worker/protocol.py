@@ -27,6 +27,21 @@ KEY_PREFIX = "platform"
 # settings (secrets among them) do not.
 WORKER_ENV_PREFIXES = ("PLATFORM_ENGINE_", "PLATFORM_LOADER_")
 
+# The environment variables that carry storage credentials. A worker's come only from the
+# control plane's `storage.Access` for its model, never from the control plane's environment.
+CREDENTIAL_ENV = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE",
+    "HF_TOKEN",
+    "HUGGING_FACE_HUB_TOKEN",
+)
+
 # Celery task name the control plane sends and workers consume (kombu, Celery protocol v2).
 RUN_JOB_TASK = "worker.run_job"
 

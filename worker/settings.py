@@ -44,10 +44,10 @@ class WorkerSettings(BaseSettings):
     loader_cache_max_bytes: int = Field(100 << 30, ge=1)
     # Concurrent ranged GETs (None: from the core count).
     loader_concurrency: int | None = Field(None, ge=1)
-    # Expected link bandwidth in bytes/s (sizes the parts).
-    loader_bandwidth_bps: float = Field(1.25e9, gt=0)
-    # Pinned staging ring for GPU loads: bounds the extra host memory.
-    loader_ring_bytes: int = Field(64 << 20, ge=1 << 20)
+    # Expected link bandwidth in bytes/s (sizes the parts; see loader.LoadOptions).
+    loader_bandwidth_bps: float = Field(1.25e10, gt=0)
+    # Pinned staging ring for GPU loads: bounds the extra host memory (None: from the host's).
+    loader_ring_bytes: int | None = Field(None, ge=1 << 20)
 
     def load_options(self) -> LoadOptions:
         return LoadOptions(

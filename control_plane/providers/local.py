@@ -16,8 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from control_plane.providers.base import Exited, WorkerSpec
-from control_plane.services.storage import CREDENTIAL_ENV
-from worker.protocol import WORKER_ENV_PREFIXES
+from worker.protocol import CREDENTIAL_ENV, WORKER_ENV_PREFIXES
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1

@@ -34,24 +34,12 @@ from control_plane.domain.ids import new_id
 from control_plane.errors import Conflict, InvalidRequest, NotFound
 from control_plane.services import secrets_box
 from control_plane.settings import Settings
+from worker.protocol import CREDENTIAL_ENV
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 _REGION = re.compile(r"^[a-z]{2}(-[a-z0-9]+){1,3}$")
-# The environment variables that carry storage credentials: a worker's come only from `Access`.
-CREDENTIAL_ENV = (
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_PROFILE",
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "AWS_SHARED_CREDENTIALS_FILE",
-    "AWS_CONFIG_FILE",
-    "HF_TOKEN",
-    "HUGGING_FACE_HUB_TOKEN",
-)
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,24 @@ def test_staged_parts_fit_a_slot_and_the_ring_holds_at_least_two() -> None:
     assert tiny.ring is not None and tiny.ring.num_slots == 2
 
 
+def test_default_ring_comes_from_host_memory_within_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert LoadOptions(ring_bytes=3 * MiB).resolved_ring_bytes() == 3 * MiB
+    page = 4096
+    for memory, expected in ((1 << 30, 64 * MiB), (24 << 30, 768 * MiB), (128 << 30, 1 << 30)):
+        names = {"SC_PAGE_SIZE": page, "SC_PHYS_PAGES": memory // page}
+        monkeypatch.setattr("os.sysconf", lambda name, n=names: n[name])
+        assert LoadOptions().resolved_ring_bytes() == expected
+
+
+def test_default_gpu_load_on_16_connections_uses_parts_of_mebibytes_not_a_few() -> None:
+    # An 8B checkpoint staged for a GPU: the defaults must not shrink parts to 2 MiB (that
+    # halved the load's speed on an H100 host; docs/benchmarks.md).
+    big = shard({"w": ("U8", [16 << 30], 0, 16 << 30)})
+    layout = plan_fetch([big], [False], LoadOptions(ring_bytes=1 << 30), 16, staged=True)
+    assert layout.part_bytes >= 16 * MiB
+    assert layout.ring is not None and layout.ring.num_slots >= 2 * 16
+
+
 def test_a_prefetched_part_larger_than_a_part_widens_the_slots() -> None:
     plan = plan_load([two_tensors(prefetched=9000)], part_bytes=4096)
     assert max(p.size_bytes for p in plan.parts if p.prefetched) == 9000
