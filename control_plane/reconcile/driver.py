@@ -9,6 +9,8 @@ transaction, so one concern's failure or slowness is visible on its own.
     batches.pump                           bounded fan-out and completion of batches
     billing                                roll open segments, allocate busy cost to jobs
     jobs.redispatch                        every REDISPATCH_EVERY_S: re-send lost wake-ups
+    jobs.forget_stale_wakeups              every WAKEUP_SWEEP_EVERY: drop unacked wake-ups
+                                           nothing needs (kombu would redeliver them in 1 h)
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from worker.protocol import WorkerState
 log = logging.getLogger(__name__)
 # Pending jobs get a fresh wake-up this often (lost broker messages, broker restarts).
 REDISPATCH_EVERY = timedelta(seconds=30)
+WAKEUP_SWEEP_EVERY = timedelta(seconds=5)
 
 
 class Reconciler:
@@ -40,6 +43,7 @@ class Reconciler:
         self.demand = scale.Demand()
         self.refresher = refresh.ModelRefresher(env, sessions)
         self.last_redispatch: datetime | None = None
+        self.last_wakeup_sweep: datetime | None = None
 
     def start(self, clock: Clock) -> None:
         """Start the background refits (the reconciler process; `shutdown` stops them)."""
@@ -63,6 +67,9 @@ class Reconciler:
             elif now - self.last_redispatch > REDISPATCH_EVERY:
                 self.last_redispatch = now
                 jobs.redispatch(session, env)
+            if self.last_wakeup_sweep is None or now - self.last_wakeup_sweep > WAKEUP_SWEEP_EVERY:
+                self.last_wakeup_sweep = now
+                jobs.forget_stale_wakeups(session, env, now)
 
     def shutdown(self, now: datetime) -> None:
         """Stop the refits and every worker (they drain); record them as stopped."""

@@ -1,5 +1,6 @@
 """Reconcilers of job lifecycles: requeue the jobs of dead workers, expire jobs whose ttl
-passed, time out jobs far past their execution limit, and re-send lost wake-ups.
+passed, time out jobs far past their execution limit, re-send lost wake-ups, and forget the
+broker's unacked wake-ups that nothing needs (domain/wakeups.py).
 
 Every job that ends here ends through `services.finish` (the one path to a terminal state).
 """
@@ -9,20 +10,31 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
+import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Job, Worker
 from control_plane.domain.fleet import retries_left
 from control_plane.domain.states import PENDING, JobStatus
+from control_plane.domain.wakeups import JobState, stale
 from control_plane.reconcile.env import Env
 from control_plane.services import finish, job_queries, jobs
-from control_plane.services.dispatch import dispatch_job, queue_depth, wake
+from control_plane.services.dispatch import (
+    dispatch_job,
+    forget_unacked,
+    queue_depth,
+    unacked_wakeups,
+    wake,
+)
 from worker.protocol import deployment_queue
 
 log = logging.getLogger(__name__)
 # The worker enforces execution limits itself; the control plane steps in after this grace.
 EXECUTION_GRACE_S = 30.0
+# A live worker claims a delivered wake-up, and acks a finished job's, well within this.
+WAKEUP_GRACE_S = 10.0
+_IN_CHUNK = 500  # ids per IN (...) query
 
 
 def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) -> None:
@@ -78,3 +90,32 @@ def redispatch(session: Session, env: Env) -> None:
         if empty[dep_id]:
             log.info("re-sending the wake-up of job %s", job_id)
             dispatch_job(env.celery, dep_id, job_id, kind)
+
+
+def forget_stale_wakeups(session: Session, env: Env, now: datetime) -> int:
+    """Forget the unacked wake-ups nothing needs (a dead worker's, the ack a broker restart
+    lost); returns how many. A broker that cannot be reached is left for the next tick."""
+    cutoff = now.timestamp()
+    try:
+        entries = unacked_wakeups(env.redis, cutoff - WAKEUP_GRACE_S)
+        if not entries:
+            return 0
+        ids = sorted({e.job_id for e in entries})
+        states: dict[str, JobState] = {}
+        for i in range(0, len(ids), _IN_CHUNK):
+            rows = session.execute(
+                select(Job.id, Job.status, Job.completed_at).where(
+                    Job.id.in_(ids[i : i + _IN_CHUNK])
+                )
+            ).all()
+            for job_id, status, completed_at in rows:
+                done = completed_at.timestamp() if completed_at is not None else None
+                states[job_id] = JobState(status, done)
+        tags = stale(entries, states, cutoff, WAKEUP_GRACE_S)
+        if tags:
+            forget_unacked(env.redis, tags)
+            log.info("forgot %d unacked wake-ups nothing needs", len(tags))
+        return len(tags)
+    except redis.RedisError as exc:
+        log.info("unacked wake-ups not checked: %s", type(exc).__name__)
+        return 0

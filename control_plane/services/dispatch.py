@@ -8,6 +8,7 @@ from typing import Any
 import redis
 from celery import Celery
 
+from control_plane.domain.wakeups import Unacked, job_of
 from control_plane.services import events
 from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE
@@ -81,3 +82,42 @@ def wake(
         log.exception("wake-up for job %s failed; left for the redispatch", job_id)
         return False
     return True
+
+
+# kombu's Redis transport keeps delivered, unacked messages here (its default key names).
+UNACKED_KEY = "unacked"
+UNACKED_INDEX_KEY = "unacked_index"
+_PAGE = 1000
+
+
+def unacked_wakeups(r: redis.Redis, delivered_before: float) -> list[Unacked]:
+    """Job wake-ups delivered before `delivered_before` (epoch s) and not acked yet."""
+    out: list[Unacked] = []
+    offset = 0
+    while True:
+        scored: list[tuple[bytes | str, float]] = r.zrangebyscore(  # type: ignore[assignment]
+            UNACKED_INDEX_KEY, "-inf", delivered_before, start=offset, num=_PAGE, withscores=True
+        )
+        if not scored:
+            return out
+        raws: list[bytes | None] = r.hmget(UNACKED_KEY, [t for t, _ in scored])  # type: ignore[assignment]
+        for (tag, score), raw in zip(scored, raws, strict=True):
+            job_id = job_of(raw) if raw is not None else None  # None: acked meanwhile
+            if job_id is not None:
+                out.append(Unacked(_text(tag), float(score), job_id))
+        offset += len(scored)
+
+
+def forget_unacked(r: redis.Redis, tags: list[str]) -> None:
+    """Drop unacked entries for good: kombu will not deliver them again; a late ack of one is
+    a no-op."""
+    for i in range(0, len(tags), _PAGE):
+        page = tags[i : i + _PAGE]
+        pipe = r.pipeline(transaction=False)
+        pipe.hdel(UNACKED_KEY, *page)
+        pipe.zrem(UNACKED_INDEX_KEY, *page)
+        pipe.execute()
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -109,6 +109,12 @@ class Ledger:
             ).all()
         return [(j, a, w, pid) for j, a, w, pid in rows if pid]
 
+    def worker_failures(self) -> list[tuple[str, str | None]]:
+        """(worker id, reason) of every worker that ended `failed`."""
+        with self._sessions() as s:
+            rows = s.execute(select(Worker.id, Worker.reason).where(Worker.state == "failed"))
+            return [(w, reason) for w, reason in rows.all()]
+
     def first_success_after(self, deployment: str, t: datetime) -> datetime | None:
         """When the deployment's first job *started* after `t` succeeded (None: none yet).
 

@@ -21,16 +21,7 @@ from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
 from tests.faults.invariants import assert_holds
 
 SIZES = Sizes.from_env()
-# NOTE: a platform bug, reported, not fixed here: a worker SIGKILLed mid-job never acks its
-# wake-up, and kombu's Redis transport keeps that message in `unacked` for its visibility
-# timeout (1 h by default; the platform sets none), then redelivers it. Every kill leaves one.
-STALE_UNACKED = pytest.mark.xfail(
-    SIZES.worker_kills > 0,
-    strict=True,
-    reason="platform bug: a killed worker's message stays unacked for kombu's 1 h "
-    "visibility timeout (BROKER_TRANSPORT_OPTIONS sets none; nothing restores it sooner)",
-)
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", pytest.param("I6", marks=STALE_UNACKED))
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s())]
 

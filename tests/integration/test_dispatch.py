@@ -1,7 +1,14 @@
 """Wake-ups go through the real broker: Celery sends, a kombu consumer (the worker's) receives."""
 
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from control_plane.embedded.processes import free_port, start_redis
 from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
 from control_plane.settings import Settings
 from worker.protocol import deployment_queue
@@ -25,3 +32,47 @@ def test_sent_wake_ups_are_consumed_in_priority_order(redis_url: str, redis_clie
     consume(redis_url, queue, 1, handle, lambda: len(seen) == 3, poll_s=0.1)
     assert seen == ["job_sync", "job_async", "job_batch"]
     assert queue_depth(app, queue) == 0
+
+
+def test_a_consumer_outlives_a_broker_restart(tmp_path: Path) -> None:
+    """redis-server SIGKILLed under a consuming worker and started again on the same port (with
+    its AOF): the consumer reconnects, the job in flight is acked, and new wake-ups arrive."""
+    port = free_port()
+    server = start_redis(tmp_path, port, tmp_path / "redis.log", appendonly=True)
+    url = server.extra["url"]
+    app = make_celery(Settings(redis_url=url))
+    queue = deployment_queue("dep_restart")
+    seen: list[str] = []
+    held: list[Delivery] = []
+
+    def handle(delivery: Delivery) -> None:
+        seen.append(delivery.job_id)
+        held.append(delivery)  # acked later, from another thread, as a worker does
+
+    thread = threading.Thread(
+        target=consume, args=(url, queue, 4, handle, lambda: len(seen) == 2), daemon=True
+    )
+    try:
+        dispatch_job(app, "dep_restart", "job_before", "async")
+        thread.start()
+        wait_for(lambda: seen == ["job_before"])
+        time.sleep(1.2)  # the AOF (fsync every second) holds the delivery
+        os.kill(server.pid, signal.SIGKILL)
+        server.popen.wait(timeout=10)
+        held[0].ack()  # the job finished while the broker was down
+        time.sleep(1.0)  # the consumer sees the connection go
+        server = start_redis(tmp_path, port, tmp_path / "redis.log", appendonly=True)
+        dispatch_job(make_celery(Settings(redis_url=url)), "dep_restart", "job_after", "async")
+        wait_for(lambda: seen == ["job_before", "job_after"])
+        held[1].ack()
+        thread.join(timeout=20)
+        assert not thread.is_alive(), "the consumer did not drain and return"
+    finally:
+        server.stop()
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)

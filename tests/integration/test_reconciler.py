@@ -4,6 +4,8 @@ real workers)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -11,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from control_plane.db.models import Deployment, Job, Worker
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services.dispatch import queue_depth
+from control_plane.services.dispatch import UNACKED_INDEX_KEY, UNACKED_KEY, queue_depth
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import provider
 from worker.protocol import deployment_queue, worker_heartbeat_key
@@ -107,6 +109,54 @@ def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
     )
     again = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w2"}, headers=WORKER)
     assert again.json()["attempt"] == 2
+
+
+# A worker's broker side, in its own process so that it can die holding a delivery unacked.
+TAKE_ONE = """
+import sys, time
+from kombu import Connection, Exchange, Queue
+from worker.protocol import BROKER_TRANSPORT_OPTIONS
+url, name = sys.argv[1], sys.argv[2]
+queue = Queue(name, Exchange(name, "direct"), routing_key=name)
+with Connection(url, transport_options=BROKER_TRANSPORT_OPTIONS) as conn:
+    with conn.Consumer([queue], callbacks=[lambda b, m: print("got", flush=True)],
+                       prefetch_count=1, accept=["json"]):
+        conn.drain_events(timeout=20)
+        time.sleep(120)
+"""
+
+
+def test_a_killed_workers_unacked_wake_up_is_forgotten_once_nothing_needs_it(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> None:
+    deploy(client, keys["a"])
+    jid = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()["id"]
+    loop.tick(now())
+    wid = provider(loop).started[0].worker_id
+    redis_client.set(worker_heartbeat_key(wid), "{}", ex=10)
+    queue = deployment_queue(job_row(loop, jid).deployment_id)
+    taker = subprocess.Popen(
+        [sys.executable, "-c", TAKE_ONE, loop.env.settings.redis_url, queue],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert taker.stdout is not None and taker.stdout.readline().strip() == "got"
+        claim = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": wid}, headers=WORKER)
+        assert claim.status_code == 200
+    finally:
+        taker.kill()  # SIGKILL: the delivery is never acked
+        taker.wait(timeout=10)
+    assert redis_client.hlen(UNACKED_KEY) == 1
+    loop.tick(now() + timedelta(seconds=20))
+    assert redis_client.hlen(UNACKED_KEY) == 1, "its job runs (heartbeat fresh): still needed"
+    redis_client.delete(worker_heartbeat_key(wid))
+    loop.tick(now() + timedelta(seconds=60))  # the worker is dead, its job requeued
+    assert job_row(loop, jid).status in ("queued", "starting")
+    assert redis_client.hlen(UNACKED_KEY) == 0 and redis_client.zcard(UNACKED_INDEX_KEY) == 0
+    assert queue_depth(loop.env.celery, queue) >= 1, "the job's fresh wake-up waits in its queue"
 
 
 def test_new_version_drains_old_workers(

@@ -14,16 +14,21 @@ import contextlib
 import logging
 import queue
 import socket
+import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kombu import Connection, Exchange, Message, Queue
+from kombu.exceptions import OperationalError
 
 from worker.protocol import BROKER_TRANSPORT_OPTIONS, RUN_JOB_TASK
 
 log = logging.getLogger(__name__)
+# Backoff between attempts to re-open a lost broker connection.
+RECONNECT_MIN_S = 0.2
+RECONNECT_MAX_S = 5.0
 
 
 def job_id_of(body: Any, headers: dict[str, Any]) -> str | None:
@@ -56,6 +61,16 @@ class Delivery:
     ack: Callable[[], None]
 
 
+@dataclass
+class _Held:
+    """What the worker holds across broker connections."""
+
+    received: deque[Message] = field(default_factory=deque)  # delivered, not yet handed out
+    done: queue.SimpleQueue[Message] = field(default_factory=queue.SimpleQueue)  # to ack
+    outstanding: int = 0  # handed out, not yet acknowledged
+    stopping: bool = False
+
+
 def consume(
     broker_url: str,
     queue_name: str,
@@ -70,54 +85,103 @@ def consume(
     from any thread. At most ``prefetch`` deliveries are unacknowledged at a time. Once
     ``should_stop()`` is true no new work is taken (messages that arrive are requeued for
     other workers) and this returns when every delivery handed out has been acknowledged.
+
+    A lost broker connection (Redis restarting) is re-opened with backoff; the jobs in flight
+    go on meanwhile. An ack that cannot reach the broker is dropped: the database holds the
+    job's outcome, and the control plane forgets wake-ups nothing needs (`jobs.forget_stale_
+    wakeups`), so a restart of the broker never stops a warm worker.
     """
     broker_queue = Queue(queue_name, Exchange(queue_name, "direct"), routing_key=queue_name)
-    received: deque[Message] = deque()
-    done: queue.SimpleQueue[Message] = queue.SimpleQueue()
-    outstanding = 0
-    stopping = False
-    with (
-        Connection(broker_url, transport_options=BROKER_TRANSPORT_OPTIONS) as conn,
-        conn.Consumer(
-            [broker_queue],
-            callbacks=[lambda _body, message: received.append(message)],
-            prefetch_count=prefetch,
-            accept=["json"],
-        ) as consumer,
-    ):
-        while True:
-            if not stopping and should_stop():
-                stopping = True
-                with contextlib.suppress(Exception):
-                    consumer.cancel()  # no new deliveries
-            if stopping:
-                if outstanding == 0 and not received:
+    held = _Held()
+    probe = Connection(broker_url)  # not connected: only its transport's error types
+    lost = (*probe.connection_errors, *probe.channel_errors, OperationalError, OSError)
+    delay = RECONNECT_MIN_S
+    while True:
+        try:
+            with (
+                Connection(broker_url, transport_options=BROKER_TRANSPORT_OPTIONS) as conn,
+                conn.Consumer(
+                    [broker_queue],
+                    callbacks=[lambda _body, message: held.received.append(message)],
+                    prefetch_count=prefetch,
+                    accept=["json"],
+                ) as consumer,
+            ):
+                delay = RECONNECT_MIN_S
+                if _serve(conn, consumer, held, queue_name, handle, should_stop, poll_s):
                     return
-                with contextlib.suppress(queue.Empty):
-                    done.put(done.get(timeout=poll_s))  # wait for a finished job
-            else:
-                with contextlib.suppress(TimeoutError, socket.timeout):
-                    conn.drain_events(timeout=poll_s)
-            while received:
-                message = received.popleft()
-                job_id = job_id_of(message.decode(), message.headers or {})
-                if stopping:
-                    message.requeue()  # not ours to start any more: back for another worker
-                elif job_id is None:
-                    log.warning("dropping unknown message on %s", queue_name)
-                    message.ack()
-                else:
-                    outstanding += 1
-                    priority = priority_of(message.properties or {})
-                    _handle(handle, Delivery(job_id, priority, _acker(done, message)))
-            while True:
-                try:
-                    message = done.get_nowait()
-                except queue.Empty:
-                    break
-                # NOTE: acked after the job's outcome was stored (the handler said so).
+        except lost as exc:
+            _ack_done(held)  # acks of jobs that finished meanwhile: tried, else dropped
+            if held.stopping and held.outstanding == 0:
+                return
+            log.warning(
+                "broker connection lost on %s (%s); reconnecting in %.1f s",
+                queue_name,
+                type(exc).__name__,
+                delay,
+            )
+            time.sleep(delay)
+            delay = min(RECONNECT_MAX_S, delay * 2)
+
+
+def _serve(
+    conn: Connection,
+    consumer: Any,
+    held: _Held,
+    queue_name: str,
+    handle: Callable[[Delivery], None],
+    should_stop: Callable[[], bool],
+    poll_s: float,
+) -> bool:
+    """One connection's loop; True once stopped and drained."""
+    if held.stopping:
+        with contextlib.suppress(Exception):
+            consumer.cancel()  # reconnected while draining: still no new deliveries
+    while True:
+        if not held.stopping and should_stop():
+            held.stopping = True
+            with contextlib.suppress(Exception):
+                consumer.cancel()  # no new deliveries
+        if held.stopping:
+            if held.outstanding == 0 and not held.received:
+                return True
+            with contextlib.suppress(queue.Empty):
+                held.done.put(held.done.get(timeout=poll_s))  # wait for a finished job
+        else:
+            with contextlib.suppress(TimeoutError, socket.timeout):
+                conn.drain_events(timeout=poll_s)
+        while held.received:
+            message = held.received.popleft()
+            job_id = job_id_of(message.decode(), message.headers or {})
+            if held.stopping:
+                message.requeue()  # not ours to start any more: back for another worker
+            elif job_id is None:
+                log.warning("dropping unknown message on %s", queue_name)
                 message.ack()
-                outstanding -= 1
+            else:
+                held.outstanding += 1
+                priority = priority_of(message.properties or {})
+                _handle(handle, Delivery(job_id, priority, _acker(held.done, message)))
+        _ack_done(held, strict=True)
+
+
+def _ack_done(held: _Held, strict: bool = False) -> None:
+    """Ack every finished job's message (after its outcome was stored: the handler said so).
+    `strict`: a broker error propagates (the connection is re-opened); else it is dropped."""
+    while True:
+        try:
+            message = held.done.get_nowait()
+        except queue.Empty:
+            return
+        held.outstanding -= 1
+        try:
+            message.ack()
+        except Exception:
+            if strict:
+                held.done.put(message)  # acked on the next connection, or dropped then
+                held.outstanding += 1
+                raise
+            log.info("ack of a finished job dropped (broker connection lost)")
 
 
 def _acker(done: queue.SimpleQueue[Message], message: Message) -> Callable[[], None]:

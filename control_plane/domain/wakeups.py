@@ -1,0 +1,82 @@
+"""Which broker wake-ups nothing needs any more: kombu's unacked entries against the jobs.
+
+A worker acks a job's wake-up after storing the job's outcome. A worker that dies first (a
+SIGKILL, a lost broker connection) never acks it, and kombu's Redis transport keeps the
+message in its `unacked` hash until the visibility timeout (an hour) and then delivers it
+again. The platform needs none of that: the database is the truth, the reconciler requeues the
+jobs of dead workers and re-sends the wake-ups of pending jobs whose queue is empty, and a
+redelivered wake-up only finds its job claimed or done. So the reconciler forgets an entry as
+soon as nothing can need it:
+
+- its job ended (after `grace_s`, the time a live worker takes to ack after storing);
+- its job waits for a worker (queued, starting): the worker it was delivered to did not claim
+  it within `grace_s`, so it is gone or will find the job claimed or redispatched;
+- its job is unknown (deleted, or not a job wake-up of ours it was meant for).
+
+A running job's entries stay until it ends: one of them is its live worker's, which acks it.
+
+Pure: the reconciler gathers the entries and the jobs' states (`reconcile.jobs`).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from control_plane.domain.states import TERMINAL, JobStatus
+from worker.protocol import RUN_JOB_TASK
+
+
+@dataclass(frozen=True, slots=True)
+class Unacked:
+    """One delivered, unacknowledged wake-up of a job."""
+
+    tag: str  # kombu's delivery tag (the key in `unacked` and `unacked_index`)
+    delivered_at: float  # epoch seconds (the score in `unacked_index`)
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobState:
+    status: str
+    completed_at: float | None  # epoch seconds, once terminal
+
+
+def job_of(raw: bytes | str) -> str | None:
+    """The job id of a kombu `unacked` value (`[payload, exchange, routing_key]`) when it is a
+    job's wake-up (task RUN_JOB_TASK, Celery protocol v2); None for anything else."""
+    try:
+        payload = json.loads(raw)[0]
+        if (payload.get("headers") or {}).get("task") != RUN_JOB_TASK:
+            return None
+        body = payload.get("body")
+        if (payload.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        decoded = json.loads(body)
+        job_id = decoded[1].get("job_id")
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, binascii.Error):
+        return None
+    return job_id if isinstance(job_id, str) and job_id else None
+
+
+def stale(
+    entries: Iterable[Unacked], jobs: Mapping[str, JobState], now: float, grace_s: float
+) -> list[str]:
+    """Delivery tags of the entries nothing needs any more (see the module's rules)."""
+    out = []
+    for e in entries:
+        job = jobs.get(e.job_id)
+        if job is None:
+            since = e.delivered_at
+        elif job.status == JobStatus.RUNNING:
+            continue
+        elif job.status in TERMINAL:
+            since = max(e.delivered_at, job.completed_at or e.delivered_at)
+        else:
+            since = e.delivered_at
+        if now - since > grace_s:
+            out.append(e.tag)
+    return out
