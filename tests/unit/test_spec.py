@@ -11,7 +11,9 @@ from control_plane.domain.spec import Spec, default_of
 
 
 def test_missing_keys_take_the_defaults_and_unknown_keys_are_ignored() -> None:
-    spec = Spec.from_doc({"name": "d", "model": "store://m/", "future_knob": 1, "max_workers": None})
+    spec = Spec.from_doc(
+        {"name": "d", "model": "store://m/", "future_knob": 1, "max_workers": None}
+    )
     assert spec == Spec(name="d", model="store://m/")
     assert (spec.max_boot_s, spec.execution_timeout_s, spec.max_workers) == (600.0, 600.0, 1)
 
