@@ -30,6 +30,21 @@ def job_row(loop: Reconciler, job_id: str) -> Job:
         return job
 
 
+def job_and_heartbeating_worker(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> tuple[str, str]:
+    """A job submitted at zero workers, and the worker the reconciler started for it, whose
+    heartbeat is fresh for 10 s."""
+    deploy(client, keys["a"])
+    jid = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()["id"]
+    loop.tick(now())
+    wid = provider(loop).started[0].worker_id
+    redis_client.set(worker_heartbeat_key(wid), "{}", ex=10)
+    return jid, wid
+
+
 def test_scale_from_zero_marks_jobs_starting(
     client: TestClient, keys: dict[str, str], loop: Reconciler
 ) -> None:
@@ -71,13 +86,7 @@ def test_ttl_expires_jobs_that_never_started(
 def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
     client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
 ) -> None:
-    deploy(client, keys["a"])
-    jid = client.post(
-        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
-    ).json()["id"]
-    loop.tick(now())
-    wid = provider(loop).started[0].worker_id
-    redis_client.set(worker_heartbeat_key(wid), "{}", ex=10)
+    jid, wid = job_and_heartbeating_worker(client, keys, loop, redis_client)
     t = now().timestamp()
     for i, state in enumerate(["loading", "warming", "idle", "busy"]):
         r = client.post(
@@ -129,13 +138,7 @@ with Connection(url, transport_options=BROKER_TRANSPORT_OPTIONS) as conn:
 def test_a_killed_workers_unacked_wake_up_is_forgotten_once_nothing_needs_it(
     client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
 ) -> None:
-    deploy(client, keys["a"])
-    jid = client.post(
-        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
-    ).json()["id"]
-    loop.tick(now())
-    wid = provider(loop).started[0].worker_id
-    redis_client.set(worker_heartbeat_key(wid), "{}", ex=10)
+    jid, wid = job_and_heartbeating_worker(client, keys, loop, redis_client)
     queue = deployment_queue(job_row(loop, jid).deployment_id)
     taker = subprocess.Popen(
         [sys.executable, "-c", TAKE_ONE, loop.env.settings.redis_url, queue],
