@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     storage_endpoints: tuple[str, ...] = ()
     # `file://` and host paths for the operator's tenant; never for other tenants.
     allow_host_paths: bool = False
+    # Check a deployment's model before creating it or changing it (config.json, weights,
+    # safetensors headers: services/model_check.py); off, a bad model fails in its workers.
+    validate_models: bool = True
 
     @field_validator("worker_token")
     @classmethod

@@ -58,10 +58,7 @@ def read(access: Access, max_bytes: int, field: str = "input_uri") -> bytes:
     from botocore.exceptions import BotoCoreError, ClientError
 
     shown = access.location.uri
-    unreadable = InvalidRequest(
-        f"{shown} does not exist or is not readable",
-        errors=[{"field": field, "message": "not found or not readable"}],
-    )
+    unreadable = _unreadable(access, field)
     if access.location.kind == "host":
         return _read_host(access, max_bytes, field, unreadable)
     if access.location.kind not in ("store", "s3"):
@@ -83,6 +80,58 @@ def read(access: Access, max_bytes: int, field: str = "input_uri") -> bytes:
         raise Unavailable(f"object storage answered {error_code(exc)} reading {field}") from None
     except BotoCoreError as exc:
         raise Unavailable(f"object storage is unavailable: {type(exc).__name__}") from None
+
+
+def read_range(access: Access, offset: int, length: int, field: str = "model") -> tuple[bytes, int]:
+    """At most `length` bytes from `offset` of the object a tenant named, and the object's size
+    (a safetensors header without its data); the same errors as `read`, missing and forbidden
+    alike. Bytes past the end of the object are simply not there.
+    """
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    unreadable = _unreadable(access, field)
+    if access.location.kind == "host":
+        return _read_host_range(access, offset, length, unreadable)
+    if access.location.kind not in ("store", "s3"):
+        raise InvalidRequest(
+            f"{access.location.uri}: {field} must be store://path or s3://bucket/key",
+            errors=[{"field": field, "message": "expected store://path or s3://bucket/key"}],
+        )
+    bucket, key = split_uri(access.uri, field)
+    s3 = storage.s3_client(access)
+    try:
+        size = int(s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        end = min(offset + length, size)  # exclusive
+        if end <= offset:
+            return b"", size
+        body = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-{end - 1}")["Body"]
+        data: bytes = body.read()
+        return data, size
+    except ClientError as exc:
+        if error_code(exc) in MISSING or error_code(exc) in _DENIED:
+            raise unreadable from None
+        raise Unavailable(f"object storage answered {error_code(exc)} reading {field}") from None
+    except BotoCoreError as exc:
+        raise Unavailable(f"object storage is unavailable: {type(exc).__name__}") from None
+
+
+def _unreadable(access: Access, field: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"{access.location.uri} does not exist or is not readable",
+        errors=[{"field": field, "message": "not found or not readable"}],
+    )
+
+
+def _read_host_range(
+    access: Access, offset: int, length: int, unreadable: Exception
+) -> tuple[bytes, int]:
+    try:
+        with Path(access.location.key).open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            f.seek(offset)
+            return f.read(max(0, min(length, size - offset))), size
+    except OSError:
+        raise unreadable from None
 
 
 def _read_host(access: Access, max_bytes: int, field: str, unreadable: Exception) -> bytes:

@@ -31,7 +31,9 @@ def ok(*args: str, env: dict[str, str]) -> str:
     return done.stdout
 
 
-def test_deploy_dry_run_shows_changes_and_wait_follows_the_worker(env: dict[str, str]) -> None:
+def test_deploy_dry_run_shows_changes_and_wait_follows_the_worker(
+    env: dict[str, str], demo_model: Path
+) -> None:
     out = ok("deploy", "--name", "demo", "--max-workers", "2", "--dry-run", env=env)
     assert "update deployment 'demo' (version 1):" in out
     assert "~ max_workers: 1 -> 2" in out and "dry run: nothing changed" in out
@@ -40,7 +42,8 @@ def test_deploy_dry_run_shows_changes_and_wait_follows_the_worker(env: dict[str,
     assert done.returncode == 0, done.stderr
     assert "up to date" in done.stdout and "ready: worker wrk_" in done.stdout
 
-    done = cli("deploy", "--name", "lazy-cli", "--model", "store://models/demo/", "--wait", env=env)
+    # A model that exists: deployments are validated (PLATFORM_VALIDATE_MODELS).
+    done = cli("deploy", "--name", "lazy-cli", "--model", str(demo_model), "--wait", env=env)
     assert done.returncode == 0 and "min_workers 0" in done.stderr
     ok("deployments", "delete", "lazy-cli", env=env)
 

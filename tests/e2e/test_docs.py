@@ -65,7 +65,12 @@ def test_the_docs_have_runnable_blocks() -> None:
 def workdir(
     platform: dict[str, Any], demo_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, dict[str, str]]:
-    ensure_demo(Client(base_url=platform["url"], api_key=platform["api_key"]), demo_model)
+    client = Client(base_url=platform["url"], api_key=platform["api_key"])
+    ensure_demo(client, demo_model)
+    # The docs deploy `store://models/demo/`, as the README's upload leaves it; deployments
+    # check their model exists (services/model_check.py), so it must be there.
+    client.files.upload_dir(demo_model, "models/demo/")
+    client.close()
     cwd = tmp_path_factory.mktemp("docs")
     for block in ALL:
         if "file" in block.options:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -22,7 +23,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from control_plane.embedded.processes import free_port
-from sdk import Client, webhooks
+from sdk import Client, InvalidRequestError, webhooks
 from tests.e2e.conftest import BIN, alive, cli, descendants, processes_mentioning
 
 pytestmark = pytest.mark.e2e
@@ -206,9 +207,18 @@ def test_foreground_up_stops_every_child_on_sigterm(
             proc.wait()
 
 
-def test_unloadable_model_fails_calls_fast_with_a_clear_error(platform: dict[str, Any]) -> None:
+def test_unloadable_model_fails_calls_fast_with_a_clear_error(
+    platform: dict[str, Any], demo_model: Path, tmp_path: Path
+) -> None:
     client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
-    client.deployments.create(name="broken", model="store://models/does-not-exist/")
+    # A model that does not exist is refused when it is deployed (PLATFORM_VALIDATE_MODELS) ...
+    with pytest.raises(InvalidRequestError, match="does not exist or is not readable"):
+        client.deployments.create(name="broken", model="store://models/does-not-exist/")
+    # ... and one whose weights disappear after the deploy fails its calls fast in the worker.
+    model = tmp_path / "does-not-exist"
+    shutil.copytree(demo_model, model)
+    client.deployments.create(name="broken", model=str(model))
+    (model / "model.safetensors").unlink()
     job = client.submit("broken", input={"prompt": "hi", "max_tokens": 2})
     t0 = time.monotonic()
     final = client.jobs.get(job.id)

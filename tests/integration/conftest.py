@@ -30,6 +30,10 @@ def settings(database_url: str, redis_url: str) -> Settings:
         worker_token=WORKER_TOKEN,
         sync_wait_default_s=0.5,
         webhook_allow_private=False,
+        # These tests deploy models that do not exist (`deploy()` names store://models/demo/)
+        # and run a recording provider that never loads weights; the deploy-time model check
+        # is tested with real checkpoints in test_deploy_validation.py.
+        validate_models=False,
     )
 
 

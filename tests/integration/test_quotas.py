@@ -95,6 +95,7 @@ def test_redis_down(database_url: str, fail_open: bool) -> None:
         redis_url=dead,
         worker_token=WORKER_TOKEN,
         quota_fail_open=fail_open,
+        validate_models=False,  # the deployed model does not exist; no worker loads it
     )
     key = tenant_key(database_url)
     with TestClient(create_app(settings)) as client:
@@ -121,6 +122,7 @@ def two_api_processes(database_url: str, redis_url: str, tmp_path: Path) -> Iter
                 "PLATFORM_REDIS_URL": redis_url,
                 "PLATFORM_API_PORT": str(port),
                 "PLATFORM_WORKER_TOKEN": WORKER_TOKEN,
+                "PLATFORM_VALIDATE_MODELS": "false",  # the deployed model does not exist
             }
             p = spawn(
                 f"api{i}",

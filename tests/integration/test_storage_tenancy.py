@@ -43,6 +43,8 @@ def settings(database_url: str, redis_url: str, s3_env: S3Server) -> Settings:
         results_bucket="results-tenancy",
         upload_max_bytes=UPLOAD_LIMIT,
         secret_key="test-secret-key-for-storage-credentials",
+        # Tenancy of URIs, not checkpoints: the deployed models are not uploaded here.
+        validate_models=False,
     )
 
 

@@ -160,6 +160,7 @@ def env(
         worker_token=WORKER_TOKEN,
         webhook_allow_private=True,
         results_bucket="results-webhooks",
+        validate_models=False,  # the deployed model does not exist; no worker loads it
     )
     child_env = {
         **os.environ,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Query, Response
 from sqlalchemy.orm import Session
 
 from control_plane.api.context import Ctx, Db, Now, Principal
@@ -13,7 +13,7 @@ from control_plane.api.schemas import DeploymentList, DeploymentPublic, Deployme
 from control_plane.db.models import Deployment
 from control_plane.domain.clock import iso
 from control_plane.errors import InvalidRequest
-from control_plane.services import deployments, scale_decisions, storage, workers
+from control_plane.services import deployments, model_check, scale_decisions, storage, workers
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 
@@ -39,11 +39,16 @@ def with_scaling(ctx: Ctx, session: Session, deps: list[Deployment]) -> list[dic
     return [to_public(session, d, latest.get(d.id)) for d in deps]
 
 
-def _check(ctx: Ctx, session: Session, tenant_id: str, spec: DeploymentSpec) -> None:
+def _check(
+    ctx: Ctx, session: Session, tenant_id: str, spec: DeploymentSpec, model_changed: bool = True
+) -> None:
     """Refuse, before anything is written, a spec this tenant may not run: an unknown
-    accelerator, or a model outside what the tenant may read (docs/security.md)."""
+    accelerator, a model outside what the tenant may read (docs/security.md), or, when the
+    model is new or changed, one a worker would not load (services/model_check.py)."""
     _check_accelerator(ctx, spec)
-    storage.resolve(session, ctx.settings, tenant_id, spec.model, "model")
+    access = storage.resolve(session, ctx.settings, tenant_id, spec.model, "model")
+    if model_changed and ctx.settings.validate_models:
+        model_check.check_model(access)
 
 
 def _check_accelerator(ctx: Ctx, spec: DeploymentSpec) -> None:
@@ -55,18 +60,43 @@ def _check_accelerator(ctx: Ctx, spec: DeploymentSpec) -> None:
         )
 
 
+DryRun = Query(
+    False, description="run every check and answer what would be written, writing nothing"
+)
+
+
 @router.post("", status_code=201, response_model=DeploymentPublic)
-def create_deployment(spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
+def create_deployment(
+    spec: DeploymentSpec,
+    ctx: Ctx,
+    session: Db,
+    who: Principal,
+    at: Now,
+    response: Response,
+    dry_run: bool = DryRun,
+) -> Any:
     who.require("deploy")
     _check(ctx, session, who.tenant_id, spec)
     dep = deployments.create(session, who.tenant_id, spec.model_dump(), at)
+    body = to_public(session, dep)
+    if dry_run:
+        # NOTE: the row was only flushed (so a taken name answers 409 here too); rolled back.
+        session.rollback()
+        response.status_code = 200
+        return body
     session.commit()
-    return to_public(session, dep)
+    return body
 
 
 @router.put("/{name}", response_model=DeploymentPublic)
 def update_deployment(
-    name: str, spec: DeploymentSpec, ctx: Ctx, session: Db, who: Principal, at: Now
+    name: str,
+    spec: DeploymentSpec,
+    ctx: Ctx,
+    session: Db,
+    who: Principal,
+    at: Now,
+    dry_run: bool = DryRun,
 ) -> Any:
     who.require("deploy")
     if spec.name != name:
@@ -74,10 +104,15 @@ def update_deployment(
             f"body name {spec.name!r} does not match the path {name!r}",
             errors=[{"field": "name", "message": "must match the URL"}],
         )
-    _check(ctx, session, who.tenant_id, spec)
+    current = deployments.get(session, who.tenant_id, name)
+    _check(ctx, session, who.tenant_id, spec, current.spec_doc.get("model") != spec.model)
     dep = deployments.update(session, who.tenant_id, name, spec.model_dump(), at)
+    body = with_scaling(ctx, session, [dep])[0]
+    if dry_run:
+        session.rollback()
+        return body
     session.commit()
-    return with_scaling(ctx, session, [dep])[0]
+    return body
 
 
 @router.get("", response_model=DeploymentList)
