@@ -9,9 +9,9 @@ botocore.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from control_plane.errors import InvalidRequest, NotFound, Unavailable
@@ -21,6 +21,8 @@ from control_plane.settings import Settings
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+T = TypeVar("T")
 
 CHUNK_BYTES = 256 * 1024
 MISSING = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
@@ -55,31 +57,17 @@ def read(access: Access, max_bytes: int, field: str = "input_uri") -> bytes:
     Missing and forbidden give the same answer: telling them apart would let a tenant probe
     for objects it may not read.
     """
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    shown = access.location.uri
-    unreadable = _unreadable(access, field)
     if access.location.kind == "host":
-        return _read_host(access, max_bytes, field, unreadable)
-    if access.location.kind not in ("store", "s3"):
-        raise InvalidRequest(
-            f"{shown}: {field} must be store://path or s3://bucket/key",
-            errors=[{"field": field, "message": "expected store://path or s3://bucket/key"}],
-        )
-    bucket, key = split_uri(access.uri, field)
-    s3 = storage.s3_client(access)
-    try:
+        return _read_host(access, max_bytes, field, _unreadable(access, field))
+
+    def whole(s3: S3Client, bucket: str, key: str) -> bytes:
         size = int(s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
         if size > max_bytes:
-            raise _too_large(shown, size, max_bytes, field)
+            raise _too_large(access.location.uri, size, max_bytes, field)
         data: bytes = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
         return data
-    except ClientError as exc:
-        if error_code(exc) in MISSING or error_code(exc) in _DENIED:
-            raise unreadable from None
-        raise Unavailable(f"object storage answered {error_code(exc)} reading {field}") from None
-    except BotoCoreError as exc:
-        raise Unavailable(f"object storage is unavailable: {type(exc).__name__}") from None
+
+    return _with_s3(access, field, whole)
 
 
 def read_range(access: Access, offset: int, length: int, field: str = "model") -> tuple[bytes, int]:
@@ -87,19 +75,10 @@ def read_range(access: Access, offset: int, length: int, field: str = "model") -
     (a safetensors header without its data); the same errors as `read`, missing and forbidden
     alike. Bytes past the end of the object are simply not there.
     """
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    unreadable = _unreadable(access, field)
     if access.location.kind == "host":
-        return _read_host_range(access, offset, length, unreadable)
-    if access.location.kind not in ("store", "s3"):
-        raise InvalidRequest(
-            f"{access.location.uri}: {field} must be store://path or s3://bucket/key",
-            errors=[{"field": field, "message": "expected store://path or s3://bucket/key"}],
-        )
-    bucket, key = split_uri(access.uri, field)
-    s3 = storage.s3_client(access)
-    try:
+        return _read_host_range(access, offset, length, _unreadable(access, field))
+
+    def part(s3: S3Client, bucket: str, key: str) -> tuple[bytes, int]:
         size = int(s3.head_object(Bucket=bucket, Key=key)["ContentLength"])
         end = min(offset + length, size)  # exclusive
         if end <= offset:
@@ -107,9 +86,26 @@ def read_range(access: Access, offset: int, length: int, field: str = "model") -
         body = s3.get_object(Bucket=bucket, Key=key, Range=f"bytes={offset}-{end - 1}")["Body"]
         data: bytes = body.read()
         return data, size
+
+    return _with_s3(access, field, part)
+
+
+def _with_s3(access: Access, field: str, fn: Callable[[S3Client, str, str], T]) -> T:
+    """`fn(client, bucket, key)` for a store or s3 location, its errors turned into ours:
+    missing and denied → the one unreadable answer; anything else → 503."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if access.location.kind not in ("store", "s3"):
+        raise InvalidRequest(
+            f"{access.location.uri}: {field} must be store://path or s3://bucket/key",
+            errors=[{"field": field, "message": "expected store://path or s3://bucket/key"}],
+        )
+    bucket, key = split_uri(access.uri, field)
+    try:
+        return fn(storage.s3_client(access), bucket, key)
     except ClientError as exc:
         if error_code(exc) in MISSING or error_code(exc) in _DENIED:
-            raise unreadable from None
+            raise _unreadable(access, field) from None
         raise Unavailable(f"object storage answered {error_code(exc)} reading {field}") from None
     except BotoCoreError as exc:
         raise Unavailable(f"object storage is unavailable: {type(exc).__name__}") from None
