@@ -30,3 +30,24 @@ def submit(client: TestClient, key: str, **body: Any) -> str:
     assert r.status_code == 202, r.text
     job_id: str = r.json()["id"]
     return job_id
+
+
+def operator_and_tenants(database_url: str) -> dict[str, dict[str, str]]:
+    """Tenants `op` (the operator), `a` and `b`, each with an admin key: name -> {id, key}."""
+    from datetime import UTC, datetime
+
+    from control_plane.db.session import make_engine, make_sessionmaker
+    from control_plane.services import auth
+
+    engine = make_engine(database_url)
+    now = datetime.now(UTC)
+    out: dict[str, dict[str, str]] = {}
+    with make_sessionmaker(engine)() as s:
+        for name in ("op", "a", "b"):
+            t = auth.create_tenant(s, name, now)
+            t.is_operator = name == "op"
+            s.flush()
+            out[name] = {"id": t.id, "key": auth.create_api_key(s, t.id, {"admin"}, now)[1]}
+        s.commit()
+    engine.dispose()
+    return out

@@ -9,7 +9,6 @@ import json
 import struct
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +20,9 @@ from fastapi.testclient import TestClient
 from safetensors.torch import save as save_safetensors
 
 from control_plane.api.app import create_app
-from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services import auth
 from control_plane.settings import Settings
 from tests.conftest import S3Server
-from tests.integration.api_helpers import WORKER_TOKEN, h
+from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants
 
 STORE = "store-validation"
 LLAMA = {
@@ -76,18 +73,7 @@ def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
 @pytest.fixture
 def keys(settings: Settings) -> dict[str, str]:
     """Admin keys of the operator's tenant `op` and of tenants `a` and `b`."""
-    engine = make_engine(settings.database_url)
-    now = datetime.now(UTC)
-    out: dict[str, str] = {}
-    with make_sessionmaker(engine)() as s:
-        for name in ("op", "a", "b"):
-            t = auth.create_tenant(s, name, now)
-            t.is_operator = name == "op"
-            s.flush()
-            out[name] = auth.create_api_key(s, t.id, {"admin"}, now)[1]
-        s.commit()
-    engine.dispose()
-    return out
+    return {name: t["key"] for name, t in operator_and_tenants(settings.database_url).items()}
 
 
 def upload(client: TestClient, key: str, prefix: str, files: dict[str, bytes]) -> str:

@@ -21,11 +21,11 @@ from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.providers.local import worker_env
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.env import Env
-from control_plane.services import auth, files
+from control_plane.services import files
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
 from tests.conftest import S3Server
-from tests.integration.api_helpers import WORKER_TOKEN, h
+from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants
 from tests.integration.conftest import RecordingProvider
 
 STORE = "store-tenancy"
@@ -57,18 +57,7 @@ def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
 @pytest.fixture
 def tenants(settings: Settings) -> dict[str, Any]:
     """The operator's tenant `op` and two ordinary tenants `a` and `b`, with admin keys."""
-    engine = make_engine(settings.database_url)
-    now = datetime.now(UTC)
-    out: dict[str, Any] = {}
-    with make_sessionmaker(engine)() as s:
-        for name in ("op", "a", "b"):
-            t = auth.create_tenant(s, name, now)
-            t.is_operator = name == "op"
-            s.flush()
-            out[name] = {"id": t.id, "key": auth.create_api_key(s, t.id, {"admin"}, now)[1]}
-        s.commit()
-    engine.dispose()
-    return out
+    return operator_and_tenants(settings.database_url)
 
 
 def put(client: TestClient, key: str, path: str, data: bytes) -> httpx.Response:
