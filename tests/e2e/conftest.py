@@ -3,6 +3,7 @@ a demo model built on disk."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -84,10 +85,11 @@ def demo_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_demo_model(tmp_path_factory.mktemp("model") / "demo")
 
 
-@pytest.fixture(scope="session")
-def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """`platform up --detach` on a free port; `platform down` at the end, leaving nothing."""
-    state_dir = tmp_path_factory.mktemp("platform")
+@contextlib.contextmanager
+def embedded_platform(state_dir: Path, extra_env: dict[str, str]) -> Iterator[dict[str, Any]]:
+    """`platform up --detach` on a free port; `platform down` at the end, after which no
+    process mentioning `state_dir` may be left. Yields platform.json plus `env` (for the CLI
+    and SDK: URL, admin key, the S3 endpoint and its keys) and `state_dir`."""
     port = free_port()
     env = {
         **os.environ,
@@ -98,6 +100,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
         # the operator's tests deploy the demo model from its host path (other tenants never
         # may; test_platform_e2e uploads into the namespace as a tenant would)
         "PLATFORM_ALLOW_HOST_PATHS": "true",
+        **extra_env,
     }
     up = cli("up", "--detach", "--port", str(port), "--state-dir", str(state_dir), env=env)
     assert up.returncode == 0, up.stdout + up.stderr
@@ -114,5 +117,14 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any
     yield {**state, "env": env, "state_dir": state_dir}
     down = cli("down", "--state-dir", str(state_dir), env=env)
     assert down.returncode == 0, down.stdout + down.stderr
-    time.sleep(0.5)
-    assert processes_mentioning(str(state_dir)) == []
+    deadline = time.monotonic() + 10
+    while (left := processes_mentioning(str(state_dir))) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert left == [], f"processes left behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The embedded platform for the e2e tests (`embedded_platform`)."""
+    with embedded_platform(tmp_path_factory.mktemp("platform"), {}) as state:
+        yield state
