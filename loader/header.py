@@ -87,8 +87,9 @@ def parse_header(uri: str, raw: bytes | bytearray | memoryview, object_size: int
     data_size = object_size - data_offset
     try:
         doc: Any = json.loads(bytes(raw))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptCheckpoint(uri, f"header is not valid JSON: {exc}") from exc
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        # RecursionError: nesting deeper than the parser's stack (a crafted header)
+        raise CorruptCheckpoint(uri, f"header is not valid JSON: {type(exc).__name__}") from None
     if not isinstance(doc, dict):
         raise CorruptCheckpoint(uri, "header is not a JSON object")
     metadata = doc.pop("__metadata__", None) or {}

@@ -108,7 +108,8 @@ def _read_json(access: Access, name: str) -> dict[str, Any]:
 def _parse_json(access: Access, name: str, data: bytes) -> dict[str, Any]:
     try:
         doc = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        # RecursionError: nesting deeper than the parser's stack (a crafted file)
         raise _bad(access, f"{name}: not valid JSON") from None
     if not isinstance(doc, dict):
         raise _bad(access, f"{name}: not a JSON object")

@@ -178,6 +178,11 @@ def test_a_config_the_worker_refuses_is_refused(
     [
         ({"config.json": b"[1, 2]"}, "config.json: not a JSON object"),
         ({"config.json": b"{nope"}, "config.json: not valid JSON"),
+        ({"config.json": b"[" * 100_000 + b"]" * 100_000}, "config.json: not valid JSON"),
+        (
+            {"model.safetensors": struct.pack("<Q", 200_000) + b"[" * 100_000 + b"]" * 100_000},
+            "model.safetensors: header is not valid JSON",
+        ),
         ({"model.safetensors": b"garbage!" * 4}, "model.safetensors: header length"),
         ({"model.safetensors": b"\x01"}, "too small for a safetensors header"),
         (
