@@ -400,3 +400,24 @@ def test_fused_tensors_are_accepted_and_split_back(tmp_path: Path) -> None:
     rebuilt = build_model(config, fused)
     for name, tensor in model.state_dict().items():
         torch.testing.assert_close(rebuilt.state_dict()[name], tensor, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["qwen2_qkv_bias", "llama_mqa_tied", "qwen3_qk_norm"])
+def test_the_loader_streams_straight_into_fused_tensors(name: str, tmp_path: Path) -> None:
+    """With `load_name_map` the loader hands over q/k/v and gate/up already fused (no copy
+    after the load); the model is the one built from the HF tensors, bit for bit."""
+    import loader
+    from worker.model.weights import load_name_map
+
+    _save_hf_model(name, tmp_path)
+    config = ModelConfig.from_hf_dict(json.loads((tmp_path / "config.json").read_text()))
+    tensors = loader.load(str(tmp_path), name_map=load_name_map(config)).tensors
+    assert not any(".q_proj." in n or ".gate_proj." in n for n in tensors)
+    assert any(n.endswith("qkv_proj.weight") for n in tensors)
+    if config.qkv_bias:
+        assert any(n.endswith("qkv_proj.bias") for n in tensors)
+    want = _our_model(tmp_path).state_dict()
+    got = build_model(config, tensors).state_dict()
+    assert got.keys() == want.keys()
+    for n, t in want.items():
+        assert torch.equal(got[n], t), n

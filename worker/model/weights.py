@@ -3,8 +3,9 @@
 The tensors come from the loader (already on their device); this module only checks names,
 shapes and devices, casts, fuses (q/k/v into ``qkv_proj``, gate/up into ``gate_up_proj``) and
 places them. A loader may also hand over already fused ``qkv_proj`` / ``gate_up_proj``
-tensors. The model skeleton is built on the meta device, so no memory is spent on a random
-init that would be thrown away.
+tensors: ``load_name_map(config)`` has the loader stream q/k/v and gate/up into them directly.
+The model skeleton is built on the meta device, so no memory is spent on a random init that
+would be thrown away.
 
 Example:
 
@@ -17,11 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import torch
 from torch import nn
 
+from loader.options import Fused
 from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 
@@ -95,6 +97,28 @@ def _skip_init() -> Iterator[None]:
     finally:
         for cls, method in saved.items():
             cls.reset_parameters = method  # type: ignore[method-assign]
+
+
+def load_name_map(config: ModelConfig) -> Callable[[str], str | Fused | None]:
+    """The loader's name map for ``config``: q/k/v and gate/up land side by side in their fused
+    tensor (no concatenation copy after the load: on CPU that copy was most of the model
+    build, on a GPU it doubled those weights' memory for a moment); tensors the model
+    recomputes or ties are not fetched at all."""
+    members = {
+        part: (fused, index) for fused, parts in _FUSED.items() for index, part in enumerate(parts)
+    }
+
+    def name_map(name: str) -> str | Fused | None:
+        if _IGNORED.fullmatch(name) or (config.tie_word_embeddings and name == _TIED_HEAD):
+            return None
+        for part, (fused, index) in members.items():
+            marker = f".{part}."
+            if marker in name:
+                prefix, suffix = name.split(marker)
+                return Fused(f"{prefix}.{fused}.{suffix}", index)
+        return name
+
+    return name_map
 
 
 def _fused_sources(name: str) -> tuple[str, ...] | None:

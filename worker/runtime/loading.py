@@ -44,7 +44,7 @@ def load_model(
     from tokenizers import Tokenizer
 
     from worker.model.config import ModelConfig
-    from worker.model.weights import build_model
+    from worker.model.weights import build_model, load_name_map
 
     t0 = time.monotonic()
     config = ModelConfig.from_hf_dict(json.loads(read_bytes(join_uri(model_uri, "config.json"))))
@@ -56,7 +56,8 @@ def load_model(
         eos = gen_cfg.get("eos_token_id")
         eos_ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     t1 = time.monotonic()
-    result = load(model_uri, device=device, options=options)
+    # q/k/v and gate/up stream straight into their fused tensors
+    result = load(model_uri, device=device, options=options, name_map=load_name_map(config))
     m = result.metrics
     t2 = time.monotonic()
     model = build_model(config, result.tensors)
