@@ -1,4 +1,9 @@
-"""Local cache tier: write-through copies of remote objects, keyed by URI and version.
+"""Local cache tiers: write-through copies of remote objects, keyed by URI and version.
+
+Two tiers of the same kind, fastest first (`cache_tiers`): host memory (a directory on a tmpfs
+such as /dev/shm: entries outlive the worker that loaded them, a hit is a memory copy) and
+local disk. A load reads an object from the fastest tier holding that exact version, and writes
+it through to every faster tier that lacks it (a disk hit fills the host tier).
 
 An entry is a complete copy of one object (a valid safetensors file), named by a hash of
 (uri, ETag, size), written while the object streams in and renamed into place only after the
@@ -14,10 +19,13 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from loader.http import ObjectInfo
+from loader.options import LoadOptions
 from loader.sinks import Chunk
 
 _SUFFIX = ".safetensors"
@@ -127,6 +135,52 @@ class DiskCache:
                 break
             path.unlink(missing_ok=True)
             total -= size
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    name: str  # "host" | "disk": how metrics and logs name it
+    cache: DiskCache
+
+
+def cache_tiers(options: LoadOptions) -> list[Tier]:
+    """The tiers `options` turns on, fastest first."""
+    tiers = []
+    if options.host_cache_dir and options.host_cache_max_bytes > 0:
+        tiers.append(Tier("host", DiskCache(options.host_cache_dir, options.host_cache_max_bytes)))
+    if options.cache_dir:
+        tiers.append(Tier("disk", DiskCache(options.cache_dir, options.cache_max_bytes)))
+    return tiers
+
+
+class EntryWriter(Protocol):
+    def write(self, offset: int, data: memoryview | bytes) -> None: ...
+    def write_chunks(self, offset: int, chunks: list[Chunk]) -> None: ...
+    def commit(self) -> None: ...
+    def abort(self) -> None: ...
+
+
+class FanOutWriter:
+    """One object's bytes written to new entries of several tiers at once."""
+
+    def __init__(self, writers: Sequence[CacheWriter]) -> None:
+        self.writers = list(writers)
+
+    def write(self, offset: int, data: memoryview | bytes) -> None:
+        for w in self.writers:
+            w.write(offset, data)
+
+    def write_chunks(self, offset: int, chunks: list[Chunk]) -> None:
+        for w in self.writers:
+            w.write_chunks(offset, chunks)
+
+    def commit(self) -> None:
+        for w in self.writers:
+            w.commit()
+
+    def abort(self) -> None:
+        for w in self.writers:
+            w.abort()
 
 
 def _partial_path(final: Path) -> Path:

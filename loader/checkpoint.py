@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from loader.arena import allocate_arena, open_sink, tensor_view
-from loader.cache import CacheWriter, DiskCache
+from loader.cache import EntryWriter, FanOutWriter, Tier, cache_tiers
 from loader.fetch import Fetcher
 from loader.heads import ObjectHead, close_sources, read_heads
 from loader.objects import check_index, resolve_objects
@@ -101,8 +101,8 @@ def load(
     delivery = _Delivery(dtype, on_tensor, on_progress, t_start)
     concurrency = options.resolved_concurrency()
     objects = resolve_objects(uri, options)
-    cache = DiskCache(options.cache_dir, options.cache_max_bytes) if options.cache_dir else None
-    heads = read_heads(objects.uris, options, cache, concurrency)
+    tiers = cache_tiers(options)
+    heads = read_heads(objects.uris, options, tiers, concurrency)
     try:
         check_index(objects, (h.header for h in heads))
         t_header = time.monotonic()
@@ -116,7 +116,7 @@ def load(
         )
         assembly = Assembly(uri, layout.plan)
         delivery.report(assembly, "header")
-        with _write_through(cache, heads, layout.plan) as writers:
+        with _write_through(tiers, heads, layout.plan) as writers:
             fetched = _fetch(
                 heads, layout, assembly, writers, delivery, dev, copier, options, concurrency
             )
@@ -140,22 +140,30 @@ def load(
 
 @contextmanager
 def _write_through(
-    cache: DiskCache | None, heads: Sequence[ObjectHead], plan: Plan
-) -> Iterator[dict[int, CacheWriter]]:
-    """New cache entries (object index → writer) for remote objects the cache lacks, committed
-    when the block succeeds and removed when it raises.
+    tiers: Sequence[Tier], heads: Sequence[ObjectHead], plan: Plan
+) -> Iterator[dict[int, EntryWriter]]:
+    """New cache entries (object index → writer) in every tier faster than the one an object
+    comes from (all tiers for one from its origin), committed when the block succeeds and
+    removed when it raises. Objects that are local files to begin with are not copied.
 
     Only a load that fetches every byte writes through: skipped tensors would leave holes.
     """
-    writers: dict[int, CacheWriter] = {}
+    writers: dict[int, EntryWriter] = {}
+    names = [t.name for t in tiers]
     try:
-        if cache is not None and plan.complete:
-            for i, h in enumerate(heads):
-                if h.source.remote and not h.cache_hit:
-                    w = cache.writer(h.source.uri, h.info)
-                    if w is not None:
-                        writers[i] = w
-                        w.write(0, h.raw)
+        for i, h in enumerate(heads):
+            if not plan.complete or not (h.source.remote or h.tier is not None):
+                continue
+            faster = tiers if h.tier is None else tiers[: names.index(h.tier)]
+            fan_out = FanOutWriter([])
+            writers[i] = fan_out  # before any entry exists: an error aborts them all
+            for t in faster:
+                entry = t.cache.writer(h.source.uri, h.version)
+                if entry is not None:
+                    fan_out.writers.append(entry)
+                    entry.write(0, h.raw)
+            if not fan_out.writers:
+                del writers[i]
         yield writers
         while writers:
             writers.popitem()[1].commit()  # a committed entry is never aborted
@@ -169,7 +177,7 @@ def _fetch(
     heads: Sequence[ObjectHead],
     layout: FetchLayout,
     assembly: Assembly,
-    writers: dict[int, CacheWriter],
+    writers: dict[int, EntryWriter],
     delivery: _Delivery,
     device: torch.device,
     copier: Copier | None,

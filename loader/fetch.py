@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loader.cache import CacheWriter
+from loader.cache import EntryWriter
 from loader.errors import FetchError
 from loader.http import ObjectInfo, Retryable
 from loader.options import LoadOptions
@@ -98,7 +98,7 @@ class Fetcher:
         pins: list[ObjectInfo],
         prefetched: dict[int, tuple[int, memoryview]],
         options: LoadOptions,
-        caches: dict[int, CacheWriter],
+        caches: dict[int, EntryWriter],
     ) -> None:
         self.sources = sources
         self.pins = pins

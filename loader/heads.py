@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from loader.cache import DiskCache
+from loader.cache import DiskCache, Tier
 from loader.errors import FetchError
 from loader.header import HEADER_PREFIX_BYTES, Header, header_length, parse_header
 from loader.hf import HfSource, hf_transfer_installed
@@ -34,8 +34,15 @@ class ObjectHead:
     raw: bytes  # the 8-byte prefix + header bytes (written to the cache)
     prefetched: bytearray  # data bytes that came with the header
     stream: bool  # the server ignores Range: read the object as one stream
-    cache_hit: bool = False  # served from the local cache tier
+    cache_hit: bool = False  # served from a cache tier (`tier`)
     downloaded_s: float = -1.0  # seconds hf_transfer took to fill the cache entry (-1: not used)
+    tier: str | None = None  # the cache tier the bytes come from (a hit or an hf_transfer fill)
+    origin: ObjectInfo | None = None  # the origin's version when `tier` serves it (its key)
+
+    @property
+    def version(self) -> ObjectInfo:
+        """The object's version at its origin: what cache tiers key its entries on."""
+        return self.origin or self.info
 
     def shard(self) -> ShardHeader:
         """The planner's view of the object."""
@@ -44,13 +51,13 @@ class ObjectHead:
 
 
 def read_heads(
-    uris: Sequence[str], options: LoadOptions, cache: DiskCache | None, concurrency: int
+    uris: Sequence[str], options: LoadOptions, tiers: Sequence[Tier], concurrency: int
 ) -> tuple[ObjectHead, ...]:
     """Heads of every object, read concurrently; the first error is raised."""
-    use_hf_transfer = cache is not None and options.hf_transfer and hf_transfer_installed()
+    use_hf_transfer = bool(tiers) and options.hf_transfer and hf_transfer_installed()
 
     def head(uri: str) -> ObjectHead:
-        return _read_object_head(uri, options, cache, concurrency, use_hf_transfer)
+        return _read_object_head(uri, options, tiers, concurrency, use_hf_transfer)
 
     with ThreadPoolExecutor(max_workers=min(concurrency, len(uris))) as pool:
         return tuple(pool.map(head, uris))
@@ -67,24 +74,30 @@ def close_sources(heads: Sequence[ObjectHead]) -> None:
 def _read_object_head(
     uri: str,
     options: LoadOptions,
-    cache: DiskCache | None,
+    tiers: Sequence[Tier],
     concurrency: int,
     use_hf_transfer: bool,
 ) -> ObjectHead:
     source = open_source(uri, options.s3)
     head = read_head(source, options)
-    if cache is None or not source.remote:
+    if not tiers or not source.remote:
         return head
-    hit = cache.lookup(uri, head.info)
-    if hit is not None:
-        return dataclasses.replace(read_head(LocalSource(uri, hit), options), cache_hit=True)
+    # NOTE: the origin's header read gives the version (ETag, size) every tier is keyed on.
+    for tier in tiers:
+        hit = tier.cache.lookup(uri, head.info)
+        if hit is not None:
+            local = read_head(LocalSource(uri, hit), options)
+            return dataclasses.replace(local, origin=head.info, cache_hit=True, tier=tier.name)
     if use_hf_transfer and isinstance(source, HfSource):
+        slowest = tiers[-1]  # the largest: the Hub's files go where they last longest
         t0 = time.monotonic()
-        filled = _hf_transfer_fill(cache, source, head.info, concurrency, options)
+        filled = _hf_transfer_fill(slowest.cache, source, head.info, concurrency, options)
         if filled is not None:
             downloaded_s = time.monotonic() - t0
             local = read_head(LocalSource(uri, filled), options)
-            return dataclasses.replace(local, downloaded_s=downloaded_s)
+            return dataclasses.replace(
+                local, origin=head.info, downloaded_s=downloaded_s, tier=slowest.name
+            )
     return head
 
 

@@ -45,8 +45,12 @@ class LoadOptions:
     timeout_s: float = 30.0  # per-request timeout until part times have been observed
     min_part_timeout_s: float = 5.0  # floor of the timeout derived from observed part times
     slowdown_factor: float = 8.0  # a part slower than this × the median part time is retried
-    cache_dir: str | None = None  # local cache tier (write-through); None: off
+    cache_dir: str | None = None  # local disk cache tier (write-through); None: off
     cache_max_bytes: int = 100 << 30  # size cap of the cache tier; LRU eviction beyond it
+    # Host-memory tier in front of the disk tier: a directory on a tmpfs (e.g. under /dev/shm),
+    # so an entry outlives the worker that loaded it and a hit is a memory copy. None: off.
+    host_cache_dir: str | None = None
+    host_cache_max_bytes: int = 0  # its size cap (LRU beyond it); 0: off
     # hf:// objects missing from the cache tier are downloaded into it by hf_transfer when it
     # is installed (without a cache tier they always stream straight into memory)
     hf_transfer: bool = True
@@ -115,9 +119,10 @@ class LoadMetrics:
     num_retries: int  # part retries after errors or timeouts
     concurrency: int  # concurrent ranged reads
     part_bytes: int  # bytes per ranged read
-    cache_hits: int  # objects read from the local cache tier
+    cache_hits: int  # objects read from a cache tier (any)
     device: str  # where the tensors are
     hf_transfer_objects: int = 0  # hf:// objects hf_transfer downloaded into the cache tier
+    tier_hits: dict[str, int] = field(default_factory=dict)  # cache hits per tier (host, disk)
 
     @property
     def gbps(self) -> float:

@@ -9,6 +9,7 @@ tensors are complete as parts land and what to report as progress; `load_metrics
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -180,4 +181,5 @@ def load_metrics(
         cache_hits=sum(h.cache_hit for h in heads),
         device=device,
         hf_transfer_objects=len(downloads),
+        tier_hits=dict(Counter(h.tier for h in heads if h.cache_hit and h.tier)),
     )

@@ -9,6 +9,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loader.options import LoadOptions
 
+# The host-memory weight tier's default home: shared memory, on every Linux host.
+HOST_CACHE_DIR = "/dev/shm/platform-weights"
+
 
 class WorkerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PLATFORM_", frozen=True, extra="ignore")
@@ -42,6 +45,11 @@ class WorkerSettings(BaseSettings):
     loader_cache_dir: str | None = None
     # Size cap of the cache tier (LRU eviction beyond it).
     loader_cache_max_bytes: int = Field(100 << 30, ge=1)
+    # Host-memory tier in front of the disk tier (entries outlive the worker: the next worker
+    # on this host reads them at memory speed): its size cap; 0: off.
+    loader_host_cache_bytes: int = Field(0, ge=0)
+    # Where the host tier lives: a directory on a tmpfs.
+    loader_host_cache_dir: str = HOST_CACHE_DIR
     # Concurrent ranged GETs (None: from the core count).
     loader_concurrency: int | None = Field(None, ge=1)
     # Expected link bandwidth in bytes/s (sizes the parts; see loader.LoadOptions).
@@ -56,6 +64,8 @@ class WorkerSettings(BaseSettings):
             ring_bytes=self.loader_ring_bytes,
             cache_dir=self.loader_cache_dir,
             cache_max_bytes=self.loader_cache_max_bytes,
+            host_cache_dir=self.loader_host_cache_dir if self.loader_host_cache_bytes else None,
+            host_cache_max_bytes=self.loader_host_cache_bytes,
         )
 
     def engine_overrides(self) -> dict[str, object]:

@@ -3,6 +3,7 @@ real S3-compatible server (`rclone serve s3`); errors are typed and name the URI
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import struct
@@ -243,6 +244,57 @@ def test_cache_tier_serves_the_same_version_and_misses_a_new_one(
     third = loader.load(uri, options=options)
     assert third.metrics.cache_hits == 0
     assert_bitwise_equal(third.tensors, changed)
+
+
+def test_host_memory_tier_in_front_of_the_disk_tier(
+    checkpoint: Path, s3_env: Any, tmp_path: Path
+) -> None:
+    """The fastest tier holding the version serves it; a disk hit refills the host tier; a
+    tier too small for the object is skipped; a new version misses both."""
+    s3_client().upload_file(str(checkpoint), "test", "tiers/model.safetensors")
+    uri = "s3://test/tiers/model.safetensors"
+    host, disk = tmp_path / "shm", tmp_path / "disk"
+    options = loader.LoadOptions(
+        cache_dir=str(disk),
+        cache_max_bytes=1 << 30,
+        host_cache_dir=str(host),
+        host_cache_max_bytes=1 << 30,
+    )
+    want = load_file(str(checkpoint))
+
+    def entries(root: Path) -> list[Path]:
+        return sorted(root.glob("*.safetensors"))
+
+    first = loader.load(uri, options=options)
+    assert (first.metrics.cache_hits, first.metrics.tier_hits) == (0, {})
+    for root in (host, disk):  # written through to both, byte for byte
+        (entry,) = entries(root)
+        assert entry.read_bytes() == checkpoint.read_bytes()
+    second = loader.load(uri, options=options)
+    assert second.metrics.tier_hits == {"host": 1}
+    assert_bitwise_equal(second.tensors, want)
+
+    entries(host)[0].unlink()  # evicted from host memory (or the host restarted)
+    third = loader.load(uri, options=options)
+    assert third.metrics.tier_hits == {"disk": 1}
+    assert_bitwise_equal(third.tensors, want)
+    assert entries(host)[0].read_bytes() == checkpoint.read_bytes(), "the disk hit refilled it"
+    assert loader.load(uri, options=options).metrics.tier_hits == {"host": 1}
+
+    # a host tier too small for the object: the disk tier alone serves
+    small = dataclasses.replace(
+        options, host_cache_dir=str(tmp_path / "tiny"), host_cache_max_bytes=16
+    )
+    assert loader.load(uri, options=small).metrics.tier_hits == {"disk": 1}
+    assert entries(tmp_path / "tiny") == []
+
+    changed = sample_tensors() | {"f32": torch.ones(7, 5)}
+    save_file(changed, str(tmp_path / "v2.safetensors"))
+    s3_client().upload_file(str(tmp_path / "v2.safetensors"), "test", "tiers/model.safetensors")
+    fresh = loader.load(uri, options=options)
+    assert fresh.metrics.tier_hits == {}
+    assert_bitwise_equal(fresh.tensors, changed)
+    assert loader.load(uri, options=options).metrics.tier_hits == {"host": 1}
 
 
 def test_read_bytes_and_exists(s3_env: Any, tmp_path: Path) -> None:

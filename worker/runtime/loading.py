@@ -9,10 +9,20 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from loader import LoaderError, LoadMetrics, LoadOptions, exists, join_uri, load, read_bytes
+from loader import (
+    LoaderError,
+    LoadMetrics,
+    LoadOptions,
+    Progress,
+    exists,
+    join_uri,
+    load,
+    read_bytes,
+)
 
 if TYPE_CHECKING:
     import tokenizers
@@ -34,9 +44,13 @@ class LoadedModel:
 
 
 def load_model(
-    model_uri: str, device: str = "cpu", options: LoadOptions | None = None
+    model_uri: str,
+    device: str = "cpu",
+    options: LoadOptions | None = None,
+    on_progress: Callable[[Progress], None] | None = None,
 ) -> LoadedModel:
-    """The model at `model_uri`, loaded onto `device`.
+    """The model at `model_uri`, loaded onto `device`; `on_progress` sees the weight bytes land
+    (loader threads call it: keep it short).
 
     Every weight byte comes through `loader.load` (concurrent ranged GETs straight into the
     destination; on CUDA through the pinned staging ring); a LoaderError leaves nothing loaded.
@@ -57,13 +71,19 @@ def load_model(
         eos_ids |= set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
     t1 = time.monotonic()
     # q/k/v and gate/up stream straight into their fused tensors
-    result = load(model_uri, device=device, options=options, name_map=load_name_map(config))
+    result = load(
+        model_uri,
+        device=device,
+        options=options,
+        name_map=load_name_map(config),
+        on_progress=on_progress,
+    )
     m = result.metrics
     t2 = time.monotonic()
     model = build_model(config, result.tensors)
     log.info(
         "loaded %d tensors (%d bytes, %d objects) in %.2fs (files %.2fs, weights %.2fs at "
-        "%.2f GB/s [header %.2fs, fetch %.2fs, copy %.2fs], %d retries, %d cache hits; "
+        "%.2f GB/s [header %.2fs, fetch %.2fs, copy %.2fs], %d retries, %d cache hits %s; "
         "build %.2fs)",
         len(result.tensors),
         m.bytes_total,
@@ -77,6 +97,7 @@ def load_model(
         m.phases_s["copy"],
         m.num_retries,
         m.cache_hits,
+        m.tier_hits,
         time.monotonic() - t2,
     )
     return LoadedModel(
