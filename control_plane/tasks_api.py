@@ -13,7 +13,8 @@ FOLLOW_OUTPUT_TASK = "control_plane.follow_job_output"
 
 
 def enqueue_webhook(app: Celery, job_id: str, event_type: str, msg_id: str) -> None:
-    """Deliver `event_type` (job.started | job.output | job.completed) of a job, with retries."""
+    """Deliver `event_type` (job.starting | job.started | job.output | job.completed) of a job
+    (with retries, but for the best-effort ones)."""
     app.send_task(
         DELIVER_WEBHOOK_TASK,
         kwargs={"job_id": job_id, "event_type": event_type, "msg_id": msg_id, "attempt": 1},

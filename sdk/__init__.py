@@ -36,6 +36,7 @@ from sdk._errors import (
     WebhookVerificationError,
 )
 from sdk._models import ApiKey, Deployment, StoredFile
+from sdk._sse import RunStatus
 
 __all__ = [
     "APIConnectionError",
@@ -60,6 +61,7 @@ __all__ = [
     "NotFoundError",
     "PlatformError",
     "RateLimitError",
+    "RunStatus",
     "ServerError",
     "StoredFile",
     "WebhookVerificationError",

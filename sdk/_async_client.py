@@ -29,7 +29,7 @@ from sdk._config import resolve_credentials
 from sdk._errors import APIConnectionError
 from sdk._flows import Flow, Send, Sleep
 from sdk._models import Deployment, JobView
-from sdk._sse import StreamState, settle
+from sdk._sse import RunStatus, StreamState, settle
 
 T = TypeVar("T")
 
@@ -111,6 +111,7 @@ class AsyncClient:
         stream: Literal[True],
         wait: bool = ...,
         timeout: float | None = ...,
+        on_status: Callable[[RunStatus], None] | None = ...,
     ) -> AsyncStream: ...
     @overload
     async def run(
@@ -131,6 +132,7 @@ class AsyncClient:
         stream: bool = ...,
         wait: bool = ...,
         timeout: float | None = ...,
+        on_status: Callable[[RunStatus], None] | None = ...,
     ) -> str | AsyncStream | AsyncJob: ...
 
     async def run(
@@ -141,13 +143,16 @@ class AsyncClient:
         stream: bool = False,
         wait: bool = True,
         timeout: float | None = None,
+        on_status: Callable[[RunStatus], None] | None = None,
     ) -> str | AsyncStream | AsyncJob:
         """Run `deployment` on `input` (a JobInput; a str is the prompt) and return its text.
 
         On a 202 the job is polled until it ends; `timeout` (seconds, None: no limit) bounds
         the whole wait and raises JobTimeout (for a stream: the wait after it broke off; a
         live stream is bounded by the HTTP read timeout between events). `stream=True`
-        returns the text deltas (`AsyncStream`);
+        returns the text deltas (`AsyncStream`); `on_status` then hears each status the stream
+        reports before the text (`RunStatus`: queued, starting with the cold start's phase,
+        weight bytes and ETA, running);
         `wait=False` returns the job (`AsyncJob`) as the platform first answered it. A job
         that fails raises JobFailed (ModelError when the model or input is at fault).
         """
@@ -161,7 +166,7 @@ class AsyncClient:
         )
         if stream:
             response = await self._execute(flows.send(self._rt, call))
-            return AsyncStream(self, response, timeout, started_s)
+            return AsyncStream(self, response, timeout, started_s, on_status)
         raw = await self._execute(
             flows.run(self._rt, call, wait=wait, timeout_s=timeout, started_s=started_s)
         )
@@ -299,12 +304,13 @@ class AsyncStream(AsyncResponseIterator[str]):
         response: httpx.Response,
         timeout_s: float | None,
         started_s: float,
+        on_status: Callable[[RunStatus], None] | None = None,
     ) -> None:
         self._client = client
         self._response = response
         self._timeout_s = timeout_s
         self._started_s = started_s
-        self._state = StreamState(job_id_header(response))
+        self._state = StreamState(job_id_header(response), on_status)
         self._job: AsyncJob | None = None
         self._items = self._generate()
 
@@ -316,6 +322,11 @@ class AsyncStream(AsyncResponseIterator[str]):
     def job(self) -> AsyncJob | None:
         """The final job, once the stream has ended."""
         return self._job
+
+    @property
+    def status(self) -> RunStatus | None:
+        """The latest status the stream reported (None before the first)."""
+        return self._state.status
 
     async def _generate(self) -> AsyncGenerator[str, None]:
         state = self._state

@@ -27,7 +27,7 @@ from sdk._flows import Flow, Send, Sleep
 from sdk._keys import Keys
 from sdk._models import Deployment, JobView
 from sdk._resource import Resource, ResponseIterator
-from sdk._sse import StreamState, settle
+from sdk._sse import RunStatus, StreamState, settle
 from sdk._usage import Usage
 
 T = TypeVar("T")
@@ -110,6 +110,7 @@ class Client:
         stream: Literal[True],
         wait: bool = ...,
         timeout: float | None = ...,
+        on_status: Callable[[RunStatus], None] | None = ...,
     ) -> Stream: ...
     @overload
     def run(
@@ -130,6 +131,7 @@ class Client:
         stream: bool = ...,
         wait: bool = ...,
         timeout: float | None = ...,
+        on_status: Callable[[RunStatus], None] | None = ...,
     ) -> str | Stream | Job: ...
 
     def run(
@@ -140,13 +142,16 @@ class Client:
         stream: bool = False,
         wait: bool = True,
         timeout: float | None = None,
+        on_status: Callable[[RunStatus], None] | None = None,
     ) -> str | Stream | Job:
         """Run `deployment` on `input` (a JobInput; a str is the prompt) and return its text.
 
         On a 202 the job is polled until it ends; `timeout` (seconds, None: no limit) bounds
         the whole wait and raises JobTimeout (for a stream: the wait after it broke off; a
         live stream is bounded by the HTTP read timeout between events). `stream=True`
-        returns the text deltas (`Stream`);
+        returns the text deltas (`Stream`); `on_status` then hears each status the stream
+        reports before the text (`RunStatus`: queued, starting with the cold start's phase,
+        weight bytes and ETA, running);
         `wait=False` returns the job (`Job`) as the platform first answered it. A job
         that fails raises JobFailed (ModelError when the model or input is at fault).
         """
@@ -160,7 +165,7 @@ class Client:
         )
         if stream:
             response = self._execute(flows.send(self._rt, call))
-            return Stream(self, response, timeout, started_s)
+            return Stream(self, response, timeout, started_s, on_status)
         raw = self._execute(
             flows.run(self._rt, call, wait=wait, timeout_s=timeout, started_s=started_s)
         )
@@ -298,12 +303,13 @@ class Stream(ResponseIterator[str]):
         response: httpx.Response,
         timeout_s: float | None,
         started_s: float,
+        on_status: Callable[[RunStatus], None] | None = None,
     ) -> None:
         self._client = client
         self._response = response
         self._timeout_s = timeout_s
         self._started_s = started_s
-        self._state = StreamState(job_id_header(response))
+        self._state = StreamState(job_id_header(response), on_status)
         self._job: Job | None = None
         self._items = self._generate()
 
@@ -315,6 +321,11 @@ class Stream(ResponseIterator[str]):
     def job(self) -> Job | None:
         """The final job, once the stream has ended."""
         return self._job
+
+    @property
+    def status(self) -> RunStatus | None:
+        """The latest status the stream reported (None before the first)."""
+        return self._state.status
 
     def _generate(self) -> Generator[str, None, None]:
         state = self._state

@@ -8,6 +8,7 @@ only read lines and act on what it says.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,12 +61,51 @@ class SSEDecoder:
         return ServerSentEvent(event=event, data="\n".join(data), id=self._last_id)
 
 
-class StreamState:
-    """Where a run stream stands: the job id, the text streamed so far, the final job."""
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """Where a streamed run stands before its text: from its `queued`, `starting` and `running`
+    events. While a worker boots for it (`starting`), the cold start's phase and ETA."""
 
-    def __init__(self, job_id: str | None) -> None:
+    status: str  # queued | starting | running
+    reason: str | None = None  # starting: no_capacity | loading_weights | warming | crash_loop
+    phase: str | None = None  # booting | loading_weights | warming (a cold start under way)
+    eta_s: float | None = None  # seconds until the worker should be ready; None: not known
+    bytes_done: int | None = None  # weight bytes loaded so far (loading_weights)
+    bytes_total: int | None = None  # weight bytes to load
+
+    @classmethod
+    def from_event(cls, status: str, data: dict[str, Any]) -> RunStatus:
+        def number(key: str, kind: type[int] | type[float]) -> Any:
+            value = data.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return kind(value)
+            return None
+
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return value if isinstance(value, str) else None
+
+        return cls(
+            status=status,
+            reason=text("reason"),
+            phase=text("phase"),
+            eta_s=number("eta_s", float),
+            bytes_done=number("bytes_done", int),
+            bytes_total=number("bytes_total", int),
+        )
+
+
+class StreamState:
+    """Where a run stream stands: the job id, the text streamed so far, the final job, and its
+    latest status (`on_status` hears each new one, in the thread that reads the stream)."""
+
+    def __init__(
+        self, job_id: str | None, on_status: Callable[[RunStatus], None] | None = None
+    ) -> None:
         self.job_id = job_id  # from X-Job-Id, else from the `queued` event
         self.final: dict[str, Any] | None = None  # the Job of the terminal event
+        self.status: RunStatus | None = None
+        self._on_status = on_status
         self._decoder = SSEDecoder()
         self._seen: list[str] = []
 
@@ -83,6 +123,8 @@ class StreamState:
         if event is None or self.done:
             return None
         data = self._decode(event)
+        if event.event in ("queued", "starting", "running"):
+            self._status(RunStatus.from_event(event.event, data))
         if event.event == "queued" and not self.job_id:
             job_id = data.get("job_id")
             self.job_id = job_id if isinstance(job_id, str) else None
@@ -102,6 +144,11 @@ class StreamState:
             self.final = final
         # starting / running / unknown events carry no text.
         return None
+
+    def _status(self, status: RunStatus) -> None:
+        self.status = status
+        if self._on_status is not None:
+            self._on_status(status)
 
     def _decode(self, event: ServerSentEvent) -> dict[str, Any]:
         try:

@@ -86,6 +86,13 @@ def worker_heartbeat_key(worker_id: str) -> str:
     return f"{KEY_PREFIX}:worker:{worker_id}:heartbeat"
 
 
+# While a worker loads weights its heartbeat also carries {"bytes_done", "bytes_total"} under
+# this field, refreshed at most every PROGRESS_BEAT_S (the reconciler turns it into a cold
+# start's phase and ETA).
+HEARTBEAT_PROGRESS_FIELD = "progress"
+PROGRESS_BEAT_S = 0.25
+
+
 def rate_limit_key(tenant_id: str, kind: str) -> str:
     """Token bucket of one tenant for one kind of limit (requests, tokens)."""
     return f"{KEY_PREFIX}:ratelimit:{tenant_id}:{kind}"
@@ -113,6 +120,12 @@ def last_arrival_key(deployment_id: str) -> str:
 def scale_decision_key(deployment_id: str) -> str:
     """JSON of the autoscaler's latest decision for one deployment (with a TTL)."""
     return f"{KEY_PREFIX}:deployment:{deployment_id}:scaling"
+
+
+def cold_start_key(deployment_id: str) -> str:
+    """JSON of a deployment's cold start under way (phase, bytes, ETA), with a short TTL: what
+    `GET /v1/jobs/{id}` shows a job waiting on that worker."""
+    return f"{KEY_PREFIX}:deployment:{deployment_id}:cold_start"
 
 
 # Hash: decision reason → decisions taken with it, over all deployments (a counter for /metrics).

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from control_plane.domain import uris
 from control_plane.domain.spec import default_of
+from control_plane.services.webhooks import WEBHOOK_EVENTS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MAX_PROMPT_CHARS = 200_000
@@ -109,10 +110,9 @@ class JobCreate(BaseModel):
     @field_validator("webhook_events")
     @classmethod
     def _events(cls, v: list[str]) -> list[str]:
-        allowed = {"started", "output", "completed"}
-        bad = sorted(set(v) - allowed)
+        bad = sorted(set(v) - WEBHOOK_EVENTS)
         if bad:
-            raise ValueError(f"unknown events {bad}; allowed: {sorted(allowed)}")
+            raise ValueError(f"unknown events {bad}; allowed: {sorted(WEBHOOK_EVENTS)}")
         return v
 
 
@@ -220,6 +220,15 @@ class JobUsage(BaseModel):
     execution_s: float | None
 
 
+class ColdStartPublic(BaseModel):
+    """The cold start a waiting job depends on: the worker expected ready first."""
+
+    phase: str  # booting | loading_weights | warming
+    eta_s: float | None  # seconds until that worker should be ready; null: not known yet
+    bytes_done: int | None  # weight bytes landed (loading_weights only)
+    bytes_total: int | None  # weight bytes to land
+
+
 class JobPublic(BaseModel):
     model_config = ConfigDict(extra="allow")
 
@@ -241,6 +250,7 @@ class JobPublic(BaseModel):
     completed_at: str | None
     queue_position: int | None = None
     eta_s: float | None = None
+    cold_start: ColdStartPublic | None = None  # while it waits on a booting worker
 
 
 class JobList(BaseModel):

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db.models import Deployment
 from control_plane.domain.clock import Clock
+from control_plane.domain.cold_start import PhaseTimes
 from control_plane.domain.scaling.models import Models, refit
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S
 from control_plane.reconcile.env import Env
@@ -44,6 +45,8 @@ class Measured:
     boot_s: float  # median start → ready of the version's recent workers (a prior when none)
     service_s: float  # mean execution seconds of recent jobs (a prior when none)
     models: Models  # forecast and idle windows fitted on the arrival history at `at`
+    # median boot, load and warm seconds of the version's recent workers (cold-start ETAs)
+    phase_times: PhaseTimes = field(default_factory=PhaseTimes)
 
 
 class ModelRefresher:
@@ -114,10 +117,12 @@ def measure(session: Session, env: Env, dep: Deployment, now: datetime) -> Measu
     service_s = job_queries.recent_execution_s(session, dep.id)
     boot_s = DEFAULT_BOOT_S if boot_s is None else boot_s
     models = refit(arrivals.read(env.redis, dep.id, now), policy, boot_s)
+    phases = workers.recent_phase_s(session, dep.id, dep.version)
     return Measured(
         at=now,
         version=dep.version,
         boot_s=boot_s,
         service_s=DEFAULT_SERVICE_S if service_s is None else service_s,
         models=models,
+        phase_times=PhaseTimes(phases.get("boot"), phases.get("load"), phases.get("warm")),
     )

@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from control_plane.db.models import Deployment, Worker
 from control_plane.domain import fleet
 from control_plane.domain.clock import iso
+from control_plane.domain.cold_start import ColdStart, PhaseTimes
 from control_plane.domain.crash_loop import BootHistory, may_start
 from control_plane.domain.scaling.decide import (
     DeploymentState,
@@ -41,6 +42,7 @@ from control_plane.domain.scaling.models import NONE
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S, counted_boot_s
 from control_plane.errors import InvalidRequest
 from control_plane.providers.base import WorkerSpec
+from control_plane.reconcile import cold_starts
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
 from control_plane.services import (
@@ -69,9 +71,17 @@ class Demand:
     logged: dict[str, tuple[int, str]] = field(default_factory=dict)  # last (desired, reason)
     # the last arrivals read from Redis, used while Redis does not answer
     last_arrival_at: dict[str, float | None] = field(default_factory=dict)
+    cold_starts: dict[str, ColdStart] = field(default_factory=dict)  # what waiting jobs were told
 
     def forget_all_but(self, live_ids: set[str]) -> None:
-        for table in (self.windows, self.memory, self.logged, self.last_arrival_at):
+        tables: tuple[dict[str, Any], ...] = (
+            self.windows,
+            self.memory,
+            self.logged,
+            self.last_arrival_at,
+            self.cold_starts,
+        )
+        for table in tables:
             for dep_id in set(table) - live_ids:
                 del table[dep_id]
 
@@ -160,11 +170,13 @@ def scale(
         assert history is not None
         _fail_waiting(session, env, dep, history, now)
     elif verdict is not None:
-        for _ in range(decision.start):
-            _start(session, env, dep, decision.reason, now)
+        started = [_start(session, env, dep, decision.reason, now) for _ in range(decision.start)]
         session.commit()
-        for job_id in jobs.mark_starting(session, dep.id, verdict.reason):
-            events.publish(env.redis, job_id, EventType.STARTING, {"reason": verdict.reason})
+        waiting = jobs.mark_starting(session, dep.id, verdict.reason)
+        if started:
+            booting += started  # their jobs hear of them below, phase and ETA included
+        else:  # held back by the crash-loop gate: they wait, saying why
+            events.publish_many(env.redis, waiting, EventType.STARTING, {"reason": verdict.reason})
     if decision.desired < decision.capacity:
         counted = [_view(w) for w in ready] + [
             _view(w)
@@ -175,6 +187,9 @@ def scale(
             # NOTE: a stop is a drain (SIGTERM): the worker finishes the jobs it holds first.
             log.info("scaling down worker %s of %s (%s)", v.id, dep.name, decision.reason)
             _stop(session, env, v.id, fleet.SCALE_DOWN)
+    if not decision.fail_waiting:
+        times = measured.phase_times if measured else PhaseTimes()
+        cold_starts.report(session, env, dep, booting, len(ready), times, demand.cold_starts, now)
     return decision, _document(state, decision, now)
 
 
@@ -262,7 +277,7 @@ def _stop(session: Session, env: Env, worker_id: str, reason: str) -> None:
     env.provider.stop(worker_id)
 
 
-def _start(session: Session, env: Env, dep: Deployment, reason: str, now: datetime) -> None:
+def _start(session: Session, env: Env, dep: Deployment, reason: str, now: datetime) -> Worker:
     spec = dep.spec
     w = workers.create(session, dep, spec.accelerator, reason, now)
     session.flush()
@@ -287,6 +302,7 @@ def _start(session: Session, env: Env, dep: Deployment, reason: str, now: dateti
         )
     )
     log.info("started worker %s for %s (%s)", w.id, dep.name, reason)
+    return w
 
 
 def _fail_waiting(

@@ -30,6 +30,21 @@ def publish(r: redis.Redis, job_id: str, event: EventType, data: dict[str, Any])
     pipe.execute()
 
 
+def publish_many(
+    r: redis.Redis, job_ids: list[str], event: EventType, data: dict[str, Any]
+) -> None:
+    """The same event to many jobs, in one round trip."""
+    if not job_ids:
+        return
+    body = {"type": event.value, "data": json.dumps(data)}
+    pipe = r.pipeline(transaction=False)
+    for job_id in job_ids:
+        key = job_events_key(job_id)
+        pipe.xadd(key, body, maxlen=JOB_EVENTS_MAXLEN)  # type: ignore[arg-type]
+        pipe.expire(key, JOB_EVENTS_TTL_S)
+    pipe.execute()
+
+
 async def follow(
     r: aioredis.Redis, job_id: str, *, block_ms: int = 1000
 ) -> AsyncIterator[tuple[EventType | None, dict[str, Any]]]:

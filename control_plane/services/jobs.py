@@ -8,6 +8,7 @@ ETAs are in `job_queries.py`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -190,6 +191,51 @@ def mark_starting(session: Session, deployment_id: str, reason: str) -> list[str
             .values(status=JobStatus.STARTING, status_reason=reason)
         )
     return ids
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    id: str
+    attempt: int  # attempts so far (a requeued job waits again)
+    wants_starting: bool  # it has a webhook asking for `starting` events
+
+
+def follow_cold_start(session: Session, deployment_id: str, reason: str) -> list[Waiting]:
+    """The jobs of a deployment with no ready worker wait on a cold start: queued ones (sent to
+    its queue) become `starting`, and every waiting job's status_reason follows the cold start's
+    phase. Returns the jobs that wait on it."""
+    waiting = list(
+        session.execute(
+            select(
+                Job.id,
+                Job.status,
+                Job.status_reason,
+                Job.attempt,
+                Job.webhook_url,
+                Job.webhook_events,
+            ).where(
+                Job.deployment_id == deployment_id,
+                (Job.status == JobStatus.STARTING)
+                | ((Job.status == JobStatus.QUEUED) & Job.dispatched_at.is_not(None)),
+            )
+        )
+    )
+    stale = [
+        row.id for row in waiting if row.status != JobStatus.STARTING or row.status_reason != reason
+    ]
+    if stale:
+        session.execute(
+            update(Job)
+            # the status guard: a job claimed since the read keeps its running state
+            .where(Job.id.in_(stale), Job.status.in_([JobStatus.QUEUED, JobStatus.STARTING]))
+            .values(status=JobStatus.STARTING, status_reason=reason)
+        )
+    return [
+        Waiting(
+            row.id, row.attempt, bool(row.webhook_url) and "starting" in (row.webhook_events or [])
+        )
+        for row in waiting
+    ]
 
 
 def usage_of(job: Job) -> dict[str, Any]:

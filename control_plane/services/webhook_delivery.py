@@ -3,7 +3,8 @@
 The Celery tasks (`control_plane/tasks.py`) are thin: they call `deliver` or `follow_step` and
 schedule what these return. Every attempt leaves a `webhook_deliveries` row (never the body).
 
-    deliver      job.started | job.output | job.completed | batch.completed, one attempt
+    deliver      job.starting | job.started | job.output | job.completed | batch.completed,
+                 one attempt
                  → delay before the next attempt, or None (delivered, permanent failure, over)
     follow_step  one look at a running job's event stream → maybe a `job.output` message id,
                  and whether to look again after `webhook_output_interval_s`
@@ -11,8 +12,8 @@ schedule what these return. Every attempt leaves a `webhook_deliveries` row (nev
 Statuses: a job's (or batch's) `webhook_status` follows its `*.completed` message: pending →
 delivered | failed. A 410 from the receiver fails it at once and, when the URL belongs to one of
 the tenant's endpoints, disables that endpoint (later messages to it are not sent).
-`job.output` is best effort: it is not retried, as the next one and `job.completed` carry all
-the text so far.
+`job.output` and `job.starting` are best effort: not retried, as the next one (and the job
+itself) says more.
 """
 
 from __future__ import annotations
@@ -31,12 +32,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from control_plane.db.models import Batch, Job, WebhookDelivery, WebhookEndpoint
 from control_plane.domain.clock import iso
 from control_plane.domain.states import TERMINAL
-from control_plane.services import batches, jobs, webhook_endpoints, webhooks
+from control_plane.services import batches, cold_starts, jobs, webhook_endpoints, webhooks
 from control_plane.services.webhooks import DeliveryResult
 from control_plane.settings import Settings
 from worker.protocol import JOB_EVENTS_TTL_S, TERMINAL_EVENTS, EventType, job_events_key
 
 OUTPUT_EVENT = "job.output"
+STARTING_EVENT = "job.starting"
+# Sent once, never retried: the next one (or the job itself) says more than a late copy would.
+BEST_EFFORT = frozenset({OUTPUT_EVENT, STARTING_EVENT})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +84,7 @@ def deliver(env: DeliveryEnv, msg: Message, now: datetime, rng: random.Random) -
     if prepared is None:
         return None
     result = prepared.refusal or _send(env, prepared, msg, now)
-    retry = not (result.ok or result.permanent or msg.event_type == OUTPUT_EVENT)
+    retry = not (result.ok or result.permanent or msg.event_type in BEST_EFFORT)
     delay = (
         retry_delay_s(msg.attempt, env.settings.webhook_retry_schedule_s, rng) if retry else None
     )
@@ -115,6 +119,9 @@ def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) ->
         tenant_id, url, data = job.tenant_id, job.webhook_url, jobs.to_public(job)
         if msg.event_type == OUTPUT_EVENT:
             data["output"] = {"text": read_progress(env.redis, job.id).text, "finish_reason": None}
+        elif msg.event_type == STARTING_EVENT:
+            # the cold start as it stands when sent (None: over by then)
+            data["cold_start"] = cold_starts.read(env.redis, job.deployment_id)
     elif msg.batch_id is not None:
         batch = session.get(Batch, msg.batch_id)
         if batch is None or not batch.webhook_url:

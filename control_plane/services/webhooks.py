@@ -21,14 +21,15 @@ import httpx
 from control_plane.errors import InvalidRequest
 
 # Events a job's `webhook_events` may ask for; the webhook type is `job.<event>`.
-WEBHOOK_EVENTS = frozenset({"started", "output", "completed"})
+WEBHOOK_EVENTS = frozenset({"starting", "started", "output", "completed"})
 
 
 def message_id(subject_id: str, event: str, *parts: str | int) -> str:
     """The Standard Webhooks `webhook-id` of one event of a job or batch, the same wherever it
     is sent from: `msg_<subject>_<event>[_<part>...]`. An event that happens once per subject
-    (`completed`) needs no part; `started` is per attempt; `output` per attempt and sequence; a
-    redelivery is a new message (a fresh random part). Repeats of one id are delivered once."""
+    (`completed`) needs no part; `starting` is per attempt and phase; `started` per attempt;
+    `output` per attempt and sequence; a redelivery is a new message (a fresh random part).
+    Repeats of one id are delivered once."""
     return "_".join(["msg", subject_id, event, *(str(p) for p in parts)])
 
 

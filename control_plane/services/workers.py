@@ -150,11 +150,12 @@ BOOTS_MEASURED = 10
 READY_STATES = frozenset({WorkerState.IDLE, WorkerState.BUSY})
 
 
-def recent_boot_s(session: Session, deployment_id: str, version: int) -> float | None:
-    """Median start → ready seconds (boot + load + warm) of the version's newest workers that
-    became ready; None when none did yet. Ready = the start of its first idle or busy phase
-    (a billing record), or, for a worker still in its first idle or busy phase, that phase's
-    start."""
+def _recently_ready(
+    session: Session, deployment_id: str, version: int
+) -> list[tuple[str, datetime, datetime]]:
+    """(id, started, ready) of the version's newest workers that became ready (at most
+    BOOTS_MEASURED). Ready = the start of its first idle or busy phase (a billing record), or,
+    for a worker still in its first idle or busy phase, that phase's start."""
     newest = list(
         session.execute(
             select(Worker.id, Worker.started_at, Worker.state, Worker.state_since)
@@ -164,7 +165,7 @@ def recent_boot_s(session: Session, deployment_id: str, version: int) -> float |
         )
     )
     if not newest:
-        return None
+        return []
     ready_at: dict[str, datetime] = dict(
         session.execute(
             select(BillingRecord.worker_id, func.min(BillingRecord.start))
@@ -175,11 +176,46 @@ def recent_boot_s(session: Session, deployment_id: str, version: int) -> float |
             .group_by(BillingRecord.worker_id)
         ).all()
     )
-    boots = []
+    ready = []
     for row in newest:
-        ready = ready_at.get(row.id) or (row.state_since if row.state in READY_STATES else None)
-        if ready is not None:
-            boots.append(max((ready - row.started_at).total_seconds(), 0.0))
-        if len(boots) == BOOTS_MEASURED:
+        at = ready_at.get(row.id) or (row.state_since if row.state in READY_STATES else None)
+        if at is not None:
+            ready.append((row.id, row.started_at, at))
+        if len(ready) == BOOTS_MEASURED:
             break
+    return ready
+
+
+def recent_boot_s(session: Session, deployment_id: str, version: int) -> float | None:
+    """Median start → ready seconds (boot + load + warm) of the version's newest workers that
+    became ready; None when none did yet."""
+    boots = [
+        max((ready - started).total_seconds(), 0.0)
+        for _, started, ready in _recently_ready(session, deployment_id, version)
+    ]
     return statistics.median(boots) if boots else None
+
+
+STARTUP_PHASES = ("boot", "load", "warm")
+
+
+def recent_phase_s(session: Session, deployment_id: str, version: int) -> dict[str, float]:
+    """Median seconds of each start-up phase (boot, load, warm: billing phases) over the
+    version's newest workers that became ready; a phase none of them went through is absent."""
+    ids = [worker_id for worker_id, _, _ in _recently_ready(session, deployment_id, version)]
+    if not ids:
+        return {}
+    per_worker: dict[tuple[str, str], float] = {}
+    # A phase may span several records (open segments are rolled): add them up per worker.
+    for worker_id, phase, seconds in session.execute(
+        select(BillingRecord.worker_id, BillingRecord.phase, BillingRecord.seconds).where(
+            BillingRecord.worker_id.in_(ids), BillingRecord.phase.in_(STARTUP_PHASES)
+        )
+    ):
+        key = (worker_id, phase)
+        per_worker[key] = per_worker.get(key, 0.0) + float(seconds)
+    return {
+        phase: statistics.median(values)
+        for phase in STARTUP_PHASES
+        if (values := [v for (_, p), v in per_worker.items() if p == phase])
+    }

@@ -23,9 +23,10 @@ class Progress:
     description, so a log shows every step once.
     """
 
-    def __init__(self, total: int, *, tty: bool | None = None) -> None:
+    def __init__(self, total: int, *, tty: bool | None = None, counts: bool = True) -> None:
         self._total = total
         self._tty = sys.stderr.isatty() if tty is None else tty
+        self._counts = counts  # show "done/total" next to the bar
         self._last: str | None = None
         self._rich: RichProgress | None = None
         self._task: TaskID | None = None
@@ -44,7 +45,7 @@ class Progress:
             self._rich = Progress(
                 TextColumn("{task.description}"),
                 BarColumn(),
-                MofNCompleteColumn(),
+                *([MofNCompleteColumn()] if self._counts else []),
                 TimeElapsedColumn(),
                 console=Console(stderr=True),
                 transient=False,
@@ -53,16 +54,21 @@ class Progress:
             self._task = self._rich.add_task("", total=self._total)
         return self
 
-    def update(self, description: str, completed: int, total: int | None = None) -> None:
+    def update(
+        self, description: str, completed: int, total: int | None = None, plain: str | None = None
+    ) -> None:
+        """`plain`: the line a log gets instead of `description` (one per change of it)."""
         if total is not None:
             self._total = total
         if self._rich is not None and self._task is not None:
             self._rich.update(
                 self._task, description=description, completed=completed, total=self._total
             )
-        elif description != self._last:
-            typer.echo(description, err=True)
-        self._last = description
+            return
+        line = description if plain is None else plain
+        if line != self._last:
+            typer.echo(line, err=True)
+        self._last = line
 
     def __exit__(
         self,

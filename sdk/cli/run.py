@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Sequence
 from typing import Annotated, Any
 
@@ -10,7 +11,9 @@ import typer
 
 from sdk._client import Stream
 from sdk._errors import JobFailed
+from sdk._sse import RunStatus
 from sdk.cli import _common
+from sdk.cli._progress import Progress
 
 # Inputs that are text by definition: never parsed as JSON (`prompt=42` is the prompt "42").
 _TEXT_FIELDS = frozenset({"prompt"})
@@ -92,7 +95,11 @@ def run(
             else:
                 typer.echo(job.id)
         elif stream:
-            _stream(client.run(deployment, job_input, stream=True, timeout=timeout))
+            with ColdStartBar() as bar:
+                deltas = client.run(
+                    deployment, job_input, stream=True, timeout=timeout, on_status=bar
+                )
+                _stream(deltas, bar)
         elif as_json:
             job = client.run(deployment, job_input, wait=False, timeout=timeout)
             try:
@@ -101,15 +108,80 @@ def run(
                 _common.print_json(e.job.raw)
                 raise
             _common.print_json(job.raw)
+        elif sys.stderr.isatty():
+            # Streamed under the hood so a cold start shows its progress; printed when done.
+            with (
+                ColdStartBar() as bar,
+                client.run(
+                    deployment, job_input, stream=True, timeout=timeout, on_status=bar
+                ) as text,
+            ):
+                whole = "".join(text)
+            typer.echo(whole)
         else:
             typer.echo(client.run(deployment, job_input, timeout=timeout))
 
 
-def _stream(deltas: Stream) -> None:
+def describe(status: RunStatus) -> tuple[str, str]:
+    """What the bar says of a cold start, and the line a log gets (one per phase).
+
+    >>> bar, line = describe(RunStatus("starting", "loading_weights", "loading_weights", 3.0,
+    ...                                580_000_000, 1_160_000_000))
+    >>> bar
+    'Cold start: loading weights 0.58/1.16 GB, ready in ~3 s'
+    >>> line
+    'Cold start: loading weights (1.16 GB)'
+    """
+    phase = status.phase or "booting"
+    eta = "" if status.eta_s is None else f", ready in ~{max(round(status.eta_s), 1)} s"
+    if phase == "loading_weights" and status.bytes_total:
+        total_gb = status.bytes_total / 1e9
+        done_gb = (status.bytes_done or 0) / 1e9
+        return (
+            f"Cold start: loading weights {done_gb:.2f}/{total_gb:.2f} GB{eta}",
+            f"Cold start: loading weights ({total_gb:.2f} GB)",
+        )
+    what = {"booting": "booting a worker", "warming": "warming up"}.get(phase, "loading weights")
+    return f"Cold start: {what}{eta}", f"Cold start: {what}"
+
+
+class ColdStartBar:
+    """`on_status` of a streamed run: a bar on stderr while a worker boots for it, closed at
+    the first other status (or by `close`, before any text is printed)."""
+
+    def __init__(self) -> None:
+        self._progress: Progress | None = None
+
+    def __enter__(self) -> ColdStartBar:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def __call__(self, status: RunStatus) -> None:
+        if status.status != "starting" or status.phase is None:
+            if status.status == "running":
+                self.close()
+            return
+        if self._progress is None:
+            self._progress = Progress(total=1, counts=False).__enter__()
+        description, plain = describe(status)
+        total = status.bytes_total or 1
+        done = {"booting": 0, "warming": total}.get(status.phase, status.bytes_done or 0)
+        self._progress.update(description, completed=done, total=total, plain=plain)
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(None, None, None)
+            self._progress = None
+
+
+def _stream(deltas: Stream, bar: ColdStartBar) -> None:
     last = ""
     try:
         with deltas:
             for delta in deltas:
+                bar.close()
                 typer.echo(delta, nl=False)  # click.echo flushes: text appears as it comes
                 last = delta
     except KeyboardInterrupt:

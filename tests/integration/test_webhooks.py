@@ -616,3 +616,48 @@ def test_delivery_refuses_private_targets_at_send_time(env: Env, keys: dict[str,
     assert env.receiver.at(path) == []
     r.close()
     engine.dispose()
+
+
+def test_a_job_asking_for_starting_events_hears_each_phase_of_its_cold_start(
+    env: Env, keys: dict[str, str]
+) -> None:
+    from control_plane.reconcile.driver import Reconciler
+    from control_plane.reconcile.env import Env as ReconcilerEnv
+    from tests.integration.conftest import RecordingProvider
+    from worker.protocol import worker_heartbeat_key
+
+    deploy(env, keys["a"])
+    path = unique("/starting")
+    jid = submit(env, keys["a"], env.receiver.url(path), ["starting"])
+    r = redis.Redis.from_url(env.settings.redis_url)
+    provider = RecordingProvider()
+    loop = Reconciler(
+        ReconcilerEnv(env.settings, r, make_celery(env.settings), provider),
+        make_sessionmaker(make_engine(env.settings.database_url)),
+    )
+    t0 = datetime.now(UTC) - timedelta(seconds=60)
+    loop.tick(t0)
+    # (other tests' deployments live on in this database: find this one's worker)
+    dep_id = env.client.get("/v1/deployments/demo", headers=h(keys["a"])).json()["id"]
+    (wid,) = [spec.worker_id for spec in provider.started if spec.deployment_id == dep_id]
+    env.wait("job.starting (booting)", lambda: env.receiver.at(path))
+    state = {"state": "loading", "at": (t0 + timedelta(seconds=1)).timestamp()}
+    assert env.client.post(f"/internal/workers/{wid}/state", json=state, headers=WORKER).is_success
+    beat = {"state": "loading", "progress": {"bytes_done": 10, "bytes_total": 100}}
+    r.set(worker_heartbeat_key(wid), json.dumps(beat), ex=10)
+    loop.tick(t0 + timedelta(seconds=2))
+    loop.tick(t0 + timedelta(seconds=2.5))  # progress within the phase: no second webhook
+    got = env.wait(
+        "job.starting (loading)", lambda: env.receiver.at(path)[1:] and env.receiver.at(path)
+    )
+    secret = env.client.get("/v1/webhooks/secret", headers=h(keys["a"])).json()["secret"]
+    events = [verify(secret, m) for m in got]
+    assert [e["type"] for e in events] == ["job.starting", "job.starting"]
+    assert all(e["data"]["id"] == jid and e["data"]["status"] == "starting" for e in events)
+    loading = events[1]["data"]
+    assert loading["status_reason"] == "loading_weights"
+    assert loading["cold_start"]["phase"] == "loading_weights"
+    assert loading["cold_start"]["bytes_total"] == 100
+    assert len({m.headers["webhook-id"] for m in got}) == 2
+    time.sleep(0.5)
+    assert len(env.receiver.at(path)) == 2

@@ -505,3 +505,46 @@ def test_models_upload_puts_every_file_under_the_prefix(
             "demo/sub/model.safetensors",
         ]
     assert invoke(["models", "upload", str(model), "gs://x/y"]).exit_code == 1
+
+
+def test_run_stream_shows_the_cold_start_then_prints_the_text() -> None:
+    final = {"id": "job_1", "status": "succeeded", "output": {"text": "Hello!"}}
+    starting = [
+        {"reason": "no_capacity", "phase": "booting", "eta_s": 9.0},
+        {"reason": "loading_weights", "phase": "loading_weights", "eta_s": 4.0}
+        | {"bytes_done": 300_000_000, "bytes_total": 1_200_000_000},
+        {"reason": "loading_weights", "phase": "loading_weights", "eta_s": 2.0}
+        | {"bytes_done": 900_000_000, "bytes_total": 1_200_000_000},
+        {"reason": "warming", "phase": "warming", "eta_s": None},
+    ]
+    events = "".join(f"event: starting\ndata: {json.dumps(s)}\n\n" for s in starting) + (
+        'event: running\ndata: {"attempt": 1}\n\n'
+        'event: output\ndata: {"delta": "Hello!"}\n\n'
+        f"event: completed\ndata: {json.dumps(final)}\n\n"
+    )
+    answer = httpx.Response(200, text=events, headers={"content-type": "text/event-stream"})
+    result = invoke(
+        ["run", "demo", "-i", "prompt=Hi", "--stream"],
+        Routes({"POST /v1/deployments/demo/run": answer}),
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Hello!\n"
+    # not a terminal: one line per phase on stderr (a log gets each step once)
+    assert result.stderr.splitlines() == [
+        "Cold start: booting a worker",
+        "Cold start: loading weights (1.20 GB)",
+        "Cold start: warming up",
+    ]
+
+
+def test_the_cold_start_bar_says_what_is_left() -> None:
+    from sdk import RunStatus
+    from sdk.cli.run import describe
+
+    loading = RunStatus(
+        "starting", "loading_weights", "loading_weights", 2.4, 6 * 10**8, 12 * 10**8
+    )
+    assert describe(loading)[0] == "Cold start: loading weights 0.60/1.20 GB, ready in ~2 s"
+    booting = RunStatus("starting", "no_capacity", "booting", 0.2)
+    assert describe(booting)[0] == "Cold start: booting a worker, ready in ~1 s"
+    assert describe(RunStatus("starting", "warming", "warming"))[0] == "Cold start: warming up"

@@ -48,7 +48,7 @@ from sdk._async_resource import AsyncResource
 from sdk._base import RetryPolicy, backoff_s, parse_retry_after, poll_interval_s
 from sdk._config import Credentials, write_config
 from sdk._models import BatchView, JobView
-from sdk._sse import SSEDecoder
+from sdk._sse import RunStatus, SSEDecoder
 
 BASE = "http://platform.test"
 KEY = "sk_test_123"
@@ -574,6 +574,36 @@ def test_stream_yields_text_deltas_until_completed(
     assert stream.job is not None and stream.job.status == "succeeded"
     assert server.body(0) == {"input": {"prompt": "Hi"}, "stream": True}
     assert server.requests[0].headers["accept"] == "text/event-stream"
+
+
+def test_a_stream_reports_the_cold_start_before_the_text(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    loading = {"reason": "loading_weights", "phase": "loading_weights", "eta_s": 3.5}
+    server = Server(
+        sse(
+            ("queued", {"job_id": "job_1"}),
+            ("starting", {"reason": "no_capacity", "phase": "booting", "eta_s": None}),
+            ("starting", {**loading, "bytes_done": 250, "bytes_total": 1000}),
+            ("starting", {"reason": "warming", "phase": "warming", "eta_s": 0.2}),
+            ("running", {"attempt": 1, "worker_id": "wrk_1"}),
+            ("output", {"delta": "Hello"}),
+            ("completed", job()),
+        )
+    )
+    seen: list[RunStatus] = []
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True, on_status=seen.append)
+    assert list(stream) == ["Hello"]
+    assert [(s.status, s.phase) for s in seen] == [
+        ("queued", None),
+        ("starting", "booting"),
+        ("starting", "loading_weights"),
+        ("starting", "warming"),
+        ("running", None),
+    ]
+    assert seen[2] == RunStatus("starting", "loading_weights", "loading_weights", 3.5, 250, 1000)
+    assert seen[1].eta_s is None and seen[1].reason == "no_capacity"
+    assert stream.status == seen[-1]
 
 
 def test_stream_handles_crlf_and_chunks_split_anywhere(

@@ -31,7 +31,9 @@ import redis
 
 from worker.protocol import (
     HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_PROGRESS_FIELD,
     HEARTBEAT_TTL_S,
+    PROGRESS_BEAT_S,
     WorkerState,
     worker_heartbeat_key,
 )
@@ -40,6 +42,7 @@ from worker.runtime.control_client import ControlClient
 from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
+    from loader import Progress
     from worker.engine.llm_engine import LLMEngine
     from worker.runtime.loading import LoadedModel
 
@@ -78,6 +81,9 @@ class WorkerRuntime:
         self._pool = ThreadPoolExecutor(
             max_workers=min(8, 2 + identity.max_concurrency), thread_name_prefix="jobs"
         )
+        # weight bytes (done, total) while loading: sent with the heartbeat
+        self._progress: tuple[int, int] | None = None
+        self._progress_beat_at = 0.0
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -90,19 +96,31 @@ class WorkerRuntime:
         self._beat()
 
     def _beat(self) -> None:
-        beat = {
+        beat: dict[str, object] = {
             "worker_id": self.identity.worker_id,
             "deployment_id": self.identity.deployment_id,
             "state": self.state.value,
             "inflight": self.inflight,
             "at": time.time(),
         }
+        progress = self._progress
+        if progress is not None and self.state is WorkerState.LOADING:
+            beat[HEARTBEAT_PROGRESS_FIELD] = {"bytes_done": progress[0], "bytes_total": progress[1]}
         try:
             self.redis.set(
                 worker_heartbeat_key(self.identity.worker_id), json.dumps(beat), ex=HEARTBEAT_TTL_S
             )
         except redis.RedisError as exc:
             log.warning("heartbeat failed: %s", exc)
+
+    def _on_load_progress(self, p: Progress) -> None:
+        """Loader threads: note the bytes landed; beat early so a cold start's progress is
+        fresh (at most every PROGRESS_BEAT_S, and always at the end)."""
+        self._progress = (p.bytes_done, p.bytes_total)
+        now = time.monotonic()
+        if now - self._progress_beat_at >= PROGRESS_BEAT_S or p.bytes_done >= p.bytes_total:
+            self._progress_beat_at = now
+            self._beat()
 
     def _heartbeat_loop(self) -> None:
         while not self._done.wait(HEARTBEAT_INTERVAL_S):
@@ -120,7 +138,10 @@ class WorkerRuntime:
             # a GPU worker loads straight into device memory; "cpu" workers stay on the host
             device = "cpu" if self.identity.accelerator == "cpu" else "cuda"
             loaded = load_model(
-                self.identity.model_uri, device=device, options=self.settings.load_options()
+                self.identity.model_uri,
+                device=device,
+                options=self.settings.load_options(),
+                on_progress=self._on_load_progress,
             )
             self.engine = self._build_engine(loaded)
             self._set_state(WorkerState.WARMING)

@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
+import redis
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -20,7 +21,7 @@ from control_plane.context import AppContext
 from control_plane.db.models import Deployment
 from control_plane.domain.eta import estimate_wait_s
 from control_plane.domain.states import JobKind, is_terminal
-from control_plane.services import events, job_queries, jobs, runs, workers
+from control_plane.services import cold_starts, events, job_queries, jobs, runs, workers
 from worker.protocol import TERMINAL_EVENTS
 
 log = logging.getLogger(__name__)
@@ -118,7 +119,7 @@ async def create_job(
 
 
 @router.get("/v1/jobs/{job_id}", responses={200: {"model": JobPublic}})
-def get_job(job_id: str, session: Db, who: Principal) -> Any:
+def get_job(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
     who.require("read")
     row = jobs.get(session, who.tenant_id, job_id)
     job = jobs.to_public(row)
@@ -127,15 +128,27 @@ def get_job(job_id: str, session: Db, who: Principal) -> Any:
     dep = session.get(Deployment, row.deployment_id) if position is not None else None
     if position is not None and dep is not None:
         live = [w for w in workers.live(session, row.deployment_id) if w.state in SERVING]
+        cold_start = None if live else _cold_start(ctx, row.deployment_id)
+        if cold_start is not None:
+            job["cold_start"] = cold_start
         per_worker = dep.spec.target_concurrency
         job["queue_position"] = position
         job["eta_s"] = estimate_wait_s(
             position,
             job_queries.recent_execution_s(session, row.deployment_id),
             len(live) * per_worker,
-            None,
+            cold_start["eta_s"] if cold_start else None,
         )
     return JSONResponse(job, headers={"X-Job-Id": job_id})
+
+
+def _cold_start(ctx: AppContext, deployment_id: str) -> dict[str, Any] | None:
+    """The cold start the job waits on (phase, bytes, ETA), as the reconciler last saw it."""
+    try:
+        return cold_starts.read(ctx.redis, deployment_id)
+    except redis.RedisError as exc:
+        log.warning("cold start of %s unreadable (Redis: %s)", deployment_id, exc)
+        return None
 
 
 @router.get("/v1/jobs", response_model=JobList)

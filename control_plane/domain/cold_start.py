@@ -1,0 +1,137 @@
+"""What a job waiting on a booting worker is told: the cold start's phase and its ETA (pure).
+
+A worker boots (`booting`: process start, runtime import), loads its weights (`loading`, with
+the bytes landed so far from its heartbeat) and warms up (`warming`). The ETA of one worker is
+what is left of its current phase plus the phases after it:
+
+    booting   max(boot_s − in_state, 0) + load_s + warm_s       (measured medians)
+    loading   bytes left ÷ the rate of this very load so far + warm_s
+              (before the first bytes: max(load_s − in_state, 0) + warm_s)
+    warming   max(warm_s − in_state, 0)
+
+A phase overrunning its median counts as about to end (never a negative ETA, and no guess about
+by how much it will overrun). Without a measurement the ETA is unknown (None), except that an
+unmeasured warm-up counts as 0 s once the weight bytes give a rate: it is short next to them.
+A deployment's jobs are told about the worker expected ready first.
+
+>>> w = BootingWorker("loading", in_state_s=2.0, bytes_done=500, bytes_total=1500)
+>>> estimate(w, PhaseTimes(boot_s=1.7, load_s=None, warm_s=0.5))
+ColdStart(phase='loading_weights', reason='loading_weights', eta_s=4.5, bytes_done=500, ...)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+# worker state → the phase a waiting job sees, and the job's status_reason in that phase
+PHASE_OF_STATE = {"booting": "booting", "loading": "loading_weights", "warming": "warming"}
+REASON_OF_PHASE = {
+    "booting": "no_capacity",
+    "loading_weights": "loading_weights",
+    "warming": "warming",
+}
+# Publish again within a phase once the ETA moved this much or this share of the bytes landed.
+ETA_STEP_S = 1.0
+BYTES_STEP = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseTimes:
+    """Median seconds of each phase over the deployment version's recent workers."""
+
+    boot_s: float | None = None  # process start → loading
+    load_s: float | None = None  # loading → warming (weights and engine build)
+    warm_s: float | None = None  # warming → ready
+
+
+@dataclass(frozen=True, slots=True)
+class BootingWorker:
+    state: str  # booting | loading | warming
+    in_state_s: float  # seconds since it entered `state`
+    bytes_done: int | None = None  # weight bytes landed (loading only, from its heartbeat)
+    bytes_total: int | None = None  # weight bytes to land
+
+
+@dataclass(frozen=True, slots=True)
+class ColdStart:
+    phase: str  # booting | loading_weights | warming
+    reason: str  # status_reason of the jobs waiting on it
+    eta_s: float | None  # seconds until the worker should be ready; None: unknown
+    bytes_done: int | None = None
+    bytes_total: int | None = None
+
+    def public(self) -> dict[str, Any]:
+        """The JSON a job's `starting` event, GET and webhook carry."""
+        return {
+            "phase": self.phase,
+            "eta_s": self.eta_s,
+            "bytes_done": self.bytes_done,
+            "bytes_total": self.bytes_total,
+        }
+
+
+def _left(median_s: float | None, in_state_s: float) -> float | None:
+    return None if median_s is None else max(median_s - in_state_s, 0.0)
+
+
+def _sum(*parts: float | None) -> float | None:
+    return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+
+
+def estimate(w: BootingWorker, times: PhaseTimes) -> ColdStart:
+    phase = PHASE_OF_STATE[w.state]
+    eta: float | None
+    if w.state == "booting":
+        eta = _sum(_left(times.boot_s, w.in_state_s), times.load_s, times.warm_s)
+    elif w.state == "loading":
+        done, total = w.bytes_done or 0, w.bytes_total or 0
+        if done > 0 and total > 0 and w.in_state_s > 0:
+            rate = done / w.in_state_s
+            eta = (total - min(done, total)) / rate + (times.warm_s or 0.0)
+        else:
+            eta = _sum(_left(times.load_s, w.in_state_s), times.warm_s)
+    else:
+        eta = _left(times.warm_s, w.in_state_s)
+    loading = w.state == "loading"
+    return ColdStart(
+        phase=phase,
+        reason=REASON_OF_PHASE[phase],
+        eta_s=None if eta is None else round(eta, 1),
+        bytes_done=w.bytes_done if loading else None,
+        bytes_total=w.bytes_total if loading else None,
+    )
+
+
+_ORDER = {"warming": 0, "loading_weights": 1, "booting": 2}
+
+
+def soonest(workers: Iterable[BootingWorker], times: PhaseTimes) -> ColdStart | None:
+    """The cold start of the worker expected ready first (known ETAs first, then the most
+    advanced phase); None without booting workers."""
+    starts = [estimate(w, times) for w in workers]
+    if not starts:
+        return None
+    return min(
+        starts,
+        key=lambda c: (c.eta_s is None, c.eta_s or 0.0, _ORDER[c.phase]),
+    )
+
+
+def worth_publishing(last: ColdStart | None, new: ColdStart) -> bool:
+    """Whether waiting jobs hear of `new`: a new phase, or within one, the ETA or the bytes
+    moved enough (so a stream of 1000 jobs is not rewritten every tick for nothing)."""
+    if last is None or last.phase != new.phase:
+        return True
+    if (last.eta_s is None) != (new.eta_s is None):
+        return True
+    if (
+        last.eta_s is not None
+        and new.eta_s is not None
+        and abs(last.eta_s - new.eta_s) >= ETA_STEP_S
+    ):
+        return True
+    total = new.bytes_total or 0
+    moved = (new.bytes_done or 0) - (last.bytes_done or 0)
+    return total > 0 and (moved >= BYTES_STEP * total or new.bytes_done == total != last.bytes_done)

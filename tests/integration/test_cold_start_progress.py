@@ -1,0 +1,157 @@
+"""A job waiting on a booting worker hears how the cold start goes: the reconciler (real Redis
+and SQL, an injected clock, a provider that records starts) turns the worker's reported state
+and its heartbeat's weight bytes into the job's status_reason, `starting` events with phase,
+bytes and ETA on its stream, and a `cold_start` object on GET /v1/jobs/{id}."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from control_plane.reconcile.driver import Reconciler
+from tests.integration.api_helpers import WORKER, deploy, h
+from tests.integration.conftest import provider
+from worker.protocol import job_events_key, worker_heartbeat_key
+
+
+def starting_events(redis_client: Any, job_id: str) -> list[dict[str, Any]]:
+    return [
+        json.loads(fields[b"data"])
+        for _, fields in redis_client.xrange(job_events_key(job_id))
+        if fields[b"type"] == b"starting"
+    ]
+
+
+def past() -> datetime:
+    """The tests' time 0: reports the API takes as they are (it never takes one from the
+    future), ticks in step with them."""
+    return datetime.now(UTC) - timedelta(seconds=60)
+
+
+def report(client: TestClient, worker_id: str, state: str, at: datetime) -> None:
+    r = client.post(
+        f"/internal/workers/{worker_id}/state",
+        json={"state": state, "at": at.timestamp()},
+        headers=WORKER,
+    )
+    assert r.status_code == 200, r.text
+
+
+def beat(redis_client: Any, worker_id: str, done: int | None = None, total: int = 0) -> None:
+    body: dict[str, Any] = {"worker_id": worker_id, "state": "loading"}
+    if done is not None:
+        body["progress"] = {"bytes_done": done, "bytes_total": total}
+    redis_client.set(worker_heartbeat_key(worker_id), json.dumps(body), ex=10)
+
+
+def test_a_waiting_job_follows_the_cold_start_phase_by_phase(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> None:
+    deploy(client, keys["a"], max_workers=1)
+    run = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    )
+    jid = run.json()["id"]
+    t0 = past()
+    loop.tick(t0)
+    (spec,) = provider(loop).started
+    wid = spec.worker_id
+    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    assert (job["status"], job["status_reason"]) == ("starting", "no_capacity")
+    # the first boot of a deployment: nothing measured, no ETA yet
+    assert job["cold_start"] == {
+        "phase": "booting",
+        "eta_s": None,
+        "bytes_done": None,
+        "bytes_total": None,
+    }
+
+    # weights land: 250 of 1000 bytes one second into the load → 3 s left
+    report(client, wid, "loading", t0 + timedelta(seconds=1))
+    beat(redis_client, wid, 250, 1000)
+    loop.tick(t0 + timedelta(seconds=2))
+    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    assert (job["status"], job["status_reason"]) == ("starting", "loading_weights")
+    assert job["cold_start"] == {
+        "phase": "loading_weights",
+        "eta_s": 3.0,
+        "bytes_done": 250,
+        "bytes_total": 1000,
+    }
+    assert job["eta_s"] == 3.0
+
+    # a job that arrives during the load waits on the same worker
+    late = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "y"}}, headers=h(keys["a"])
+    ).json()["id"]
+    beat(redis_client, wid, 750, 1000)
+    loop.tick(t0 + timedelta(seconds=3))
+    assert client.get(f"/v1/jobs/{late}", headers=h(keys["a"])).json()["status_reason"] == (
+        "loading_weights"
+    )
+    report(client, wid, "warming", t0 + timedelta(seconds=4))
+    loop.tick(t0 + timedelta(seconds=4.1))
+    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    assert (job["status"], job["status_reason"]) == ("starting", "warming")
+    assert job["cold_start"]["phase"] == "warming"
+
+    phases = [(e.get("phase"), e.get("bytes_done")) for e in starting_events(redis_client, jid)]
+    assert phases == [
+        ("booting", None),
+        ("loading_weights", 250),
+        ("loading_weights", 750),
+        ("warming", None),
+    ]
+    assert [e["reason"] for e in starting_events(redis_client, late)][-1] == "warming"
+
+    # ready: the cold start is over, GET shows none
+    report(client, wid, "idle", t0 + timedelta(seconds=4.5))
+    loop.tick(t0 + timedelta(seconds=5))
+    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    assert "cold_start" not in job or job["cold_start"] is None
+
+
+def test_the_next_cold_start_has_an_eta_from_the_measured_phases(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> None:
+    deploy(client, keys["a"], max_workers=1)
+    client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"]))
+    t0 = past()
+    loop.tick(t0)
+    (first,) = provider(loop).started
+    # boot 2 s, load 6 s, warm 1 s (the first worker's start is t0)
+    for state, at_s in (("loading", 2), ("warming", 8), ("idle", 9)):
+        report(client, first.worker_id, state, t0 + timedelta(seconds=at_s))
+    loop.refresher.refresh(t0 + timedelta(seconds=10))
+    measured = loop.refresher.latest(first.deployment_id)
+    assert measured is not None
+    assert measured.phase_times.boot_s is not None and abs(measured.phase_times.boot_s - 2) < 0.1
+    assert measured.phase_times.load_s == 6.0 and measured.phase_times.warm_s == 1.0
+
+    # the worker goes away; the next call boots a new one, whose ETA is known from the start
+    report(client, first.worker_id, "stopped", t0 + timedelta(seconds=20))
+    jid = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "y"}}, headers=h(keys["a"])
+    ).json()["id"]
+    t1 = t0 + timedelta(seconds=21)
+    loop.tick(t1)
+    assert len(provider(loop).started) == 2
+    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    # from the start decision on: 2 s boot + 6 s load + 1 s warm-up
+    assert job["cold_start"] == {
+        "phase": "booting",
+        "eta_s": 9.0,
+        "bytes_done": None,
+        "bytes_total": None,
+    }
+    loop.tick(t1 + timedelta(seconds=0.5))
+    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    assert job["cold_start"]["eta_s"] == 8.5
+    (event,) = starting_events(redis_client, jid)  # the ETA moved < 1 s: no second event
+    assert event == {"reason": "no_capacity", "phase": "booting", "eta_s": 9.0} | {
+        "bytes_done": None,
+        "bytes_total": None,
+    }
