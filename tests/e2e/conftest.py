@@ -96,6 +96,9 @@ def embedded_platform(state_dir: Path, extra_env: dict[str, str]) -> Iterator[di
         "PLATFORM_STATE_DIR": str(state_dir),
         # reach the workers through the control plane (PLATFORM_LOADER_*/ENGINE_* pass through)
         "PLATFORM_LOADER_CACHE_DIR": str(state_dir / "weights-cache"),
+        # the host-memory tier in front of it (a plain directory here: same code path as /dev/shm)
+        "PLATFORM_LOADER_HOST_CACHE_DIR": str(state_dir / "host-cache"),
+        "PLATFORM_LOADER_HOST_CACHE_BYTES": str(1 << 30),
         "PLATFORM_ENGINE_MAX_NUM_BATCHED_TOKENS": "512",
         # the operator's tests deploy the demo model from its host path (other tenants never
         # may; test_platform_e2e uploads into the namespace as a tenant would)

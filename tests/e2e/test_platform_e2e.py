@@ -332,3 +332,34 @@ def test_overlapping_jobs_on_one_worker_are_billed_exactly(
     assert len(costs) == 2 and all(c > 0 for c in costs)
     other = sum(Decimal(r["amount"]) for r in records if r["phase"] != "busy")
     assert sum(costs) + other == sum(Decimal(r["amount"]) for r in records)
+
+
+def test_a_cold_start_reports_its_phases_and_the_next_worker_reads_the_host_tier(
+    platform: dict[str, Any], demo_model: Path
+) -> None:
+    from sdk import RunStatus
+
+    env = platform["env"]
+    up = cli("models", "upload", str(demo_model), "models/tiers/", env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+    client.deployments.create(name="tier-a", model="store://models/tiers/")
+    seen: list[RunStatus] = []
+    stream = client.run(
+        "tier-a", {"prompt": "Hi", "max_tokens": 4}, stream=True, on_status=seen.append
+    )
+    "".join(stream)
+    assert stream.job is not None and stream.job.status == "succeeded"
+    statuses = [(s.status, s.phase) for s in seen]
+    assert statuses[0] == ("queued", None) and statuses[-1] == ("running", None)
+    assert statuses[1] == ("starting", "booting"), statuses
+    assert all(s.status == "starting" for s in seen[1:-1])
+
+    # another deployment of the same model: its worker reads the weights from host memory
+    client.deployments.create(name="tier-b", model="store://models/tiers/")
+    assert client.run("tier-b", {"prompt": "Hi", "max_tokens": 4}) is not None
+    (worker,) = client.workers.list(deployment="tier-b")
+    log = (platform["state_dir"] / "logs" / "workers" / f"{worker['id']}.log").read_text()
+    assert "cache hits {'host': 1}" in log, log[-2000:]
+    for name in ("tier-a", "tier-b"):
+        client.deployments.delete(name)
