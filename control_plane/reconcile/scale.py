@@ -156,6 +156,7 @@ def scale(
     )
     decision = decide(state, t)
     history, verdict = None, None
+    started: list[Worker] = []
     if decision.start:
         # The crash-loop gate is read only when workers would start (it costs queries).
         history = workers.boot_history(session, dep.id, dep.version)
@@ -173,9 +174,8 @@ def scale(
         started = [_start(session, env, dep, decision.reason, now) for _ in range(decision.start)]
         session.commit()
         waiting = jobs.mark_starting(session, dep.id, verdict.reason)
-        if started:
-            booting += started  # their jobs hear of them below, phase and ETA included
-        else:  # held back by the crash-loop gate: they wait, saying why
+        # (with workers started, their jobs hear of them below, phase and ETA included)
+        if not started:  # held back by the crash-loop gate: they wait, saying why
             events.publish_many(env.redis, waiting, EventType.STARTING, {"reason": verdict.reason})
     if decision.desired < decision.capacity:
         counted = [_view(w) for w in ready] + [
@@ -189,7 +189,9 @@ def scale(
             _stop(session, env, v.id, fleet.SCALE_DOWN)
     if not decision.fail_waiting:
         times = measured.phase_times if measured else PhaseTimes()
-        cold_starts.report(session, env, dep, booting, len(ready), times, demand.cold_starts, now)
+        cold_starts.report(
+            session, env, dep, booting + started, len(ready), times, demand.cold_starts, now
+        )
     return decision, _document(state, decision, now)
 
 
