@@ -3,15 +3,17 @@
 The store is one bucket (`PLATFORM_STORE_BUCKET`); a tenant's files live under
 `tenants/<tenant id>/`, and a tenant can only spell paths below its own prefix (see
 `domain/uris.py`), so no request of one tenant can name another's file. Uploads stream:
-parts of `PART_BYTES` go to object storage as they arrive (S3 multipart), so a multi-GB
-checkpoint never sits in the API's memory; a failed or oversized upload is aborted and
-leaves nothing behind.
+parts (`part_bytes_for`) go to object storage as they arrive (S3 multipart), up to
+`MAX_PARTS_IN_FLIGHT` of them at once while the body keeps coming, so a multi-GB checkpoint
+never sits in the API's memory (at most `MAX_PARTS_IN_FLIGHT + 1` parts per upload) and
+goes at the store's speed; a failed or oversized upload is aborted and leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,8 +25,14 @@ from control_plane.settings import Settings
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
-# S3 parts are 5 MiB at least (but the last); 16 MiB keeps request counts low.
+# S3 parts are 5 MiB at least (but the last), 10,000 at most per upload; 16 MiB keeps request
+# counts low, and bigger ones only when a file needs them (`part_bytes_for`).
 PART_BYTES = 16 * 1024 * 1024
+MAX_PARTS = 10_000
+# Parts being sent to the store at once, per upload: one part's round trip (signing, the
+# server writing it) overlaps the next ones and the body still arriving. NOTE: an upload holds
+# at most MAX_PARTS_IN_FLIGHT + 1 parts in memory (the one filling, those being sent).
+MAX_PARTS_IN_FLIGHT = 3
 MAX_LIST = 1_000
 
 
@@ -52,18 +60,45 @@ def file_location(path: str) -> uris.Location:
     return loc
 
 
+def part_bytes_for(max_bytes: int) -> int:
+    """The part size of an upload of at most `max_bytes`: `PART_BYTES`, or more when
+    `MAX_PARTS` parts of it would not hold that many bytes."""
+    return max(PART_BYTES, -(-max_bytes // MAX_PARTS))
+
+
 @dataclass
 class Upload:
-    """One file being received; `add` parts as they come, then `finish` (or `abort`)."""
+    """One file being received; `add` bytes as they come, then `finish` (or `abort`).
+
+    Whole parts are sent by a few threads of the upload's own while the caller goes on adding;
+    `add` waits (holding the request body back) while `MAX_PARTS_IN_FLIGHT` are on their way.
+
+        upload = Upload(settings, tenant_id, file_location("models/a/model.safetensors"))
+        for chunk in body:
+            upload.add(chunk)
+        described = upload.finish()  # or upload.abort() on any failure
+    """
 
     settings: Settings
     tenant_id: str
     location: uris.Location
-    size: int = 0
-    _buffer: bytearray = field(default_factory=bytearray)
-    _parts: list[dict[str, Any]] = field(default_factory=list)
+    # The body's declared length, when it has one (it cannot be longer); sizes the parts.
+    declared_bytes: int | None = None
+    size: int = 0  # bytes received so far
+    # Received and not yet sent: fewer bytes than a part, as they came.
+    _pending: list[bytes] = field(default_factory=list)
+    _pending_bytes: int = 0
+    _part_bytes: int = 0  # from __post_init__
+    # Every part started, by part number (1, 2, ...): its ETag once the store has it.
+    _parts: dict[int, Future[str]] = field(default_factory=dict)
+    _pool: ThreadPoolExecutor | None = None  # sends the parts; from the first part on
     _upload_id: str | None = None
     _s3: S3Client | None = None
+
+    def __post_init__(self) -> None:
+        limit = self.settings.upload_max_bytes
+        declared = self.declared_bytes
+        self._part_bytes = part_bytes_for(limit if declared is None else min(declared, limit))
 
     @property
     def key(self) -> str:
@@ -73,17 +108,25 @@ class Upload:
     def bucket(self) -> str:
         return self.settings.store_bucket
 
-    def add(self, chunk: bytes) -> None:
-        """Take received bytes; sends a part whenever a whole one is buffered."""
-        self.size += len(chunk)
+    def add(self, *chunks: bytes) -> None:
+        """Take received bytes, in order; starts sending a part whenever a whole one is here."""
+        self.size += sum(len(c) for c in chunks)
         if self.size > self.settings.upload_max_bytes:
             limit = self.settings.upload_max_bytes
             raise TooLarge(f"the file passed the limit of {limit} bytes", limit_bytes=limit)
-        self._buffer += chunk
-        while len(self._buffer) >= PART_BYTES:
-            with storage_errors():
-                self._send_part(bytes(self._buffer[:PART_BYTES]))
-            del self._buffer[:PART_BYTES]
+        for chunk in chunks:
+            while self._pending_bytes + len(chunk) >= self._part_bytes:
+                need = self._part_bytes - self._pending_bytes
+                self._pending.append(chunk[:need])
+                chunk = chunk[need:]
+                part = b"".join(self._pending)  # the one copy a part costs
+                self._pending.clear()
+                self._pending_bytes = 0
+                with storage_errors():
+                    self._start_part(part)
+            if chunk:
+                self._pending.append(chunk)
+                self._pending_bytes += len(chunk)
 
     def _client(self) -> S3Client:
         if self._s3 is None:
@@ -91,17 +134,29 @@ class Upload:
             object_store.ensure_bucket(self._s3, self.bucket)
         return self._s3
 
-    def _send_part(self, data: bytes) -> None:
+    def _start_part(self, data: bytes) -> None:
+        """Send `data` as the next part, once fewer than MAX_PARTS_IN_FLIGHT are on their way;
+        raises the error of a part that failed (so a failure stops the upload early)."""
         s3 = self._client()
         if self._upload_id is None:
             made = s3.create_multipart_upload(Bucket=self.bucket, Key=self.key)
             self._upload_id = made["UploadId"]
+            self._pool = ThreadPoolExecutor(MAX_PARTS_IN_FLIGHT, thread_name_prefix="upload")
+        assert self._pool is not None, "the pool is made with the multipart upload"
+        in_flight = [f for f in self._parts.values() if not f.done()]
+        if len(in_flight) >= MAX_PARTS_IN_FLIGHT:
+            wait(in_flight, return_when=FIRST_COMPLETED)
+        for part in self._parts.values():
+            if part.done():
+                part.result()
         number = len(self._parts) + 1
+        self._parts[number] = self._pool.submit(self._send_part, s3, self._upload_id, number, data)
+
+    def _send_part(self, s3: S3Client, upload_id: str, number: int, data: bytes) -> str:
         sent = s3.upload_part(
-            Bucket=self.bucket, Key=self.key, UploadId=self._upload_id,
-            PartNumber=number, Body=data,
-        )  # fmt: skip
-        self._parts.append({"PartNumber": number, "ETag": sent["ETag"]})
+            Bucket=self.bucket, Key=self.key, UploadId=upload_id, PartNumber=number, Body=data
+        )
+        return sent["ETag"]
 
     def finish(self) -> dict[str, Any]:
         """Store the file (replacing any previous one at its path); its public description."""
@@ -110,28 +165,41 @@ class Upload:
 
     def _finish(self) -> dict[str, Any]:
         s3 = self._client()
+        rest = b"".join(self._pending)
+        self._pending.clear()
+        self._pending_bytes = 0
         if self._upload_id is None:
-            s3.put_object(Bucket=self.bucket, Key=self.key, Body=bytes(self._buffer))
+            s3.put_object(Bucket=self.bucket, Key=self.key, Body=rest)
         else:
-            if self._buffer:
-                self._send_part(bytes(self._buffer))
+            if rest:
+                self._start_part(rest)
+            parts = [{"PartNumber": n, "ETag": part.result()} for n, part in self._parts.items()]
+            self._close_pool()
             s3.complete_multipart_upload(
                 Bucket=self.bucket, Key=self.key, UploadId=self._upload_id,
-                MultipartUpload={"Parts": self._parts},  # type: ignore[typeddict-item]
+                MultipartUpload={"Parts": parts},  # type: ignore[typeddict-item]
             )  # fmt: skip
-        self._buffer.clear()
         head = s3.head_object(Bucket=self.bucket, Key=self.key)
         return _public(self.location.key, int(head["ContentLength"]), head)
 
     def abort(self) -> None:
         """Drop what was sent; nothing of this upload stays in the store."""
+        self._pending.clear()
+        self._pending_bytes = 0
+        # NOTE: parts already on their way finish first and queued ones never start, so no
+        # part can reach the store after the abort below.
+        self._close_pool()
         if self._upload_id is not None:
             # best effort: stores also expire incomplete uploads by their own rules
             with contextlib.suppress(Exception):
                 self._client().abort_multipart_upload(
                     Bucket=self.bucket, Key=self.key, UploadId=self._upload_id
                 )
-        self._buffer.clear()
+
+    def _close_pool(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
 def _public(path: str, size: int, head: Any) -> dict[str, Any]:
@@ -190,4 +258,13 @@ def delete(settings: Settings, tenant_id: str, path: str) -> None:
         s3.delete_object(Bucket=settings.store_bucket, Key=key)
 
 
-__all__ = ["PART_BYTES", "Upload", "delete", "file_location", "list_"]
+__all__ = [
+    "MAX_PARTS",
+    "MAX_PARTS_IN_FLIGHT",
+    "PART_BYTES",
+    "Upload",
+    "delete",
+    "file_location",
+    "list_",
+    "part_bytes_for",
+]

@@ -25,15 +25,34 @@ class CredentialCreate(BaseModel):
     region: str | None = Field(None, max_length=40)
 
 
+# The server hands the body over in pieces of up to 256 KB; this many bytes of them go to a
+# thread (`Upload.add`) at a time, so the trips cost little per byte (the pieces are not joined
+# here: copying a file's bytes once more would cost more than the trips it saves).
+HANDOFF_BYTES = 1024 * 1024
+
+
 @router.put("/v1/files/{path:path}", status_code=201)
 async def upload_file(path: str, request: Request, ctx: Ctx, who: Principal) -> Any:
     """Store the request body as `store://<path>` (replacing any file there)."""
     who.require("deploy")
-    upload = files.Upload(ctx.settings, who.tenant_id, files.file_location(path))
+    declared = request.headers.get("content-length", "")
+    upload = files.Upload(
+        ctx.settings,
+        who.tenant_id,
+        files.file_location(path),
+        declared_bytes=int(declared) if declared.isdigit() else None,
+    )
     try:
+        gathered: list[bytes] = []
+        gathered_bytes = 0
         async for chunk in request.stream():
-            if chunk:
-                await run_in_threadpool(upload.add, chunk)
+            gathered.append(chunk)
+            gathered_bytes += len(chunk)
+            if gathered_bytes >= HANDOFF_BYTES:
+                await run_in_threadpool(upload.add, *gathered)
+                gathered, gathered_bytes = [], 0
+        if gathered_bytes:
+            await run_in_threadpool(upload.add, *gathered)
         return await run_in_threadpool(upload.finish)
     except BaseException:
         await run_in_threadpool(upload.abort)
