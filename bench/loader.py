@@ -132,7 +132,7 @@ def raw_ceiling(size: int, concurrency: int) -> int:
     # Allocated, not touched, by torch's allocator like the loader's arena (it backs large
     # blocks with transparent huge pages: numpy's malloc'd buffer costs 2-3x the CPU here).
     buf = torch.empty(size, dtype=torch.uint8)
-    view = memoryview(buf.numpy())
+    view = memoryview(buf.numpy())  # type: ignore[arg-type]  # an ndarray is a buffer
     part = int(os.environ.get("BENCH_PART_BYTES", str(8 << 20)))
     work: queue.Queue[int] = queue.Queue()
     for start in range(0, size, part):

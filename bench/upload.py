@@ -23,7 +23,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -35,6 +34,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
+from bench.loader import machine  # noqa: E402  (the repository root is on sys.path just above)
+
 BIN = Path(sys.executable).parent
 PREFIX = "models/bench-upload"  # the API's upload, in the admin tenant's namespace
 DIRECT_KEY = "bench-upload/direct.bin"  # boto3's, at the store bucket's top
@@ -60,19 +61,6 @@ def rss_mb(pid: int, field: str = "VmRSS") -> float:
         if line.startswith(field + ":"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def machine() -> str:
-    cpu = "?"
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            cpu = line.split(":", 1)[1].strip()
-            break
-    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return (
-        f"{os.cpu_count()} cores {cpu}, {mem_gb:.0f} GiB RAM, Linux {platform.release()}, "
-        f"Python {platform.python_version()}"
-    )
 
 
 def write_file(path: Path, size: int) -> None:
