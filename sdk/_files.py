@@ -13,22 +13,12 @@ checkpoint uploads with the memory of a small one.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar, cast
 
-import httpx
-
-from sdk import _flows as flows
 from sdk import _routes as routes
+from sdk._base import FileBody
 from sdk._models import StoredFile
 from sdk._resource import Resource
-
-T = TypeVar("T")
-
-# A local file is read and sent this many bytes at a time: big enough that the cost of each
-# piece vanishes, small enough that memory stays flat whatever the file's size.
-CHUNK_BYTES = 1024 * 1024
 
 
 class Files(Resource):
@@ -40,11 +30,8 @@ class Files(Resource):
         A file is streamed from disk with its length declared (`Content-Length`), and read
         again from its start if the request has to be retried.
         """
-        if isinstance(data, bytes):
-            return StoredFile(self._object(routes.upload_file(path, data)))
-        body = _FileBody(Path(data))
-        flow = flows.request_object(self._client._rt, routes.upload_file(path, b""))
-        return StoredFile(self._run(_sending(body, flow)))
+        body = data if isinstance(data, bytes) else FileBody(data)
+        return StoredFile(self._object(routes.upload_file(path, body)))
 
     def upload_dir(self, directory: str | Path, prefix: str) -> str:
         """Upload every file under `directory` to `store://<prefix>/...`; returns that URI."""
@@ -64,52 +51,3 @@ class Files(Resource):
     def delete(self, path: str) -> None:
         """Remove one file; NotFoundError when there is none at `path`."""
         self._json(routes.delete_file(path))
-
-
-class _FileBody:
-    """A local file as a request body: its first `size_bytes` (its size when this is made),
-    read CHUNK_BYTES at a time from the start each time the body is iterated (so a retried
-    request sends the whole file again).
-
-    NOTE: each piece is a plain (blocking) read, in the blocking client too: one piece from a
-    local disk takes a small fraction of the time sending it takes.
-    """
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.size_bytes = path.stat().st_size  # a missing file fails here, before any request
-
-    def __iter__(self) -> Iterator[bytes]:
-        left = self.size_bytes
-        with self.path.open("rb") as f:
-            # A file that shrank meanwhile ends early: the server then never sees a whole body.
-            while left > 0 and (chunk := f.read(min(CHUNK_BYTES, left))):
-                left -= len(chunk)
-                yield chunk
-
-
-def _sending(body: _FileBody, flow: flows.Flow[T]) -> flows.Flow[T]:
-    """`flow` (of a call with an empty body), each request it sends carrying `body` instead.
-
-    NOTE: httpx sends an iterated body chunked; this one keeps the file's length in
-    `Content-Length`, so the API knows the size before the first byte (and sizes its parts).
-    """
-    outcome: flows.Outcome = None
-    while True:
-        try:
-            action = flow.send(outcome)
-        except StopIteration as stop:
-            return cast(T, stop.value)
-        if isinstance(action, flows.Send):
-            request = action.request
-            headers = httpx.Headers(request.headers)
-            headers["Content-Length"] = str(body.size_bytes)
-            request = httpx.Request(
-                request.method,
-                request.url,
-                headers=headers,
-                content=body,
-                extensions=request.extensions,
-            )
-            action = flows.Send(request, action.stream)
-        outcome = yield action

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from sdk._base import Call
+from sdk._base import Call, FileBody
 
 # A time filter: an aware datetime (sent in UTC) or an ISO 8601 string; None: no bound.
 Time = datetime | str | None
@@ -259,7 +259,7 @@ def _file_path(path: str) -> str:
     return "/".join(quote(segment, safe="") for segment in path.split("/"))
 
 
-def upload_file(path: str, content: bytes) -> Call:
+def upload_file(path: str, content: bytes | FileBody) -> Call:
     # A PUT of the same bytes to the same path is harmless to repeat.
     return Call(
         "PUT",

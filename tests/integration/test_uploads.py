@@ -23,7 +23,7 @@ from control_plane.api.app import create_app
 from control_plane.embedded.processes import free_port
 from control_plane.services import files, object_store
 from control_plane.settings import Settings
-from sdk._files import CHUNK_BYTES
+from sdk._base import CHUNK_BYTES
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants
 from tests.unit.test_sdk_client import Twin, twin
