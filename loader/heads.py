@@ -34,10 +34,14 @@ class ObjectHead:
     raw: bytes  # the 8-byte prefix + header bytes (written to the cache)
     prefetched: bytearray  # data bytes that came with the header
     stream: bool  # the server ignores Range: read the object as one stream
-    cache_hit: bool = False  # served from a cache tier (`tier`)
     downloaded_s: float = -1.0  # seconds hf_transfer took to fill the cache entry (-1: not used)
     tier: str | None = None  # the cache tier the bytes come from (a hit or an hf_transfer fill)
     origin: ObjectInfo | None = None  # the origin's version when `tier` serves it (its key)
+
+    @property
+    def cache_hit(self) -> bool:
+        """Served from a cache tier that already held it (not filled by this load)."""
+        return self.tier is not None and self.downloaded_s < 0
 
     @property
     def version(self) -> ObjectInfo:
@@ -87,7 +91,7 @@ def _read_object_head(
         hit = tier.cache.lookup(uri, head.info)
         if hit is not None:
             local = read_head(LocalSource(uri, hit), options)
-            return dataclasses.replace(local, origin=head.info, cache_hit=True, tier=tier.name)
+            return dataclasses.replace(local, origin=head.info, tier=tier.name)
     if use_hf_transfer and isinstance(source, HfSource):
         slowest = tiers[-1]  # the largest: the Hub's files go where they last longest
         t0 = time.monotonic()

@@ -16,7 +16,7 @@ A deployment's jobs are told about the worker expected ready first.
 
 >>> w = BootingWorker("loading", in_state_s=2.0, bytes_done=500, bytes_total=1500)
 >>> estimate(w, PhaseTimes(boot_s=1.7, load_s=None, warm_s=0.5))
-ColdStart(phase='loading_weights', reason='loading_weights', eta_s=4.5, bytes_done=500, ...)
+ColdStart(phase='loading_weights', eta_s=4.5, bytes_done=500, bytes_total=1500)
 """
 
 from __future__ import annotations
@@ -57,10 +57,14 @@ class BootingWorker:
 @dataclass(frozen=True, slots=True)
 class ColdStart:
     phase: str  # booting | loading_weights | warming
-    reason: str  # status_reason of the jobs waiting on it
     eta_s: float | None  # seconds until the worker should be ready; None: unknown
     bytes_done: int | None = None
     bytes_total: int | None = None
+
+    @property
+    def reason(self) -> str:
+        """The status_reason of the jobs waiting on it."""
+        return REASON_OF_PHASE[self.phase]
 
     def public(self) -> dict[str, Any]:
         """The JSON a job's `starting` event, GET and webhook carry."""
@@ -97,7 +101,6 @@ def estimate(w: BootingWorker, times: PhaseTimes) -> ColdStart:
     loading = w.state == "loading"
     return ColdStart(
         phase=phase,
-        reason=REASON_OF_PHASE[phase],
         eta_s=None if eta is None else round(eta, 1),
         bytes_done=w.bytes_done if loading else None,
         bytes_total=w.bytes_total if loading else None,

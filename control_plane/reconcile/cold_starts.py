@@ -3,7 +3,7 @@
 Reads the booting workers' heartbeats (weight bytes landed), asks the pure
 `domain.cold_start.soonest` for the phase and ETA of the worker expected ready first, and then:
 - the waiting jobs' rows follow the phase (`starting`, status_reason no_capacity →
-  loading_weights → warming; `jobs.follow_cold_start`);
+  loading_weights → warming; `jobs.mark_starting`);
 - their event streams get a `starting` event `{reason, phase, bytes_done, bytes_total, eta_s}`
   when the phase changes or the progress moved enough (`worth_publishing`), in one round trip;
 - the deployment's key holds the latest for `GET /v1/jobs/{id}` (`services/cold_starts.py`);
@@ -60,7 +60,7 @@ def report(
     ]
     start = soonest(views, times)
     assert start is not None
-    waiting = jobs.follow_cold_start(session, dep.id, start.reason)
+    waiting = jobs.mark_starting(session, dep.id, start.reason)
     session.commit()
     # Every tick refreshes the key (GET shows a fresh ETA); events go out on real changes.
     previous = last.get(dep.id)

@@ -173,10 +173,12 @@ def scale(
     elif verdict is not None:
         started = [_start(session, env, dep, decision.reason, now) for _ in range(decision.start)]
         session.commit()
-        waiting = jobs.mark_starting(session, dep.id, verdict.reason)
-        # (with workers started, their jobs hear of them below, phase and ETA included)
+        # With none ready, the cold-start report below tells the waiting jobs (phase, ETA).
         if not started:  # held back by the crash-loop gate: they wait, saying why
+            waiting = [w.id for w in jobs.mark_starting(session, dep.id, verdict.reason)]
             events.publish_many(env.redis, waiting, EventType.STARTING, {"reason": verdict.reason})
+        elif ready:  # more capacity on its way next to serving workers: no cold start to tell
+            jobs.mark_starting(session, dep.id, verdict.reason)
     if decision.desired < decision.capacity:
         counted = [_view(w) for w in ready] + [
             _view(w)

@@ -23,11 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def publish(r: redis.Redis, job_id: str, event: EventType, data: dict[str, Any]) -> None:
-    key = job_events_key(job_id)
-    pipe = r.pipeline(transaction=False)
-    pipe.xadd(key, {"type": event.value, "data": json.dumps(data)}, maxlen=JOB_EVENTS_MAXLEN)
-    pipe.expire(key, JOB_EVENTS_TTL_S)
-    pipe.execute()
+    publish_many(r, [job_id], event, data)
 
 
 def publish_many(

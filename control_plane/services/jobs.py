@@ -173,26 +173,6 @@ def end_attempt(
     row.cached_tokens = cached_tokens
 
 
-def mark_starting(session: Session, deployment_id: str, reason: str) -> list[str]:
-    """Queued jobs of a deployment now wait on a booting worker; returns their ids."""
-    ids = list(
-        session.scalars(
-            select(Job.id).where(
-                Job.deployment_id == deployment_id,
-                Job.status == JobStatus.QUEUED,
-                Job.dispatched_at.is_not(None),
-            )
-        )
-    )
-    if ids:
-        session.execute(
-            update(Job)
-            .where(Job.id.in_(ids), Job.status == JobStatus.QUEUED)
-            .values(status=JobStatus.STARTING, status_reason=reason)
-        )
-    return ids
-
-
 @dataclass(frozen=True, slots=True)
 class Waiting:
     id: str
@@ -200,10 +180,10 @@ class Waiting:
     wants_starting: bool  # it has a webhook asking for `starting` events
 
 
-def follow_cold_start(session: Session, deployment_id: str, reason: str) -> list[Waiting]:
-    """The jobs of a deployment with no ready worker wait on a cold start: queued ones (sent to
-    its queue) become `starting`, and every waiting job's status_reason follows the cold start's
-    phase. Returns the jobs that wait on it."""
+def mark_starting(session: Session, deployment_id: str, reason: str) -> list[Waiting]:
+    """The jobs of a deployment wait on a worker that boots (or may not boot yet): queued ones
+    (sent to its queue) become `starting`, and every waiting job's status_reason becomes
+    `reason` (it follows a cold start's phase). Returns the jobs that wait."""
     waiting = list(
         session.execute(
             select(

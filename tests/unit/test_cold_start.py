@@ -67,31 +67,21 @@ def test_jobs_hear_of_the_worker_expected_ready_first() -> None:
 
 
 def test_jobs_are_told_of_a_new_phase_and_of_real_progress_only() -> None:
-    loading = ColdStart("loading_weights", "loading_weights", 10.0, 100, 10_000)
+    loading = ColdStart("loading_weights", 10.0, 100, 10_000)
     assert worth_publishing(None, loading)
-    assert worth_publishing(ColdStart("booting", "no_capacity", 12.0), loading)
+    assert worth_publishing(ColdStart("booting", 12.0), loading)
     # a few bytes more and an ETA within a second: nothing new to say
-    assert not worth_publishing(
-        loading, ColdStart("loading_weights", "loading_weights", 9.5, 150, 10_000)
-    )
-    assert worth_publishing(
-        loading, ColdStart("loading_weights", "loading_weights", 9.5, 400, 10_000)
-    )
-    assert worth_publishing(
-        loading, ColdStart("loading_weights", "loading_weights", 8.9, 150, 10_000)
-    )
-    assert worth_publishing(
-        loading, ColdStart("loading_weights", "loading_weights", None, 150, 10_000)
-    )
+    assert not worth_publishing(loading, ColdStart("loading_weights", 9.5, 150, 10_000))
+    assert worth_publishing(loading, ColdStart("loading_weights", 9.5, 400, 10_000))
+    assert worth_publishing(loading, ColdStart("loading_weights", 8.9, 150, 10_000))
+    assert worth_publishing(loading, ColdStart("loading_weights", None, 150, 10_000))
     # the last byte is always told
-    last_bytes = ColdStart("loading_weights", "loading_weights", 9.9, 9_990, 10_000)
-    assert worth_publishing(
-        last_bytes, ColdStart("loading_weights", "loading_weights", 9.9, 10_000, 10_000)
-    )
+    last_bytes = ColdStart("loading_weights", 9.9, 9_990, 10_000)
+    assert worth_publishing(last_bytes, ColdStart("loading_weights", 9.9, 10_000, 10_000))
 
 
 def test_the_public_form_carries_phase_eta_and_bytes() -> None:
-    start = ColdStart("loading_weights", "loading_weights", 3.5, 250, 1000)
+    start = ColdStart("loading_weights", 3.5, 250, 1000)
     assert start.public() == {
         "phase": "loading_weights",
         "eta_s": 3.5,

@@ -113,7 +113,7 @@ def test_assembly_reports_each_tensor_once_when_its_last_part_lands() -> None:
     assert assembly.progress("done", 1.0).bytes_done == 16384
 
 
-def _head(i: int, cache_hit: bool = False, downloaded_s: float = -1.0) -> ObjectHead:
+def _head(i: int, downloaded_s: float = -1.0, tier: str | None = None) -> ObjectHead:
     s = two_tensors(prefix=f"{i}.")
     return ObjectHead(
         SimpleNamespace(uri=f"mem://{i}", remote=True),  # type: ignore[arg-type]  # never read
@@ -122,17 +122,17 @@ def _head(i: int, cache_hit: bool = False, downloaded_s: float = -1.0) -> Object
         b"",
         bytearray(),
         False,
-        cache_hit,
         downloaded_s,
+        tier,
     )
 
 
 def test_metrics_name_the_phases_and_count_cache_and_hf_transfer_objects() -> None:
     heads = [
         _head(0),
-        _head(1, cache_hit=True),
-        _head(2, downloaded_s=2.0),
-        _head(3, downloaded_s=3.0),
+        _head(1, tier="host"),  # a hit
+        _head(2, downloaded_s=2.0, tier="disk"),  # hf_transfer fills: downloads, not hits
+        _head(3, downloaded_s=3.0, tier="disk"),
     ]
     layout = plan_fetch(
         [h.shard() for h in heads], [False] * 4, LoadOptions(part_bytes=4096), 2, staged=False
@@ -157,6 +157,7 @@ def test_metrics_name_the_phases_and_count_cache_and_hf_transfer_objects() -> No
     }
     assert m.seconds == 5.25 and m.bytes_total == 4 * 16384 and m.part_bytes == 4096
     assert (m.num_objects, m.num_parts, m.cache_hits, m.hf_transfer_objects) == (4, 16, 1, 2)
+    assert m.tier_hits == {"host": 1}
     plain = load_metrics(
         "mem://x",
         times,
