@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi.testclient import TestClient
@@ -51,3 +55,26 @@ def operator_and_tenants(database_url: str) -> dict[str, dict[str, str]]:
         s.commit()
     engine.dispose()
     return out
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """`app` served by uvicorn on a free loopback port, in a thread of this process; yields
+    "127.0.0.1:<port>" and stops the server at the end."""
+    import uvicorn
+
+    from control_plane.embedded.processes import free_port
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.05)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)

@@ -4,17 +4,14 @@ keep-alive connection usable: the client's next request on it succeeds."""
 from __future__ import annotations
 
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import uvicorn
 
 from control_plane.api.app import create_app
-from control_plane.embedded.processes import free_port
 from control_plane.settings import Settings
+from tests.integration.api_helpers import served
 
 
 @pytest.fixture
@@ -25,17 +22,8 @@ def server_url(settings: Settings, redis_client: Any) -> Iterator[str]:
     def boom() -> None:
         raise RuntimeError("a bug, not the client's fault")
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with served(app) as address:
+        yield address
 
 
 def exchange(sock: socket.socket, path: str) -> bytes:

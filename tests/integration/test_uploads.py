@@ -9,23 +9,20 @@ from __future__ import annotations
 import random
 import socket
 import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from botocore.exceptions import ClientError
 
 from control_plane.api.app import create_app
-from control_plane.embedded.processes import free_port
 from control_plane.services import files, object_store
 from control_plane.settings import Settings
 from sdk._base import CHUNK_BYTES
 from tests.conftest import S3Server
-from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants
+from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants, served
 from tests.unit.test_sdk_client import Twin, twin
 
 __all__ = ["twin"]  # a fixture, used by name
@@ -52,18 +49,8 @@ def settings(database_url: str, redis_url: str, s3_env: S3Server) -> Settings:
 @pytest.fixture
 def server_url(settings: Settings, redis_client: Any) -> Iterator[str]:
     """The API served by uvicorn on a free port, in a thread of this process."""
-    port = free_port()
-    config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="error")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with served(create_app(settings)) as address:
+        yield f"http://{address}"
 
 
 @pytest.fixture
