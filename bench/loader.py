@@ -5,6 +5,8 @@ loopback, interleaved in one run.
     .venv/bin/python bench/loader.py            # 5 interleaved rounds; prints a table + JSON
     .venv/bin/python bench/loader.py --rounds 3 --layers 10
     python bench/loader.py --device cuda --shape 8b --rounds 3    # S3 -> GPU memory, 16 GB
+    .venv/bin/python bench/loader.py --tiers    # the cache tiers: a miss vs no tiers, the
+                                                # fill after it, host and disk hits
 
 With `--device cuda` every contender ends with the tensors in GPU memory: the loader streams
 through its pinned ring, run:ai's and safetensors' CPU tensors are copied with `.to(device)`
@@ -30,6 +32,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loader import Fused
 
 ROOT = Path(__file__).resolve().parent.parent
 # Run as a script, this file's folder is sys.path[0] and `import loader` would import this file.
@@ -118,6 +124,46 @@ def child(name: str, uri: str, size: int) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def tier_child(scenario: str, uri: str) -> None:
+    """One load through the cache tiers (BENCH_HOST_TIER, BENCH_DISK_TIER); then, timed
+    apart, its `fill_tiers()`. Prints one JSON line."""
+    import boto3  # noqa: F401  (import costs are not measured)
+    import torch  # noqa: F401
+
+    import loader
+
+    options = loader.LoadOptions()
+    if scenario != "no tiers":
+        options = loader.LoadOptions(
+            cache_dir=os.environ["BENCH_DISK_TIER"],
+            cache_max_bytes=64 << 30,
+            host_cache_dir=os.environ["BENCH_HOST_TIER"],
+            host_cache_max_bytes=64 << 30,
+        )
+    name_map = fused_name_map if scenario.endswith("fused") else None
+    t0 = time.perf_counter()
+    result = loader.load(uri, options=options, name_map=name_map)
+    seconds = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    filled = result.fill_tiers().filled
+    fill_s = time.perf_counter() - t1 if filled else 0.0
+    out = {"seconds": seconds, "fill_s": fill_s, "tier_hits": result.metrics.tier_hits}
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+def fused_name_map(name: str) -> str | Fused:
+    """As the worker loads (worker.model.weights.load_name_map): q/k/v and gate/up fused."""
+    import loader
+
+    members = {"q_proj": ("qkv", 0), "k_proj": ("qkv", 1), "v_proj": ("qkv", 2)}
+    members |= {"gate_proj": ("gate_up", 0), "up_proj": ("gate_up", 1)}
+    prefix, _, rest = name.rpartition(".")[0].rpartition(".")
+    if rest in members:
+        target, index = members[rest]
+        return loader.Fused(f"{prefix}.{target}_proj.weight", index)
+    return name
+
+
 def raw_ceiling(size: int, concurrency: int) -> int:
     """Concurrent ranged GETs into one preallocated buffer: signing + receive, no parsing."""
     import queue
@@ -126,9 +172,9 @@ def raw_ceiling(size: int, concurrency: int) -> int:
     import torch
 
     from loader.options import S3Options
-    from loader.s3 import S3Source
+    from loader.s3 import S3Endpoint, S3Source
 
-    src = S3Source(f"s3://{BUCKET}/{KEY}", S3Options())
+    src = S3Source(f"s3://{BUCKET}/{KEY}", S3Endpoint.resolve(S3Options()))
     # Allocated, not touched, by torch's allocator like the loader's arena (it backs large
     # blocks with transparent huge pages: numpy's malloc'd buffer costs 2-3x the CPU here).
     buf = torch.empty(size, dtype=torch.uint8)
@@ -280,6 +326,23 @@ def machine() -> str:
     )
 
 
+def serve_checkpoint(root: Path, args: argparse.Namespace) -> tuple[int, Any, dict[str, str]]:
+    """The bench checkpoint behind `rclone serve s3` in `root`: its size, the server, and the
+    environment that points a client at it."""
+    from control_plane.embedded.processes import free_port, start_s3
+
+    size = make_checkpoint(root / "objects" / BUCKET / KEY, args.shape, args.layers)
+    access, secret = "AKBENCH" + secrets.token_hex(8).upper(), secrets.token_urlsafe(24)
+    server = start_s3(root / "objects", free_port(), access, secret, root / "rclone.log", (BUCKET,))
+    env = {
+        "AWS_ENDPOINT_URL": server.extra["url"],
+        "AWS_ACCESS_KEY_ID": access,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    return size, server, env
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--rounds", type=int, default=5)
@@ -302,6 +365,7 @@ def main() -> None:
         help='loader variants, JSON label -> LoadOptions: {"ring 512M": {"ring_bytes": 536870912}}',
     )
     ap.add_argument("--skip", default="", help="contenders to leave out, comma-separated")
+    ap.add_argument("--tiers", action="store_true", help="bench the cache tiers instead")
     args = ap.parse_args()
     CONTENDERS.clear()
     CONTENDERS.update(
@@ -314,23 +378,18 @@ def main() -> None:
     for label in filter(None, args.skip.split(",")):
         CONTENDERS.pop(label.strip(), None)
     if args.child:
-        child(args.child[0], args.child[1], int(args.child[2]))
+        if args.child[0] == "tier":
+            tier_child(os.environ["BENCH_SCENARIO"], args.child[1])
+        else:
+            child(args.child[0], args.child[1], int(args.child[2]))
+        return
+    if args.tiers:
+        tiers_main(args)
         return
 
-    from control_plane.embedded.processes import free_port, start_s3
-
     with tempfile.TemporaryDirectory(prefix="bench-loader-") as tmp:
-        root = Path(tmp)
-        size = make_checkpoint(root / "objects" / BUCKET / KEY, args.shape, args.layers)
-        access, secret = "AKBENCH" + secrets.token_hex(8).upper(), secrets.token_urlsafe(24)
-        server = start_s3(
-            root / "objects", free_port(), access, secret, root / "rclone.log", (BUCKET,)
-        )
-        s3_env = {
-            "AWS_ENDPOINT_URL": server.extra["url"],
-            "AWS_ACCESS_KEY_ID": access,
-            "AWS_SECRET_ACCESS_KEY": secret,
-            "AWS_DEFAULT_REGION": "us-east-1",
+        size, server, s3_env = serve_checkpoint(Path(tmp), args)
+        s3_env |= {
             # boto3's download goes to tmpfs when there is one: no disk writeback to skew others
             "BENCH_TMP": "/dev/shm" if os.path.isdir("/dev/shm") else tmp,
             "BENCH_DEVICE": args.device,
@@ -378,6 +437,83 @@ def main() -> None:
     for label in results:
         if label.startswith("loader "):
             summary[f"gbps_{label}"] = round(size / med(label, "seconds") / 1e9, 3)
+    print(json.dumps(summary))
+
+
+TIER_SCENARIOS = ("no tiers", "miss", "host hit", "host hit, fused", "disk hit", "disk hit, fused")
+
+
+def tiers_main(args: argparse.Namespace) -> None:
+    """Interleaved rounds of the tier scenarios, each load in a fresh process (tiers emptied
+    before each "miss", the host tier emptied before each disk hit); a table and JSON."""
+    import shutil
+
+    with tempfile.TemporaryDirectory(prefix="bench-tiers-") as tmp:
+        root = Path(tmp)
+        size, server, s3_env = serve_checkpoint(root, args)
+        host = Path("/dev/shm" if os.path.isdir("/dev/shm") else tmp) / f"bench-tiers-{os.getpid()}"
+        env = {
+            **os.environ,
+            **s3_env,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "BENCH_HOST_TIER": str(host),
+            "BENCH_DISK_TIER": str(root / "disk"),
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        }
+
+        def run(scenario: str) -> dict[str, Any]:
+            os.sync()
+            time.sleep(0.5)
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", "tier", f"s3://{BUCKET}/{KEY}", str(size)],
+                env={**env, "BENCH_SCENARIO": scenario},
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+            lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+            if out.returncode != 0 or not lines:
+                raise SystemExit(f"{scenario} failed:\n{out.stderr[-3000:]}")
+            r: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+            hit = scenario.split(" ")[0] if "hit" in scenario else None
+            if r["tier_hits"] != ({hit: 1} if hit else {}):
+                raise SystemExit(f"{scenario}: read from {r['tier_hits'] or 'the origin'}")
+            print(f"  {scenario:16s} {r['seconds']:.2f}s  fill {r['fill_s']:.2f}s", flush=True)
+            return r
+
+        results: dict[str, list[dict[str, Any]]] = {k: [] for k in TIER_SCENARIOS}
+        try:
+            print(f"checkpoint {size / 1e9:.2f} GB -> cpu; machine: {machine()}", flush=True)
+            run("no tiers")  # warm-up: rclone hashes the file
+            for i in range(args.rounds):
+                order = list(TIER_SCENARIOS)  # odd rounds: the miss first, then no tiers
+                order[:2] = order[:2] if i % 2 == 0 else order[1::-1]
+                for scenario in order:
+                    if scenario == "miss":
+                        shutil.rmtree(host, ignore_errors=True)
+                        shutil.rmtree(root / "disk", ignore_errors=True)
+                    if scenario.startswith("disk"):
+                        for entry in host.glob("*"):
+                            entry.unlink()
+                    results[scenario].append(run(scenario))
+        finally:
+            server.stop()
+            shutil.rmtree(host, ignore_errors=True)
+
+    def med(scenario: str, key: str) -> float:
+        return float(statistics.median(r[key] for r in results[scenario]))
+
+    base = med("no tiers", "seconds")
+    print(f"\n{'scenario':16s} {'median s':>9s} {'GB/s':>6s} {'vs no tiers':>11s} {'fill s':>7s}")
+    for scenario in TIER_SCENARIOS:
+        sec = med(scenario, "seconds")
+        fill = med(scenario, "fill_s")
+        print(f"{scenario:16s} {sec:9.2f} {size / sec / 1e9:6.2f} {base / sec:11.2f} {fill:7.2f}")
+    summary: dict[str, Any] = {"bench": "loader-tiers", "checkpoint_gb": round(size / 1e9, 2)}
+    for scenario in TIER_SCENARIOS:
+        key = scenario.replace(", ", "_").replace(" ", "_")
+        summary[f"gbps_{key}"] = round(size / med(scenario, "seconds") / 1e9, 3)
+        summary[f"fill_s_{key}"] = round(med(scenario, "fill_s"), 3)
     print(json.dumps(summary))
 
 

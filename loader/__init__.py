@@ -3,10 +3,12 @@
 >>> import loader
 >>> tensors = loader.load_model_dir("s3://models/demo/", device="cuda")
 >>> result = loader.load("hf://org/repo@main/", on_progress=print)  # tensors + metrics
+>>> result.fill_tiers()  # then, off the critical path: write the cache tiers it missed
 
 Sources: `s3://bucket/key-or-prefix`, `hf://org/repo[@revision][/path]`, `file://` and local
 paths; a `.safetensors` object, a `model.safetensors.index.json`, or a directory holding one.
 Errors are `LoaderError` subclasses (`loader.errors`); a load that raises returns nothing.
+`cached_uris(dir)` lists the objects a cache tier holds (placement's locality signal).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from loader.cache import cached_uris
 from loader.checkpoint import LoadResult, load
 from loader.errors import (
     AccessDenied,
@@ -24,6 +27,7 @@ from loader.errors import (
     ObjectNotFound,
     UnsupportedDtype,
 )
+from loader.fill import FillReport, TierFill
 from loader.options import (
     Fused,
     LoadMetrics,
@@ -32,7 +36,7 @@ from loader.options import (
     Progress,
     S3Options,
 )
-from loader.sources import exists, join_uri, read_bytes
+from loader.sources import ObjectStore, exists, join_uri, read_bytes
 
 if TYPE_CHECKING:
     import torch
@@ -41,6 +45,7 @@ __all__ = [
     "AccessDenied",
     "CorruptCheckpoint",
     "FetchError",
+    "FillReport",
     "Fused",
     "LoadMetrics",
     "LoadOptions",
@@ -49,9 +54,12 @@ __all__ = [
     "NameMap",
     "ObjectChanged",
     "ObjectNotFound",
+    "ObjectStore",
     "Progress",
     "S3Options",
+    "TierFill",
     "UnsupportedDtype",
+    "cached_uris",
     "exists",
     "join_uri",
     "load",

@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("uri", help="a .safetensors object, an index .json, or a directory/prefix")
     ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, ... (default: cpu)")
     ap.add_argument("--concurrency", type=int, default=None, help="concurrent ranged GETs")
-    ap.add_argument("--cache-dir", default=None, help="local cache tier directory")
+    ap.add_argument(
+        "--cache-dir", default=None, help="local cache tier directory (filled after the load)"
+    )
     ap.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     args = ap.parse_args(argv)
 
@@ -69,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         except LoaderError as exc:
             console.print(f"[red]error:[/red] {exc}")
             return 3
+    fill = result.fill_tiers()  # the cache tier, once the load is measured
     m = result.metrics
     report = {
         "uri": m.uri,
@@ -84,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         "concurrency": m.concurrency,
         "retries": m.num_retries,
         "cache_hits": m.cache_hits,
+        "cache_filled": len(fill.filled),
+        "cache_fill_s": round(fill.seconds, 3),
+        "cache_fill_failed": fill.failed,
     }
     if args.json:
         print(json.dumps(report))
@@ -96,6 +102,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{m.num_parts} parts of {m.part_bytes >> 10} KiB, {m.concurrency} concurrent, "
             f"{m.num_retries} retries, {m.cache_hits} cache hits"
         )
+        if fill.filled:
+            print(f"cache: {len(fill.filled)} entries written in {fill.seconds:.2f}s")
+        for uri, reason in fill.failed.items():
+            print(f"cache: {uri} not cached: {reason}")
     return 0
 
 

@@ -1,9 +1,11 @@
 """The arena on the target device (torch, CUDA): its allocation, the sink that fills it, and
-the result tensors, which are views of it.
+the result tensors, which are views of it (or of a mapped host-tier entry, `map_entry`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -21,6 +23,29 @@ def allocate_arena(num_bytes: int, device: torch.device) -> torch.Tensor:
     import torch
 
     return torch.empty(num_bytes, dtype=torch.uint8, device=device)
+
+
+# Prefault a mapping's page tables for reading (Linux 5.14); older kernels fault lazily.
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+
+
+def map_entry(fd: int, size: int) -> torch.Tensor:
+    """A uint8 CPU tensor over a private mapping of a cache entry (`fd`, `size` bytes).
+
+    Host-tier entries live on a tmpfs, so the mapping is the entry's own memory: no copy, no
+    second allocation. NOTE: the mapping is copy-on-write (MAP_PRIVATE): a write to a tensor
+    copies that page for this process and never reaches the entry; and it stays valid after
+    the entry is evicted (an unlinked file lives as long as a mapping of it). Entries are
+    never modified in place, so the mapping always reads the version that was looked up.
+    """
+    import torch
+
+    # PROT_WRITE: writes to the tensors are allowed (and private); MAP_POPULATE is not used
+    # because on a writable private mapping it would copy every page.
+    mapping = mmap.mmap(fd, size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    with contextlib.suppress(OSError):
+        mapping.madvise(_MADV_POPULATE_READ)  # the first forward pass takes no page faults
+    return torch.frombuffer(mapping, dtype=torch.uint8)  # keeps `mapping` alive
 
 
 def open_sink(

@@ -17,12 +17,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from loader.cache import EntryWriter
 from loader.errors import FetchError
 from loader.http import ObjectInfo, Retryable
 from loader.options import LoadOptions
 from loader.plan import Part
-from loader.sinks import Chunk, Sink
+from loader.sinks import Chunk, PartSink
 from loader.sources import Body, Source
 
 # Receive at most this much per call, so deadlines and cancellation are checked between calls.
@@ -98,13 +97,11 @@ class Fetcher:
         pins: list[ObjectInfo],
         prefetched: dict[int, tuple[int, memoryview]],
         options: LoadOptions,
-        caches: dict[int, EntryWriter],
     ) -> None:
         self.sources = sources
         self.pins = pins
         self.prefetched = prefetched  # shard → (data_offset, bytes [data_offset, prefetched_end))
         self.options = options
-        self.caches = caches
         self.timeouts = TimeoutPolicy(options)
         self.stats = FetchStats()
         self.cancelled = threading.Event()
@@ -118,7 +115,7 @@ class Fetcher:
     def run(
         self,
         tasks: list[Task],
-        sink: Sink,
+        sink: PartSink,
         num_parts: int,
         on_landed: Callable[[Part], None],
         threads: int,
@@ -150,9 +147,14 @@ class Fetcher:
                 w.join(timeout=1.0)
         self.stats.parts = landed
 
-    def _worker(self, work: queue.Queue[Task], sink: Sink) -> None:
+    def _worker(self, work: queue.Queue[Task], sink: PartSink) -> None:
         scratch = memoryview(bytearray(_SCRATCH_BYTES))
-        while not self.cancelled.is_set():
+        while True:
+            if self.cancelled.is_set():
+                # NOTE: `run` waits for every part or an error: a cancel from outside
+                # (`cancelled.set()` by another thread) must reach it as one
+                self._done.put(InterruptedError("load cancelled"))
+                return
             try:
                 task = work.get_nowait()
             except queue.Empty:
@@ -160,11 +162,11 @@ class Fetcher:
             try:
                 self._run_task(task, sink, scratch)
             except BaseException as exc:
+                self._done.put(exc)  # before cancelling: the others' InterruptedErrors follow it
                 self.cancelled.set()
-                self._done.put(exc)
                 return
 
-    def _run_task(self, task: Task, sink: Sink, scratch: memoryview) -> None:
+    def _run_task(self, task: Task, sink: PartSink, scratch: memoryview) -> None:
         shard = task.parts[0].shard
         source = self.sources[shard]
         body: Body | None = None
@@ -176,9 +178,6 @@ class Fetcher:
                     if not task.stream and body is not None:
                         body.close()
                         body = None
-                    cache = self.caches.get(shard)
-                    if cache is not None:
-                        cache.write_chunks(part.start, chunks)
                 except BaseException:
                     sink.abandon(handle)
                     raise

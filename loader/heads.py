@@ -1,5 +1,5 @@
 """The header phase: one speculative ranged GET per object for its header and first data bytes,
-served from the local cache tier when it holds the object (or when hf_transfer can fill it).
+served from the fastest cache tier holding the object's version when one does.
 
 NOTE: every later read of an object goes to `ObjectHead.source` and is pinned to
 `ObjectHead.info`, so a load reads one version of each object, from one place.
@@ -12,36 +12,33 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
-from loader.cache import DiskCache, Tier
-from loader.errors import FetchError
+from loader.cache import Tier
+from loader.errors import FetchError, ObjectNotFound
 from loader.header import HEADER_PREFIX_BYTES, Header, header_length, parse_header
-from loader.hf import HfSource, hf_transfer_installed
 from loader.http import ObjectInfo, Retryable
 from loader.options import LoadOptions
-from loader.plan import ShardHeader, derive_part_bytes
-from loader.sources import LocalSource, Source, open_source
+from loader.plan import ShardHeader
+from loader.sources import LocalSource, ObjectStore, Source
 
 
 @dataclass(frozen=True, slots=True)
 class ObjectHead:
     """What the header phase learnt about one object."""
 
-    source: Source  # where the data comes from (the cache entry after a hit or a fill)
+    source: Source  # where the data comes from (the cache entry after a hit)
     info: ObjectInfo  # version pinned for every later read
     header: Header  # parsed header
-    raw: bytes  # the 8-byte prefix + header bytes (written to the cache)
+    raw: bytes  # the 8-byte prefix + header bytes (a cache fill checks its entry against them)
     prefetched: bytearray  # data bytes that came with the header
     stream: bool  # the server ignores Range: read the object as one stream
-    downloaded_s: float = -1.0  # seconds hf_transfer took to fill the cache entry (-1: not used)
-    tier: str | None = None  # the cache tier the bytes come from (a hit or an hf_transfer fill)
+    tier: str | None = None  # the cache tier the bytes come from (a hit); None: the origin
     origin: ObjectInfo | None = None  # the origin's version when `tier` serves it (its key)
 
     @property
     def cache_hit(self) -> bool:
-        """Served from a cache tier that already held it (not filled by this load)."""
-        return self.tier is not None and self.downloaded_s < 0
+        """Served from a cache tier."""
+        return self.tier is not None
 
     @property
     def version(self) -> ObjectInfo:
@@ -55,13 +52,16 @@ class ObjectHead:
 
 
 def read_heads(
-    uris: Sequence[str], options: LoadOptions, tiers: Sequence[Tier], concurrency: int
+    uris: Sequence[str],
+    options: LoadOptions,
+    tiers: Sequence[Tier],
+    concurrency: int,
+    store: ObjectStore,
 ) -> tuple[ObjectHead, ...]:
     """Heads of every object, read concurrently; the first error is raised."""
-    use_hf_transfer = bool(tiers) and options.hf_transfer and hf_transfer_installed()
 
     def head(uri: str) -> ObjectHead:
-        return _read_object_head(uri, options, tiers, concurrency, use_hf_transfer)
+        return _read_object_head(store.open(uri), options, tiers)
 
     with ThreadPoolExecutor(max_workers=min(concurrency, len(uris))) as pool:
         return tuple(pool.map(head, uris))
@@ -75,33 +75,22 @@ def close_sources(heads: Sequence[ObjectHead]) -> None:
             close()
 
 
-def _read_object_head(
-    uri: str,
-    options: LoadOptions,
-    tiers: Sequence[Tier],
-    concurrency: int,
-    use_hf_transfer: bool,
-) -> ObjectHead:
-    source = open_source(uri, options.s3)
+def _read_object_head(source: Source, options: LoadOptions, tiers: Sequence[Tier]) -> ObjectHead:
+    uri = source.uri
     head = read_head(source, options)
     if not tiers or not source.remote:
         return head
     # NOTE: the origin's header read gives the version (ETag, size) every tier is keyed on.
     for tier in tiers:
         hit = tier.cache.lookup(uri, head.info)
-        if hit is not None:
-            local = read_head(LocalSource(uri, hit), options)
-            return dataclasses.replace(local, origin=head.info, tier=tier.name)
-    if use_hf_transfer and isinstance(source, HfSource):
-        slowest = tiers[-1]  # the largest: the Hub's files go where they last longest
-        t0 = time.monotonic()
-        filled = _hf_transfer_fill(slowest.cache, source, head.info, concurrency, options)
-        if filled is not None:
-            downloaded_s = time.monotonic() - t0
-            local = read_head(LocalSource(uri, filled), options)
-            return dataclasses.replace(
-                local, origin=head.info, downloaded_s=downloaded_s, tier=slowest.name
-            )
+        if hit is None:
+            continue
+        try:
+            entry = LocalSource(uri, hit, entry=True)
+        except ObjectNotFound:
+            continue  # evicted since the lookup
+        local = read_head(entry, options)
+        return dataclasses.replace(local, origin=head.info, tier=tier.name)
     return head
 
 
@@ -146,17 +135,3 @@ def _read_head_once(source: Source, options: LoadOptions) -> ObjectHead:
             rest.close()
     header = parse_header(source.uri, view[HEADER_PREFIX_BYTES:], info.size)
     return ObjectHead(source, info, header, bytes(raw), prefetched, stream)
-
-
-def _hf_transfer_fill(
-    cache: DiskCache, source: HfSource, info: ObjectInfo, concurrency: int, options: LoadOptions
-) -> Path | None:
-    """Download a Hub file into a new cache entry with hf_transfer; None if it cannot fit."""
-    part = options.part_bytes or derive_part_bytes(
-        info.size, concurrency, options.bandwidth_bps, None
-    )
-    return cache.fill(
-        source.uri,
-        info,
-        lambda tmp: source.download(tmp, concurrency, part, options.max_retries),
-    )

@@ -4,9 +4,9 @@
 following the redirect to the storage URL, with the token from `HF_TOKEN` or the login
 cache); the bytes are then fetched with this loader's own concurrent ranged GETs into their
 destination. That is what `hf_transfer` does for downloads to disk (recent `huggingface_hub`
-releases no longer call it), minus the disk. When the local cache tier is on, the bytes go
-to disk anyway: then, if `hf_transfer` is installed, it fills the cache entry (`download`) and
-the load reads the entry. `HF_ENDPOINT` points everything at a mirror or a test server.
+releases no longer call it), minus the disk. Filling the cache tiers after a load goes to
+disk anyway: then, if `hf_transfer` is installed, it downloads the entry (`download`, see
+`loader.fill`). `HF_ENDPOINT` points everything at a mirror or a test server.
 """
 
 from __future__ import annotations

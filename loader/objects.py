@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from loader.errors import CorruptCheckpoint, LoaderError, ObjectNotFound
 from loader.header import Header
 from loader.options import LoadOptions
-from loader.sources import exists, is_local, join_uri, local_path, open_source
+from loader.sources import ObjectStore, is_local, join_uri, local_path
 
 INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
@@ -32,14 +32,19 @@ class CheckpointObjects:
     promised: frozenset[str]  # tensor names the index maps to a shard (empty without an index)
 
 
-def resolve_objects(uri: str, options: LoadOptions) -> CheckpointObjects:
+def resolve_objects(
+    uri: str, options: LoadOptions, store: ObjectStore | None = None
+) -> CheckpointObjects:
     """A `.safetensors` object, an index (`.json`), or a directory holding either."""
+    store = store or ObjectStore(options.s3)
     if uri.endswith(".safetensors") or (is_local(uri) and local_path(uri).is_file()):
         return CheckpointObjects((uri,), None, frozenset())
-    index_uri = uri if uri.endswith(".json") else join_uri(uri, INDEX_NAME)
-    if uri.endswith(".json") or exists(index_uri, options.s3):
+    named = uri.endswith(".json")  # the index itself, else look for one (one GET, no HEAD)
+    index_uri = uri if named else join_uri(uri, INDEX_NAME)
+    index = store.read_bytes(index_uri) if named else store.read_if_exists(index_uri)
+    if index is not None:
         try:
-            weight_map = json.loads(open_source(index_uri, options.s3).read_all())["weight_map"]
+            weight_map = json.loads(index)["weight_map"]
             shards = sorted(set(weight_map.values()))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptCheckpoint(index_uri, f"unreadable shard index: {exc!r}") from exc
@@ -47,9 +52,9 @@ def resolve_objects(uri: str, options: LoadOptions) -> CheckpointObjects:
         uris = tuple(join_uri(base, s) for s in shards)
         return CheckpointObjects(uris, index_uri, frozenset(weight_map))
     single = join_uri(uri, SINGLE_NAME)
-    if exists(single, options.s3):
+    if store.exists(single):
         return CheckpointObjects((single,), None, frozenset())
-    names = _list_dir(uri, options)
+    names = _list_dir(uri, store)
     found = [n for n in names if n.endswith(".safetensors")]
     if found:
         return CheckpointObjects(tuple(join_uri(uri, n) for n in found), None, frozenset())
@@ -75,11 +80,11 @@ def check_index(objects: CheckpointObjects, headers: Iterable[Header]) -> None:
         )
 
 
-def _list_dir(uri: str, options: LoadOptions) -> list[str]:
+def _list_dir(uri: str, store: ObjectStore) -> list[str]:
     if is_local(uri):
         path = local_path(uri)
         return sorted(p.name for p in path.iterdir()) if path.is_dir() else []
     try:
-        return open_source(join_uri(uri, "probe"), options.s3).list_names()
+        return store.open(join_uri(uri, "probe")).list_names()
     except LoaderError:
         return []

@@ -45,14 +45,18 @@ class LoadOptions:
     timeout_s: float = 30.0  # per-request timeout until part times have been observed
     min_part_timeout_s: float = 5.0  # floor of the timeout derived from observed part times
     slowdown_factor: float = 8.0  # a part slower than this × the median part time is retried
-    cache_dir: str | None = None  # local disk cache tier (write-through); None: off
+    # Cache tiers are read by a load and filled afterwards by `LoadResult.fill_tiers()`.
+    cache_dir: str | None = None  # local disk cache tier; None: off
     cache_max_bytes: int = 100 << 30  # size cap of the cache tier; LRU eviction beyond it
     # Host-memory tier in front of the disk tier: a directory on a tmpfs (e.g. under /dev/shm),
-    # so an entry outlives the worker that loaded it and a hit is a memory copy. None: off.
+    # so an entry outlives the worker that loaded it; a hit on CPU maps it (no copy). None: off.
     host_cache_dir: str | None = None
     host_cache_max_bytes: int = 0  # its size cap (LRU beyond it); 0: off
-    # hf:// objects missing from the cache tier are downloaded into it by hf_transfer when it
-    # is installed (without a cache tier they always stream straight into memory)
+    # Concurrent reads of a tier fill (each with one part buffer: the fill's extra memory);
+    # few, so that a fill running beside a serving model does not starve it.
+    fill_concurrency: int = 2
+    # A tier fill downloads hf:// objects with hf_transfer when it is installed (a load
+    # itself always streams them with the loader's own ranged GETs).
     hf_transfer: bool = True
     s3: S3Options = field(default_factory=S3Options)  # S3 endpoint and credentials
 
@@ -95,7 +99,7 @@ TensorCallback = Callable[[str, "torch.Tensor"], None]
 class Progress:
     uri: str  # what is being loaded
     phase: str  # "header" | "fetch" | "done"
-    bytes_done: int  # data bytes landed in their destination
+    bytes_done: int  # data bytes landed in their destination (or mapped)
     bytes_total: int  # data bytes to land
     tensors_ready: int  # result tensors complete
     tensors_total: int  # result tensors expected
@@ -107,11 +111,10 @@ ProgressCallback = Callable[[Progress], None]
 
 @dataclass(frozen=True, slots=True)
 class LoadMetrics:
-    """What one load did; `phases_s` keys: header, fetch, copy (device copy wait), finish,
-    and download (only when hf_transfer filled cache entries; it is part of header)."""
+    """What one load did; `phases_s` keys: header, fetch, copy (device copy wait), finish."""
 
     uri: str  # what was loaded
-    bytes_total: int  # data bytes landed (headers excluded)
+    bytes_total: int  # data bytes loaded: fetched, or mapped (headers excluded)
     seconds: float  # wall time of the whole load
     phases_s: dict[str, float]  # seconds per phase
     num_objects: int  # safetensors objects (shards)
@@ -121,8 +124,8 @@ class LoadMetrics:
     part_bytes: int  # bytes per ranged read
     cache_hits: int  # objects read from a cache tier (any)
     device: str  # where the tensors are
-    hf_transfer_objects: int = 0  # hf:// objects hf_transfer downloaded into the cache tier
     tier_hits: dict[str, int] = field(default_factory=dict)  # cache hits per tier (host, disk)
+    mapped_bytes: int = 0  # of bytes_total, views of mapped host-tier entries (not copied)
 
     @property
     def gbps(self) -> float:

@@ -47,10 +47,12 @@ def plan_fetch(
     concurrency: int,
     staged: bool,
     name_map: NameMap | None = None,
+    mapped: frozenset[int] = frozenset(),
 ) -> FetchLayout:
     """Size the parts (within a staging slot when `staged`) and plan the load.
 
-    `streams[i]`: object i is read as one stream (its server ignores Range).
+    `streams[i]`: object i is read as one stream (its server ignores Range); `mapped`: the
+    objects memory-mapped for the result to alias (see `loader.plan`).
     """
     total_data = sum(s.header.data_size for s in shards)
     ring_bytes = options.resolved_ring_bytes()
@@ -58,7 +60,7 @@ def plan_fetch(
     part_bytes = options.part_bytes or derive_part_bytes(
         total_data, concurrency, options.bandwidth_bps, slot_cap
     )
-    plan = plan_load(list(shards), part_bytes, name_map)
+    plan = plan_load(list(shards), part_bytes, name_map, mapped)
     ring = ring_for(plan, part_bytes, ring_bytes) if staged else None
     return FetchLayout(plan, part_bytes, ring, fetch_tasks(plan, streams))
 
@@ -100,7 +102,7 @@ class Assembly:
         self._uri = uri
         self._plan = plan
         self._remaining = list(plan.tensor_parts)  # per placement: parts still to land
-        self.bytes_done = 0  # data bytes landed
+        self.bytes_done = plan.mapped_bytes  # data bytes landed (mapped ones are from the start)
         self.num_ready = 0  # placements reported complete
 
     @property
@@ -130,7 +132,7 @@ class Assembly:
             self._uri,
             phase,
             self.bytes_done,
-            plan.fetch_bytes,
+            plan.fetch_bytes + plan.mapped_bytes,
             self.num_ready,
             len(plan.placements),
             elapsed_s,
@@ -142,7 +144,7 @@ class PhaseTimes:
     """Monotonic clock readings at the phase boundaries of one load."""
 
     start: float  # the load began
-    header: float  # every header read (hf_transfer cache fills included)
+    header: float  # every header read
     fetch: float  # every part landed in the arena (staged parts: their copies completed)
     end: float  # device copies synchronised, cache entries committed
 
@@ -164,13 +166,10 @@ def load_metrics(
         "copy": copy_wait_s,
         "finish": times.end - times.fetch,
     }
-    downloads = [h.downloaded_s for h in heads if h.downloaded_s >= 0]
-    if downloads:
-        # hf_transfer filling cache entries in parallel; part of "header" (heads wait for it)
-        phases["download"] = max(downloads)
     return LoadMetrics(
         uri=uri,
-        bytes_total=layout.plan.fetch_bytes,
+        bytes_total=layout.plan.fetch_bytes + layout.plan.mapped_bytes,
+        mapped_bytes=layout.plan.mapped_bytes,
         seconds=times.end - times.start,
         phases_s=phases,
         num_objects=len(heads),
@@ -180,6 +179,5 @@ def load_metrics(
         part_bytes=layout.part_bytes,
         cache_hits=sum(h.cache_hit for h in heads),
         device=device,
-        hf_transfer_objects=len(downloads),
         tier_hits=dict(Counter(h.tier for h in heads if h.cache_hit and h.tier)),
     )

@@ -8,6 +8,12 @@ never a copy), and `Fused` members are placed next to each other in index order,
 tensor is also a view. Skipped tensors (name map → None) are not fetched when they leave a gap
 of at least `MERGE_GAP_BYTES`; smaller gaps are fetched and discarded (one GET beats two).
 
+Objects that are memory-mapped (`mapped`: host-tier entries on a CPU load) need no arena for
+the tensors that are already laid out in them as the result wants them: stored contiguously
+(a fused tensor's members next to each other, in index order) at an offset that suits the
+dtype. Those placements are views of the mapping (`Placement.mapped_object`) and fetch nothing;
+the others (typically q/k/v, stored apart) are copied into the arena as usual.
+
 NOTE: parts never span two objects, and a part's segments are sorted by object offset and
 cover only bytes inside the part.
 """
@@ -15,6 +21,7 @@ cover only bytes inside the part.
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass
 
 from loader.errors import CorruptCheckpoint
@@ -43,9 +50,10 @@ class Placement:
     name: str  # name in the result
     dtype: str  # safetensors dtype code
     shape: tuple[int, ...]  # result shape
-    arena_offset: int  # byte offset in the arena
+    arena_offset: int  # byte offset in the arena (in the object when `mapped_object` is set)
     size_bytes: int  # bytes in the arena
     sources: tuple[str, ...]  # checkpoint tensor names that fill it (several when fused)
+    mapped_object: int | None = None  # the mapped object it is a view of; None: the arena
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +85,7 @@ class Plan:
     tensor_parts: tuple[int, ...]  # per placement: how many parts carry its bytes
     arena_bytes: int  # size of the arena
     fetch_bytes: int  # bytes received (data sections; includes discarded gaps)
-    complete: bool  # every data byte of every object is fetched
+    mapped_bytes: int = 0  # bytes of the placements that are views of mapped objects
 
 
 def derive_part_bytes(
@@ -151,21 +159,40 @@ def _fused_shape(t: _Target) -> tuple[str, tuple[int, ...]]:
     return first.dtype, (sum(e.shape[0] for _, _, e in t.members), *first.shape[1:])
 
 
-def plan_load(shards: list[ShardHeader], part_bytes: int, name_map: NameMap | None = None) -> Plan:
-    """Lay out the arena and split the needed bytes into parts of at most `part_bytes`."""
+def plan_load(
+    shards: list[ShardHeader],
+    part_bytes: int,
+    name_map: NameMap | None = None,
+    mapped: frozenset[int] = frozenset(),
+) -> Plan:
+    """Lay out the arena and split the needed bytes into parts of at most `part_bytes`;
+    tensors already laid out right in a `mapped` object are views of it instead."""
     targets = _targets(shards, name_map)
     # Where each (shard, entry start) lands, and which placement it fills.
     dest: dict[tuple[int, str], tuple[int, int]] = {}
     placements: list[Placement] = []
+    mapped_bytes = 0
+    in_arena: list[_Target] = []
+    for t in targets:
+        offset = _mapped_offset(t, shards, mapped)
+        if offset is None:
+            in_arena.append(t)
+            continue
+        first = t.members[0][2]
+        dtype, shape = _fused_shape(t) if t.fused else (first.dtype, first.shape)
+        size = sum(e.size_bytes for *_, e in t.members)
+        sources = tuple(e.name for *_, e in t.members)
+        placements.append(Placement(t.name, dtype, shape, offset, size, sources, t.members[0][1]))
+        mapped_bytes += size
     cursor = 0
     last_shard = -1
     # Walk the objects in order so that, with no mapping, the arena is their byte image.
     order = sorted(
-        range(len(targets)),
-        key=lambda i: (targets[i].members[0][1], targets[i].members[0][2].start),
+        range(len(in_arena)),
+        key=lambda i: (in_arena[i].members[0][1], in_arena[i].members[0][2].start),
     )
     for i in order:
-        t = targets[i]
+        t = in_arena[i]
         shard_index = t.members[0][1]
         if shard_index != last_shard:
             cursor, last_shard = _align(cursor, ARENA_ALIGN), shard_index
@@ -189,7 +216,6 @@ def plan_load(shards: list[ShardHeader], part_bytes: int, name_map: NameMap | No
     part_tensors: list[tuple[int, ...]] = []
     tensor_parts = [0] * len(placements)
     fetch_bytes = 0
-    complete = True
     for s, shard in enumerate(shards):
         base = shard.header.data_offset
         # Entry-level destinations of this object, by object offset.
@@ -198,8 +224,6 @@ def plan_load(shards: list[ShardHeader], part_bytes: int, name_map: NameMap | No
             if (s, e.name) in dest and e.size_bytes:
                 off, p = dest[(s, e.name)]
                 runs.append((base + e.start, e.size_bytes, off, p))
-            elif e.size_bytes:
-                complete = False
         spans = _spans(runs, base, shard.prefetched_end)
         for span_start, span_end, prefetched in spans:
             for start, end in _split(span_start, span_end, part_bytes, prefetched):
@@ -216,8 +240,21 @@ def plan_load(shards: list[ShardHeader], part_bytes: int, name_map: NameMap | No
         tuple(tensor_parts),
         cursor,
         fetch_bytes,
-        complete,
+        mapped_bytes,
     )
+
+
+def _mapped_offset(t: _Target, shards: list[ShardHeader], mapped: frozenset[int]) -> int | None:
+    """The object offset where `t` already lies as the result wants it, in a mapped object;
+    None if it must be copied (not mapped, members apart or out of order, misaligned)."""
+    s = t.members[0][1]
+    if s not in mapped or any(m[1] != s for m in t.members):
+        return None
+    entries = [e for *_, e in t.members]
+    if any(a.end != b.start or a.dtype != b.dtype for a, b in itertools.pairwise(entries)):
+        return None
+    offset = shards[s].header.data_offset + entries[0].start
+    return offset if offset % entries[0].itemsize == 0 else None
 
 
 def _spans(

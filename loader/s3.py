@@ -1,8 +1,10 @@
 """S3-compatible object storage: SigV4-signed ranged GETs over a shared connection pool.
 
 Endpoint, region and credentials are resolved like the AWS SDKs do (botocore's credential
-chain: environment, profile, SSO, instance metadata), at each `open_source` call, so a changed
-environment is seen. Addressing is path-style (`endpoint/bucket/key`), which every
+chain: environment, profile, SSO, instance metadata, web identity) into an `S3Endpoint`: once
+per `loader.sources.ObjectStore` (a load, a worker's model files), so a changed environment is
+seen by the next one, and the chain's own requests (instance metadata, STS) are paid once per
+store rather than per object. Addressing is path-style (`endpoint/bucket/key`), which every
 S3-compatible server (MinIO, rclone, Ceph, R2) accepts. `s3_client()` gives a boto3 client with
 the same settings for uploads and tools.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlparse
 
@@ -84,26 +87,43 @@ def s3_client(options: S3Options | None = None) -> S3Client:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class S3Endpoint:
+    """Where and as whom to send S3 requests: `S3Options` and the environment, resolved."""
+
+    url: str  # endpoint URL, no trailing slash
+    region: str  # signing region
+    credentials: Any  # botocore Credentials (temporary ones refresh themselves); None: anonymous
+
+    @classmethod
+    def resolve(cls, options: S3Options) -> S3Endpoint:
+        """Run botocore's credential chain (may ask instance metadata or STS)."""
+        import botocore.session
+
+        credentials = botocore.session.Session(profile=options.profile).get_credentials()
+        return cls(endpoint_url(options), _region(options), credentials)
+
+
 class S3Source:
-    """One S3 object. Example: `S3Source("s3://models/llama/model.safetensors", S3Options())`."""
+    """One S3 object.
+
+    >>> S3Source("s3://models/llama/model.safetensors", S3Endpoint.resolve(S3Options()))
+    """
 
     remote = True
 
-    def __init__(self, uri: str, options: S3Options) -> None:
-        import botocore.session
-
+    def __init__(self, uri: str, endpoint: S3Endpoint) -> None:
         parsed = urlparse(uri)
         self.uri = uri
         self.bucket = parsed.netloc
         self.key = parsed.path.lstrip("/")
         if not self.bucket or not self.key:
             raise LoaderError(uri, "expected s3://bucket/key")
-        self.region = _region(options)
-        self.endpoint = endpoint_url(options)
+        self.region = endpoint.region
+        self.endpoint = endpoint.url
         self.pool = pool_for(self.endpoint)
         self.path = "/" + quote(self.bucket) + "/" + quote(self.key, safe="/~")
-        session = botocore.session.Session(profile=options.profile)
-        creds = session.get_credentials()
+        creds = endpoint.credentials
         self._credentials = creds.get_frozen_credentials() if creds is not None else None
         self._signers = threading.local()
 

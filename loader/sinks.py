@@ -29,9 +29,8 @@ if TYPE_CHECKING:
 Chunk = memoryview | int
 
 
-class Sink(Protocol):
-    arena: torch.Tensor  # the destination: one uint8 tensor on the target device
-    copy_wait_s: float  # seconds spent waiting for device copies (0 when nothing is staged)
+class PartSink(Protocol):
+    """Where the fetcher receives parts (the arena's sinks below, or a cache fill's files)."""
 
     def acquire(self, part: Part, cancelled: threading.Event) -> tuple[list[Chunk], object]:
         """Chunks covering the part's bytes in order, and a handle; may block for a slot."""
@@ -42,6 +41,11 @@ class Sink(Protocol):
         ...
 
     def abandon(self, handle: object) -> None: ...
+
+
+class Sink(PartSink, Protocol):
+    arena: torch.Tensor  # the destination: one uint8 tensor on the target device
+    copy_wait_s: float  # seconds spent waiting for device copies (0 when nothing is staged)
 
     def close(self) -> None:
         """Wait for outstanding copies; stop helper threads."""

@@ -7,19 +7,26 @@
 - `hf://org/repo[@revision]/file`: the Hugging Face Hub or `HF_ENDPOINT` (`loader.hf.HfSource`)
 
 A source serves validated byte ranges (`open_range`) of one object version; directories and
-prefixes are resolved by `loader.objects`.
+prefixes are resolved by `loader.objects`. An `ObjectStore` opens sources for one caller and
+shares what they have in common (S3 credentials) between them; `open_source`, `read_bytes` and
+`exists` are one-shot stores.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
-from typing import Protocol
+from stat import S_ISDIR
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import urlparse
 
 from loader.errors import FetchError, LoaderError, ObjectChanged, ObjectNotFound
 from loader.http import ObjectInfo
 from loader.options import S3Options
+
+if TYPE_CHECKING:
+    from loader.s3 import S3Endpoint
 
 
 class Body(Protocol):
@@ -103,13 +110,19 @@ class LocalBody:
 
 
 class LocalSource:
-    """A local file read with `pread` (no shared file position: safe from many threads)."""
+    """A local file read with `pread` (no shared file position: safe from many threads).
+
+    `entry`: the file is a cache tier's entry, which is never rewritten in place (a new one is
+    renamed over it), so the open descriptor is the version; its mtime is the tier's LRU clock
+    and changes under concurrent lookups, so it is no part of the version.
+    """
 
     remote = False
 
-    def __init__(self, uri: str, path: Path | None = None) -> None:
+    def __init__(self, uri: str, path: Path | None = None, entry: bool = False) -> None:
         self.uri = uri
         self.path = path or local_path(uri)
+        self.entry = entry
         try:
             self.fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
@@ -120,9 +133,14 @@ class LocalSource:
             from loader.errors import AccessDenied
 
             raise AccessDenied(uri, f"cannot read the file: {exc.strerror}") from None
+        if S_ISDIR(os.fstat(self.fd).st_mode):  # open(2) accepts a directory read-only
+            self.close()
+            raise ObjectNotFound(uri, "is a directory, not a file")
 
     def stat(self) -> ObjectInfo:
         st = os.fstat(self.fd)
+        if self.entry:
+            return ObjectInfo(st.st_size, f"entry-{st.st_ino:x}-{st.st_size:x}")
         return ObjectInfo(st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}")
 
     def open_range(
@@ -158,31 +176,79 @@ class LocalSource:
         self.close()
 
 
+class ObjectStore:
+    """Opens objects of every scheme for one caller (a load, a worker's model directory).
+
+    S3 credentials are resolved once, on first use, and shared by every object it opens (the
+    credential chain may ask instance metadata or STS: once, not per file); connections are
+    shared per endpoint by every store. Safe to use from several threads.
+
+    >>> store = ObjectStore(S3Options())
+    >>> store.read_if_exists("s3://models/llama/generation_config.json")  # bytes, or None
+    """
+
+    def __init__(self, s3: S3Options | None = None) -> None:
+        self.s3 = s3 or S3Options()
+        self._lock = threading.Lock()
+        self._endpoint: S3Endpoint | None = None
+
+    def open(self, uri: str) -> Source:
+        """The source for one object; raises ObjectNotFound/AccessDenied only when it must ask."""
+        if uri.startswith("s3://"):
+            from loader.s3 import S3Source
+
+            return S3Source(uri, self.s3_endpoint())
+        if uri.startswith("hf://"):
+            from loader.hf import HfSource
+
+            return HfSource(uri)
+        if is_local(uri):
+            return LocalSource(uri)
+        raise LoaderError(uri, "unsupported URI scheme (use s3://, hf://, file:// or a local path)")
+
+    def s3_endpoint(self) -> S3Endpoint:
+        with self._lock:  # NOTE: concurrent first uses wait for one resolution
+            if self._endpoint is None:
+                from loader.s3 import S3Endpoint
+
+                self._endpoint = S3Endpoint.resolve(self.s3)
+            return self._endpoint
+
+    def read_bytes(self, uri: str) -> bytes:
+        """Whole content of a small object (config and tokenizer files)."""
+        source = self.open(uri)
+        try:
+            return source.read_all()
+        finally:
+            if isinstance(source, LocalSource):
+                source.close()
+
+    def read_if_exists(self, uri: str) -> bytes | None:
+        """`read_bytes`, or None when the object does not exist: one request, not two."""
+        try:
+            return self.read_bytes(uri)
+        except ObjectNotFound:
+            return None
+
+    def exists(self, uri: str) -> bool:
+        if is_local(uri):
+            return local_path(uri).is_file()
+        try:
+            self.open(uri).stat()
+        except ObjectNotFound:
+            return False
+        return True
+
+
 def open_source(uri: str, s3: S3Options | None = None) -> Source:
     """The source for one object; raises ObjectNotFound/AccessDenied only when it must ask."""
-    if uri.startswith("s3://"):
-        from loader.s3 import S3Source
-
-        return S3Source(uri, s3 or S3Options())
-    if uri.startswith("hf://"):
-        from loader.hf import HfSource
-
-        return HfSource(uri)
-    if is_local(uri):
-        return LocalSource(uri)
-    raise LoaderError(uri, "unsupported URI scheme (use s3://, hf://, file:// or a local path)")
+    return ObjectStore(s3).open(uri)
 
 
 def read_bytes(uri: str, s3: S3Options | None = None) -> bytes:
     """Whole content of a small object (config and tokenizer files)."""
-    return open_source(uri, s3).read_all()
+    return ObjectStore(s3).read_bytes(uri)
 
 
 def exists(uri: str, s3: S3Options | None = None) -> bool:
-    if is_local(uri):
-        return local_path(uri).is_file()
-    try:
-        open_source(uri, s3).stat()
-    except ObjectNotFound:
-        return False
-    return True
+    return ObjectStore(s3).exists(uri)

@@ -233,6 +233,8 @@ def test_cache_tier_serves_the_same_version_and_misses_a_new_one(
     uri = "s3://test/cached/model.safetensors"
     first = loader.load(uri, options=options)
     assert first.metrics.cache_hits == 0
+    assert not list((tmp_path / "cache").glob("*.safetensors")), "filled after the load"
+    assert first.fill_tiers().filled == (("disk", uri),)
     entries = list((tmp_path / "cache").glob("*.safetensors"))
     assert len(entries) == 1 and entries[0].read_bytes() == checkpoint.read_bytes()
     second = loader.load(uri, options=options)
@@ -244,13 +246,16 @@ def test_cache_tier_serves_the_same_version_and_misses_a_new_one(
     third = loader.load(uri, options=options)
     assert third.metrics.cache_hits == 0
     assert_bitwise_equal(third.tensors, changed)
+    third.fill_tiers()
+    assert loader.load(uri, options=options).metrics.cache_hits == 1
 
 
 def test_host_memory_tier_in_front_of_the_disk_tier(
     checkpoint: Path, s3_env: Any, tmp_path: Path
 ) -> None:
-    """The fastest tier holding the version serves it; a disk hit refills the host tier; a
-    tier too small for the object is skipped; a new version misses both."""
+    """The fastest tier holding the version serves it; filling after a miss writes both, after
+    a disk hit the host tier; a tier too small for the object is skipped; a new version misses
+    both."""
     s3_client().upload_file(str(checkpoint), "test", "tiers/model.safetensors")
     uri = "s3://test/tiers/model.safetensors"
     host, disk = tmp_path / "shm", tmp_path / "disk"
@@ -267,7 +272,9 @@ def test_host_memory_tier_in_front_of_the_disk_tier(
 
     first = loader.load(uri, options=options)
     assert (first.metrics.cache_hits, first.metrics.tier_hits) == (0, {})
-    for root in (host, disk):  # written through to both, byte for byte
+    assert entries(host) == entries(disk) == []
+    assert first.fill_tiers().filled == (("host", uri), ("disk", uri))
+    for root in (host, disk):  # filled from the origin, byte for byte
         (entry,) = entries(root)
         assert entry.read_bytes() == checkpoint.read_bytes()
     second = loader.load(uri, options=options)
@@ -278,6 +285,8 @@ def test_host_memory_tier_in_front_of_the_disk_tier(
     third = loader.load(uri, options=options)
     assert third.metrics.tier_hits == {"disk": 1}
     assert_bitwise_equal(third.tensors, want)
+    assert entries(host) == []
+    assert third.fill_tiers().filled == (("host", uri),)
     assert entries(host)[0].read_bytes() == checkpoint.read_bytes(), "the disk hit refilled it"
     assert loader.load(uri, options=options).metrics.tier_hits == {"host": 1}
 
@@ -285,8 +294,9 @@ def test_host_memory_tier_in_front_of_the_disk_tier(
     small = dataclasses.replace(
         options, host_cache_dir=str(tmp_path / "tiny"), host_cache_max_bytes=16
     )
-    assert loader.load(uri, options=small).metrics.tier_hits == {"disk": 1}
-    assert entries(tmp_path / "tiny") == []
+    tiny = loader.load(uri, options=small)
+    assert tiny.metrics.tier_hits == {"disk": 1}
+    assert tiny.fill_tiers().filled == () and entries(tmp_path / "tiny") == []
 
     changed = sample_tensors() | {"f32": torch.ones(7, 5)}
     save_file(changed, str(tmp_path / "v2.safetensors"))
@@ -294,6 +304,7 @@ def test_host_memory_tier_in_front_of_the_disk_tier(
     fresh = loader.load(uri, options=options)
     assert fresh.metrics.tier_hits == {}
     assert_bitwise_equal(fresh.tensors, changed)
+    fresh.fill_tiers()
     assert loader.load(uri, options=options).metrics.tier_hits == {"host": 1}
 
 

@@ -5,6 +5,8 @@ a typed error naming the URI; never a partial model."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import http.client
 import re
 import threading
@@ -58,6 +60,11 @@ class FaultProxy:
 
             def log_message(self, *args: Any) -> None:
                 pass
+
+            def handle(self) -> None:
+                # the client may give up on a request (a timeout, a cancelled fill)
+                with contextlib.suppress(ConnectionResetError, BrokenPipeError):
+                    super().handle()
 
             def do_HEAD(self) -> None:
                 proxy.forward(self, "HEAD")
@@ -204,3 +211,79 @@ def test_object_replaced_mid_load_is_refused(proxy: FaultProxy) -> None:
     proxy.on_request = replace
     with pytest.raises(loader.ObjectChanged, match=re.escape(URI) + ".*changed while loading"):
         loader.load(URI, options=FAST)
+
+
+# --------------------------------------------------------------------------- tier fills
+
+
+def tiers(tmp_path: Path) -> loader.LoadOptions:
+    return dataclasses.replace(
+        FAST,
+        cache_dir=str(tmp_path / "disk"),
+        host_cache_dir=str(tmp_path / "host"),
+        host_cache_max_bytes=1 << 30,
+    )
+
+
+def tier_files(tmp_path: Path) -> list[str]:
+    return sorted(p.name for d in ("host", "disk") for p in (tmp_path / d).glob("*"))
+
+
+def test_a_fill_whose_reads_fail_leaves_no_entry(proxy: FaultProxy, tmp_path: Path) -> None:
+    result = loader.load(URI, options=tiers(tmp_path))
+    proxy.rule = lambda n, h: "fail"
+    report = result.fill_tiers()
+    assert report.filled == () and "failed 5 times" in report.failed[URI]
+    assert tier_files(tmp_path) == []
+    assert_equal(result.tensors, expected(proxy))
+
+
+def test_an_object_replaced_mid_fill_is_not_cached(proxy: FaultProxy, tmp_path: Path) -> None:
+    result = loader.load(URI, options=tiers(tmp_path))
+    data = bytearray((proxy.root / "test" / KEY).read_bytes())
+    data[-1] ^= 0xFF  # same size, different content → different ETag
+    upstream = s3_client(loader.S3Options(endpoint_url=proxy.upstream_url))
+    fill_starts = proxy.count
+
+    def replace(n: int) -> None:
+        if n == fill_starts + 3:
+            upstream.put_object(Bucket="test", Key=KEY, Body=bytes(data))
+
+    proxy.on_request = replace
+    report = result.fill_tiers()
+    assert report.filled == () and "ObjectChanged" in report.failed[URI]
+    assert tier_files(tmp_path) == []
+
+
+def test_a_fill_from_a_server_that_ignores_range_reads_one_stream(
+    proxy: FaultProxy, tmp_path: Path
+) -> None:
+    proxy.rule = lambda n, h: "ignore-range"
+    result = loader.load(URI, options=tiers(tmp_path))
+    assert proxy.count == 2
+    assert len(result.fill_tiers().filled) == 2 and proxy.count == 3
+    for d in ("host", "disk"):
+        (entry,) = (tmp_path / d).glob("*.safetensors")
+        assert entry.read_bytes() == (proxy.root / "test" / KEY).read_bytes()
+
+
+def test_a_cancelled_fill_removes_its_temp_files_at_once(proxy: FaultProxy, tmp_path: Path) -> None:
+    result = loader.load(URI, options=tiers(tmp_path))
+    requested, release = threading.Event(), threading.Event()
+
+    def hold(n: int) -> None:  # the fill's GETs wait until the test lets them go
+        requested.set()
+        release.wait(10)
+
+    proxy.on_request = hold
+    reports: list[loader.FillReport] = []
+    fill = threading.Thread(target=lambda: reports.append(result.fill_tiers()))
+    fill.start()
+    assert requested.wait(10)
+    assert any(name.endswith(".partial") for name in tier_files(tmp_path))
+    result.fill.cancel()  # what happens at interpreter exit while a daemon thread fills
+    assert tier_files(tmp_path) == []
+    release.set()
+    fill.join(10)
+    assert reports[0].filled == () and URI in reports[0].failed
+    assert tier_files(tmp_path) == []

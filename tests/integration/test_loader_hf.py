@@ -118,34 +118,38 @@ def test_hf_missing_file_is_object_not_found(hub: Path) -> None:
 def test_hf_transfer_fills_the_cache_tier_then_the_cache_serves(
     hub: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
+    """The load streams the file with the loader's own GETs; the tier fill afterwards
+    downloads it with hf_transfer into the disk tier, then copies it to the host tier."""
     pytest.importorskip("hf_transfer")
     g = torch.Generator().manual_seed(9)
     tensors = {"w": torch.randn(257, 33, generator=g), "n": torch.arange(7, dtype=torch.int64)}
     save_file(tensors, str(hub / "model.safetensors"))
-    cache_dir = tmp_path_factory.mktemp("cache")
-    options = loader.LoadOptions(cache_dir=str(cache_dir), part_bytes=1 << 14)
+    cache_dir, host_dir = tmp_path_factory.mktemp("cache"), tmp_path_factory.mktemp("host")
+    options = loader.LoadOptions(
+        cache_dir=str(cache_dir),
+        host_cache_dir=str(host_dir),
+        host_cache_max_bytes=1 << 30,
+        part_bytes=1 << 14,
+    )
+    uri = "hf://org/model/model.safetensors"
 
-    first = loader.load("hf://org/model/model.safetensors", options=options)
-    assert first.metrics.hf_transfer_objects == 1 and first.metrics.cache_hits == 0
-    assert "download" in first.metrics.phases_s
+    first = loader.load(uri, options=options)
+    assert first.metrics.cache_hits == 0
     for name, t in tensors.items():
         assert torch.equal(first.tensors[name], t), name
-    entries = list(cache_dir.glob("*.safetensors"))
-    assert [e.read_bytes() for e in entries] == [(hub / "model.safetensors").read_bytes()]
-    assert not list(cache_dir.glob("*.partial"))
+    assert not list(cache_dir.iterdir()) and not list(host_dir.iterdir())
+    assert first.fill_tiers().filled == (("disk", uri), ("host", uri))
+    for d in (cache_dir, host_dir):
+        entries = list(d.glob("*.safetensors"))
+        assert [e.read_bytes() for e in entries] == [(hub / "model.safetensors").read_bytes()]
+        assert not list(d.glob("*.partial"))
 
-    again = loader.load("hf://org/model/model.safetensors", options=options)
-    assert again.metrics.cache_hits == 1 and again.metrics.hf_transfer_objects == 0
+    again = loader.load(uri, options=options)
+    assert again.metrics.tier_hits == {"host": 1}
     assert torch.equal(again.tensors["w"], tensors["w"])
 
-    # switched off, or without a cache tier, the bytes stream straight into memory
-    off = loader.LoadOptions(cache_dir=str(tmp_path_factory.mktemp("c2")), hf_transfer=False)
-    plain = loader.load("hf://org/model/model.safetensors", options=off)
-    assert plain.metrics.hf_transfer_objects == 0
-    assert loader.load("hf://org/model").metrics.hf_transfer_objects == 0
 
-
-def test_hf_transfer_failure_is_a_fetch_error_and_leaves_no_entry(
+def test_hf_transfer_failure_leaves_no_entry(
     hub: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("hf_transfer")
@@ -153,7 +157,7 @@ def test_hf_transfer_failure_is_a_fetch_error_and_leaves_no_entry(
 
     save_file({"w": torch.ones(64)}, str(hub / "model.safetensors"))
     cache_dir = tmp_path_factory.mktemp("cache")
-    # the file disappears from storage between the header read and hf_transfer's requests
+    # the file disappears from storage between the load and hf_transfer's requests
     download = HfSource.download
 
     def vanishing(self: HfSource, *args: Any) -> None:
@@ -161,9 +165,9 @@ def test_hf_transfer_failure_is_a_fetch_error_and_leaves_no_entry(
         download(self, *args)
 
     monkeypatch.setattr(HfSource, "download", vanishing)
-    with pytest.raises(loader.FetchError, match="hf_transfer download failed"):
-        loader.load(
-            "hf://org/model/model.safetensors",
-            options=loader.LoadOptions(cache_dir=str(cache_dir), max_retries=0),
-        )
+    uri = "hf://org/model/model.safetensors"
+    result = loader.load(uri, options=loader.LoadOptions(cache_dir=str(cache_dir), max_retries=0))
+    assert torch.equal(result.tensors["w"], torch.ones(64))
+    report = result.fill_tiers()
+    assert report.filled == () and "hf_transfer download failed" in report.failed[uri]
     assert not list(cache_dir.iterdir())

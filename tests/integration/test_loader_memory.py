@@ -1,7 +1,7 @@
 """Extra host memory is bounded whatever the checkpoint size: a 1 GiB checkpoint loads with
 peak RSS beyond the destination arena under 64 MiB (host path) and under ring + 64 MiB
-(staged path, 64 MiB ring, a CPU stand-in for the device). Measured in a fresh subprocess
-from /proc/self/status VmHWM."""
+(staged path, 64 MiB ring, a CPU stand-in for the device), and a tier fill copies it with
+under 48 MiB. Measured in a fresh subprocess from /proc/self/status VmHWM."""
 
 from __future__ import annotations
 
@@ -86,3 +86,50 @@ def test_peak_extra_rss_is_bounded(big_checkpoint: Path, mode: str, bound: int) 
     assert r["extra"] < bound, f"{mode}: {r['extra'] / MiB:.0f} MiB extra"
     k = 12345 * 4 % 256  # byte k of the data section is k % 256
     assert r["probe"] == struct.unpack("<f", bytes((k + i) % 256 for i in range(4)))[0]
+
+
+FILL_CHILD = r"""
+import json, sys
+from pathlib import Path
+from loader.cache import DiskCache, Tier
+from loader.fill import FillJob, TierFill
+from loader.http import ObjectInfo
+from loader.options import LoadOptions
+
+path, root = Path(sys.argv[1]), Path(sys.argv[2])
+
+def status(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+
+uri, info = "s3://models/big/model.safetensors", ObjectInfo(path.stat().st_size, "e1")
+disk = DiskCache(root / "disk", 2 << 30)
+disk.fill(uri, info, lambda tmp: tmp.hardlink_to(path))  # the disk tier holds it
+host = DiskCache(root / "host", 2 << 30)
+with path.open("rb") as f:
+    prefix = f.read(8)
+    raw = prefix + f.read(int.from_bytes(prefix, "little"))
+job = FillJob(uri, info, raw, False, ("host",))
+base = status("VmRSS")
+report = TierFill([job], [Tier("host", host), Tier("disk", disk)], LoadOptions()).run()
+print(json.dumps({"extra": status("VmHWM") - base, "filled": report.filled,
+                  "failed": report.failed}))
+"""
+
+
+def test_a_tier_fill_uses_its_part_buffers_only(big_checkpoint: Path, tmp_path: Path) -> None:
+    """A disk hit's fill of the host tier copies 1 GiB through two 8 MiB buffers."""
+    out = subprocess.run(
+        [sys.executable, "-c", FILL_CHILD, str(big_checkpoint), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONWARNINGS": "error"},
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["filled"] == [["host", "s3://models/big/model.safetensors"]], r["failed"]
+    assert r["extra"] < 48 * MiB, f"{r['extra'] / MiB:.0f} MiB extra"
+    (entry,) = (tmp_path / "host").glob("*.safetensors")
+    assert entry.stat().st_size == big_checkpoint.stat().st_size

@@ -113,7 +113,7 @@ def test_assembly_reports_each_tensor_once_when_its_last_part_lands() -> None:
     assert assembly.progress("done", 1.0).bytes_done == 16384
 
 
-def _head(i: int, downloaded_s: float = -1.0, tier: str | None = None) -> ObjectHead:
+def _head(i: int, tier: str | None = None) -> ObjectHead:
     s = two_tensors(prefix=f"{i}.")
     return ObjectHead(
         SimpleNamespace(uri=f"mem://{i}", remote=True),  # type: ignore[arg-type]  # never read
@@ -122,18 +122,12 @@ def _head(i: int, downloaded_s: float = -1.0, tier: str | None = None) -> Object
         b"",
         bytearray(),
         False,
-        downloaded_s,
         tier,
     )
 
 
-def test_metrics_name_the_phases_and_count_cache_and_hf_transfer_objects() -> None:
-    heads = [
-        _head(0),
-        _head(1, tier="host"),  # a hit
-        _head(2, downloaded_s=2.0, tier="disk"),  # hf_transfer fills: downloads, not hits
-        _head(3, downloaded_s=3.0, tier="disk"),
-    ]
+def test_metrics_name_the_phases_and_count_cache_hits_per_tier() -> None:
+    heads = [_head(0), _head(1, tier="host"), _head(2, tier="disk"), _head(3, tier="host")]
     layout = plan_fetch(
         [h.shard() for h in heads], [False] * 4, LoadOptions(part_bytes=4096), 2, staged=False
     )
@@ -148,27 +142,10 @@ def test_metrics_name_the_phases_and_count_cache_and_hf_transfer_objects() -> No
         copy_wait_s=0.125,
         device="cpu",
     )
-    assert m.phases_s == {
-        "header": 3.5,
-        "fetch": 1.5,
-        "copy": 0.125,
-        "finish": 0.25,
-        "download": 3.0,
-    }
+    assert m.phases_s == {"header": 3.5, "fetch": 1.5, "copy": 0.125, "finish": 0.25}
     assert m.seconds == 5.25 and m.bytes_total == 4 * 16384 and m.part_bytes == 4096
-    assert (m.num_objects, m.num_parts, m.cache_hits, m.hf_transfer_objects) == (4, 16, 1, 2)
-    assert m.tier_hits == {"host": 1}
-    plain = load_metrics(
-        "mem://x",
-        times,
-        heads[:1],
-        layout,
-        concurrency=2,
-        num_retries=0,
-        copy_wait_s=0.0,
-        device="cpu",
-    )
-    assert "download" not in plain.phases_s and plain.hf_transfer_objects == 0
+    assert (m.num_objects, m.num_parts, m.cache_hits) == (4, 16, 3)
+    assert m.tier_hits == {"host": 2, "disk": 1}
 
 
 def test_every_tensor_the_index_promises_must_be_in_a_shard() -> None:

@@ -62,7 +62,7 @@ def test_header_length_is_checked_against_the_object() -> None:
 def test_identity_layout_is_a_byte_image_with_one_segment_per_part() -> None:
     s = shard({"a": ("F32", [1024], 0, 4096), "b": ("F16", [2048], 4096, 8192)})
     plan = plan_load([s], part_bytes=3000)
-    assert plan.arena_bytes == 8192 and plan.complete
+    assert plan.arena_bytes == 8192 and plan.mapped_bytes == 0
     assert [p.name for p in plan.placements] == ["a", "b"]
     assert [p.arena_offset for p in plan.placements] == [0, 4096]
     for part in plan.parts:
@@ -125,6 +125,48 @@ def test_bad_fusions_are_refused() -> None:
         plan_load([s], MiB, name_map=lambda n: "same")
 
 
+def test_tensors_laid_out_right_in_a_mapped_object_are_views_of_it() -> None:
+    """Contiguous, in fuse order, aligned: a view of the mapping (no arena bytes, no reads);
+    q/k/v stored as k, q, v and a misaligned F32 are copied into the arena."""
+    entries = {
+        "a": ("F32", [4], 0, 16),
+        "gate": ("F16", [2, 4], 16, 32),
+        "up": ("F16", [2, 4], 32, 48),
+        "k": ("F16", [1, 4], 48, 56),
+        "q": ("F16", [2, 4], 56, 72),
+        "v": ("F16", [1, 4], 72, 80),
+        "odd": ("U8", [3], 80, 83),
+        "w": ("F32", [1], 83, 87),
+    }
+    raw = header(entries)
+    raw += b" " * (-(8 + len(raw)) % 8)  # the data section starts 8-aligned, as safetensors does
+    h = parse_header("mem://x", raw, 8 + len(raw) + 87)
+    s = ShardHeader("mem://x", 8 + len(raw) + 87, h, h.data_offset)
+    fuse = {"gate": ("gu", 0), "up": ("gu", 1), "q": ("qkv", 0), "k": ("qkv", 1), "v": ("qkv", 2)}
+
+    def name_map(n: str) -> str | Fused:
+        return Fused(*fuse[n]) if n in fuse else n
+
+    plan = plan_load([s], MiB, name_map, mapped=frozenset({0}))
+    where = {p.name: (p.mapped_object, p.arena_offset) for p in plan.placements}
+    base = h.data_offset
+    assert (
+        where["a"] == (0, base) and where["gu"] == (0, base + 16) and where["odd"] == (0, base + 80)
+    )
+    assert where["qkv"][0] is None and where["w"][0] is None
+    gu = next(p for p in plan.placements if p.name == "gu")
+    assert gu.shape == (4, 4) and gu.size_bytes == 32
+    assert plan.mapped_bytes == 16 + 32 + 3
+    assert plan.arena_bytes <= 32 + 4 + ARENA_ALIGN
+    mapped = [i for i, p in enumerate(plan.placements) if p.mapped_object is not None]
+    assert all(plan.tensor_parts[i] == 0 for i in mapped)  # complete before any read
+    (part,) = plan.parts  # k, q, v, [odd: 3 bytes fetched and discarded], w
+    assert (part.start, part.end) == (base + 48, base + 87)
+    assert sum(g.length for g in part.segments) == 36
+    # not mapped: the same checkpoint is all arena
+    assert plan_load([s], MiB, name_map).mapped_bytes == 0
+
+
 def test_skipped_tensors_are_not_fetched_when_the_gap_is_large() -> None:
     big = 4 * MiB
     s = shard(
@@ -135,7 +177,7 @@ def test_skipped_tensors_are_not_fetched_when_the_gap_is_large() -> None:
         }
     )
     plan = plan_load([s], part_bytes=MiB, name_map=lambda n: None if n == "skip" else n)
-    assert plan.fetch_bytes == 20 and not plan.complete
+    assert plan.fetch_bytes == 20
     assert [p.name for p in plan.placements] == ["keep1", "keep2"]
     small = shard({"a": ("U8", [10], 0, 10), "b": ("U8", [10], 10, 20), "c": ("U8", [5], 20, 25)})
     plan = plan_load([small], part_bytes=MiB, name_map=lambda n: None if n == "b" else n)
