@@ -69,6 +69,13 @@ class Settings(BaseSettings):
     worker_python: str = ""
     # Torch intra-op threads per local worker (0: torch's default).
     worker_threads: int = Field(1, ge=0)
+    # Warm pool (docs/architecture.md): generic workers booted ahead, at most this many in all;
+    # 0: none (the embedded `platform up` defaults to 1).
+    warm_pool_max: int = Field(0, ge=0)
+    # Accelerators of each type this platform has (the local provider: this host's GPUs); the
+    # warm pool never holds more than the ones deployments' workers leave free. A type not
+    # listed (the CPU): no limit.
+    accelerators: dict[str, int] = Field(default_factory=dict)
 
     # Per-tenant defaults (a tenant's own values override them).
     default_requests_per_min: int = Field(600, ge=1)

@@ -178,6 +178,16 @@ class ScalingForecast(BaseModel):
     rate_sd_per_s: float = Field(description="its standard deviation")
 
 
+class ScalingPlacement(BaseModel):
+    """Where the deployment's latest new worker came from (docs/architecture.md, warm pool)."""
+
+    choice: str = Field(description="pool_host_tier | pool | boot: the option ready soonest")
+    worker_id: str
+    eta_s: float = Field(description="its estimated seconds to ready")
+    options: dict[str, float] = Field(description="every option there was: estimated seconds")
+    at: str
+
+
 class ScalingStatus(BaseModel):
     """The autoscaler's latest decision for the deployment (docs/autoscaling.md)."""
 
@@ -195,6 +205,9 @@ class ScalingStatus(BaseModel):
     idle_windows: ScalingIdleWindows
     forecast: ScalingForecast | None = Field(description="null: too little history to forecast")
     models_fitted_at: str | None = Field(description="when the models were last refit")
+    placement: ScalingPlacement | None = Field(
+        None, description="the latest worker started (null: none since the reconciler started)"
+    )
 
 
 class DeploymentPublic(DeploymentSpec):
@@ -223,7 +236,7 @@ class JobUsage(BaseModel):
 class ColdStartPublic(BaseModel):
     """The cold start a waiting job depends on: the worker expected ready first."""
 
-    phase: str  # booting | loading_weights | warming
+    phase: str  # booting | assigning_warm_worker | loading_weights | warming
     eta_s: float | None  # seconds until that worker should be ready; null: not known yet
     bytes_done: int | None  # weight bytes landed (loading_weights only)
     bytes_total: int | None  # weight bytes to land

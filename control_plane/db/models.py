@@ -227,7 +227,10 @@ class Worker(Base):
     __tablename__ = "workers"
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"), index=True)
+    # None: a warm-pool worker not yet assigned (its tenant is the platform's, its version 0).
+    deployment_id: Mapped[str | None] = mapped_column(
+        ForeignKey("deployments.id"), index=True, nullable=True
+    )
     deployment_version: Mapped[int] = mapped_column(Integer)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
     accelerator: Mapped[str] = mapped_column(String(20))
@@ -237,7 +240,10 @@ class Worker(Base):
     # Why the provider started or stopped it (no_capacity, scale_down, crash, ...).
     reason: Mapped[str | None] = mapped_column(String(100), nullable=True)
     pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Started for its deployment: its process start, or for a warm-pool worker its assignment.
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # When a warm-pool worker was assigned its deployment (None: booted for it).
+    assigned_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
@@ -253,7 +259,8 @@ class BillingRecord(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
     worker_id: Mapped[str] = mapped_column(ForeignKey("workers.id"))
-    deployment_id: Mapped[str] = mapped_column(ForeignKey("deployments.id"))
+    # None: a warm-pool segment (phase `pool`, billed to the platform's tenant).
+    deployment_id: Mapped[str | None] = mapped_column(ForeignKey("deployments.id"), nullable=True)
     deployment_name: Mapped[str] = mapped_column(String(100))
     deployment_version: Mapped[int] = mapped_column(Integer)
     accelerator: Mapped[str] = mapped_column(String(20))

@@ -23,6 +23,16 @@ PHASE_OF_STATE = {
     "busy": "busy",
     "draining": "drain",
 }
+# Every second of a warm-pool worker before its assignment (booting or waiting): the
+# platform's cost, billed to its own tenant; the assigned deployment's tenant pays from then on.
+POOL_PHASE = "pool"
+
+
+def phase_of(state: str, pooled: bool) -> str | None:
+    """The billing phase of a worker's time in `state` (None: not billed); `pooled`: a
+    warm-pool worker with no deployment yet."""
+    phase = PHASE_OF_STATE.get(state)
+    return POOL_PHASE if pooled and phase is not None else phase
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,8 @@ the bytes landed so far from its heartbeat) and warms up (`warming`). The ETA of
 what is left of its current phase plus the phases after it:
 
     booting   max(boot_s − in_state, 0) + load_s + warm_s       (measured medians)
+    assigning_warm_worker (a warm-pool worker given this deployment, before its first bytes)
+              max(load_s − in_state, 0) + warm_s                (no boot to wait for)
     loading   bytes left ÷ the rate of this very load so far + warm_s
               (before the first bytes: max(load_s − in_state, 0) + warm_s)
     warming   max(warm_s − in_state, 0)
@@ -29,6 +31,7 @@ from typing import Any
 PHASE_OF_STATE = {"booting": "booting", "loading": "loading_weights", "warming": "warming"}
 REASON_OF_PHASE = {
     "booting": "no_capacity",
+    "assigning_warm_worker": "assigning_warm_worker",
     "loading_weights": "loading_weights",
     "warming": "warming",
 }
@@ -52,11 +55,12 @@ class BootingWorker:
     in_state_s: float  # seconds since it entered `state`
     bytes_done: int | None = None  # weight bytes landed (loading only, from its heartbeat)
     bytes_total: int | None = None  # weight bytes to land
+    assigned: bool = False  # a warm-pool worker given this deployment (it did not boot for it)
 
 
 @dataclass(frozen=True, slots=True)
 class ColdStart:
-    phase: str  # booting | loading_weights | warming
+    phase: str  # booting | assigning_warm_worker | loading_weights | warming
     eta_s: float | None  # seconds until the worker should be ready; None: unknown
     bytes_done: int | None = None
     bytes_total: int | None = None
@@ -86,6 +90,8 @@ def _sum(*parts: float | None) -> float | None:
 
 def estimate(w: BootingWorker, times: PhaseTimes) -> ColdStart:
     phase = PHASE_OF_STATE[w.state]
+    if w.assigned and w.state == "loading" and not w.bytes_done:
+        phase = "assigning_warm_worker"
     eta: float | None
     if w.state == "booting":
         eta = _sum(_left(times.boot_s, w.in_state_s), times.load_s, times.warm_s)
@@ -107,7 +113,7 @@ def estimate(w: BootingWorker, times: PhaseTimes) -> ColdStart:
     )
 
 
-_ORDER = {"warming": 0, "loading_weights": 1, "booting": 2}
+_ORDER = {"warming": 0, "loading_weights": 1, "assigning_warm_worker": 2, "booting": 3}
 
 
 def soonest(workers: Iterable[BootingWorker], times: PhaseTimes) -> ColdStart | None:

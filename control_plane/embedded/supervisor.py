@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +86,15 @@ def load_or_create_credentials(state_dir: Path) -> Credentials:
     path.touch(mode=0o600)
     path.write_text(json.dumps(asdict(creds)))
     return creds
+
+
+def default_host_cache_bytes(shm: str = "/dev/shm") -> int:
+    """The embedded platform's host-memory weight tier: a quarter of the host's shared memory,
+    at most 8 GiB (0, off, without a /dev/shm)."""
+    try:
+        return min(shutil.disk_usage(shm).total // 4, 8 << 30)
+    except OSError:
+        return 0
 
 
 def read_state(state_dir: Path) -> dict[str, Any] | None:
@@ -184,6 +194,11 @@ class Supervisor:
                 "PLATFORM_STATE_DIR": str(self.state_dir),
                 # Local receivers (the demo's, a developer's) live on loopback.
                 "PLATFORM_WEBHOOK_ALLOW_PRIVATE": env.get("PLATFORM_WEBHOOK_ALLOW_PRIVATE", "true"),
+                # One worker booted ahead, and weights kept in host memory for the next one.
+                "PLATFORM_WARM_POOL_MAX": env.get("PLATFORM_WARM_POOL_MAX", "1"),
+                "PLATFORM_LOADER_HOST_CACHE_BYTES": env.get(
+                    "PLATFORM_LOADER_HOST_CACHE_BYTES", str(default_host_cache_bytes())
+                ),
                 "PYTHONUNBUFFERED": "1",
             }
         )

@@ -2,23 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
+
+from worker.protocol import Assignment
 
 
 @dataclass(frozen=True, slots=True)
 class WorkerSpec:
     worker_id: str  # id of the Worker row created before the start
-    deployment_id: str  # deployment the worker serves
-    deployment_version: int  # spec version it was started for
-    model_uri: str  # weights location as read (s3://, file://, hf://), tenancy resolved
     accelerator: str  # cpu, h100, ...
-    queue: str  # broker queue it consumes
-    max_concurrency: int  # jobs it may hold at once
-    # The storage credentials of this deployment's tenant for that location, and only those
-    # (AWS_*, HF_TOKEN): a worker never holds what its deployment may not read.
-    storage_env: Mapping[str, str] = field(default_factory=dict)
+    # What it serves; None: a warm-pool worker, which boots, then waits for its assignment
+    # (`worker.protocol.worker_assignment_key`).
+    assignment: Assignment | None
 
 
 @dataclass(frozen=True, slots=True)

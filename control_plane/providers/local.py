@@ -40,20 +40,24 @@ class LocalProvider:
         log_dir.mkdir(parents=True, exist_ok=True)
 
     def start(self, spec: WorkerSpec) -> int | None:
-        cmd = [
-            self._python, "-m", "worker",
-            "--worker-id", spec.worker_id,
-            "--deployment-id", spec.deployment_id,
-            "--deployment-version", str(spec.deployment_version),
-            "--model", spec.model_uri,
-            "--accelerator", spec.accelerator,
-            "--queue", spec.queue,
-            "--max-concurrency", str(spec.max_concurrency),
-        ]  # fmt: skip
+        cmd = [self._python, "-m", "worker", "--worker-id", spec.worker_id,
+               "--accelerator", spec.accelerator]  # fmt: skip
+        a, storage_env = spec.assignment, {}
+        if a is None:
+            cmd.append("--pool")
+        else:
+            cmd += [
+                "--deployment-id", a.deployment_id,
+                "--deployment-version", str(a.deployment_version),
+                "--model", a.model_uri,
+                "--queue", a.queue,
+                "--max-concurrency", str(a.max_concurrency),
+            ]  # fmt: skip
+            storage_env = a.storage_env
         logfile = (self._log_dir / f"{spec.worker_id}.log").open("ab")
         proc = subprocess.Popen(
             cmd,
-            env={**self._env, **spec.storage_env},
+            env={**self._env, **storage_env},
             stdin=subprocess.DEVNULL,
             stdout=logfile,
             stderr=subprocess.STDOUT,
@@ -105,7 +109,7 @@ def worker_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, s
     """A worker's environment: the control plane's, minus its PLATFORM_* settings and its
     storage credentials (secrets both), plus `extra`; engine and loader tuning
     (WORKER_ENV_PREFIXES) pass through. Each worker gets its deployment's storage credentials
-    at start (`WorkerSpec.storage_env`)."""
+    with its assignment (`Assignment.storage_env`)."""
     env = {
         k: v
         for k, v in base.items()

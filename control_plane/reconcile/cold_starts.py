@@ -106,4 +106,5 @@ def _view(w: Worker, beat: Any, now: datetime) -> BootingWorker:
         in_state_s=max((now - w.state_since).total_seconds(), 0.0),
         bytes_done=done,
         bytes_total=total,
+        assigned=w.assigned_at is not None,
     )

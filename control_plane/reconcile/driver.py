@@ -5,7 +5,9 @@ transaction, so one concern's failure or slowness is visible on its own.
     jobs.requeue_orphans                   their running jobs: a new attempt, or failed
     jobs.expire_overdue, jobs.time_out_overruns
     scale.scale_all, scale.stop_deleted    decide() per deployment; start / drain workers
-                                           (models from the refresher thread, refresh.py)
+                                           (models from the refresher thread, refresh.py),
+                                           taking idle warm-pool workers first when faster
+    pool.keep                              boot / stop warm-pool workers toward the target
     batches.pump                           bounded fan-out and completion of batches
     billing                                roll open segments, allocate busy cost to jobs
     jobs.redispatch                        every REDISPATCH_EVERY_S: re-send lost wake-ups
@@ -21,7 +23,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock
-from control_plane.reconcile import jobs, refresh, scale, workers
+from control_plane.reconcile import jobs, pool, refresh, scale, workers
 from control_plane.reconcile.env import Env
 from control_plane.services import batches, billing
 from control_plane.services import workers as worker_records
@@ -58,6 +60,7 @@ class Reconciler:
             jobs.time_out_overruns(session, env, now)
             scale.scale_all(session, env, self.demand, self.refresher.latest, now)
             scale.stop_deleted(session, env)
+            pool.keep(session, env, self.refresher.latest, now)
             batches.pump(session, env.celery, env.redis, now, settings=env.settings)
             billing.roll_open_segments(session, env.settings, now)
             billing.allocate_ready(session, now)

@@ -29,6 +29,7 @@ from control_plane.domain import fleet
 from control_plane.domain.clock import iso
 from control_plane.domain.cold_start import ColdStart, PhaseTimes
 from control_plane.domain.crash_loop import BootHistory, may_start
+from control_plane.domain.placement import Estimates, Placement, place
 from control_plane.domain.scaling.decide import (
     DeploymentState,
     Memory,
@@ -43,6 +44,7 @@ from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_
 from control_plane.errors import InvalidRequest
 from control_plane.providers.base import WorkerSpec
 from control_plane.reconcile import cold_starts
+from control_plane.reconcile import pool as warm_pool
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
 from control_plane.services import (
@@ -56,7 +58,7 @@ from control_plane.services import (
     storage,
     workers,
 )
-from worker.protocol import EventType, WorkerState, deployment_queue
+from worker.protocol import Assignment, EventType, WorkerState, deployment_queue
 
 log = logging.getLogger(__name__)
 READY_STATES = workers.READY_STATES  # serving: idle or busy
@@ -72,6 +74,9 @@ class Demand:
     # the last arrivals read from Redis, used while Redis does not answer
     last_arrival_at: dict[str, float | None] = field(default_factory=dict)
     cold_starts: dict[str, ColdStart] = field(default_factory=dict)  # what waiting jobs were told
+    model_bytes: dict[str, int] = field(default_factory=dict)  # weight bytes seen loading
+    # the last placement of a worker (its choice, every option's ETA), shown with the decision
+    placements: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def forget_all_but(self, live_ids: set[str]) -> None:
         tables: tuple[dict[str, Any], ...] = (
@@ -80,6 +85,8 @@ class Demand:
             self.logged,
             self.last_arrival_at,
             self.cold_starts,
+            self.model_bytes,
+            self.placements,
         )
         for table in tables:
             for dep_id in set(table) - live_ids:
@@ -97,6 +104,7 @@ def scale_all(
     load = job_queries.load_by_deployment(session)
     live = deployments.list_live(session)
     last_arrivals = _last_arrivals(env.redis, demand, [d.id for d in live])
+    free = warm_pool.read_free(session, env.redis)
     published = []
     for dep in live:
         _, doc = scale(
@@ -108,6 +116,7 @@ def scale_all(
             measured(dep.id),
             last_arrivals.get(dep.id),
             now,
+            free,
         )
         published.append((dep.id, doc))
     demand.forget_all_but({d.id for d in live})
@@ -124,8 +133,10 @@ def scale(
     measured: Measured | None,
     last_arrival_at: float | None,
     now: datetime,
+    free: warm_pool.FreePool | None = None,
 ) -> tuple[ScaleDecision, dict[str, Any]]:
-    """Decide for one deployment and act on it; returns the decision and its document."""
+    """Decide for one deployment and act on it (a worker it needs comes from `free`, the idle
+    warm pool, when that is faster); returns the decision and its document."""
     queued, running, _ = load
     t = now.timestamp()
     live = workers.live(session, dep.id)
@@ -171,7 +182,18 @@ def scale(
         assert history is not None
         _fail_waiting(session, env, dep, history, now)
     elif verdict is not None:
-        started = [_start(session, env, dep, decision.reason, now) for _ in range(decision.start)]
+        times = measured.phase_times if measured else PhaseTimes()
+        est = Estimates(times.boot_s, times.load_s, times.warm_s, demand.model_bytes.get(dep.id))
+        for _ in range(decision.start):
+            new, placement = _start(session, env, dep, decision.reason, free, est, now)
+            started.append(new)
+            demand.placements[dep.id] = {
+                "choice": placement.choice,
+                "worker_id": new.id,
+                "eta_s": placement.eta_s,
+                "options": {o.choice: o.eta_s for o in placement.options},
+                "at": iso(now),
+            }
         session.commit()
         # With none ready, the cold-start report below tells the waiting jobs (phase, ETA).
         if not started:  # held back by the crash-loop gate: they wait, saying why
@@ -194,13 +216,20 @@ def scale(
         cold_starts.report(
             session, env, dep, booting + started, len(ready), times, demand.cold_starts, now
         )
-    return decision, _document(state, decision, now)
+        told = demand.cold_starts.get(dep.id)
+        if told is not None and told.bytes_total:
+            demand.model_bytes[dep.id] = told.bytes_total
+    doc = _document(state, decision, now)
+    doc["placement"] = demand.placements.get(dep.id)
+    return decision, doc
 
 
 def stop_deleted(session: Session, env: Env) -> None:
     """Workers whose deployment was deleted drain and exit."""
     live_ids = {d.id for d in deployments.list_live(session)}
     for w in workers.live(session):
+        if w.deployment_id is None:  # the warm pool's (reconcile/pool.py)
+            continue
         if w.deployment_id not in live_ids and w.state != WorkerState.DRAINING:
             _stop(session, env, w.id, fleet.DEPLOYMENT_DELETED)
     session.commit()
@@ -281,10 +310,18 @@ def _stop(session: Session, env: Env, worker_id: str, reason: str) -> None:
     env.provider.stop(worker_id)
 
 
-def _start(session: Session, env: Env, dep: Deployment, reason: str, now: datetime) -> Worker:
+def _start(
+    session: Session,
+    env: Env,
+    dep: Deployment,
+    reason: str,
+    free: warm_pool.FreePool | None,
+    est: Estimates,
+    now: datetime,
+) -> tuple[Worker, Placement]:
+    """A worker for `dep`: an idle warm-pool worker when placement says it is ready sooner,
+    else a new boot."""
     spec = dep.spec
-    w = workers.create(session, dep, spec.accelerator, reason, now)
-    session.flush()
     model_uri, storage_env = spec.model, {}
     try:
         access = storage.resolve(session, env.settings, dep.tenant_id, spec.model)
@@ -293,20 +330,39 @@ def _start(session: Session, env: Env, dep: Deployment, reason: str, now: dateti
         # A spec accepted before its tenant lost access (or before the rules existed): the
         # worker gets no credentials, fails to read, and the crash-loop gate says why.
         log.warning("deployment %s: model not readable by its tenant: %s", dep.id, exc.detail)
-    w.pid = env.provider.start(
-        WorkerSpec(
-            worker_id=w.id,
-            deployment_id=dep.id,
-            deployment_version=dep.version,
-            model_uri=model_uri,
-            accelerator=spec.accelerator,
-            queue=deployment_queue(dep.id),
-            max_concurrency=spec.target_concurrency,
-            storage_env=storage_env,
-        )
+    assignment = Assignment(
+        deployment_id=dep.id,
+        deployment_version=dep.version,
+        model_uri=model_uri,
+        queue=deployment_queue(dep.id),
+        max_concurrency=spec.target_concurrency,
+        storage_env=dict(storage_env),
     )
-    log.info("started worker %s for %s (%s)", w.id, dep.name, reason)
-    return w
+    candidates = free.candidates(spec.accelerator, model_uri) if free else []
+    placement = place(candidates, est)
+    if placement.worker_id is not None and free is not None:
+        w = free.take(placement.worker_id)
+        if workers.assign(session, env.settings, w, dep, reason, now):
+            session.commit()  # the worker acts on its assignment only once it is recorded
+            if warm_pool.send(env, w, assignment, now):
+                log.info(
+                    "assigned pool worker %s to %s [%s] (%s)",
+                    w.id,
+                    dep.name,
+                    placement.reason,
+                    reason,
+                )
+                return w, placement
+            workers.transition(
+                session, env.settings, w.id, WorkerState.FAILED, now, now, "assignment_not_sent"
+            )
+        # gone from the pool meanwhile: a boot, then
+        placement = place([], est)
+    w = workers.create(session, dep, spec.accelerator, reason, now)
+    session.flush()
+    w.pid = env.provider.start(WorkerSpec(w.id, spec.accelerator, assignment))
+    log.info("started worker %s for %s [%s] (%s)", w.id, dep.name, placement.reason, reason)
+    return w, placement
 
 
 def _fail_waiting(

@@ -19,6 +19,8 @@ from worker.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
 log = logging.getLogger(__name__)
 # A worker without a heartbeat for HEARTBEAT_TTL_S is lost, once it had time to send one.
 HEARTBEAT_GRACE_S = 2 * HEARTBEAT_TTL_S
+# A warm-pool worker (no deployment, so no spec's max_boot_s) that has not booted by then is lost.
+POOL_MAX_BOOT_S = 600.0
 
 
 def reap(session: Session, env: Env, now: datetime) -> list[str]:
@@ -46,14 +48,14 @@ def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
     for w, beat in zip(live, beats, strict=True):
         if beat is not None:
             w.last_heartbeat_at = _heartbeat_time(beat, w.last_heartbeat_at, now)
-        dep = session.get(Deployment, w.deployment_id)
+        dep = session.get(Deployment, w.deployment_id) if w.deployment_id else None
         verdict = liveness(
             WorkerState(w.state),
             w.started_at,
             w.state_since,
             w.last_heartbeat_at,
             beat is not None,
-            dep.spec.max_boot_s if dep else float("inf"),
+            dep.spec.max_boot_s if dep else POOL_MAX_BOOT_S,
             HEARTBEAT_GRACE_S,
             now,
         )

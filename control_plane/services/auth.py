@@ -48,9 +48,14 @@ def new_webhook_secret() -> str:
     return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
 
 
-def create_tenant(session: Session, name: str, now: datetime) -> Tenant:
+def create_tenant(
+    session: Session, name: str, now: datetime, tenant_id: str | None = None
+) -> Tenant:
     tenant = Tenant(
-        id=new_id("ten", now), name=name, webhook_secret=new_webhook_secret(), created_at=now
+        id=tenant_id or new_id("ten", now),
+        name=name,
+        webhook_secret=new_webhook_secret(),
+        created_at=now,
     )
     session.add(tenant)
     return tenant

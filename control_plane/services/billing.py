@@ -39,6 +39,8 @@ from control_plane.settings import Settings
 # No open segment grows past this: a crash loses at most this much, rebuilt from heartbeats.
 MAX_SEGMENT_S = 60.0
 BOOT_PHASES = ("boot", "load")
+# The deployment name on warm-pool records (they have no deployment).
+POOL_NAME = "(warm pool)"
 # Attempts that ended through the platform's fault are not billed.
 PLATFORM_FAULTS = frozenset({"worker_lost"})
 
@@ -52,13 +54,14 @@ def close_segment(
     end: datetime,
     note: str | None = None,
 ) -> None:
-    """Write the record of one closed phase segment (at most once: UNIQUE(worker, start))."""
-    dep = session.get(Deployment, w.deployment_id)
-    assert dep is not None
+    """Write the record of one closed phase segment (at most once: UNIQUE(worker, start));
+    a warm-pool worker's (no deployment) go to the platform's tenant as phase `pool`."""
+    dep = session.get(Deployment, w.deployment_id) if w.deployment_id else None
+    assert dep is not None or w.deployment_id is None
     rate = settings.rate_per_s(w.accelerator)
     wall = segment_cost(start, end, rate).seconds
     billed = wall
-    if phase in BOOT_PHASES:
+    if phase in BOOT_PHASES and dep is not None:
         used = exact_sum(
             session.scalars(
                 select(BillingRecord.billed_seconds).where(
@@ -74,7 +77,7 @@ def close_segment(
         tenant_id=w.tenant_id,
         worker_id=w.id,
         deployment_id=w.deployment_id,
-        deployment_name=dep.name,
+        deployment_name=dep.name if dep else POOL_NAME,
         deployment_version=w.deployment_version,
         accelerator=w.accelerator,
         phase=phase,
@@ -95,11 +98,11 @@ def close_segment(
 
 def roll_open_segments(session: Session, settings: Settings, now: datetime) -> None:
     """Close the open segment of every live worker that has been in one phase for a minute."""
-    from control_plane.domain.billing_math import PHASE_OF_STATE
+    from control_plane.domain.billing_math import phase_of
     from control_plane.services.workers import live
 
     for w in live(session):
-        phase = PHASE_OF_STATE.get(w.state)
+        phase = phase_of(w.state, pooled=w.deployment_id is None)
         if phase is None or (now - w.state_since).total_seconds() < MAX_SEGMENT_S:
             continue
         # Only up to the last sign of life: a silent worker's time is not billed on trust.
@@ -298,14 +301,17 @@ def check(session: Session, tenant_id: str | None, now: datetime) -> list[dict[s
     if tenant_id:
         q = q.where(Worker.tenant_id == tenant_id)
     for w in session.scalars(q):
-        recs = list(
+        every = list(
             session.scalars(
                 select(BillingRecord)
                 .where(BillingRecord.worker_id == w.id)
                 .order_by(BillingRecord.start)
             )
         )
-        for a, b in itertools.pairwise(recs):
+        # A worker taken from the warm pool has the platform's records (phase `pool`) up to
+        # its assignment, its tenant's from then on (= its started_at). A tenant sees its own.
+        recs = [r for r in every if r.tenant_id == w.tenant_id]
+        for a, b in itertools.pairwise(every if tenant_id is None else recs):
             if b.start != a.end:
                 kind = "overlap" if b.start < a.end else "gap"
                 issues.append({"worker_id": w.id, "issue": kind, "at": iso(a.end)})

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import statistics
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from control_plane.db.models import BillingRecord, Deployment, Worker
-from control_plane.domain.billing_math import PHASE_OF_STATE
+from control_plane.db.models import BillingRecord, Deployment, Tenant, Worker
+from control_plane.domain.billing_math import POOL_PHASE, phase_of
 from control_plane.domain.clock import iso
 from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
 from control_plane.domain.ids import new_id
 from control_plane.errors import NotFound
-from control_plane.services import billing
+from control_plane.services import auth, billing
 from control_plane.settings import Settings
 from worker.protocol import WorkerState
 
@@ -49,6 +50,89 @@ def create(
     return w
 
 
+# The tenant that pays for the warm pool (phase `pool`): the platform itself; it has no keys.
+PLATFORM_TENANT_ID = "ten_platform"
+POOL_REASON = "warm_pool"
+
+
+def create_pooled(session: Session, accelerator: str, now: datetime) -> Worker:
+    """A warm-pool worker's row: no deployment yet, the platform's tenant."""
+    _platform_tenant(session, now)
+    w = Worker(
+        id=new_id("wrk", now),
+        deployment_id=None,
+        deployment_version=0,
+        tenant_id=PLATFORM_TENANT_ID,
+        accelerator=accelerator,
+        state=WorkerState.BOOTING,
+        state_since=now,
+        reason=POOL_REASON,
+        started_at=now,
+    )
+    session.add(w)
+    return w
+
+
+def _platform_tenant(session: Session, now: datetime) -> None:
+    if session.get(Tenant, PLATFORM_TENANT_ID) is not None:
+        return
+    auth.create_tenant(session, "platform", now, tenant_id=PLATFORM_TENANT_ID)
+    try:
+        with session.begin_nested():
+            session.flush()
+    except IntegrityError:
+        pass  # created meanwhile by another process
+
+
+def assign(
+    session: Session, settings: Settings, w: Worker, dep: Deployment, reason: str, now: datetime
+) -> bool:
+    """Give an idle warm-pool worker to `dep`: its pool segment closes (the platform's), and it
+    is `loading` for the deployment's tenant from `now`. False, changing nothing, when the
+    worker is no longer an idle pool worker (assigned, stopping or dead meanwhile): a pool
+    worker is never assigned twice."""
+    since = w.state_since
+    try:
+        with session.begin_nested():
+            if now > since:
+                billing.close_segment(session, settings, w, POOL_PHASE, since, now)
+            result = session.execute(
+                update(Worker)
+                .where(
+                    Worker.id == w.id,
+                    Worker.deployment_id.is_(None),
+                    Worker.state == WorkerState.IDLE,
+                    Worker.state_since == since,
+                )
+                .values(
+                    deployment_id=dep.id,
+                    deployment_version=dep.version,
+                    tenant_id=dep.tenant_id,
+                    state=WorkerState.LOADING,
+                    state_since=now,
+                    started_at=now,
+                    assigned_at=now,
+                    reason=reason,
+                )
+                .execution_options(synchronize_session=False)
+            )
+            if cast(CursorResult[Any], result).rowcount != 1:
+                raise _Taken
+    except _Taken:
+        return False
+    session.refresh(w)
+    return True
+
+
+class _Taken(Exception):
+    """The pool worker changed under an assignment (rolls the assignment back)."""
+
+
+def pooled(session: Session) -> list[Worker]:
+    """Live warm-pool workers not yet assigned (booting or idle, or draining out of the pool)."""
+    return [w for w in live(session) if w.deployment_id is None]
+
+
 def transition(
     session: Session,
     settings: Settings,
@@ -73,7 +157,7 @@ def transition(
         return w
     # Never in the future: clocks of two processes differ a little.
     at = min(at, now)
-    phase = PHASE_OF_STATE.get(w.state)
+    phase = phase_of(w.state, pooled=w.deployment_id is None)
     if phase is not None and at > w.state_since:
         billing.close_segment(session, settings, w, phase, w.state_since, at, note=note)
     w.state = state

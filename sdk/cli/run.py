@@ -141,7 +141,11 @@ def describe(status: RunStatus) -> tuple[str, str]:
             f"Cold start: loading weights {done_gb:.2f}/{total_gb:.2f} GB{eta}",
             f"Cold start: loading weights ({total_gb:.2f} GB)",
         )
-    what = {"booting": "booting a worker", "warming": "warming up"}.get(phase, "loading weights")
+    what = {
+        "booting": "booting a worker",
+        "assigning_warm_worker": "taking a warm worker",
+        "warming": "warming up",
+    }.get(phase, "loading weights")
     return f"Cold start: {what}{eta}", f"Cold start: {what}"
 
 
@@ -167,7 +171,9 @@ class ColdStartBar:
             self._progress = Progress(total=1, counts=False).__enter__()
         description, plain = describe(status)
         total = status.bytes_total or 1
-        done = {"booting": 0, "warming": total}.get(status.phase, status.bytes_done or 0)
+        done = {"booting": 0, "assigning_warm_worker": 0, "warming": total}.get(
+            status.phase, status.bytes_done or 0
+        )
         self._progress.update(description, completed=done, total=total, plain=plain)
 
     def close(self) -> None:

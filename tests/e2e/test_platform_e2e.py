@@ -93,10 +93,16 @@ def test_deploy_run_stream_webhook_billing_scale_to_zero(
 
     text = client.run("e2e", input={"prompt": "The weather", "max_tokens": 12})
     assert isinstance(text, str) and text
-    # the worker loaded the weights through the cache tier the operator configured
+    # the worker fills the cache tier the operator configured once it serves (off the cold
+    # start's path): the next worker of this model on this host reads it
     weights = (demo_model / "model.safetensors").read_bytes()
-    cached = (platform["state_dir"] / "weights-cache").glob("*.safetensors")
-    assert any(p.read_bytes() == weights for p in cached)
+    deadline = time.monotonic() + 30
+    while not any(
+        p.read_bytes() == weights
+        for p in (platform["state_dir"] / "weights-cache").glob("*.safetensors")
+    ):
+        assert time.monotonic() < deadline, "the disk tier was never filled"
+        time.sleep(0.2)
 
     deltas = list(client.run("e2e", input={"prompt": "The weather", "max_tokens": 12}, stream=True))
     assert len(deltas) >= 2
@@ -131,7 +137,9 @@ def test_deploy_run_stream_webhook_billing_scale_to_zero(
 
     records = client.billing.records(deployment="e2e")
     phases = [r["phase"] for r in records]
-    assert phases[:3] == ["boot", "load", "warm"] and phases[-1] == "drain"
+    # a worker booted for it, or the warm pool's (booted ahead: its boot is the platform's)
+    startup = ["load", "warm"] if phases[0] == "load" else ["boot", "load", "warm"]
+    assert phases[: len(startup)] == startup and phases[-1] == "drain", phases
     assert phases.count("busy") == 3
     # Segments tile the worker's life: each starts where the previous ended.
     for a, b in itertools.pairwise(records):
@@ -352,10 +360,22 @@ def test_a_cold_start_reports_its_phases_and_the_next_worker_reads_the_host_tier
     assert stream.job is not None and stream.job.status == "succeeded"
     statuses = [(s.status, s.phase) for s in seen]
     assert statuses[0] == ("queued", None) and statuses[-1] == ("running", None)
-    assert statuses[1] == ("starting", "booting"), statuses
+    # a worker boots for it, or the warm pool's worker is given to it
+    assert statuses[1] in {("starting", "booting"), ("starting", "assigning_warm_worker")}
     assert all(s.status == "starting" for s in seen[1:-1])
 
-    # another deployment of the same model: its worker reads the weights from host memory
+    # once serving, the first worker fills host memory (off its cold start's path) ...
+    from loader import cached_uris
+
+    def in_host_tier() -> bool:
+        return any("/models/tiers/" in u for u in cached_uris(str(tier_dir)))
+
+    tier_dir = platform["state_dir"] / "host-cache"
+    deadline = time.monotonic() + 60
+    while not in_host_tier():
+        assert time.monotonic() < deadline, "the host tier was never filled"
+        time.sleep(0.2)
+    # ... and another deployment of the same model reads its weights from there
     client.deployments.create(name="tier-b", model="store://models/tiers/")
     assert client.run("tier-b", {"prompt": "Hi", "max_tokens": 4}) is not None
     (worker,) = client.workers.list(deployment="tier-b")

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
+
+from worker.protocol import job_events_key, worker_heartbeat_key
 
 WORKER_TOKEN = "test-worker-token-0123456789"
 WORKER = {"Authorization": f"Bearer {WORKER_TOKEN}"}
@@ -78,3 +82,36 @@ def served(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+# Cold starts: a worker's reports and heartbeats as the reconciler reads them.
+
+
+def starting_events(redis_client: Any, job_id: str) -> list[dict[str, Any]]:
+    return [
+        json.loads(fields[b"data"])
+        for _, fields in redis_client.xrange(job_events_key(job_id))
+        if fields[b"type"] == b"starting"
+    ]
+
+
+def past() -> datetime:
+    """The tests' time 0: reports the API takes as they are (it never takes one from the
+    future), ticks in step with them."""
+    return datetime.now(UTC) - timedelta(seconds=60)
+
+
+def report(client: TestClient, worker_id: str, state: str, at: datetime) -> None:
+    r = client.post(
+        f"/internal/workers/{worker_id}/state",
+        json={"state": state, "at": at.timestamp()},
+        headers=WORKER,
+    )
+    assert r.status_code == 200, r.text
+
+
+def beat(redis_client: Any, worker_id: str, done: int | None = None, total: int = 0) -> None:
+    body: dict[str, Any] = {"worker_id": worker_id, "state": "loading"}
+    if done is not None:
+        body["progress"] = {"bytes_done": done, "bytes_total": total}
+    redis_client.set(worker_heartbeat_key(worker_id), json.dumps(body), ex=10)

@@ -86,6 +86,7 @@ class RecordingProvider:
         self.started: list[WorkerSpec] = []
         self.stopped: list[str] = []
         self.killed: list[str] = []
+        self.exits: list[Exited] = []  # what the next reap reports (a test's process deaths)
 
     def start(self, spec: WorkerSpec) -> int | None:
         self.started.append(spec)
@@ -98,7 +99,8 @@ class RecordingProvider:
         self.killed.append(worker_id)
 
     def reap(self) -> list[Exited]:
-        return []
+        out, self.exits = self.exits, []
+        return out
 
     def shutdown(self, timeout_s: float) -> list[Exited]:
         return []

@@ -5,46 +5,14 @@ bytes and ETA on its stream, and a `cold_start` object on GET /v1/jobs/{id}."""
 
 from __future__ import annotations
 
-import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
 
 from control_plane.reconcile.driver import Reconciler
-from tests.integration.api_helpers import WORKER, deploy, h
+from tests.integration.api_helpers import beat, deploy, h, past, report, starting_events
 from tests.integration.conftest import provider
-from worker.protocol import job_events_key, worker_heartbeat_key
-
-
-def starting_events(redis_client: Any, job_id: str) -> list[dict[str, Any]]:
-    return [
-        json.loads(fields[b"data"])
-        for _, fields in redis_client.xrange(job_events_key(job_id))
-        if fields[b"type"] == b"starting"
-    ]
-
-
-def past() -> datetime:
-    """The tests' time 0: reports the API takes as they are (it never takes one from the
-    future), ticks in step with them."""
-    return datetime.now(UTC) - timedelta(seconds=60)
-
-
-def report(client: TestClient, worker_id: str, state: str, at: datetime) -> None:
-    r = client.post(
-        f"/internal/workers/{worker_id}/state",
-        json={"state": state, "at": at.timestamp()},
-        headers=WORKER,
-    )
-    assert r.status_code == 200, r.text
-
-
-def beat(redis_client: Any, worker_id: str, done: int | None = None, total: int = 0) -> None:
-    body: dict[str, Any] = {"worker_id": worker_id, "state": "loading"}
-    if done is not None:
-        body["progress"] = {"bytes_done": done, "bytes_total": total}
-    redis_client.set(worker_heartbeat_key(worker_id), json.dumps(body), ex=10)
 
 
 def test_a_waiting_job_follows_the_cold_start_phase_by_phase(
@@ -126,7 +94,8 @@ def test_the_next_cold_start_has_an_eta_from_the_measured_phases(
     for state, at_s in (("loading", 2), ("warming", 8), ("idle", 9)):
         report(client, first.worker_id, state, t0 + timedelta(seconds=at_s))
     loop.refresher.refresh(t0 + timedelta(seconds=10))
-    measured = loop.refresher.latest(first.deployment_id)
+    assert first.assignment is not None
+    measured = loop.refresher.latest(first.assignment.deployment_id)
     assert measured is not None
     assert measured.phase_times.boot_s is not None and abs(measured.phase_times.boot_s - 2) < 0.1
     assert measured.phase_times.load_s == 6.0 and measured.phase_times.warm_s == 1.0

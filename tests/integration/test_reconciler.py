@@ -168,7 +168,7 @@ def test_new_version_drains_old_workers(
     deploy(client, keys["a"], min_workers=1)
     loop.tick(now())
     old = provider(loop).started[0]
-    assert old.deployment_version == 1
+    assert old.assignment is not None and old.assignment.deployment_version == 1
     redis_client.set(worker_heartbeat_key(old.worker_id), "{}", ex=10)
     r = client.put(
         "/v1/deployments/demo",
@@ -185,7 +185,8 @@ def test_new_version_drains_old_workers(
         tenant = dep.tenant_id
     # The worker reads the tenant's namespace in the platform's bucket, nothing else.
     physical = f"s3://{loop.env.settings.store_bucket}/tenants/{tenant}/models/demo-v2/"
-    assert (new.deployment_version, new.model_uri) == (2, physical)
+    assert new.assignment is not None
+    assert (new.assignment.deployment_version, new.assignment.model_uri) == (2, physical)
 
 
 def test_execution_overrun_is_timed_out_by_the_control_plane(

@@ -268,7 +268,7 @@ def test_workers_get_their_deployments_credentials_only(
     provider = RecordingProvider()
     env = Env(settings, redis.Redis.from_url(redis_url), make_celery(settings), provider)
     Reconciler(env, make_sessionmaker(make_engine(settings.database_url))).tick(datetime.now(UTC))
-    started = {s.model_uri: s.storage_env for s in provider.started}
+    started = {x.model_uri: x.storage_env for s in provider.started if (x := s.assignment)}
     ext = started["s3://test/ckpt/"]
     assert (ext["AWS_ACCESS_KEY_ID"], ext["AWS_SECRET_ACCESS_KEY"]) == ("AKTENANT", "tenant-secret")
     own = started[f"s3://{STORE}/tenants/{a['id']}/models/x/"]

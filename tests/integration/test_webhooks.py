@@ -639,7 +639,11 @@ def test_a_job_asking_for_starting_events_hears_each_phase_of_its_cold_start(
     loop.tick(t0)
     # (other tests' deployments live on in this database: find this one's worker)
     dep_id = env.client.get("/v1/deployments/demo", headers=h(keys["a"])).json()["id"]
-    (wid,) = [spec.worker_id for spec in provider.started if spec.deployment_id == dep_id]
+    (wid,) = [
+        s.worker_id
+        for s in provider.started
+        if s.assignment and s.assignment.deployment_id == dep_id
+    ]
     env.wait("job.starting (booting)", lambda: env.receiver.at(path))
     state = {"state": "loading", "at": (t0 + timedelta(seconds=1)).timestamp()}
     assert env.client.post(f"/internal/workers/{wid}/state", json=state, headers=WORKER).is_success

@@ -548,3 +548,5 @@ def test_the_cold_start_bar_says_what_is_left() -> None:
     booting = RunStatus("starting", "no_capacity", "booting", 0.2)
     assert describe(booting)[0] == "Cold start: booting a worker, ready in ~1 s"
     assert describe(RunStatus("starting", "warming", "warming"))[0] == "Cold start: warming up"
+    assigned = RunStatus("starting", "assigning_warm_worker", "assigning_warm_worker", 0.8)
+    assert describe(assigned)[0] == "Cold start: taking a warm worker, ready in ~1 s"

@@ -10,9 +10,10 @@ from typing import Any
 
 from tests.unit.test_engine import WORDS, _engine
 from tests.unit.test_engine_loop import FakeRedis
+from worker.protocol import Assignment
 from worker.runtime.consumer import Delivery
 from worker.runtime.engine_loop import EngineLoop
-from worker.runtime.lifecycle import WorkerIdentity, WorkerRuntime
+from worker.runtime.lifecycle import WorkerRuntime
 from worker.settings import WorkerSettings
 
 
@@ -44,8 +45,8 @@ class FakeControl:
 
 
 def _runtime(inputs: dict[str, dict[str, Any]], max_concurrency: int = 4) -> WorkerRuntime:
-    identity = WorkerIdentity("wrk_1", "dep_1", 1, "file:///m", "cpu", "q", max_concurrency)
-    rt = WorkerRuntime(WorkerSettings(), identity)
+    assignment = Assignment("dep_1", 1, "file:///m", "q", max_concurrency)
+    rt = WorkerRuntime(WorkerSettings(), "wrk_1", "cpu", assignment)
     rt.control = FakeControl(inputs)  # type: ignore[assignment]
     rt.redis = FakeRedis()  # type: ignore[assignment]
     rt.redis.set = lambda *a, **k: None  # type: ignore[attr-defined]

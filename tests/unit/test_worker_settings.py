@@ -12,7 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from control_plane.providers.local import worker_env
-from worker.runtime.lifecycle import WorkerIdentity, WorkerRuntime
+from worker.protocol import Assignment
+from worker.runtime.lifecycle import WorkerRuntime
 from worker.settings import WorkerSettings
 
 
@@ -86,10 +87,12 @@ def test_the_worker_sizes_its_engine_from_the_settings(tmp_path: Path) -> None:
     checkpoint = create_demo_model(tmp_path, seed=0, train_steps=0)
     loaded = dataclasses.replace(load_model(str(checkpoint)), max_context=128)
     config = loaded.model.config
-    identity = WorkerIdentity("wrk_1", "dep_1", 1, "file:///m", "cpu", "q", 3)
+    assignment = Assignment("dep_1", 1, "file:///m", "q", 3)
 
     def build(**settings: Any) -> Any:
-        return WorkerRuntime(WorkerSettings(**settings), identity)._build_engine(loaded)
+        return WorkerRuntime(WorkerSettings(**settings), "wrk_1", "cpu", assignment)._build_engine(
+            loaded
+        )
 
     block_bytes = kv_block_bytes(config, 8, torch_dtype(config))
     engine = build(

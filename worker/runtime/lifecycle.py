@@ -1,5 +1,10 @@
 """Worker lifecycle: boot → load → warm → serve (idle ⇄ busy) → drain → stopped.
 
+A warm-pool worker (no assignment at start) boots — imports the runtime, initialises the
+device — reports `idle` with no deployment, and waits for its one assignment (a message in
+Redis, `worker_assignment_key`); then it loads, warms and serves like any other. It never goes
+back to the pool: a worker that served a tenant holds nothing for the next one.
+
 Each transition is reported to the control plane (it closes a billing segment); a heartbeat
 in Redis tells the reconciler the worker is alive. SIGTERM means drain: stop taking work,
 finish the jobs in hand, report, exit 0.
@@ -20,21 +25,26 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
+import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import redis
 
 from worker.protocol import (
+    HEARTBEAT_HOST_FIELD,
+    HEARTBEAT_HOST_TIER_FIELD,
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_PROGRESS_FIELD,
     HEARTBEAT_TTL_S,
     PROGRESS_BEAT_S,
+    Assignment,
     WorkerState,
+    worker_assignment_key,
     worker_heartbeat_key,
 )
 from worker.runtime.consumer import Delivery, consume
@@ -49,23 +59,26 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class WorkerIdentity:
-    worker_id: str  # id given by the provider
-    deployment_id: str  # deployment served
-    deployment_version: int  # spec version served
-    model_uri: str  # where the weights are
-    accelerator: str  # cpu, h100, ...
-    queue: str  # broker queue consumed
-    max_concurrency: int  # jobs held at once (requests batched by the engine)
+# A warm-pool worker waits for its assignment in blocking pops of this long (then checks
+# whether it was asked to stop).
+ASSIGNMENT_POLL_S = 1
 
 
 class WorkerRuntime:
-    def __init__(self, settings: WorkerSettings, identity: WorkerIdentity) -> None:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        worker_id: str,
+        accelerator: str,
+        assignment: Assignment | None = None,
+    ) -> None:
         self.settings = settings
-        self.identity = identity
+        self.worker_id = worker_id  # id given by the provider
+        self.accelerator = accelerator  # cpu, h100, ...
+        # what it serves; None while in the warm pool
+        self.assignment = assignment
         self.control = ControlClient(
-            settings.internal_url, settings.worker_token.get_secret_value(), identity.worker_id
+            settings.internal_url, settings.worker_token.get_secret_value(), worker_id
         )
         self.redis = redis.Redis.from_url(settings.redis_url)
         self.state = WorkerState.BOOTING
@@ -77,13 +90,24 @@ class WorkerRuntime:
         # deliveries of the jobs in the engine (by id() of their Job), acked once stored
         self._acks: dict[int, Delivery] = {}
         self.loop: Any = None
-        # claims and completion reports (HTTP with retries) run here, off the engine thread
-        self._pool = ThreadPoolExecutor(
-            max_workers=min(8, 2 + identity.max_concurrency), thread_name_prefix="jobs"
-        )
+        # claims and completion reports (HTTP with retries) run here, off the engine thread;
+        # sized by the assignment's concurrency
+        self._pool: ThreadPoolExecutor | None = None
+        if assignment is not None:
+            self._open_job_pool(assignment)
         # weight bytes (done, total) while loading: sent with the heartbeat
         self._progress: tuple[int, int] | None = None
         self._progress_beat_at = 0.0
+
+    def _open_job_pool(self, assignment: Assignment) -> None:
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(8, 2 + assignment.max_concurrency), thread_name_prefix="jobs"
+        )
+
+    @property
+    def jobs_pool(self) -> ThreadPoolExecutor:
+        assert self._pool is not None, "no assignment yet"
+        return self._pool
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -96,9 +120,10 @@ class WorkerRuntime:
         self._beat()
 
     def _beat(self) -> None:
+        a = self.assignment
         beat: dict[str, object] = {
-            "worker_id": self.identity.worker_id,
-            "deployment_id": self.identity.deployment_id,
+            "worker_id": self.worker_id,
+            "deployment_id": a.deployment_id if a else None,
             "state": self.state.value,
             "inflight": self.inflight,
             "at": time.time(),
@@ -106,12 +131,27 @@ class WorkerRuntime:
         progress = self._progress
         if progress is not None and self.state is WorkerState.LOADING:
             beat[HEARTBEAT_PROGRESS_FIELD] = {"bytes_done": progress[0], "bytes_total": progress[1]}
+        if a is None:
+            beat[HEARTBEAT_HOST_FIELD] = socket.gethostname()
+            beat[HEARTBEAT_HOST_TIER_FIELD] = self._host_tier()
         try:
             self.redis.set(
-                worker_heartbeat_key(self.identity.worker_id), json.dumps(beat), ex=HEARTBEAT_TTL_S
+                worker_heartbeat_key(self.worker_id), json.dumps(beat), ex=HEARTBEAT_TTL_S
             )
         except redis.RedisError as exc:
             log.warning("heartbeat failed: %s", exc)
+
+    def _host_tier(self) -> list[str]:
+        """The object URIs this host's memory tier holds (placement's locality signal)."""
+        if not self.settings.loader_host_cache_bytes:
+            return []
+        try:
+            from loader import cached_uris
+
+            return sorted(cached_uris(self.settings.loader_host_cache_dir))
+        except Exception as exc:  # a heartbeat never dies of its locality hint
+            log.warning("host tier unreadable: %s", exc)
+            return []
 
     def _on_load_progress(self, p: Progress) -> None:
         """Loader threads: note the bytes landed; beat early so a cold start's progress is
@@ -132,37 +172,12 @@ class WorkerRuntime:
         self._done = threading.Event()
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         try:
-            self._set_state(WorkerState.LOADING)
-            from worker.runtime.loading import load_model
-
-            # a GPU worker loads straight into device memory; "cpu" workers stay on the host
-            device = "cpu" if self.identity.accelerator == "cpu" else "cuda"
-            loaded = load_model(
-                self.identity.model_uri,
-                device=device,
-                options=self.settings.load_options(),
-                on_progress=self._on_load_progress,
-            )
-            self.engine = self._build_engine(loaded)
-            self._set_state(WorkerState.WARMING)
-            self._warm_up()
-            from worker.runtime.engine_loop import EngineLoop
-
-            self.loop = EngineLoop(
-                self.engine, self.redis, self.settings.cancel_poll_s, self._on_finished
-            )
-            self.loop.start()
-            self._set_state(WorkerState.IDLE)
-            consume(
-                self.settings.redis_url,
-                self.identity.queue,
-                self.identity.max_concurrency,
-                self._handle,
-                self._stop.is_set,
-            )
-            self._set_state(WorkerState.DRAINING)
-            self.loop.stop(timeout_s=30)
-            self._set_state(WorkerState.STOPPED, reason="drained")
+            if self.assignment is None:
+                self.assignment = self._wait_in_pool()
+                if self.assignment is None:  # asked to stop while in the pool
+                    self._set_state(WorkerState.STOPPED, reason="drained")
+                    return 0
+            self._serve(self.assignment)
             return 0
         except Exception as exc:
             log.exception("worker failed")
@@ -174,8 +189,89 @@ class WorkerRuntime:
             return 1
         finally:
             self._done.set()
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
             self.control.close()
+
+    def _wait_in_pool(self) -> Assignment | None:
+        """Warm-pool worker: get ready for any deployment, say so, then wait for one."""
+        t0 = time.monotonic()
+        self._prepare_runtime()
+        log.info("in the warm pool (runtime ready in %.2fs)", time.monotonic() - t0)
+        self._set_state(WorkerState.IDLE)
+        key = worker_assignment_key(self.worker_id)
+        while not self._stop.is_set():
+            try:
+                item = self.redis.blpop([key], timeout=ASSIGNMENT_POLL_S)
+            except redis.RedisError as exc:
+                log.warning("assignment unreadable (Redis: %s); retrying", exc)
+                self._stop.wait(ASSIGNMENT_POLL_S)
+                continue
+            if item is None:
+                continue
+            assignment = Assignment.from_json(item[1])  # ValueError: fails the worker
+            # its tenant's storage credentials, for the loader (boto3 and the S3 client)
+            os.environ.update(assignment.storage_env)
+            self._open_job_pool(assignment)
+            log.info(
+                "assigned to deployment %s (version %d)",
+                assignment.deployment_id,
+                assignment.deployment_version,
+            )
+            return assignment
+        return None
+
+    def _prepare_runtime(self) -> None:
+        """What a cold start pays before it can load anything: importing torch, the model,
+        engine and loader code, and (on a GPU) creating the device context."""
+        import tokenizers  # noqa: F401
+        import torch
+
+        import worker.engine.llm_engine
+        import worker.model.llama
+        import worker.runtime.engine_loop
+        import worker.runtime.loading  # noqa: F401
+
+        if self.accelerator != "cpu":
+            torch.cuda.init()  # type: ignore[no-untyped-call]
+            torch.empty(1, device="cuda")
+
+    def _serve(self, assignment: Assignment) -> None:
+        """Load, warm up, serve until asked to stop, drain."""
+        self._set_state(WorkerState.LOADING)
+        from worker.runtime.loading import load_model
+
+        # a GPU worker loads straight into device memory; "cpu" workers stay on the host
+        device = "cpu" if self.accelerator == "cpu" else "cuda"
+        loaded = load_model(
+            assignment.model_uri,
+            device=device,
+            options=self.settings.load_options(),
+            on_progress=self._on_load_progress,
+        )
+        self.engine = self._build_engine(loaded)
+        self._set_state(WorkerState.WARMING)
+        self._warm_up()
+        from worker.runtime.engine_loop import EngineLoop
+
+        self.loop = EngineLoop(
+            self.engine, self.redis, self.settings.cancel_poll_s, self._on_finished
+        )
+        self.loop.start()
+        self._set_state(WorkerState.IDLE)
+        # The cache tiers the load missed fill now, off the cold start's path (the next
+        # worker of this model on this host reads them).
+        threading.Thread(target=loaded.fill_tiers, name="fill-tiers", daemon=True).start()
+        consume(
+            self.settings.redis_url,
+            assignment.queue,
+            assignment.max_concurrency,
+            self._handle,
+            self._stop.is_set,
+        )
+        self._set_state(WorkerState.DRAINING)
+        self.loop.stop(timeout_s=30)
+        self._set_state(WorkerState.STOPPED, reason="drained")
 
     def _build_engine(self, loaded: LoadedModel) -> LLMEngine:
         """A continuous-batching engine over the loaded model, sized for max_concurrency."""
@@ -183,8 +279,9 @@ class WorkerRuntime:
         from worker.engine.llm_engine import LLMEngine
 
         # PLATFORM_ENGINE_* settings override the engine's defaults (ValueError if invalid).
+        assert self.assignment is not None
         config = EngineConfig(
-            max_num_seqs=self.identity.max_concurrency,
+            max_num_seqs=self.assignment.max_concurrency,
             max_model_len=loaded.max_context,
             **self.settings.engine_overrides(),  # type: ignore[arg-type]
         )
@@ -214,7 +311,7 @@ class WorkerRuntime:
 
     def _handle(self, delivery: Delivery) -> None:
         """Consumer thread: start the job elsewhere (claiming is an HTTP call)."""
-        self._pool.submit(self._start_job, delivery)
+        self.jobs_pool.submit(self._start_job, delivery)
 
     def _job_started(self) -> None:
         with self._state_lock:
@@ -269,7 +366,7 @@ class WorkerRuntime:
     def _on_finished(self, job: Any, result: Any) -> None:
         """Engine thread: report on the pool, never block the engine."""
         delivery = self._acks.pop(id(job))
-        self._pool.submit(
+        self.jobs_pool.submit(
             self._report,
             job.job_id,
             job.attempt,

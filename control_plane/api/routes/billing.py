@@ -219,4 +219,4 @@ def list_workers(session: Db, who: Principal, deployment: str | None = None) -> 
     }
     dep_id = next((i for i, n in names.items() if n == deployment), "none") if deployment else None
     rows = workers.list_for_tenant(session, who.tenant_id, dep_id)
-    return {"data": [workers.to_public(w, names.get(w.deployment_id, "?")) for w in rows]}
+    return {"data": [workers.to_public(w, names.get(w.deployment_id or "", "?")) for w in rows]}
