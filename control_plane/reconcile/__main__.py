@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import threading
+import time
 
 import redis
 
@@ -16,6 +17,7 @@ from control_plane.domain.clock import utc_now
 from control_plane.providers.local import LocalProvider, worker_env
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.env import Env
+from control_plane.services import arrivals
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
 
@@ -48,12 +50,15 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     log.info("reconciler running every %.2fs", settings.autoscaler_interval_s)
+    r = reconciler.env.redis
     while not stop.is_set():
+        ticked = time.monotonic()
         try:
             reconciler.tick(utc_now())
         except Exception:
             log.exception("reconciler tick failed")
-        stop.wait(settings.autoscaler_interval_s)
+        # the next tick: after the interval, or at once when a call found a deployment at zero
+        arrivals.wait_for_work(r, settings.autoscaler_interval_s, ticked)
     reconciler.shutdown(utc_now())
     log.info("reconciler stopped")
 

@@ -1,7 +1,8 @@
 """Arrival history of each deployment in Redis: what the autoscaler's models are fitted on.
 
     record         at every admission (a run, a job, an OpenAI call, a batch line when it is
-                   dispatched): one Lua script, atomic across API processes
+                   dispatched): one Lua script, atomic across API processes; a call to a
+                   deployment with no worker also nudges the reconciler (`wait_for_work`)
     read           the history as `domain.scaling.history.ArrivalStats` (the refresher thread)
     last_arrivals  the latest arrival of many deployments in one round trip (every tick)
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -34,7 +36,13 @@ from control_plane.domain.scaling.history import (
     ArrivalStats,
     stats_of,
 )
-from worker.protocol import arrival_buckets_key, arrival_gaps_key, last_arrival_key
+from worker.protocol import (
+    RECONCILER_NUDGE_KEY,
+    arrival_buckets_key,
+    arrival_gaps_key,
+    last_arrival_key,
+    scale_decision_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +50,8 @@ log = logging.getLogger(__name__)
 # than `scaledown_window_s` ≤ one day, the forecast one hour).
 ARRIVALS_TTL_S = 7 * 24 * 3600
 
-# KEYS: buckets (hash), gaps (list), last arrival (string).
+# KEYS: buckets (hash), gaps (list), last arrival (string), the deployment's latest scaling
+# decision (read), the reconciler's nudge (a list of at most one entry).
 # ARGV: now (seconds since the epoch), arrivals at that time, BUCKET_S, MAX_BUCKETS, MAX_GAPS,
 # TTL. The gap to the previous arrival is pushed, then one 0 per further arrival at `now`
 # (as `ArrivalHistory.record` does); an arrival older than the latest (another API process's
@@ -70,6 +79,18 @@ for _ = 2, math.min(n, max_gaps + 1) do redis.call('RPUSH', KEYS[2], '0') end
 redis.call('LTRIM', KEYS[2], -max_gaps, -1)
 if (not last) or tonumber(last) < now then redis.call('SET', KEYS[3], ARGV[1]) end
 for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[6]) end
+-- a call to a deployment with no worker (per its latest decision) wakes the reconciler now
+local decision = redis.call('GET', KEYS[4])
+local workers = 0
+if decision then
+  local ok, doc = pcall(cjson.decode, decision)
+  if ok and type(doc) == 'table' then workers = tonumber(doc['actual']) or 0 end
+end
+if workers == 0 then
+  redis.call('LPUSH', KEYS[5], '1')
+  redis.call('LTRIM', KEYS[5], 0, 0)
+  redis.call('EXPIRE', KEYS[5], 60)
+end
 return 1
 """
 
@@ -82,6 +103,8 @@ def record(r: redis.Redis, deployment_id: str, at: datetime, n: int = 1) -> bool
         arrival_buckets_key(deployment_id),
         arrival_gaps_key(deployment_id),
         last_arrival_key(deployment_id),
+        scale_decision_key(deployment_id),
+        RECONCILER_NUDGE_KEY,
     ]
     # repr: the shortest text that parses back to the same double (Lua's tonumber included)
     args: list[str | int] = [
@@ -104,6 +127,25 @@ def record(r: redis.Redis, deployment_id: str, at: datetime, n: int = 1) -> bool
 def _record_script(r: redis.Redis) -> Script:
     """The script bound to a client, made once per client (admission is a hot path)."""
     return r.register_script(_RECORD_LUA)
+
+
+# Nudged ticks are at least this far apart (a deployment that stays at zero, e.g. in a crash
+# loop, must not turn every call into a tick).
+MIN_NUDGED_GAP_S = 0.05
+
+
+def wait_for_work(r: redis.Redis, timeout_s: float, last_tick: float) -> bool:
+    """The reconciler's pause between ticks: until a nudge (True) or `timeout_s` (False).
+    `last_tick`: time.monotonic() of the previous tick. Without Redis, a plain sleep."""
+    started = time.monotonic()
+    try:
+        nudged = r.blpop([RECONCILER_NUDGE_KEY], timeout=max(timeout_s, 0.01)) is not None
+    except redis.RedisError:
+        time.sleep(max(timeout_s - (time.monotonic() - started), 0.0))
+        return False
+    if nudged:
+        time.sleep(max(last_tick + MIN_NUDGED_GAP_S - time.monotonic(), 0.0))
+    return nudged
 
 
 def read(r: redis.Redis, deployment_id: str, now: datetime) -> ArrivalStats:

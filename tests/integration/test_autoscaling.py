@@ -33,13 +33,14 @@ from control_plane.domain.scaling.history import (
 )
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services import arrivals
+from control_plane.services import arrivals, scale_decisions
 from sdk.cli._common import CliState
 from sdk.cli.main import app as cli_app
 from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock, provider
 from tests.integration.test_sdk_app import AppTransport
 from worker.protocol import (
+    RECONCILER_NUDGE_KEY,
     arrival_buckets_key,
     arrival_gaps_key,
     last_arrival_key,
@@ -347,6 +348,29 @@ def test_arrivals_are_bounded_and_read_back_as_the_simulators_history(redis_clie
         "dep_x": t,
         "dep_none": None,
     }
+
+
+def test_a_call_to_a_deployment_without_workers_wakes_the_reconciler_at_once(
+    redis_client: Any,
+) -> None:
+    at = datetime.now(UTC)
+    # no decision yet (a new deployment): the call nudges; several calls, one nudge
+    for _ in range(3):
+        assert arrivals.record(redis_client, "dep_x", at)
+    assert redis_client.lrange(RECONCILER_NUDGE_KEY, 0, -1) == [b"1"]
+    ticked = time.monotonic()
+    assert arrivals.wait_for_work(redis_client, 5.0, ticked)
+    assert time.monotonic() - ticked < 1.0  # woken, not timed out
+    assert redis_client.llen(RECONCILER_NUDGE_KEY) == 0
+    # a deployment with a worker (its decision counts one): no nudge; the pause is the interval
+    scale_decisions.publish(redis_client, [("dep_x", {"actual": 1, "reason": "demand"})])
+    assert arrivals.record(redis_client, "dep_x", at)
+    assert redis_client.llen(RECONCILER_NUDGE_KEY) == 0
+    assert not arrivals.wait_for_work(redis_client, 0.2, time.monotonic())
+    # at zero again: nudged
+    scale_decisions.publish(redis_client, [("dep_x", {"actual": 0, "reason": "idle"})])
+    assert arrivals.record(redis_client, "dep_x", at)
+    assert redis_client.llen(RECONCILER_NUDGE_KEY) == 1
 
 
 def test_every_admission_records_an_arrival_on_the_apps_clock(fleet: Fleet) -> None:
