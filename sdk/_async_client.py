@@ -389,18 +389,29 @@ class AsyncJobs(_AsyncResource):
 class AsyncDeployments(_AsyncResource):
     """`client.deployments`: create, update, read and delete deployments."""
 
-    async def create(self, spec: Mapping[str, Any] | None = None, **fields: Any) -> Deployment:
+    async def create(
+        self, spec: Mapping[str, Any] | None = None, *, dry_run: bool = False, **fields: Any
+    ) -> Deployment:
         """Create from a DeploymentSpec (a dict, keyword fields, or both; fields win).
+        `dry_run`: run every check the server makes (the model included) and return what
+        would be created, creating nothing.
 
         Example: await client.deployments.create(name="demo", model="store://models/demo/")
         """
-        return Deployment(await self._json(routes.create_deployment({**(spec or {}), **fields})))
+        call = routes.create_deployment({**(spec or {}), **fields}, dry_run)
+        return Deployment(await self._json(call))
 
     async def update(
-        self, name: str, spec: Mapping[str, Any] | None = None, **fields: Any
+        self,
+        name: str,
+        spec: Mapping[str, Any] | None = None,
+        *,
+        dry_run: bool = False,
+        **fields: Any,
     ) -> Deployment:
-        """Replace the spec of `name` (PUT); the version goes up when something changed."""
-        call = routes.update_deployment(name, {**(spec or {}), **fields})
+        """Replace the spec of `name` (PUT); the version goes up when something changed.
+        `dry_run`: check it and return what it would become, changing nothing."""
+        call = routes.update_deployment(name, {**(spec or {}), **fields}, dry_run)
         return Deployment(await self._json(call))
 
     async def get(self, name: str) -> Deployment:

@@ -108,16 +108,19 @@ def cancel_job(job_id: str) -> Call:
 # --- deployments ----------------------------------------------------------------------------
 
 
-def create_deployment(spec: Mapping[str, Any]) -> Call:
+def create_deployment(spec: Mapping[str, Any], dry_run: bool = False) -> Call:
+    if dry_run:  # writes nothing: harmless to repeat
+        return Call("POST", "/v1/deployments", params={"dry_run": "true"}, json=dict(spec))
     # NOTE: not replayable: a create that reached the server and is re-sent would answer 409.
     return Call("POST", "/v1/deployments", json=dict(spec), replayable=False)
 
 
-def update_deployment(name: str, spec: Mapping[str, Any]) -> Call:
+def update_deployment(name: str, spec: Mapping[str, Any], dry_run: bool = False) -> Call:
     body = dict(spec)
     if body.setdefault("name", name) != name:
         raise ValueError(f"the spec's name {body['name']!r} does not match {name!r}")
-    return Call("PUT", f"/v1/deployments/{_seg(name)}", json=body)
+    params = {"dry_run": "true"} if dry_run else {}
+    return Call("PUT", f"/v1/deployments/{_seg(name)}", params=params, json=body)
 
 
 def get_deployment(name: str) -> Call:

@@ -69,7 +69,11 @@ def deploy(
         int | None, typer.Option(help="Default max_tokens for inputs that leave it out.")
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Show what would change; change nothing.")
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Show what would change and have the platform check it; change nothing.",
+        ),
     ] = False,
     wait: Annotated[
         bool,
@@ -139,7 +143,13 @@ def deploy(
         for line in changes:
             typer.echo(f"  {line}")
         if dry_run:
-            typer.echo("dry run: nothing changed")
+            # the platform's own checks (the model readable and supported, the name free):
+            # a refusal is reported like a real deploy's, and nothing is written either way
+            if existing is None:
+                client.deployments.create(new, dry_run=True)
+            elif changes:
+                client.deployments.update(deployment_name, new, dry_run=True)
+            typer.echo("dry run: the platform accepts it; nothing changed")
             return
         if existing is None:
             result = client.deployments.create(new)

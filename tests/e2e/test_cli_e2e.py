@@ -36,7 +36,13 @@ def test_deploy_dry_run_shows_changes_and_wait_follows_the_worker(
 ) -> None:
     out = ok("deploy", "--name", "demo", "--max-workers", "2", "--dry-run", env=env)
     assert "update deployment 'demo' (version 1):" in out
-    assert "~ max_workers: 1 -> 2" in out and "dry run: nothing changed" in out
+    assert "~ max_workers: 1 -> 2" in out and "dry run: the platform accepts it" in out
+    # the dry run has the platform check the model: a missing one is refused, nothing created
+    done = cli(
+        "deploy", "--name", "dry-bad", "--model", "store://models/none/", "--dry-run", env=env
+    )
+    assert done.returncode != 0 and "store://models/none/" in done.stderr, done.stderr
+    assert "dry-bad" not in ok("deployments", "list", env=env)
 
     done = cli("deploy", "--name", "demo", "--wait", env=env)
     assert done.returncode == 0, done.stderr

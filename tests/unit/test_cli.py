@@ -184,23 +184,58 @@ def test_a_new_deployment_needs_a_model_and_min_below_max() -> None:
 
 def test_dry_run_shows_the_changes_and_changes_nothing(tmp_path: Path) -> None:
     manifest = write(tmp_path, "name: demo\nmodel: s3://models/demo/\nmax_workers: 4\n")
-    routes = Routes({"GET /v1/deployments/demo": httpx.Response(200, json=DEPLOYMENT)})
+    routes = Routes(
+        {
+            "GET /v1/deployments/demo": httpx.Response(200, json=DEPLOYMENT),
+            "PUT /v1/deployments/demo": httpx.Response(200, json=DEPLOYMENT),
+        }
+    )
     result = invoke(["deploy", str(manifest), "--max-tokens", "32", "--dry-run"], routes)
     assert result.exit_code == 0, result.output
     assert "update deployment 'demo' (version 3)" in result.stdout
     assert "~ max_workers: 1 -> 4" in result.stdout
     assert "~ defaults.max_tokens: 64 -> 32" in result.stdout
-    assert "dry run: nothing changed" in result.stdout
-    assert routes.called() == ["GET /v1/deployments/demo"]
+    assert "dry run: the platform accepts it; nothing changed" in result.stdout
+    # the platform checked the new spec, as a dry run
+    assert routes.called() == ["GET /v1/deployments/demo", "PUT /v1/deployments/demo"]
+    (put,) = [r for r in routes.requests if r.method == "PUT"]
+    assert put.url.params["dry_run"] == "true"
+    assert routes.body("PUT /v1/deployments/demo")["max_workers"] == 4
 
 
 def test_dry_run_of_a_new_deployment() -> None:
-    routes = Routes({"GET /v1/deployments/demo": not_found()})
+    routes = Routes(
+        {
+            "GET /v1/deployments/demo": not_found(),
+            "POST /v1/deployments": httpx.Response(200, json={**DEPLOYMENT, "version": 1}),
+        }
+    )
     result = invoke(["deploy", "--name", "demo", "--model", "s3://m/d/", "--dry-run"], routes)
     assert result.exit_code == 0, result.output
     assert "create deployment 'demo'" in result.stdout
     assert "+ model: 's3://m/d/'" in result.stdout
-    assert routes.called() == ["GET /v1/deployments/demo"]
+    assert routes.called() == ["GET /v1/deployments/demo", "POST /v1/deployments"]
+    assert routes.requests[-1].url.params["dry_run"] == "true"
+
+
+def test_a_dry_run_the_platform_refuses_says_why_and_fails() -> None:
+    problem = {
+        "title": "Unprocessable Entity",
+        "status": 422,
+        "detail": "model 's3://m/d/': config.json: not found",
+    }
+    routes = Routes(
+        {
+            "GET /v1/deployments/demo": not_found(),
+            "POST /v1/deployments": httpx.Response(
+                422, json=problem, headers={"content-type": "application/problem+json"}
+            ),
+        }
+    )
+    result = invoke(["deploy", "--name", "demo", "--model", "s3://m/d/", "--dry-run"], routes)
+    assert result.exit_code != 0
+    assert "config.json: not found" in result.stderr
+    assert "dry run: the platform accepts it" not in result.stdout
 
 
 def test_deploy_creates_when_missing_and_updates_when_present(tmp_path: Path) -> None:
