@@ -6,7 +6,8 @@ tenant's own `Access` (what the tenant may read, nothing more):
 - `config.json` must be a JSON object that the worker's own `ModelConfig.from_hf_dict`
   accepts (the same function, so the checks are exactly the worker's);
 - the weights must exist: `model.safetensors.index.json` and every shard it names, or a
-  single `model.safetensors`;
+  single `model.safetensors`, or else the `*.safetensors` files in the directory (what the
+  loader falls back to);
 - each weights file's safetensors header must parse (the loader's `header_length` and
   `parse_header`), read with ranged reads: the data section is never fetched;
 - with an index, every tensor it promises must be in some shard (the loader's `check_index`).
@@ -65,8 +66,14 @@ def _weights(access: Access) -> CheckpointObjects:
     try:
         data = object_store.read(access.child(INDEX_NAME), MAX_JSON_BYTES, field="model")
     except InvalidRequest:
-        # No index (or none readable: the same answer): a single file, checked by its header.
-        return CheckpointObjects((SINGLE_NAME,), None, frozenset())
+        # No index (or none readable: the same answer): a single model.safetensors, else
+        # every *.safetensors in the directory, as the loader reads them; each header checked.
+        found = object_store.list_names(access, ".safetensors", MAX_SHARDS + 1)
+        if SINGLE_NAME in found or not found:
+            return CheckpointObjects((SINGLE_NAME,), None, frozenset())
+        if len(found) > MAX_SHARDS:
+            raise _bad(access, f"more than {MAX_SHARDS} .safetensors files") from None
+        return CheckpointObjects(tuple(found), None, frozenset())
     index = _parse_json(access, INDEX_NAME, data)
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
@@ -88,7 +95,9 @@ def _header(access: Access, name: str) -> Header:
     except InvalidRequest:
         if name == SINGLE_NAME:
             raise _bad(
-                access, f"neither {INDEX_NAME} nor {SINGLE_NAME} exists or is readable"
+                access,
+                f"neither {INDEX_NAME} nor {SINGLE_NAME} nor any *.safetensors file exists "
+                "or is readable",
             ) from None
         raise _bad(
             access, f"shard {name} named in {INDEX_NAME} does not exist or is not readable"

@@ -90,6 +90,37 @@ def read_range(access: Access, offset: int, length: int, field: str = "model") -
     return _with_s3(access, field, part)
 
 
+def list_names(access: Access, suffix: str, limit: int, field: str = "model") -> list[str]:
+    """Names (sorted) of the objects directly inside the prefix a tenant named that end with
+    `suffix`, at most `limit`; [] when there are none or listing is not allowed to it."""
+    if access.location.kind == "host":
+        try:
+            found = [p.name for p in Path(access.location.key).iterdir() if p.is_file()]
+        except OSError:
+            return []
+        return sorted(n for n in found if n.endswith(suffix))[:limit]
+
+    def names(s3: S3Client, bucket: str, key: str) -> list[str]:
+        prefix = key.rstrip("/") + "/"
+        out: list[str] = []
+        pages = s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=prefix, Delimiter="/"
+        )
+        for page in pages:
+            for obj in page.get("Contents", []):
+                name = obj["Key"][len(prefix) :]
+                if name.endswith(suffix):
+                    out.append(name)
+            if len(out) >= limit:
+                break
+        return sorted(out)[:limit]
+
+    try:
+        return _with_s3(access, field, names)
+    except InvalidRequest:
+        return []  # missing or not listable: the same as nothing there
+
+
 def _with_s3(access: Access, field: str, fn: Callable[[S3Client, str, str], T]) -> T:
     """`fn(client, bucket, key)` for a store or s3 location, its errors turned into ours:
     missing and denied → the one unreadable answer; anything else → 503."""

@@ -212,8 +212,28 @@ def test_missing_weights_are_refused(client: TestClient, keys: dict[str, str]) -
     uri = upload(client, keys["a"], "models/noweights", {"config.json": json.dumps(LLAMA).encode()})
     refused(
         deploy(client, keys["a"], uri),
-        "neither model.safetensors.index.json nor model.safetensors exists or is readable",
+        "neither model.safetensors.index.json nor model.safetensors nor any *.safetensors "
+        "file exists or is readable",
     )
+
+
+def test_a_directory_of_safetensors_files_without_an_index_deploys(
+    client: TestClient, keys: dict[str, str]
+) -> None:
+    """The loader reads every *.safetensors of a directory with neither an index nor a
+    model.safetensors; the deploy-time check accepts what it loads, and checks each header."""
+    files = {
+        "config.json": json.dumps(LLAMA).encode(),
+        "part-a.safetensors": weights("model.embed_tokens.weight"),
+        "part-b.safetensors": weights("lm_head.weight"),
+    }
+    uri = upload(client, keys["a"], "models/parts", files)
+    r = deploy(client, keys["a"], uri)
+    assert r.status_code == 201, r.text
+    # one of them corrupt: refused, naming it
+    bad = {**files, "part-b.safetensors": b"\x10\x00\x00\x00\x00\x00\x00\x00{not json"}
+    uri = upload(client, keys["a"], "models/parts-bad", bad)
+    refused(deploy(client, keys["a"], uri, name="parts-bad"), "part-b.safetensors")
 
 
 def test_missing_and_forbidden_models_answer_alike(
