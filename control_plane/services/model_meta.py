@@ -24,6 +24,8 @@ from control_plane.settings import Settings
 log = logging.getLogger(__name__)
 # A model directory that could not be read is retried after this long.
 NEGATIVE_TTL_S = 30.0
+# A call waits this long for a read of the same metadata already under way.
+READ_WAIT_S = 30.0
 # Model files read at the edge are small; a larger one is refused rather than downloaded.
 MAX_META_BYTES = 64 * 1024 * 1024
 # Used when the tokenizer config has no chat template (the demo model has none).
@@ -69,7 +71,11 @@ def render_chat(template: str, messages: list[dict[str, Any]], bos: str, eos: st
 
 
 class ModelMetaCache:
-    """Per-process cache keyed by (deployment id, version); a failed read is retried later."""
+    """Per-process cache keyed by (deployment id, version); a failed read is retried later.
+
+    A deploy prefetches its new version (`prefetch`, on a thread), so the first call does not
+    wait for the tokenizer; a call that arrives while it is being read waits for that read.
+    """
 
     def __init__(self, settings: Settings, sessions: sessionmaker[Session]) -> None:
         self._settings = settings
@@ -77,6 +83,16 @@ class ModelMetaCache:
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, int], ModelMeta] = {}
         self._failures: dict[tuple[str, int], float] = {}
+        self._reading: dict[tuple[str, int], threading.Event] = {}
+
+    def prefetch(self, deployment_id: str, version: int, tenant_id: str, model_uri: str) -> None:
+        """Read a deployment version's metadata in the background (a deploy just made it)."""
+        threading.Thread(
+            target=self.get,
+            args=(deployment_id, version, tenant_id, model_uri),
+            name="model-meta-prefetch",
+            daemon=True,
+        ).start()
 
     def get(
         self, deployment_id: str, version: int, tenant_id: str, model_uri: str
@@ -89,6 +105,20 @@ class ModelMetaCache:
             failed_at = self._failures.get(key)
             if failed_at is not None and time.monotonic() - failed_at < NEGATIVE_TTL_S:
                 return None
+            reading = self._reading.get(key)
+            if reading is None:
+                self._reading[key] = threading.Event()
+        if reading is not None:  # another thread reads it: its answer is ours
+            reading.wait(READ_WAIT_S)
+            with self._lock:
+                return self._entries.get(key)
+        try:
+            return self._read_entry(key, tenant_id, model_uri)
+        finally:
+            with self._lock:
+                self._reading.pop(key).set()
+
+    def _read_entry(self, key: tuple[str, int], tenant_id: str, model_uri: str) -> ModelMeta | None:
         try:
             with self._sessions() as session:
                 access = storage.resolve(session, self._settings, tenant_id, model_uri)

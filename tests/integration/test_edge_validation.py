@@ -3,6 +3,7 @@ anything is written (no worker needed)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,21 @@ def test_prompt_too_long_is_422_with_counts(
         headers=h(keys["a"]),
     )
     assert ok.status_code == 202
+
+
+def test_a_deploy_reads_the_tokenizer_ahead_of_the_first_call(
+    client: TestClient, keys: dict[str, str], model_dir: Path
+) -> None:
+    dep = deploy(client, keys["a"], model=str(model_dir))
+    cache = client.app.state.ctx.model_meta  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 30
+    while (dep["id"], dep["version"]) not in cache._entries:
+        assert time.monotonic() < deadline, "the deploy did not prefetch the model's metadata"
+        time.sleep(0.05)
+    # the first call finds it read: the same object, no second read
+    meta = cache._entries[(dep["id"], dep["version"])]
+    assert cache.get(dep["id"], dep["version"], "", "/unused") is meta
+    assert meta.max_context == 512
 
 
 def test_max_tokens_beyond_context(

@@ -85,6 +85,7 @@ def create_deployment(
         response.status_code = 200
         return body
     session.commit()
+    ctx.model_meta.prefetch(dep.id, dep.version, dep.tenant_id, dep.spec.model)
     return body
 
 
@@ -112,6 +113,7 @@ def update_deployment(
         session.rollback()
         return body
     session.commit()
+    ctx.model_meta.prefetch(dep.id, dep.version, dep.tenant_id, dep.spec.model)
     return body
 
 
