@@ -150,7 +150,7 @@ def keep(
         size = target.size if target else 0
         step = pool_policy.plan(size, len(mine), under_way, history, now)
         for _ in range(step.start):
-            w = workers.create_pooled(session, accelerator, now)
+            w = workers.create(session, None, accelerator, workers.POOL_REASON, now)
             session.flush()
             w.pid = env.provider.start(WorkerSpec(w.id, accelerator, None))
             log.info(

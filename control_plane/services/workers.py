@@ -32,41 +32,27 @@ LIVE_STATES = frozenset(
 ENDED_STATES = frozenset({WorkerState.STOPPED, WorkerState.FAILED})
 
 
-def create(
-    session: Session, deployment: Deployment, accelerator: str, reason: str, now: datetime
-) -> Worker:
-    w = Worker(
-        id=new_id("wrk", now),
-        deployment_id=deployment.id,
-        deployment_version=deployment.version,
-        tenant_id=deployment.tenant_id,
-        accelerator=accelerator,
-        state=WorkerState.BOOTING,
-        state_since=now,
-        reason=reason,
-        started_at=now,
-    )
-    session.add(w)
-    return w
-
-
 # The tenant that pays for the warm pool (phase `pool`): the platform itself; it has no keys.
 PLATFORM_TENANT_ID = "ten_platform"
 POOL_REASON = "warm_pool"
 
 
-def create_pooled(session: Session, accelerator: str, now: datetime) -> Worker:
-    """A warm-pool worker's row: no deployment yet, the platform's tenant."""
-    _platform_tenant(session, now)
+def create(
+    session: Session, deployment: Deployment | None, accelerator: str, reason: str, now: datetime
+) -> Worker:
+    """A booting worker's row: for `deployment`, or (None) a warm-pool worker, which has no
+    deployment yet and belongs to the platform's tenant."""
+    if deployment is None:
+        _platform_tenant(session, now)
     w = Worker(
         id=new_id("wrk", now),
-        deployment_id=None,
-        deployment_version=0,
-        tenant_id=PLATFORM_TENANT_ID,
+        deployment_id=deployment.id if deployment else None,
+        deployment_version=deployment.version if deployment else 0,
+        tenant_id=deployment.tenant_id if deployment else PLATFORM_TENANT_ID,
         accelerator=accelerator,
         state=WorkerState.BOOTING,
         state_since=now,
-        reason=POOL_REASON,
+        reason=reason,
         started_at=now,
     )
     session.add(w)

@@ -6,7 +6,8 @@ a pool worker is assigned once, and one that dies after its assignment is replac
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -35,7 +36,28 @@ def settings(settings: Settings) -> Settings:
     return settings.model_copy(update={"warm_pool_max": 1})
 
 
-def pool_ready(client: TestClient, loop: Reconciler, t0: Any) -> str:
+@dataclass(frozen=True)
+class Pooled:
+    worker_id: str  # the idle pool worker
+    t0: datetime  # when the pool booted it
+
+
+@pytest.fixture
+def pooled(client: TestClient, keys: dict[str, str], loop: Reconciler) -> Pooled:
+    """Tenant A's `demo` deployment (at most one worker) and an idle pool worker."""
+    deploy(client, keys["a"], max_workers=1)
+    t0 = past()
+    return Pooled(pool_ready(client, loop, t0), t0)
+
+
+def call_at_zero(client: TestClient, key: str, loop: Reconciler, pooled: Pooled) -> str:
+    """A job on `demo`, then a tick (3 s after the pool booted); the job's id."""
+    jid = submit(client, key)
+    loop.tick(pooled.t0 + timedelta(seconds=3))
+    return jid
+
+
+def pool_ready(client: TestClient, loop: Reconciler, t0: datetime) -> str:
     """Tick at t0: the pool boots its worker, which reports idle 2 s later; its id."""
     loop.tick(t0)
     (spec,) = provider(loop).started
@@ -61,12 +83,10 @@ def test_a_cold_start_takes_the_pool_worker_and_reports_its_assignment_then_the_
     loop: Reconciler,
     redis_client: Any,
     settings: Settings,
+    pooled: Pooled,
 ) -> None:
-    deploy(client, keys["a"], max_workers=1)
-    t0 = past()
-    pool_id = pool_ready(client, loop, t0)
-    jid = submit(client, keys["a"])
-    loop.tick(t0 + timedelta(seconds=3))
+    pool_id, t0 = pooled.worker_id, pooled.t0
+    jid = call_at_zero(client, keys["a"], loop, pooled)
 
     # no new process: the pool worker got the deployment
     assert len(provider(loop).started) == 1
@@ -122,10 +142,9 @@ def test_a_pool_worker_whose_host_holds_the_model_is_placed_by_host_tier(
     loop: Reconciler,
     redis_client: Any,
     settings: Settings,
+    pooled: Pooled,
 ) -> None:
-    deploy(client, keys["a"], max_workers=1)
-    t0 = past()
-    pool_id = pool_ready(client, loop, t0)
+    pool_id = pooled.worker_id
     (dep,) = rows(settings, Deployment, Deployment.name == "demo")
     with make_sessionmaker(make_engine(settings.database_url))() as s:
         uri = storage.resolve(s, settings, dep.tenant_id, dep.spec.model).uri
@@ -135,8 +154,7 @@ def test_a_pool_worker_whose_host_holds_the_model_is_placed_by_host_tier(
         json.dumps({"worker_id": pool_id, "state": "idle", HEARTBEAT_HOST_TIER_FIELD: tier}),
         ex=10,
     )
-    submit(client, keys["a"])
-    loop.tick(t0 + timedelta(seconds=3))
+    call_at_zero(client, keys["a"], loop, pooled)
     placement = client.get("/v1/deployments/demo", headers=h(keys["a"])).json()["scaling"][
         "placement"
     ]
@@ -184,12 +202,10 @@ def test_a_pool_worker_that_dies_after_its_assignment_is_replaced_and_the_job_wa
     loop: Reconciler,
     redis_client: Any,
     settings: Settings,
+    pooled: Pooled,
 ) -> None:
-    deploy(client, keys["a"], max_workers=1)
-    t0 = past()
-    pool_id = pool_ready(client, loop, t0)
-    jid = submit(client, keys["a"])
-    loop.tick(t0 + timedelta(seconds=3))
+    pool_id, t0 = pooled.worker_id, pooled.t0
+    jid = call_at_zero(client, keys["a"], loop, pooled)
     popped_assignment(redis_client, pool_id)
     provider(loop).exits.append(Exited(pool_id, -9))
     loop.tick(t0 + timedelta(seconds=4))
