@@ -62,6 +62,10 @@ log = logging.getLogger(__name__)
 # A warm-pool worker waits for its assignment in blocking pops of this long (then checks
 # whether it was asked to stop).
 ASSIGNMENT_POLL_S = 1
+# The cache-tier fill starts this long after the worker is ready, once no job is in flight
+# (the jobs that waited through the cold start go first), or FILL_WAIT_MAX_S after it anyway.
+FILL_DELAY_S = 0.5
+FILL_WAIT_MAX_S = 60.0
 
 
 class WorkerRuntime:
@@ -259,9 +263,12 @@ class WorkerRuntime:
         )
         self.loop.start()
         self._set_state(WorkerState.IDLE)
-        # The cache tiers the load missed fill now, off the cold start's path (the next
-        # worker of this model on this host reads them).
-        threading.Thread(target=loaded.fill_tiers, name="fill-tiers", daemon=True).start()
+        # The cache tiers the load missed fill afterwards, off the cold start's path (the next
+        # worker of this model on this host reads them), once the jobs that waited for this
+        # worker are served: the fill must not take their cores.
+        threading.Thread(
+            target=self._fill_when_quiet, args=(loaded,), name="fill-tiers", daemon=True
+        ).start()
         consume(
             self.settings.redis_url,
             assignment.queue,
@@ -272,6 +279,17 @@ class WorkerRuntime:
         self._set_state(WorkerState.DRAINING)
         self.loop.stop(timeout_s=30)
         self._set_state(WorkerState.STOPPED, reason="drained")
+
+    def _fill_when_quiet(self, loaded: LoadedModel) -> None:
+        """Fill the tiers once no job is in flight (after FILL_DELAY_S, at most
+        FILL_WAIT_MAX_S later)."""
+        deadline = time.monotonic() + FILL_WAIT_MAX_S
+        if self._stop.wait(FILL_DELAY_S):
+            return
+        while self.inflight and time.monotonic() < deadline:
+            if self._stop.wait(0.2):
+                return
+        loaded.fill_tiers()
 
     def _build_engine(self, loaded: LoadedModel) -> LLMEngine:
         """A continuous-batching engine over the loaded model, sized for max_concurrency."""
