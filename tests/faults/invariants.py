@@ -124,8 +124,8 @@ class Snapshot:
     attempts: list[tuple[str, int, str | None, bool]] = field(default_factory=list)
     # (billing record id, job id, attempt, billable)
     allocations: list[tuple[int, str, int, bool]] = field(default_factory=list)
-    # worker id → (started_at, stopped_at or None)
-    workers: dict[str, tuple[float, float | None]] = field(default_factory=dict)
+    # worker id → (started_at or None for a warm-pool worker, stopped_at or None)
+    workers: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     # worker id → [(record id, start, end)] sorted by start
     records: dict[str, list[tuple[int, float, float]]] = field(default_factory=dict)
     drift: list[dict[str, Any]] = field(default_factory=list)  # billing.check's issues
@@ -228,7 +228,10 @@ def _snapshot(
                 )
             ]
         for w in session.scalars(select(Worker)):
-            snap.workers[w.id] = (w.started_at.timestamp(), _ts(w.stopped_at))
+            # A warm-pool worker's life begins with its pool records (the platform's), before
+            # its assignment (its started_at for the tenant): its first record starts then.
+            born = w.started_at if w.assigned_at is None else None
+            snap.workers[w.id] = (_ts(born), _ts(w.stopped_at))
         for rec in session.scalars(select(BillingRecord).order_by(BillingRecord.start)):
             snap.records.setdefault(rec.worker_id, []).append(
                 (rec.id, rec.start.timestamp(), rec.end.timestamp())
