@@ -26,7 +26,7 @@ load for the host's cores), and after failed pool boots only after the crash-loo
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -119,17 +119,19 @@ def plan(
     target: int,
     pooled: int,
     cold_start_under_way: bool,
-    history: BootHistory,
+    history: Callable[[], BootHistory],
     now: datetime,
 ) -> PoolPlan:
-    """Boots or stops that bring one type's pool (`pooled` workers now) toward `target`."""
+    """Boots or stops that bring one type's pool (`pooled` workers now) toward `target`;
+    `history` (the pool's failed boots) is asked only when the pool would grow."""
     if pooled > target:
         return PoolPlan(start=0, stop=pooled - target)
     if pooled == target or cold_start_under_way:
         return PoolPlan(0, 0)
-    n = history.consecutive_failures
-    if n and history.last_failure_at is not None:
-        if (now - history.last_failure_at).total_seconds() < backoff_s(n):
+    past = history()
+    n = past.consecutive_failures
+    if n and past.last_failure_at is not None:
+        if (now - past.last_failure_at).total_seconds() < backoff_s(n):
             return PoolPlan(0, 0)
         return PoolPlan(start=1, stop=0)  # after failures: one at a time
     return PoolPlan(start=target - pooled, stop=0)

@@ -14,6 +14,7 @@ the job goes on waiting and the next tick places it again.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -73,9 +74,7 @@ class FreePool:
 
 
 def read_free(session: Session, r: redis.Redis) -> FreePool:
-    idle = [
-        w for w in workers.pooled(session) if w.state == WorkerState.IDLE and w.reason != SHRINK
-    ]
+    idle = [w for w in workers.idle_pooled(session) if w.reason != SHRINK]
     tiers: dict[str, frozenset[str]] = {}
     if idle:
         try:
@@ -120,9 +119,11 @@ def keep(
     now: datetime,
 ) -> None:
     """Boot or stop pool workers toward each accelerator type's target."""
-    live_deps = deployments.list_live(session)
     all_live = workers.live(session)
     pooled = [w for w in all_live if w.deployment_id is None and w.state != WorkerState.DRAINING]
+    if not env.settings.warm_pool_max and not pooled:
+        return  # no pool, none to stop: nothing to size
+    live_deps = deployments.list_live(session)
     serving = [w for w in all_live if w.deployment_id is not None]
     outlooks, boots = [], []
     t = now.timestamp()
@@ -143,7 +144,7 @@ def keep(
     horizon = max(boots, default=DEFAULT_BOOT_S)
     targets = {t.accelerator: t for t in pool_policy.targets(outlooks, horizon, budget)}
     under_way = any(WorkerState(w.state) in BOOTING_STATES for w in serving)
-    history = _pool_history(session)
+    history = functools.cache(lambda: _pool_history(session))  # a query: only when growing
     for accelerator in sorted(set(targets) | {w.accelerator for w in pooled}):
         target = targets.get(accelerator)
         mine = [w for w in pooled if w.accelerator == accelerator]

@@ -114,9 +114,10 @@ class _Taken(Exception):
     """The pool worker changed under an assignment (rolls the assignment back)."""
 
 
-def pooled(session: Session) -> list[Worker]:
-    """Live warm-pool workers not yet assigned (booting or idle, or draining out of the pool)."""
-    return [w for w in live(session) if w.deployment_id is None]
+def idle_pooled(session: Session) -> list[Worker]:
+    """Warm-pool workers waiting for an assignment (idle, no deployment yet)."""
+    q = select(Worker).where(Worker.deployment_id.is_(None), Worker.state == WorkerState.IDLE)
+    return list(session.scalars(q))
 
 
 def transition(

@@ -80,17 +80,17 @@ def test_the_budget_caps_the_pool_by_accelerators_free_and_in_all() -> None:
 
 
 def test_the_plan_refills_after_cold_starts_and_backs_off_after_failed_boots() -> None:
-    assert plan(2, 0, False, CLEAN, T0) == PoolPlan(start=2, stop=0)
-    assert plan(2, 3, False, CLEAN, T0) == PoolPlan(start=0, stop=1)
+    assert plan(2, 0, False, lambda: CLEAN, T0) == PoolPlan(start=2, stop=0)
+    assert plan(2, 3, False, lambda: CLEAN, T0) == PoolPlan(start=0, stop=1)
     # a cold start under way: its load has the host's cores; the refill waits
-    assert plan(2, 1, True, CLEAN, T0) == PoolPlan(0, 0)
+    assert plan(2, 1, True, lambda: CLEAN, T0) == PoolPlan(0, 0)
     # but a pool that is too big shrinks at once
-    assert plan(0, 1, True, CLEAN, T0) == PoolPlan(0, 1)
+    assert plan(0, 1, True, lambda: CLEAN, T0) == PoolPlan(0, 1)
     # two pool boots failed in a row, the last one second ago: backoff 2 s
     failed = BootHistory(2, T0 - timedelta(seconds=1), "exit_1")
-    assert plan(2, 0, False, failed, T0) == PoolPlan(0, 0)
+    assert plan(2, 0, False, (lambda: failed), T0) == PoolPlan(0, 0)
     # after the backoff: one at a time
-    assert plan(2, 0, False, failed, T0 + timedelta(seconds=2)) == PoolPlan(1, 0)
+    assert plan(2, 0, False, (lambda: failed), T0 + timedelta(seconds=2)) == PoolPlan(1, 0)
 
 
 def test_placement_prefers_a_pool_worker_whose_host_holds_the_model() -> None:
