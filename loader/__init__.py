@@ -36,6 +36,7 @@ from loader.options import (
     Progress,
     S3Options,
 )
+from loader.s3 import preload
 from loader.sources import ObjectStore, exists, join_uri, read_bytes
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ __all__ = [
     "load",
     "load_checkpoint",
     "load_model_dir",
+    "preload",
     "read_bytes",
 ]
 
