@@ -41,23 +41,24 @@ def timeline(
     sent: float, job: Mapping[str, Any], records: Iterable[Mapping[str, Any]], first_token: float
 ) -> Timeline:
     """The timeline from the job (`GET /v1/jobs/{id}`) and its worker's billing records (the
-    tenant's: a pool worker's has no `boot`); ValueError when its load or warm record is
-    missing."""
+    tenant's: a pool worker's has no `boot`, a worker that jobs waited for no `warm`);
+    ValueError when its load record is missing."""
     by_phase: dict[str, Mapping[str, Any]] = {}
     for r in records:
         by_phase.setdefault(str(r["phase"]), r)  # the first segment of each phase
-    missing = [p for p in ("load", "warm") if p not in by_phase]
-    if missing:
-        raise ValueError(f"no {', '.join(missing)} billing record for the worker")
+    if "load" not in by_phase:
+        raise ValueError("no load billing record for the worker")
     load_start = parse_iso(by_phase["load"]["start"])
     boot = by_phase.get("boot")
+    # a worker that jobs waited for skips the warm-up: ready when its load ends
+    warm = by_phase.get("warm", by_phase["load"])
     return Timeline(
         sent=sent,
         accepted=parse_iso(job["created_at"]),
         placed=load_start if boot is None else parse_iso(boot["start"]),
         loading=load_start if boot is None else parse_iso(boot["end"]),
         warming=parse_iso(by_phase["load"]["end"]),
-        ready=parse_iso(by_phase["warm"]["end"]),
+        ready=parse_iso(warm["end"]),
         first_token=first_token,
     )
 

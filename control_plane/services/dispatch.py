@@ -19,6 +19,7 @@ from worker.protocol import (
     EventType,
     deployment_queue,
 )
+from worker.runtime import consumer
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +54,8 @@ def dispatch_job(app: Celery, deployment_id: str, job_id: str, kind: str) -> Non
 
 def queue_depth(app: Celery, queue: str) -> int:
     """Messages waiting in a broker queue (0 when the queue does not exist yet)."""
-    from kombu.exceptions import ChannelError
-
     with app.connection_for_read() as conn:
-        try:
-            return int(conn.default_channel.queue_declare(queue=queue, passive=True).message_count)
-        except ChannelError:
-            return 0
+        return consumer.queue_depth(conn, queue)
 
 
 def wake(

@@ -12,7 +12,7 @@ from control_plane.embedded.processes import free_port, start_redis
 from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
 from control_plane.settings import Settings
 from worker.protocol import deployment_queue
-from worker.runtime.consumer import Delivery, consume
+from worker.runtime.consumer import Delivery, consume, jobs_waiting
 
 
 def test_sent_wake_ups_are_consumed_in_priority_order(redis_url: str, redis_client: Any) -> None:
@@ -76,3 +76,37 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
+
+
+def _runtime_on(redis_url: str, queue: str) -> tuple[Any, Any]:
+    """A worker runtime on the real broker, its engine scripted and its control plane faked."""
+    from tests.unit.test_engine import _engine
+    from tests.unit.test_engine_worker_runtime import FakeControl
+    from worker.protocol import Assignment
+    from worker.runtime.lifecycle import WorkerRuntime
+    from worker.settings import WorkerSettings
+
+    assignment = Assignment("dep_w", 1, "file:///m", queue, 1)
+    rt = WorkerRuntime(WorkerSettings(redis_url=redis_url), "wrk_w", "cpu", assignment)
+    rt.control = FakeControl({})  # type: ignore[assignment]
+    rt.engine, runner = _engine(lambda rid, i: 2)
+    return rt, runner
+
+
+def test_a_worker_warms_up_unless_wake_ups_wait_for_it(redis_url: str, redis_client: Any) -> None:
+    """Started ahead of demand (empty queue) it warms up; on a cold start (a wake-up waits)
+    the first job warms the engine instead: no `warming`, no warm-up pass."""
+    app = make_celery(Settings(redis_url=redis_url))
+    queue = deployment_queue("dep_w")
+    ahead, runner = _runtime_on(redis_url, queue)
+    ahead._warm_up_unless_jobs_wait(queue)
+    assert ahead.control.states == ["warming"] and runner.steps  # type: ignore[attr-defined]
+
+    dispatch_job(app, "dep_w", "job_cold", "sync")
+    cold, runner = _runtime_on(redis_url, queue)
+    cold._warm_up_unless_jobs_wait(queue)
+    assert cold.control.states == [] and not runner.steps  # type: ignore[attr-defined]
+    assert queue_depth(app, queue) == 1, "the wake-up is left for the consumer"
+
+    # a broker it cannot read: it warms up (the hint is only a hint)
+    assert not jobs_waiting(f"redis://127.0.0.1:{free_port()}/0", queue)

@@ -85,11 +85,16 @@ def test_a_worker_up_before_the_request_shows_no_boot() -> None:
     assert got["total"] == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize(
-    ("records", "missing"), [(RECORDS[:1], "load, warm"), (POOLED[:1], "warm"), ([], "load, warm")]
-)
-def test_missing_records_are_named(records: list[dict[str, Any]], missing: str) -> None:
-    with pytest.raises(ValueError, match=missing):
+def test_a_worker_that_jobs_waited_for_has_no_warm_up() -> None:
+    skipped = [record("load", 0.9, 3.4), record("idle", 3.4, 3.45), record("busy", 3.45, 4.5)]
+    got = phases.phases(phases.timeline(T0, JOB, skipped, T0 + 4.0))
+    want = {"accept": 0.2, "queue": 0.7, "boot": 0.0, "load": 2.5, "warm": 0.0, "token": 0.6}
+    assert_phases(got, want | {"total": 4.0})
+
+
+@pytest.mark.parametrize("records", [RECORDS[:1], []])
+def test_a_missing_load_record_is_named(records: list[dict[str, Any]]) -> None:
+    with pytest.raises(ValueError, match="no load billing record"):
         phases.timeline(T0, JOB, records, T0 + 7)
 
 

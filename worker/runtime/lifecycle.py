@@ -1,5 +1,8 @@
 """Worker lifecycle: boot → load → warm → serve (idle ⇄ busy) → drain → stopped.
 
+The warm-up (one short generation) is skipped when wake-ups already wait in the deployment's
+queue: on a cold start the waiting job would pay for both the warm-up and its own first pass.
+
 A warm-pool worker (no assignment at start) boots — imports the runtime, initialises the
 device — reports `idle` with no deployment, and waits for its one assignment (a message in
 Redis, `worker_assignment_key`); then it loads, warms and serves like any other. It never goes
@@ -47,7 +50,7 @@ from worker.protocol import (
     worker_assignment_key,
     worker_heartbeat_key,
 )
-from worker.runtime.consumer import Delivery, consume
+from worker.runtime.consumer import Delivery, consume, jobs_waiting
 from worker.runtime.control_client import ControlClient
 from worker.settings import WorkerSettings
 
@@ -231,11 +234,15 @@ class WorkerRuntime:
         import tokenizers  # noqa: F401
         import torch
 
+        import loader
         import worker.engine.llm_engine
         import worker.model.llama
         import worker.runtime.engine_loop
         import worker.runtime.loading  # noqa: F401
+        from worker.runtime import consumer
 
+        loader.preload()  # the S3 client's imports
+        consumer.preload()  # the broker's
         if self.accelerator != "cpu":
             torch.cuda.init()  # type: ignore[no-untyped-call]
             torch.empty(1, device="cuda")
@@ -254,8 +261,7 @@ class WorkerRuntime:
             on_progress=self._on_load_progress,
         )
         self.engine = self._build_engine(loaded)
-        self._set_state(WorkerState.WARMING)
-        self._warm_up()
+        self._warm_up_unless_jobs_wait(assignment.queue)
         from worker.runtime.engine_loop import EngineLoop
 
         self.loop = EngineLoop(
@@ -315,6 +321,15 @@ class WorkerRuntime:
             config.enable_prefix_caching,
         )
         return engine
+
+    def _warm_up_unless_jobs_wait(self, queue: str) -> None:
+        if jobs_waiting(self.settings.redis_url, queue):
+            # A cold start: the jobs that woke this worker would wait through the warm-up
+            # and then pay for the first pass anyway. The first of them warms the engine.
+            log.info("no warm-up: jobs are waiting")
+            return
+        self._set_state(WorkerState.WARMING)
+        self._warm_up()
 
     def _warm_up(self) -> None:
         from worker.engine.params import SamplingParams
