@@ -17,7 +17,10 @@ held by deployments' workers. Deployments that already run workers are not count
 worker is a scale-up, covered by the autoscaler's own pre-warming.
 
 A used pool worker is replaced only once no cold start is under way (a boot competes with a
-load for the host's cores), and after failed pool boots only after the crash-loop backoff.
+load for the host's cores): no worker boots, loads or warms up, and none was placed less than
+REFILL_SETTLE_S ago (the first token follows the load: a warm-pool cold start answers 0.6-1.6 s
+after its assignment on 2 cores, and a replacement booting in that time took 0.1-0.15 s of it);
+after failed pool boots only after the crash-loop backoff.
 
 >>> targets([Outlook("cpu", capacity=0, arrival_rate_per_s=0.01)], 2.0, Budget(4, {}))
 [PoolTarget(accelerator='cpu', size=1, expected_cold_starts=0.0198, reason='floor')]
@@ -28,12 +31,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from control_plane.domain.crash_loop import BootHistory, backoff_s
+from control_plane.domain.fleet import BOOTING_STATES
+from worker.protocol import WorkerState
 
 # Share of the expected cold starts the pool covers without a boot.
 COVERAGE = 0.99
+# A worker placed (booted, or assigned from the pool) less than this ago is still a cold start.
+REFILL_SETTLE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +120,13 @@ def targets(outlooks: Iterable[Outlook], horizon_s: float, budget: Budget) -> li
 class PoolPlan:
     start: int  # pool workers to boot now
     stop: int  # pool workers to stop now (booting ones first, then idle)
+
+
+def cold_start_under_way(serving: Iterable[tuple[WorkerState, datetime]], now: datetime) -> bool:
+    """Whether a deployment's worker (state, placed at) is still starting: it boots, loads or
+    warms up, or it was placed less than REFILL_SETTLE_S ago (its first jobs run)."""
+    settle = timedelta(seconds=REFILL_SETTLE_S)
+    return any(s in BOOTING_STATES or now - placed < settle for s, placed in serving)
 
 
 def plan(

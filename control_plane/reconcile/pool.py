@@ -29,7 +29,6 @@ from sqlalchemy.orm import Session
 from control_plane.db.models import Worker
 from control_plane.domain import pool as pool_policy
 from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
-from control_plane.domain.fleet import BOOTING_STATES
 from control_plane.domain.placement import PoolCandidate
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S
 from control_plane.providers.base import WorkerSpec
@@ -143,7 +142,10 @@ def keep(
     budget = pool_policy.Budget(env.settings.warm_pool_max, free)
     horizon = max(boots, default=DEFAULT_BOOT_S)
     targets = {t.accelerator: t for t in pool_policy.targets(outlooks, horizon, budget)}
-    under_way = any(WorkerState(w.state) in BOOTING_STATES for w in serving)
+    # a pool worker's started_at is its assignment
+    under_way = pool_policy.cold_start_under_way(
+        ((WorkerState(w.state), w.started_at) for w in serving), now
+    )
     history = functools.cache(lambda: _pool_history(session))  # a query: only when growing
     for accelerator in sorted(set(targets) | {w.accelerator for w in pooled}):
         target = targets.get(accelerator)

@@ -17,14 +17,17 @@ from control_plane.domain.placement import (
     place,
 )
 from control_plane.domain.pool import (
+    REFILL_SETTLE_S,
     Budget,
     Outlook,
     PoolPlan,
+    cold_start_under_way,
     expected_cold_starts,
     plan,
     poisson_quantile,
     targets,
 )
+from worker.protocol import WorkerState
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 CLEAN = BootHistory(0, None, None)
@@ -91,6 +94,16 @@ def test_the_plan_refills_after_cold_starts_and_backs_off_after_failed_boots() -
     assert plan(2, 0, False, (lambda: failed), T0) == PoolPlan(0, 0)
     # after the backoff: one at a time
     assert plan(2, 0, False, (lambda: failed), T0 + timedelta(seconds=2)) == PoolPlan(1, 0)
+
+
+def test_a_cold_start_is_under_way_until_its_worker_is_ready_and_has_settled() -> None:
+    settled = T0 - timedelta(seconds=REFILL_SETTLE_S)
+    assert not cold_start_under_way([], T0)
+    assert not cold_start_under_way([(WorkerState.IDLE, settled), (WorkerState.BUSY, settled)], T0)
+    # loading for a minute, or ready but placed a moment ago (its first job runs)
+    assert cold_start_under_way([(WorkerState.LOADING, T0 - timedelta(minutes=1))], T0)
+    assert cold_start_under_way([(WorkerState.BUSY, T0 - timedelta(seconds=0.5))], T0)
+    assert cold_start_under_way([(WorkerState.IDLE, settled), (WorkerState.BOOTING, T0)], T0)
 
 
 def test_placement_prefers_a_pool_worker_whose_host_holds_the_model() -> None:
