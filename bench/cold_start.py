@@ -51,7 +51,9 @@ the API's and the worker's timestamps compare):
   first decode step and the event's way through Redis and the API.
 - placement: the deployment's `scaling.placement.choice` (pool_host_tier | pool | boot).
 weight_stream_s: the loader alone (`loader.load("s3://...")`, default options, no tiers), in a
-fresh process, streaming the same object from the same store, once per round on each platform.
+fresh process, streaming the same object from the same store, once per round on each platform;
+once more, untimed, right after the upload (the first read of a fresh object is ~2x slower on
+this store, and would otherwise fall on round 1's first scenario only).
 The targets' lines also give (a) - (b), the boot the pool removes, next to (a)'s boot phase.
 
 Big weights go into the tenant's namespace straight through S3 (`--upload s3`, the default;
