@@ -28,7 +28,8 @@ class Provider(Protocol):
         """Start a worker; returns its pid when there is one."""
 
     def stop(self, worker_id: str) -> None:
-        """Ask a worker to drain: finish what it holds, then exit."""
+        """Ask a worker to drain: finish what it holds, then exit (after reporting `stopped`
+        it may finish its cache-tier fill, for a bounded time: the next worker's hit)."""
 
     def kill(self, worker_id: str) -> None:
         """Stop a worker now, without draining (it stopped heartbeating or overran its boot)."""
@@ -37,4 +38,4 @@ class Provider(Protocol):
         """Workers whose process ended since the last call."""
 
     def shutdown(self, timeout_s: float) -> list[Exited]:
-        """Stop every worker (drain, then kill after timeout_s)."""
+        """Stop every worker (drain, no cache-tier fill, then kill after timeout_s)."""

@@ -88,8 +88,10 @@ class LocalProvider:
         return out
 
     def shutdown(self, timeout_s: float) -> list[Exited]:
-        for worker_id in list(self._procs):
-            self.stop(worker_id)
+        # SIGINT, not SIGTERM: drain like a scale-down, but do not stay for the cache-tier fill
+        for proc in self._procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)
         deadline = time.monotonic() + timeout_s
         while self._procs and time.monotonic() < deadline:
             if all(p.poll() is not None for p in self._procs.values()):

@@ -385,3 +385,39 @@ def test_a_cold_start_reports_its_phases_and_the_next_worker_reads_the_host_tier
     assert "cache hits {'host': 1}" in log, log[-2000:]
     for name in ("tier-a", "tier-b"):
         client.deployments.delete(name)
+
+
+def test_a_worker_scaled_down_during_its_first_job_still_fills_the_host_tier(
+    platform: dict[str, Any], demo_model: Path
+) -> None:
+    """Deleted while its first job runs (the fill waits for quiet): the worker drains, reports
+    stopped (its tenant's records end there), then finishes the fill before it exits."""
+    from loader import cached_uris
+
+    up = cli("models", "upload", str(demo_model), "models/fill-exit/", env=platform["env"])
+    assert up.returncode == 0, up.stdout + up.stderr
+    client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+    client.deployments.create(name="fill-exit", model="store://models/fill-exit/")
+    # the untrained demo model generates every one of its max_tokens: a long job
+    job = client.submit("fill-exit", {"prompt": "Hi", "max_tokens": 400})
+    deadline = time.monotonic() + 90
+    while client.jobs.get(job.id).status != "running":
+        assert time.monotonic() < deadline, "the job never ran"
+        time.sleep(0.02)
+    client.deployments.delete("fill-exit")  # the worker is asked to drain now
+    assert job.wait(timeout=60).status == "succeeded", "the drain finished the job"
+
+    (worker,) = client.workers.list(deployment="fill-exit")
+    tier_dir = platform["state_dir"] / "host-cache"
+    deadline = time.monotonic() + 60
+    while not any("/models/fill-exit/" in u for u in cached_uris(str(tier_dir))):
+        assert time.monotonic() < deadline, "the host tier was never filled"
+        time.sleep(0.2)
+    log_path = platform["state_dir"] / "logs" / "workers" / f"{worker['id']}.log"
+    log = log_path.read_text()
+    assert "finishing the cache-tier fill before exiting" in log, log[-2000:]
+    # the fill came after `stopped`: the tenant's records end before it
+    stopped = client.workers.list(deployment="fill-exit")[0]
+    assert stopped["state"] == "stopped"
+    records = client.billing.records(worker_id=worker["id"])
+    assert records[-1]["phase"] == "drain" and records[-1]["end"] == stopped["stopped_at"]

@@ -4,13 +4,17 @@ BUSY/IDLE reported as the first job starts and the last one ends, and bad input 
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Any
 
+import pytest
+
 from tests.unit.test_engine import WORDS, _engine
 from tests.unit.test_engine_loop import FakeRedis
-from worker.protocol import Assignment
+from worker.protocol import Assignment, WorkerState
+from worker.runtime import lifecycle
 from worker.runtime.consumer import Delivery
 from worker.runtime.engine_loop import EngineLoop
 from worker.runtime.lifecycle import WorkerRuntime
@@ -117,3 +121,57 @@ def test_bad_input_fails_as_invalid_input_before_the_engine() -> None:
     assert errors["no-prompt"]["message"].startswith("prompt: ")
     assert sorted(acked) == sorted([*inputs, "not-claimable"])
     assert rt.engine.scheduler.num_unfinished == 0 and rt.inflight == 0
+
+
+def _filler(rt: WorkerRuntime, fills: list[str]) -> threading.Thread:
+    """The runtime's fill thread, its fill recording into the control's state log."""
+    control: FakeControl = rt.control  # type: ignore[assignment]
+
+    def fill() -> None:
+        with control.lock:
+            control.states.append("fill")
+        fills.append("fill")
+
+    thread = threading.Thread(target=rt._fill_when_quiet, args=(fill,), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_worker_stopped_before_its_fill_finishes_it_after_reporting_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Scaled down (SIGTERM) while a job runs: the fill waits for the drain, then runs after
+    `stopped` (the tenant's records have ended), with the model let go."""
+    monkeypatch.setattr(lifecycle, "FILL_DELAY_S", 0.01)
+    rt = _runtime({})
+    rt.inflight = 1  # a job in hand
+    fills: list[str] = []
+    filler = _filler(rt, fills)
+    rt.request_stop(signal.SIGTERM)
+    time.sleep(0.3)
+    assert fills == [], "the fill waits for the jobs in hand"
+    rt.inflight = 0
+    rt.loop.stop(timeout_s=5)
+    rt._set_state(WorkerState.STOPPED, reason="drained")
+    rt._finish_fill(filler)
+    control: FakeControl = rt.control  # type: ignore[assignment]
+    assert control.states == ["stopped", "fill"] and not filler.is_alive()
+    assert rt.engine is None and rt.loop is None
+
+
+@pytest.mark.parametrize("signals", [[signal.SIGINT], [signal.SIGTERM, signal.SIGTERM]])
+def test_the_platform_shutting_down_or_a_second_signal_skips_the_fill(
+    signals: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(lifecycle, "FILL_DELAY_S", 0.01)
+    rt = _runtime({})
+    rt.inflight = 1
+    fills: list[str] = []
+    filler = _filler(rt, fills)
+    for signum in signals:
+        rt.request_stop(signum)
+    rt.inflight = 0
+    rt.loop.stop(timeout_s=5)
+    rt._finish_fill(filler)
+    filler.join(5)
+    assert fills == [] and not filler.is_alive()

@@ -26,6 +26,8 @@ The worker is BUSY while it holds at least one claimed job, IDLE otherwise.
 
 from __future__ import annotations
 
+import functools
+import gc
 import json
 import logging
 import os
@@ -33,6 +35,7 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -55,7 +58,7 @@ from worker.runtime.control_client import ControlClient
 from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
-    from loader import Progress
+    from loader import Progress, TierFill
     from worker.engine.llm_engine import LLMEngine
     from worker.runtime.loading import LoadedModel
 
@@ -69,6 +72,10 @@ ASSIGNMENT_POLL_S = 1
 # (the jobs that waited through the cold start go first), or FILL_WAIT_MAX_S after it anyway.
 FILL_DELAY_S = 0.5
 FILL_WAIT_MAX_S = 60.0
+# A worker asked to stop (SIGTERM: scaled down) before its fill finished completes it after it
+# reports `stopped` (nobody is billed for it), for at most this long; SIGINT (the platform
+# shutting down) or a second signal cuts it short.
+FILL_ON_EXIT_MAX_S = 120.0
 
 
 class WorkerRuntime:
@@ -91,6 +98,11 @@ class WorkerRuntime:
         self.state = WorkerState.BOOTING
         self.inflight = 0
         self._stop = threading.Event()
+        # set once the jobs in hand are done (a fill waiting for quiet may then run)
+        self._drained = threading.Event()
+        # set by a second stop signal or SIGINT: no cache-tier fill any more
+        self._skip_fill = threading.Event()
+        self._tier_fill: TierFill | None = None  # the load's, once loaded
         # serialises inflight changes with their BUSY / IDLE reports
         self._state_lock = threading.Lock()
         self.engine: Any = None
@@ -118,7 +130,11 @@ class WorkerRuntime:
 
     # lifecycle ------------------------------------------------------------------------------
 
-    def request_stop(self, *_: Any) -> None:
+    def request_stop(self, signum: int | None = None, *_: Any) -> None:
+        if signum == signal.SIGINT or self._stop.is_set():
+            self._skip_fill.set()  # exit as soon as the jobs in hand are done
+            if self._tier_fill is not None:
+                self._tier_fill.cancel()
         self._stop.set()
 
     def _set_state(self, state: WorkerState, reason: str | None = None) -> None:
@@ -184,6 +200,8 @@ class WorkerRuntime:
                 if self.assignment is None:  # asked to stop while in the pool
                     self._set_state(WorkerState.STOPPED, reason="drained")
                     return 0
+            else:
+                self._prepare_runtime(collect=False)  # part of the boot: the load is urgent
             self._serve(self.assignment)
             return 0
         except Exception as exc:
@@ -203,7 +221,7 @@ class WorkerRuntime:
     def _wait_in_pool(self) -> Assignment | None:
         """Warm-pool worker: get ready for any deployment, say so, then wait for one."""
         t0 = time.monotonic()
-        self._prepare_runtime()
+        self._prepare_runtime(collect=True)
         log.info("in the warm pool (runtime ready in %.2fs)", time.monotonic() - t0)
         self._set_state(WorkerState.IDLE)
         key = worker_assignment_key(self.worker_id)
@@ -228,9 +246,10 @@ class WorkerRuntime:
             return assignment
         return None
 
-    def _prepare_runtime(self) -> None:
+    def _prepare_runtime(self, collect: bool) -> None:
         """What a cold start pays before it can load anything: importing torch, the model,
-        engine and loader code, and (on a GPU) creating the device context."""
+        engine and loader code, and (on a GPU) creating the device context; `collect`: the
+        imports' garbage too (~0.1 s), when nobody waits."""
         import tokenizers  # noqa: F401
         import torch
 
@@ -246,11 +265,18 @@ class WorkerRuntime:
         if self.accelerator != "cpu":
             torch.cuda.init()  # type: ignore[no-untyped-call]
             torch.empty(1, device="cuda")
+        # NOTE: a full collection walks the runtime's ~200k objects (0.1 s on 2 cores), and the
+        # allocations of a load or a model build trigger one: it fell inside cold starts. They
+        # live as long as the process, so they go to the permanent generation, which
+        # collections skip.
+        if collect:
+            gc.collect()
+        gc.freeze()
 
     def _serve(self, assignment: Assignment) -> None:
-        """Load, warm up, serve until asked to stop, drain."""
+        """Load, warm up, serve until asked to stop, drain, finish the cache-tier fill."""
         self._set_state(WorkerState.LOADING)
-        from worker.runtime.loading import load_model
+        from worker.runtime.loading import fill_tiers, load_model
 
         # a GPU worker loads straight into device memory; "cpu" workers stay on the host
         device = "cpu" if self.accelerator == "cpu" else "cuda"
@@ -261,6 +287,8 @@ class WorkerRuntime:
             on_progress=self._on_load_progress,
         )
         self.engine = self._build_engine(loaded)
+        self._tier_fill = loaded.tier_fill
+        del loaded  # the engine holds the model; the fill needs only `tier_fill`
         self._warm_up_unless_jobs_wait(assignment.queue)
         from worker.runtime.engine_loop import EngineLoop
 
@@ -272,9 +300,13 @@ class WorkerRuntime:
         # The cache tiers the load missed fill afterwards, off the cold start's path (the next
         # worker of this model on this host reads them), once the jobs that waited for this
         # worker are served: the fill must not take their cores.
-        threading.Thread(
-            target=self._fill_when_quiet, args=(loaded,), name="fill-tiers", daemon=True
-        ).start()
+        filler = threading.Thread(
+            target=self._fill_when_quiet,
+            args=(functools.partial(fill_tiers, self._tier_fill),),
+            name="fill-tiers",
+            daemon=True,
+        )
+        filler.start()
         consume(
             self.settings.redis_url,
             assignment.queue,
@@ -285,17 +317,39 @@ class WorkerRuntime:
         self._set_state(WorkerState.DRAINING)
         self.loop.stop(timeout_s=30)
         self._set_state(WorkerState.STOPPED, reason="drained")
+        self._finish_fill(filler)
 
-    def _fill_when_quiet(self, loaded: LoadedModel) -> None:
+    def _fill_when_quiet(self, fill: Callable[[], None]) -> None:
         """Fill the tiers once no job is in flight (after FILL_DELAY_S, at most
-        FILL_WAIT_MAX_S later)."""
+        FILL_WAIT_MAX_S later); asked to stop first, once the drain is done."""
         deadline = time.monotonic() + FILL_WAIT_MAX_S
-        if self._stop.wait(FILL_DELAY_S):
+        if not self._stop.wait(FILL_DELAY_S):
+            while self.inflight and time.monotonic() < deadline:
+                if self._stop.wait(0.2):
+                    break
+        if self._stop.is_set():
+            self._drained.wait()
+        if not self._skip_fill.is_set():
+            fill()
+
+    def _finish_fill(self, filler: threading.Thread) -> None:
+        """Stopped (the tenant's records have ended): let the fill finish, so a worker scaled
+        down soon after its cold start still leaves its weights in the host tier for the next
+        one, within FILL_ON_EXIT_MAX_S; the model is freed first."""
+        self.engine = self.loop = None
+        if self.accelerator != "cpu":
+            import torch
+
+            torch.cuda.empty_cache()
+        self._drained.set()
+        if not filler.is_alive():
             return
-        while self.inflight and time.monotonic() < deadline:
-            if self._stop.wait(0.2):
-                return
-        loaded.fill_tiers()
+        log.info("finishing the cache-tier fill before exiting")
+        filler.join(FILL_ON_EXIT_MAX_S)
+        if filler.is_alive() and self._tier_fill is not None:
+            log.warning("cache-tier fill cut off after %.0fs", FILL_ON_EXIT_MAX_S)
+            self._tier_fill.cancel()
+            filler.join(5)
 
     def _build_engine(self, loaded: LoadedModel) -> LLMEngine:
         """A continuous-batching engine over the loaded model, sized for max_concurrency."""

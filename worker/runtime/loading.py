@@ -56,17 +56,23 @@ class LoadedModel:
         writes nothing; never calling it leaves the tiers as they were. Logs what it wrote
         or why not (a fill cut off by the process exiting leaves no partial entry).
         """
-        if self.tier_fill is None or not self.tier_fill.jobs:
-            return
-        report = self.tier_fill.run()
-        if report.filled:
-            log.info(
-                "cache tiers filled in %.2fs: %s",
-                report.seconds,
-                ", ".join(f"{tier} {uri}" for tier, uri in report.filled),
-            )
-        for uri, reason in report.failed.items():
-            log.warning("cache tier fill of %s failed: %s", uri, reason)
+        fill_tiers(self.tier_fill)
+
+
+def fill_tiers(tier_fill: TierFill | None) -> None:
+    """`LoadedModel.fill_tiers` without the model: a caller that lets the model go first (a
+    worker that stopped serving) keeps only this."""
+    if tier_fill is None or not tier_fill.jobs:
+        return
+    report = tier_fill.run()
+    if report.filled:
+        log.info(
+            "cache tiers filled in %.2fs: %s",
+            report.seconds,
+            ", ".join(f"{tier} {uri}" for tier, uri in report.filled),
+        )
+    for uri, reason in report.failed.items():
+        log.warning("cache tier fill of %s failed: %s", uri, reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,4 +184,4 @@ def load_model(
     )
 
 
-__all__ = ["LoadedModel", "LoaderError", "load_model"]
+__all__ = ["LoadedModel", "LoaderError", "fill_tiers", "load_model"]
