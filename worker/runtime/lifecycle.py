@@ -10,7 +10,8 @@ back to the pool: a worker that served a tenant holds nothing for the next one.
 
 Each transition is reported to the control plane (it closes a billing segment); a heartbeat
 in Redis tells the reconciler the worker is alive. SIGTERM means drain: stop taking work,
-finish the jobs in hand, report, exit 0.
+finish the jobs in hand, report `stopped`, finish a cache-tier fill still pending (bounded: the
+next worker's hit), exit 0. SIGINT, or a second signal, is the same without the fill.
 
 Serving holds up to ``max_concurrency`` jobs at once in one continuous-batching engine:
 
