@@ -279,12 +279,14 @@ class Platform:
         )
 
     def billing_records(self, worker_id: str, timeout_s: float = 10.0) -> list[dict[str, Any]]:
-        """The tenant's billing records of the worker, once its load and warm ones are in."""
+        """The tenant's billing records of the worker, once its load one and the one after it
+        are in (`warm`, or `idle`/`busy` for a worker that jobs waited for: no warm-up)."""
         deadline = time.monotonic() + timeout_s
         while True:
             got = self.http.get("/v1/billing/records", params={"worker_id": worker_id})
             data: list[dict[str, Any]] = got.json()["data"]
-            if {"load", "warm"} <= {r["phase"] for r in data}:
+            phases = {r["phase"] for r in data}
+            if "load" in phases and phases & {"warm", "idle", "busy"}:
                 return data
             if time.monotonic() > deadline:
                 return data  # timeline() names what is missing
