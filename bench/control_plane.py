@@ -1,0 +1,278 @@
+"""Control-plane overhead on the embedded platform: admissions per second, what the platform
+adds to a warm 1-token request, and the time to the first SSE event.
+
+    .venv/bin/python bench/control_plane.py              # ~2 min
+    .venv/bin/python bench/control_plane.py --seconds 5 --runs 300
+
+Starts `platform up --detach` in a temporary state directory (stopped with `platform down`, no
+process left behind), deploys the demo model with one warm worker (min 1, max 1, target
+concurrency 8) and measures, in this order:
+- admissions/s: async submissions (`POST /v1/deployments/{name}/jobs`, 202) and sync runs
+  (`POST .../run`, answered 200 with the finished job) by 1, 16 and 64 concurrent clients
+  (threads with keep-alive connections) for `--seconds` each; every admitted job must reach a
+  terminal state afterwards (the bench fails otherwise: nothing accepted may be lost);
+- warm-path overhead: `--runs` sequential 1-token sync runs, client latency minus the job's
+  own execution (`completed_at - started_at`), and where the platform's part goes from the job's
+  own timestamps: accepted (`created_at`) -> claimed (`started_at`) -> completed;
+- SSE: `--runs` sequential streamed runs (`stream=true`), request sent -> first event
+  (`queued`/`running`) and -> first `output` event.
+Not measured yet (null in the JSON line): the reconciler's tick at 1,000 deployments and
+10,000 pending jobs, and 2 API processes on PostgreSQL.
+
+The last line is `{"bench": "control_plane", "admissions_per_s": …, "overhead_p50_ms": …,
+"overhead_p99_ms": …, "first_event_p50_ms": …, "tick_ms_1000_deployments": null,
+"admissions_scale_2_api": null}`, where admissions_per_s is async submission at 16 clients.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+CLIENTS = (1, 16, 64)
+# The tenant's quotas (600 requests/min by default) would measure the rate limiter instead.
+PLATFORM_ENV = {
+    "PLATFORM_WARM_POOL_MAX": "0",
+    "PLATFORM_DEFAULT_REQUESTS_PER_MIN": str(10**9),
+    "PLATFORM_DEFAULT_TOKENS_PER_MIN": str(10**9),
+    "PLATFORM_DEFAULT_MAX_IN_FLIGHT": str(10**6),
+}
+TERMINAL = {"succeeded", "failed", "canceled", "expired", "timed_out"}
+
+
+def pct(values: list[float], q: float) -> float:
+    """The q-quantile (0..1) by nearest rank; values non-empty."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def ts(text: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def hammer(
+    make_client: Callable[[], Any], call: Callable[[Any, int], Any], n: int, seconds: float
+) -> tuple[list[str], dict[int, int]]:
+    """`n` threads calling `call(client, i)` (a response) back to back for `seconds`; the job
+    ids of the admitted calls (200 or 202) and the other answers by status."""
+    ids: list[str] = []
+    refused: dict[int, int] = {}
+    lock = threading.Lock()
+    window: list[float] = []  # the end of the window, set once every client is connected
+
+    def start() -> None:
+        window.append(time.monotonic() + seconds)
+
+    barrier = threading.Barrier(n, action=start)
+
+    def loop(k: int) -> None:
+        client = make_client()
+        barrier.wait()
+        i = 0
+        while time.monotonic() < window[0]:
+            r = call(client, k * 1_000_000 + i)
+            i += 1
+            with lock:
+                if r.status_code in (200, 202):
+                    ids.append(str(r.json()["id"]))
+                else:
+                    refused[r.status_code] = refused.get(r.status_code, 0) + 1
+        client.close()
+
+    threads = [threading.Thread(target=loop, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return ids, refused
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seconds", type=float, default=4.0, help="per admission measurement")
+    p.add_argument("--runs", type=int, default=200, help="sequential warm runs (and streams)")
+    args = p.parse_args()
+
+    import httpx
+
+    from bench.coldstart.driver import Platform
+    from bench.coldstart.models import build_models
+
+    with tempfile.TemporaryDirectory(prefix="bench-cp-") as tmp:
+        work = Path(tmp)
+        (demo,) = build_models(work / "models", skip_big=True)
+        plat = Platform(work / "state", PLATFORM_ENV, {})
+        try:
+            report = measure(plat, demo, args, httpx)
+        finally:
+            plat.close()
+    print_report(report)
+
+
+def measure(plat: Any, demo: Any, args: argparse.Namespace, httpx: Any) -> dict[str, Any]:
+    from bench.coldstart.driver import wait_for
+
+    up = plat.upload(demo, "api")
+    name = f"cp-{plat.token}"
+    spec = {
+        "name": name,
+        "model": up.store_uri,
+        "min_workers": 1,
+        "max_workers": 1,
+        "target_concurrency": 8,
+        "accelerator": "cpu",
+    }
+    plat.http.post("/v1/deployments", json=spec).raise_for_status()
+
+    def serving() -> bool | None:
+        data = plat.http.get("/v1/workers", params={"deployment": name}).json()["data"]
+        return True if any(w["state"] in ("idle", "busy") for w in data) else None
+
+    wait_for("a warm worker", serving, 180)
+    base, key = plat.state["url"], plat.state["api_key"]
+
+    def client() -> Any:
+        return httpx.Client(
+            base_url=base, headers={"Authorization": f"Bearer {key}"}, timeout=120.0
+        )
+
+    body = {"input": {"prompt": "Hi", "max_tokens": 1}}
+    plat.http.post(f"/v1/deployments/{name}/run", json=body).raise_for_status()  # warm the path
+
+    def submit(c: Any, _i: int) -> Any:
+        return c.post(f"/v1/deployments/{name}/jobs", json=body)
+
+    def run(c: Any, _i: int) -> Any:
+        return c.post(f"/v1/deployments/{name}/run", json=body)
+
+    admissions: dict[str, dict[int, float]] = {"async": {}, "sync": {}}
+    admitted: list[str] = []
+    for kind, call in (("async", submit), ("sync", run)):
+        for n in CLIENTS:
+            ids, refused = hammer(client, call, n, args.seconds)
+            admissions[kind][n] = len(ids) / args.seconds
+            admitted += ids
+            print(
+                f"  {kind:5s} {n:2d} clients: {len(ids) / args.seconds:7.1f} /s"
+                + (f" (refused: {refused})" if refused else ""),
+                flush=True,
+            )
+            drain(plat, ids)
+
+    overhead, stages = warm_path(plat, name, body, args.runs)
+    first_event, first_output = sse(base, key, name, body, args.runs, httpx)
+    lost = [j for j in admitted if plat.http.get(f"/v1/jobs/{j}").json()["status"] not in TERMINAL]
+    if lost:
+        raise SystemExit(f"{len(lost)} admitted jobs never finished, e.g. {lost[:3]}")
+    return {
+        "admissions": admissions,
+        "admitted": len(admitted),
+        "overhead_ms": overhead,
+        "stages_ms": stages,
+        "first_event_ms": first_event,
+        "first_output_ms": first_output,
+    }
+
+
+def drain(plat: Any, ids: list[str], timeout_s: float = 600.0) -> None:
+    """Until the last admitted jobs are terminal (they run in order of admission, roughly)."""
+    from bench.coldstart.driver import wait_for
+
+    def done(job_id: str) -> bool | None:
+        status = plat.http.get(f"/v1/jobs/{job_id}").json()["status"]
+        return True if status in TERMINAL else None
+
+    for job_id in ids[-20:]:
+        wait_for(f"job {job_id}", functools.partial(done, job_id), timeout_s, every_s=0.05)
+
+
+def warm_path(
+    plat: Any, name: str, body: dict[str, Any], runs: int
+) -> tuple[list[float], dict[str, list[float]]]:
+    """Sequential 1-token sync runs: overhead (latency - execution) and the platform's stages."""
+    overhead: list[float] = []
+    stages: dict[str, list[float]] = {"accept": [], "claim": [], "answer": []}
+    for _ in range(runs):
+        t0 = time.time()
+        r = plat.http.post(f"/v1/deployments/{name}/run", json=body)
+        t1 = time.time()
+        job = r.json()
+        created, started, done = (ts(job[k]) for k in ("created_at", "started_at", "completed_at"))
+        overhead.append((t1 - t0 - (done - started)) * 1000)
+        stages["accept"].append((created - t0) * 1000)  # sent -> stored
+        stages["claim"].append((started - created) * 1000)  # stored -> a worker claimed it
+        stages["answer"].append((t1 - done) * 1000)  # completed -> the client has it
+    return overhead, stages
+
+
+def sse(
+    base: str, key: str, name: str, body: dict[str, Any], runs: int, httpx: Any
+) -> tuple[list[float], list[float]]:
+    """Sequential streamed runs: request sent -> first SSE event, and -> first output event."""
+    first_event: list[float] = []
+    first_output: list[float] = []
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as c:
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            seen_any = None
+            with c.stream(
+                "POST", f"/v1/deployments/{name}/run", json={**body, "stream": True}
+            ) as resp:
+                for line in resp.iter_lines():
+                    if not line.startswith("event:"):
+                        continue
+                    now = time.perf_counter()
+                    if seen_any is None:
+                        seen_any = now
+                        first_event.append((now - t0) * 1000)
+                    if line.split(":", 1)[1].strip() == "output":
+                        first_output.append((now - t0) * 1000)
+                        break
+    return first_event, first_output
+
+
+def print_report(r: dict[str, Any]) -> None:
+    print()
+    print("| measure | 1 client | 16 clients | 64 clients |")
+    print("|---|---:|---:|---:|")
+    for kind in ("async", "sync"):
+        row = " | ".join(f"{r['admissions'][kind][n]:.1f}" for n in CLIENTS)
+        print(f"| {kind} admissions/s | {row} |")
+    print()
+    print("| warm path, ms | p50 | p99 |")
+    print("|---|---:|---:|")
+    rows = [("platform overhead (latency - execution)", r["overhead_ms"])]
+    rows += [(f"  {k}", v) for k, v in r["stages_ms"].items()]
+    rows += [("SSE first event", r["first_event_ms"]), ("SSE first output", r["first_output_ms"])]
+    for label, values in rows:
+        print(f"| {label} | {pct(values, 0.5):.1f} | {pct(values, 0.99):.1f} |")
+    print(f"\n{r['admitted']} admitted jobs, every one terminal")
+    line = {
+        "bench": "control_plane",
+        "admissions_per_s": round(r["admissions"]["async"][16], 1),
+        "overhead_p50_ms": round(pct(r["overhead_ms"], 0.5), 2),
+        "overhead_p99_ms": round(pct(r["overhead_ms"], 0.99), 2),
+        "first_event_p50_ms": round(pct(r["first_event_ms"], 0.5), 2),
+        "tick_ms_1000_deployments": None,
+        "admissions_scale_2_api": None,
+        "sync_per_s_16": round(r["admissions"]["sync"][16], 1),
+        "overhead_mean_ms": round(statistics.fmean(r["overhead_ms"]), 2),
+    }
+    print(json.dumps(line))
+
+
+if __name__ == "__main__":
+    main()
