@@ -250,6 +250,22 @@ def make_checkpoint(path: Path, shape: str, layers: int | None) -> int:
     return path.stat().st_size
 
 
+def run_child(argv: list[str], env: dict[str, str], what: str) -> dict[str, Any]:
+    """`python argv` in a fresh process, after the page cache's writeback (no earlier run's
+    files are written during this one); its last `RESULT {json}` line, parsed. SystemExit
+    naming `what` when it fails."""
+    os.sync()
+    time.sleep(0.5)
+    out = subprocess.run(
+        [sys.executable, *argv], env=env, capture_output=True, text=True, timeout=600
+    )
+    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
+    if out.returncode != 0 or not lines:
+        raise SystemExit(f"{what} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
+    return result
+
+
 def proc_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -294,22 +310,9 @@ def run_one(label: str, s3_env: dict[str, str], size: int, server_pid: int) -> d
         "AWS_EC2_METADATA_DISABLED": "true",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
-    os.sync()  # no writeback of an earlier contender's files during this one
-    time.sleep(0.5)
-    s0 = proc_cpu_s(server_pid)
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", kind, f"s3://{BUCKET}/{KEY}", str(size)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    server_cpu = proc_cpu_s(server_pid) - s0
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
-        raise SystemExit(f"{label} failed ({out.returncode}):\n{out.stdout}\n{out.stderr[-3000:]}")
-    r: dict[str, float] = json.loads(lines[-1][len("RESULT ") :])
-    r["server_cpu_s"] = server_cpu
+    s0 = proc_cpu_s(server_pid)  # the server idles through run_child's writeback pause
+    r = run_child([__file__, "--child", kind, f"s3://{BUCKET}/{KEY}", str(size)], env, label)
+    r["server_cpu_s"] = proc_cpu_s(server_pid) - s0
     return r
 
 
@@ -462,19 +465,11 @@ def tiers_main(args: argparse.Namespace) -> None:
         }
 
         def run(scenario: str) -> dict[str, Any]:
-            os.sync()
-            time.sleep(0.5)
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", "tier", f"s3://{BUCKET}/{KEY}", str(size)],
-                env={**env, "BENCH_SCENARIO": scenario},
-                capture_output=True,
-                text=True,
-                timeout=600,
+            r = run_child(
+                [__file__, "--child", "tier", f"s3://{BUCKET}/{KEY}", str(size)],
+                {**env, "BENCH_SCENARIO": scenario},
+                scenario,
             )
-            lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-            if out.returncode != 0 or not lines:
-                raise SystemExit(f"{scenario} failed:\n{out.stderr[-3000:]}")
-            r: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
             hit = scenario.split(" ")[0] if "hit" in scenario else None
             if r["tier_hits"] != ({hit: 1} if hit else {}):
                 raise SystemExit(f"{scenario}: read from {r['tier_hits'] or 'the origin'}")

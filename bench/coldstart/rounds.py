@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 from bench.coldstart.driver import Platform, Uploaded
-from bench.coldstart.models import Model
+from bench.coldstart.models import Model, bench_loader
 from bench.coldstart.phases import phases, timeline
 from bench.coldstart.report import Round
 from bench.coldstart.scenarios import Scenario
@@ -141,16 +139,5 @@ def weight_stream(p: Platform, up: Uploaded) -> float:
     from the platform's store, in a fresh process (`--child-stream`)."""
     env = {k: v for k, v in p.env.items() if not k.startswith("PLATFORM_LOADER_")}
     env["AWS_EC2_METADATA_DISABLED"] = "true"
-    os.sync()
-    time.sleep(0.5)
-    out = subprocess.run(
-        [sys.executable, str(ENTRY), "--child-stream", up.weights_uri, p.state["s3_endpoint_url"]],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    lines = [x for x in out.stdout.splitlines() if x.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
-        raise SystemExit(f"weight stream failed ({out.returncode}):\n{out.stderr[-3000:]}")
-    return float(json.loads(lines[-1][len("RESULT ") :])["seconds"])
+    argv = [str(ENTRY), "--child-stream", up.weights_uri, p.state["s3_endpoint_url"]]
+    return float(bench_loader().run_child(argv, env, "weight stream")["seconds"])
