@@ -52,15 +52,8 @@ TERMINAL = {"succeeded", "failed", "canceled", "expired", "timed_out"}
 
 
 def pct(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) by nearest rank; values non-empty."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def ts(text: str) -> float:
-    from datetime import datetime
-
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    """The q-quantile (0 < q < 1) of at least two values, interpolated."""
+    return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 
 def hammer(
@@ -203,6 +196,8 @@ def warm_path(
     plat: Any, name: str, body: dict[str, Any], runs: int
 ) -> tuple[list[float], dict[str, list[float]]]:
     """Sequential 1-token sync runs: overhead (latency - execution) and the platform's stages."""
+    from bench.coldstart.phases import parse_iso
+
     overhead: list[float] = []
     stages: dict[str, list[float]] = {"accept": [], "claim": [], "answer": []}
     for _ in range(runs):
@@ -210,7 +205,9 @@ def warm_path(
         r = plat.http.post(f"/v1/deployments/{name}/run", json=body)
         t1 = time.time()
         job = r.json()
-        created, started, done = (ts(job[k]) for k in ("created_at", "started_at", "completed_at"))
+        created, started, done = (
+            parse_iso(job[k]) for k in ("created_at", "started_at", "completed_at")
+        )
         overhead.append((t1 - t0 - (done - started)) * 1000)
         stages["accept"].append((created - t0) * 1000)  # sent -> stored
         stages["claim"].append((started - created) * 1000)  # stored -> a worker claimed it
