@@ -387,27 +387,31 @@ def test_a_cold_start_reports_its_phases_and_the_next_worker_reads_the_host_tier
         client.deployments.delete(name)
 
 
-def test_a_worker_scaled_down_during_its_first_job_still_fills_the_host_tier(
+def test_a_worker_scaled_down_during_its_first_jobs_still_fills_the_host_tier(
     platform: dict[str, Any], demo_model: Path
 ) -> None:
-    """Deleted while its first job runs (the fill waits for quiet): the worker drains, reports
-    stopped (its tenant's records end there), then finishes the fill before it exits."""
+    """Asked to drain (SIGTERM, as a scale-down does) while its first jobs run (the fill waits
+    for quiet): the worker finishes them, reports stopped (its tenant's records end there),
+    then finishes the fill before it exits."""
     from loader import cached_uris
 
     up = cli("models", "upload", str(demo_model), "models/fill-exit/", env=platform["env"])
     assert up.returncode == 0, up.stdout + up.stderr
     client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
-    client.deployments.create(name="fill-exit", model="store://models/fill-exit/")
-    # the untrained demo model generates every one of its max_tokens: a long job
-    job = client.submit("fill-exit", {"prompt": "Hi", "max_tokens": 400})
+    client.deployments.create(
+        name="fill-exit", model="store://models/fill-exit/", max_workers=1, target_concurrency=4
+    )
+    # the untrained demo model generates every one of its max_tokens: four long jobs, together
+    jobs = [client.submit("fill-exit", {"prompt": "Hi", "max_tokens": 400}) for _ in range(4)]
     deadline = time.monotonic() + 90
-    while client.jobs.get(job.id).status != "running":
-        assert time.monotonic() < deadline, "the job never ran"
+    while any(client.jobs.get(j.id).status != "running" for j in jobs):
+        assert time.monotonic() < deadline, "the jobs never ran together"
         time.sleep(0.02)
-    client.deployments.delete("fill-exit")  # the worker is asked to drain now
-    assert job.wait(timeout=60).status == "succeeded", "the drain finished the job"
-
     (worker,) = client.workers.list(deployment="fill-exit")
+    (proc,) = processes_mentioning(worker["id"])
+    os.kill(int(proc.split(":", 1)[0]), signal.SIGTERM)  # what the provider's stop sends
+    assert all(j.wait(timeout=60).status == "succeeded" for j in jobs), "the drain ran them"
+
     tier_dir = platform["state_dir"] / "host-cache"
     deadline = time.monotonic() + 60
     while not any("/models/fill-exit/" in u for u in cached_uris(str(tier_dir))):
@@ -417,7 +421,9 @@ def test_a_worker_scaled_down_during_its_first_job_still_fills_the_host_tier(
     log = log_path.read_text()
     assert "finishing the cache-tier fill before exiting" in log, log[-2000:]
     # the fill came after `stopped`: the tenant's records end before it
-    stopped = client.workers.list(deployment="fill-exit")[0]
+    # (the deployment lives on: the autoscaler may have started another worker meanwhile)
+    (stopped,) = (w for w in client.workers.list(deployment="fill-exit") if w["id"] == worker["id"])
     assert stopped["state"] == "stopped"
     records = client.billing.records(worker_id=worker["id"])
     assert records[-1]["phase"] == "drain" and records[-1]["end"] == stopped["stopped_at"]
+    client.deployments.delete("fill-exit")
