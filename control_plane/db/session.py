@@ -1,30 +1,106 @@
-"""Engine and session factory; SQLite gets WAL and a busy timeout so several processes share it."""
+"""Engine and session factory; SQLite gets WAL and a busy timeout so several processes share it.
+
+SQLite has one writer at a time. Threads of one process that race for it do not queue: the
+loser polls with SQLite's busy handler, sleeping 1, 2, 5, 10 … ms between tries, while the
+winner may sit without the GIL for a whole switch interval. Under concurrent requests that
+turned millisecond writes into tens of milliseconds. So within a process, a write transaction
+first takes a process-wide gate (a plain lock, handed over at once on commit); only writers of
+other processes still meet the busy handler.
+"""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+# Enough pooled connections for every thread of the API's thread pool (anyio's default is 40):
+# an overflow connection is closed on return, and each new one pays the PRAGMAs below.
+SQLITE_POOL_SIZE = 40
+GATE_TIMEOUT_S = 30.0  # = the busy timeout below
+_WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
+
+
+class _GatedConnection(sqlite3.Connection):
+    """A connection that holds its process's write gate from its first write to its commit
+    or rollback (`sqlite3.connect(factory=…)`; the gate is set right after connecting)."""
+
+    gate: threading.Lock
+    holds_gate: bool = False
+
+    def hold_gate(self) -> None:
+        if self.holds_gate:
+            return
+        # Bounded like SQLite's own busy wait: two sessions of one thread that both write
+        # fail as they did without the gate, instead of hanging.
+        if not self.gate.acquire(timeout=GATE_TIMEOUT_S):
+            raise sqlite3.OperationalError("database is locked (write gate)")
+        self.holds_gate = True
+
+    def _release_gate(self) -> None:
+        if self.holds_gate:
+            self.holds_gate = False
+            self.gate.release()
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        finally:
+            self._release_gate()
+
+    def rollback(self) -> None:
+        try:
+            super().rollback()
+        finally:
+            self._release_gate()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._release_gate()
+
 
 def make_engine(database_url: str) -> Engine:
     """Create the engine for `database_url` (sqlite:///path or postgresql+psycopg://...)."""
     if database_url.startswith("sqlite"):
-        engine = create_engine(database_url, connect_args={"timeout": 30})
-
-        @event.listens_for(engine, "connect")
-        def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-            cur = dbapi_conn.cursor()
-            # WAL lets the API, the Celery worker and the reconciler read while one writes.
-            cur.execute("PRAGMA journal_mode=WAL")
-            cur.execute("PRAGMA busy_timeout=30000")
-            cur.execute("PRAGMA foreign_keys=ON")
-            cur.execute("PRAGMA synchronous=NORMAL")
-            cur.close()
-
-        return engine
+        return _sqlite_engine(database_url)
     return create_engine(database_url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+
+
+def _sqlite_engine(database_url: str) -> Engine:
+    gate = threading.Lock()
+    engine = create_engine(
+        database_url,
+        connect_args={"timeout": GATE_TIMEOUT_S, "factory": _GatedConnection},
+        pool_size=SQLITE_POOL_SIZE,
+        max_overflow=SQLITE_POOL_SIZE,
+    )
+
+    @event.listens_for(engine, "connect")
+    def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.gate = gate
+        cur = dbapi_conn.cursor()
+        # WAL lets the API, the Celery worker and the reconciler read while one writes.
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA busy_timeout={int(GATE_TIMEOUT_S * 1000)}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _gate_writes(conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        # The driver opens the transaction implicitly at the first write (not at a read), so
+        # that is when this thread must own the gate; commit or rollback hands it back.
+        if statement.lstrip()[:7].upper().startswith(_WRITES):
+            dbapi = conn.connection.dbapi_connection
+            if isinstance(dbapi, _GatedConnection):
+                dbapi.hold_gate()
+
+    return engine
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
