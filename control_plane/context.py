@@ -11,6 +11,7 @@ from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock, utc_now
+from control_plane.services.edge_cache import EdgeCache
 from control_plane.services.finish import Outbox
 from control_plane.services.model_meta import ModelMetaCache
 from control_plane.services.quotas import Quotas
@@ -24,6 +25,7 @@ class AppContext:
     redis: redis.Redis  # sync client (thread-pool routes, event publishing)
     aredis: aioredis.Redis  # async client (blocking stream reads in async routes)
     celery: Celery  # producer of worker wake-ups and background tasks
+    edge: EdgeCache  # the caller's key, deployment and quota limits, checked per request
     model_meta: ModelMetaCache  # context length, tokenizer, chat template per deployment version
     quotas: Quotas  # per-tenant rate and in-flight limits
     clock: Clock = field(default=utc_now)  # the time every route and service here uses

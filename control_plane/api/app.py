@@ -27,6 +27,7 @@ from control_plane.context import AppContext
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import Clock, utc_now
 from control_plane.services.dispatch import make_celery
+from control_plane.services.edge_cache import EdgeCache, install_invalidation
 from control_plane.services.model_meta import ModelMetaCache
 from control_plane.services.quotas import Quotas
 from control_plane.settings import Settings
@@ -37,12 +38,14 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
     engine = make_engine(settings.database_url)
     sync_redis = redis.Redis.from_url(settings.redis_url)
     sessions = make_sessionmaker(engine)
+    install_invalidation(sessions, sync_redis)
     ctx = AppContext(
         settings=settings,
         sessions=sessions,
         redis=sync_redis,
         aredis=aioredis.Redis.from_url(settings.redis_url),
         celery=make_celery(settings),
+        edge=EdgeCache(sync_redis),
         model_meta=ModelMetaCache(settings, sessions),
         quotas=Quotas(sync_redis, settings.quota_fail_open),
         clock=clock,

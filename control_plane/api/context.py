@@ -18,7 +18,9 @@ from control_plane.errors import Unauthorized
 from control_plane.services import auth
 
 
-def ctx(request: Request) -> AppContext:
+# The trivial dependencies are `async def`: FastAPI runs a plain `def` one on a pool thread,
+# a thread hop per request for a dictionary lookup.
+async def ctx(request: Request) -> AppContext:
     context: AppContext = request.app.state.ctx
     return context
 
@@ -35,19 +37,20 @@ def bearer_token(authorization: str | None) -> str:
     return authorization[7:].strip()
 
 
-def request_time(context: Annotated[AppContext, Depends(ctx)]) -> datetime:
+async def request_time(context: Annotated[AppContext, Depends(ctx)]) -> datetime:
     """The time of this request, from the app's clock (tests inject one)."""
     return context.clock()
 
 
 def principal(
+    context: Annotated[AppContext, Depends(ctx)],
     session: Annotated[Session, Depends(db)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> auth.Principal:
-    return auth.authenticate(session, bearer_token(authorization))
+    return context.edge.view().principal(session, bearer_token(authorization))
 
 
-def worker_auth(
+async def worker_auth(
     context: Annotated[AppContext, Depends(ctx)],
     authorization: Annotated[str | None, Header()] = None,
 ) -> None:

@@ -22,7 +22,7 @@ from control_plane.api.schemas import JobInput
 from control_plane.context import AppContext
 from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest, JobFailed, JobStillRunning
-from control_plane.services import auth, deployments, runs
+from control_plane.services import deployments, runs
 from control_plane.services.model_meta import DEFAULT_CHAT_TEMPLATE, render_chat
 from worker.protocol import TERMINAL_EVENTS, EventType
 
@@ -116,11 +116,11 @@ class CompletionRequest(_Common):
 
 def _render(ctx: AppContext, token: str, body: ChatCompletionRequest) -> str:
     """The chat rendered with the deployment's template (runs in a thread)."""
+    view = ctx.edge.view()
     with ctx.sessions() as session:
-        who = auth.authenticate(session, token)
-        dep = deployments.get(session, who.tenant_id, body.model)
-        dep_id, version, model_uri = dep.id, dep.version, dep.spec.model
-    meta = ctx.model_meta.get(dep_id, version, who.tenant_id, model_uri)
+        who = view.principal(session, token)
+        dep = view.deployment(session, who.tenant_id, body.model)
+    meta = ctx.model_meta.get(dep.id, dep.version, who.tenant_id, dep.spec.model)
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
     try:
         if meta is None:
