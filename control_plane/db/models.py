@@ -140,6 +140,9 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_deployment_status", "deployment_id", "status"),
         Index("ix_jobs_tenant_created", "tenant_id", "created_at"),
+        # A quota check counts a tenant's active jobs on every admission: without this index it
+        # reads all its history; with it, only index entries (dispatched_at is in it too).
+        Index("ix_jobs_tenant_status", "tenant_id", "status", "dispatched_at"),
         Index("ix_jobs_batch_status", "batch_id", "status"),
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_idempotency"),
     )

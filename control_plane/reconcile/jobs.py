@@ -58,7 +58,7 @@ def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) 
     finish.finish(session, env.outbox, exhausted, now)  # commits the requeues too
     for job in requeued:
         log.warning("job %s lost its worker; requeued (attempt %d)", job.id, job.attempt)
-        wake(env.redis, env.celery, job.deployment_id, job.id, job.kind, {"reason": "worker_lost"})
+        wake(env.redis, job.deployment_id, job.id, job.kind, {"reason": "worker_lost"})
 
 
 def expire_overdue(session: Session, env: Env, now: datetime) -> None:
@@ -89,7 +89,7 @@ def redispatch(session: Session, env: Env) -> None:
             empty[dep_id] = queue_depth(env.celery, deployment_queue(dep_id)) == 0
         if empty[dep_id]:
             log.info("re-sending the wake-up of job %s", job_id)
-            dispatch_job(env.celery, dep_id, job_id, kind)
+            dispatch_job(env.redis, dep_id, job_id, kind)
 
 
 def forget_stale_wakeups(session: Session, env: Env, now: datetime) -> int:

@@ -295,19 +295,17 @@ def _pump_one(
     # NOTE: committed before the wake-ups: a lost wake-up is re-sent by the reconciler, while a
     # wake-up for an uncommitted slot could exceed max_in_flight.
     session.commit()
-    wake_dispatched(r, celery, batch.deployment_id, next_ids, now)
+    wake_dispatched(r, batch.deployment_id, next_ids, now)
     log.info("batch %s: dispatched %d more jobs", batch_id, len(next_ids))
 
 
-def wake_dispatched(
-    r: redis.Redis, celery: Celery, deployment_id: str, job_ids: list[str], now: datetime
-) -> None:
+def wake_dispatched(r: redis.Redis, deployment_id: str, job_ids: list[str], now: datetime) -> None:
     """Batch jobs just given a slot (committed): they arrive at the deployment now (the
     autoscaler's arrival history counts a batch line when it is dispatched, not when the batch
     was created: `max_in_flight` bounds the work it adds), and each gets its wake-up."""
     arrivals.record(r, deployment_id, now, len(job_ids))
     for job_id in job_ids:
-        wake(r, celery, deployment_id, job_id, "batch")
+        wake(r, deployment_id, job_id, "batch")
 
 
 def _complete(

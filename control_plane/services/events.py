@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 import redis.asyncio as aioredis
+from redis.client import Pipeline
 
 from worker.protocol import (
     JOB_EVENTS_MAXLEN,
@@ -32,13 +33,18 @@ def publish_many(
     """The same event to many jobs, in one round trip."""
     if not job_ids:
         return
-    body = {"type": event.value, "data": json.dumps(data)}
     pipe = r.pipeline(transaction=False)
     for job_id in job_ids:
-        key = job_events_key(job_id)
-        pipe.xadd(key, body, maxlen=JOB_EVENTS_MAXLEN)  # type: ignore[arg-type]
-        pipe.expire(key, JOB_EVENTS_TTL_S)
+        publish_to(pipe, job_id, event, data)
     pipe.execute()
+
+
+def publish_to(pipe: Pipeline, job_id: str, event: EventType, data: dict[str, Any]) -> None:
+    """Queue a job's event on `pipe` (the caller executes it with its other commands)."""
+    key = job_events_key(job_id)
+    body = {"type": event.value, "data": json.dumps(data)}
+    pipe.xadd(key, body, maxlen=JOB_EVENTS_MAXLEN)  # type: ignore[arg-type]
+    pipe.expire(key, JOB_EVENTS_TTL_S)
 
 
 async def follow(

@@ -28,6 +28,7 @@ import redis
 from celery import Celery
 from sqlalchemy import update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from control_plane.db.models import Job
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobStatus
@@ -154,7 +155,7 @@ def _end(session: Session, job_id: str, ending: Ending, now: datetime) -> tuple[
     if ending.attempt is not None:
         conditions.append(Job.attempt == ending.attempt)
     values: dict[str, Any] = {
-        "status": ending.status,
+        "status": ending.status.value,
         "completed_at": now,
         "webhook_status": _webhook_status(job),
     }
@@ -169,10 +170,16 @@ def _end(session: Session, job_id: str, ending: Ending, now: datetime) -> tuple[
             prompt_tokens=ending.prompt_tokens,
             generated_tokens=ending.generated_tokens,
         )
-    res = session.execute(update(Job).where(*conditions).values(**values))
+    res = session.execute(
+        update(Job).where(*conditions).values(**values),
+        execution_options={"synchronize_session": False},
+    )
     if res.rowcount == 0:  # type: ignore[attr-defined]
         return None  # another path ended it first, or the attempt is stale
-    session.refresh(job)
+    # The row now holds exactly these values (nothing is computed by the database): set them
+    # on the loaded object instead of reading the row back.
+    for key, value in values.items():
+        set_committed_value(job, key, value)
     if was_running:
         # A user's cancel and an overrun are billed up to now, like a worker's own report;
         # an attempt lost with its worker was already closed (unbilled) by the reconciler.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import Integer, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Deployment, Job
@@ -144,13 +144,22 @@ def recent_execution_s(session: Session, deployment_id: str, limit: int = 20) ->
     return sum(spans) / len(spans) if spans else None
 
 
-def active_count(session: Session, tenant_id: str) -> int:
-    """Jobs of a tenant that are queued, starting or running."""
-    n = session.scalar(
-        select(func.count()).where(
-            Job.tenant_id == tenant_id,
-            Job.status.in_(_ACTIVE),
-            Job.dispatched_at.is_not(None) | (Job.status == JobStatus.RUNNING),
-        )
+# Built once: constructing (and cache-keying) this statement cost more than running it.
+_ACTIVE_OF_TENANT = select(func.count()).select_from(
+    select(Job.id)
+    .where(
+        Job.tenant_id == bindparam("tenant_id"),
+        Job.status.in_(_ACTIVE),
+        Job.dispatched_at.is_not(None) | (Job.status == JobStatus.RUNNING),
     )
-    return int(n or 0)
+    .limit(bindparam("upto", type_=Integer))
+    .subquery()
+)
+_NO_LIMIT = 2**62
+
+
+def active_count(session: Session, tenant_id: str, upto: int | None = None) -> int:
+    """Jobs of a tenant that are queued, starting or running; with `upto`, counted no further
+    than that (a quota check only asks whether the tenant is at its limit)."""
+    params = {"tenant_id": tenant_id, "upto": _NO_LIMIT if upto is None else upto}
+    return int(session.scalar(_ACTIVE_OF_TENANT, params) or 0)

@@ -12,21 +12,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
-from control_plane.db.models import Deployment, Job, JobAttempt
+from control_plane.db.models import Job, JobAttempt
 from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
+from control_plane.services.edge_cache import DeploymentRef
 from control_plane.services.paging import tenant_page
 
 
 def create(
     session: Session,
-    deployment: Deployment,
+    deployment: DeploymentRef,
     job_input: dict[str, Any],
     kind: str,
     now: datetime,
@@ -45,15 +47,16 @@ def create(
         existing = _by_idempotency_key(session, deployment.tenant_id, idempotency_key)
         if existing is not None:
             return _check_replay(existing, request_hash), False
-    job = Job(
+    values: dict[str, Any] = dict(
         id=new_id("job", now),
         tenant_id=deployment.tenant_id,
         deployment_id=deployment.id,
         deployment_name=deployment.name,
         deployment_version=deployment.version,
         kind=kind,
-        status=JobStatus.QUEUED,
+        status=JobStatus.QUEUED.value,
         input=job_input,
+        attempt=0,
         webhook_url=webhook_url,
         webhook_events=webhook_events,
         webhook_status="pending" if webhook_url else "none",
@@ -66,9 +69,9 @@ def create(
         dispatched_at=now if dispatch else None,
         created_at=now,
     )
-    session.add(job)
     try:
-        session.flush()
+        # A Core insert: the ORM's unit of work cost more than the statement (hot path).
+        session.execute(_INSERT_JOB, values)
     except IntegrityError:
         # A concurrent request with the same key won the race.
         session.rollback()
@@ -76,7 +79,11 @@ def create(
         if existing is None:
             raise
         return _check_replay(existing, request_hash), False
-    return job, True
+    # Not attached to the session: the row is written; this object only carries its values.
+    return Job(**values), True
+
+
+_INSERT_JOB = insert(Job.metadata.tables["jobs"])
 
 
 def _by_idempotency_key(session: Session, tenant_id: str, key: str) -> Job | None:
@@ -123,20 +130,28 @@ def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job |
     if job is None or job.status not in PENDING or ttl_passed(job, now):
         return None
     waited_on_boot = job.status == JobStatus.STARTING
+    values = {
+        "status": JobStatus.RUNNING.value,
+        "attempt": job.attempt + 1,
+        "worker_id": worker_id,
+        "started_at": job.started_at or now,
+        "status_reason": None,
+    }
     res = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status.in_([s.value for s in PENDING]))
-        .values(
-            status=JobStatus.RUNNING,
-            attempt=Job.attempt + 1,
-            worker_id=worker_id,
-            started_at=func.coalesce(Job.started_at, now),
-            status_reason=None,
+        # `attempt` as read: the values above are then exactly what the row gets
+        .where(
+            Job.id == job_id,
+            Job.status.in_([s.value for s in PENDING]),
+            Job.attempt == job.attempt,
         )
+        .values(**values),
+        execution_options={"synchronize_session": False},
     )
     if res.rowcount == 0:  # type: ignore[attr-defined]
         return None
-    session.refresh(job)
+    for key, value in values.items():  # instead of reading the row back
+        set_committed_value(job, key, value)
     session.add(
         JobAttempt(
             job_id=job.id,
@@ -184,38 +199,57 @@ def mark_starting(session: Session, deployment_id: str, reason: str) -> list[Wai
     """The jobs of a deployment wait on a worker that boots (or may not boot yet): queued ones
     (sent to its queue) become `starting`, and every waiting job's status_reason becomes
     `reason` (it follows a cold start's phase). Returns the jobs that wait."""
-    waiting = list(
-        session.execute(
-            select(
-                Job.id,
-                Job.status,
-                Job.status_reason,
-                Job.attempt,
-                Job.webhook_url,
-                Job.webhook_events,
-            ).where(
-                Job.deployment_id == deployment_id,
+    mark_starting_many(session, {deployment_id: reason})
+    return waiting_jobs(session, [deployment_id]).get(deployment_id, [])
+
+
+def mark_starting_many(session: Session, reasons: dict[str, str]) -> None:
+    """`mark_starting` for many deployments (deployment id → reason), without reading the
+    jobs: one conditional update per distinct reason, which touches only the rows that change
+    (a tick with a thousand cold starts must not cost a thousand round trips)."""
+    by_reason: dict[str, list[str]] = {}
+    for deployment_id, reason in reasons.items():
+        by_reason.setdefault(reason, []).append(deployment_id)
+    for reason, ids in by_reason.items():
+        for i in range(0, len(ids), _IN_CHUNK):
+            session.execute(
+                update(Job)
+                .where(
+                    Job.deployment_id.in_(ids[i : i + _IN_CHUNK]),
+                    # queued ones sent to a queue, and starting ones told another reason; the
+                    # status guard keeps a job claimed meanwhile running
+                    ((Job.status == JobStatus.QUEUED) & Job.dispatched_at.is_not(None))
+                    | (
+                        (Job.status == JobStatus.STARTING)
+                        & (Job.status_reason.is_(None) | (Job.status_reason != reason))
+                    ),
+                )
+                .values(status=JobStatus.STARTING, status_reason=reason),
+                execution_options={"synchronize_session": False},
+            )
+
+
+def waiting_jobs(session: Session, deployment_ids: list[str]) -> dict[str, list[Waiting]]:
+    """The jobs that wait on a worker (starting, or queued and sent), per deployment (only
+    those that have some)."""
+    out: dict[str, list[Waiting]] = {}
+    for i in range(0, len(deployment_ids), _IN_CHUNK):
+        rows = session.execute(
+            select(Job.id, Job.deployment_id, Job.attempt, Job.webhook_url, Job.webhook_events)
+            .where(
+                Job.deployment_id.in_(deployment_ids[i : i + _IN_CHUNK]),
                 (Job.status == JobStatus.STARTING)
                 | ((Job.status == JobStatus.QUEUED) & Job.dispatched_at.is_not(None)),
             )
+            .order_by(Job.id)
         )
-    )
-    stale = [
-        row.id for row in waiting if row.status != JobStatus.STARTING or row.status_reason != reason
-    ]
-    if stale:
-        session.execute(
-            update(Job)
-            # the status guard: a job claimed since the read keeps its running state
-            .where(Job.id.in_(stale), Job.status.in_([JobStatus.QUEUED, JobStatus.STARTING]))
-            .values(status=JobStatus.STARTING, status_reason=reason)
-        )
-    return [
-        Waiting(
-            row.id, row.attempt, bool(row.webhook_url) and "starting" in (row.webhook_events or [])
-        )
-        for row in waiting
-    ]
+        for row in rows:
+            wants = bool(row.webhook_url) and "starting" in (row.webhook_events or [])
+            out.setdefault(row.deployment_id, []).append(Waiting(row.id, row.attempt, wants))
+    return out
+
+
+_IN_CHUNK = 5000  # ids per IN (...) list: well under SQLite's and PostgreSQL's bind limits
 
 
 def usage_of(job: Job) -> dict[str, Any]:

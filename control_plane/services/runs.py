@@ -22,13 +22,10 @@ from typing import Any, Protocol
 from sqlalchemy.orm import Session
 
 from control_plane.context import AppContext
-from control_plane.db.models import Deployment, Tenant
 from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest
 from control_plane.services import (
     arrivals,
-    auth,
-    deployments,
     events,
     finish,
     job_queries,
@@ -36,6 +33,7 @@ from control_plane.services import (
     webhooks,
 )
 from control_plane.services.dispatch import wake
+from control_plane.services.edge_cache import DeploymentRef, TenantLimits
 from control_plane.services.quotas import Limits
 from worker.protocol import TERMINAL_EVENTS, EventType
 
@@ -65,10 +63,11 @@ def create(
     request_hash: str | None = None,
 ) -> tuple[dict[str, Any], str]:
     """Commit the job, then wake a worker; returns (public job, tenant id)."""
+    view = ctx.edge.view()
     with ctx.sessions() as session:
-        who = auth.authenticate(session, token)
+        who = view.principal(session, token)
         who.require("run")
-        dep = deployments.get(session, who.tenant_id, name)
+        dep = view.deployment(session, who.tenant_id, name)
         if webhook:
             webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
         resolved = job_input.resolved(dep.spec.defaults)
@@ -76,7 +75,8 @@ def create(
         if idempotency_key is None or not jobs.exists_for_key(
             session, who.tenant_id, idempotency_key
         ):
-            admit(ctx, session, who.tenant_id, prompt_tokens + int(resolved["max_tokens"]))
+            tokens = prompt_tokens + int(resolved["max_tokens"])
+            admit(ctx, session, who.tenant_id, tokens, view.limits(session, who.tenant_id))
         now = ctx.clock()
         job, created = jobs.create(
             session,
@@ -101,23 +101,26 @@ def create(
         # Every admitted call passes here (run, stream, jobs, OpenAI); batch lines count when
         # they are dispatched (`services/batches.py`). Best effort: never fails the call.
         arrivals.record(ctx.redis, dep_id, now)
-        wake(ctx.redis, ctx.celery, dep_id, public["id"], kind)
+        wake(ctx.redis, dep_id, public["id"], kind)
     return public, tenant_id
 
 
-def admit(ctx: AppContext, session: Session, tenant_id: str, tokens: int) -> None:
+def admit(
+    ctx: AppContext, session: Session, tenant_id: str, tokens: int, own: TenantLimits
+) -> None:
     """Quota check of a new job (a replay of an idempotent request is not charged again)."""
-    tenant = session.get(Tenant, tenant_id)
     s = ctx.settings
     limits = Limits(
-        requests_per_min=(tenant and tenant.requests_per_min) or s.default_requests_per_min,
-        tokens_per_min=(tenant and tenant.tokens_per_min) or s.default_tokens_per_min,
-        max_in_flight=(tenant and tenant.max_in_flight) or s.default_max_in_flight,
+        requests_per_min=own.requests_per_min or s.default_requests_per_min,
+        tokens_per_min=own.tokens_per_min or s.default_tokens_per_min,
+        max_in_flight=own.max_in_flight or s.default_max_in_flight,
     )
-    ctx.quotas.admit(tenant_id, limits, tokens, job_queries.active_count(session, tenant_id))
+    # Counting stops at the limit: the answer needed is only whether the tenant is at it.
+    in_flight = job_queries.active_count(session, tenant_id, upto=limits.max_in_flight)
+    ctx.quotas.admit(tenant_id, limits, tokens, in_flight)
 
 
-def check_fits_context(ctx: AppContext, dep: Deployment, resolved: dict[str, Any]) -> int:
+def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: dict[str, Any]) -> int:
     """Refuse a prompt that cannot fit the model's context, before anything is written.
 
     Returns the prompt's token count (an estimate when the model files are unreadable).

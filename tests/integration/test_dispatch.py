@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from control_plane.embedded.processes import free_port, start_redis
 from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
 from control_plane.settings import Settings
@@ -19,9 +21,9 @@ def test_sent_wake_ups_are_consumed_in_priority_order(redis_url: str, redis_clie
     app = make_celery(Settings(redis_url=redis_url))
     queue = deployment_queue("dep_test")
     assert queue_depth(app, queue) == 0
-    dispatch_job(app, "dep_test", "job_batch", "batch")
-    dispatch_job(app, "dep_test", "job_async", "async")
-    dispatch_job(app, "dep_test", "job_sync", "sync")
+    dispatch_job(redis_client, "dep_test", "job_batch", "batch")
+    dispatch_job(redis_client, "dep_test", "job_async", "async")
+    dispatch_job(redis_client, "dep_test", "job_sync", "sync")
     assert queue_depth(app, queue) == 3
     seen: list[str] = []
 
@@ -40,7 +42,6 @@ def test_a_consumer_outlives_a_broker_restart(tmp_path: Path) -> None:
     port = free_port()
     server = start_redis(tmp_path, port, tmp_path / "redis.log", appendonly=True)
     url = server.extra["url"]
-    app = make_celery(Settings(redis_url=url))
     queue = deployment_queue("dep_restart")
     seen: list[str] = []
     held: list[Delivery] = []
@@ -53,7 +54,7 @@ def test_a_consumer_outlives_a_broker_restart(tmp_path: Path) -> None:
         target=consume, args=(url, queue, 4, handle, lambda: len(seen) == 2), daemon=True
     )
     try:
-        dispatch_job(app, "dep_restart", "job_before", "async")
+        dispatch_job(redis.Redis.from_url(url), "dep_restart", "job_before", "async")
         thread.start()
         wait_for(lambda: seen == ["job_before"])
         time.sleep(1.2)  # the AOF (fsync every second) holds the delivery
@@ -62,7 +63,7 @@ def test_a_consumer_outlives_a_broker_restart(tmp_path: Path) -> None:
         held[0].ack()  # the job finished while the broker was down
         time.sleep(1.0)  # the consumer sees the connection go
         server = start_redis(tmp_path, port, tmp_path / "redis.log", appendonly=True)
-        dispatch_job(make_celery(Settings(redis_url=url)), "dep_restart", "job_after", "async")
+        dispatch_job(redis.Redis.from_url(url), "dep_restart", "job_after", "async")
         wait_for(lambda: seen == ["job_before", "job_after"])
         held[1].ack()
         thread.join(timeout=20)
@@ -102,7 +103,7 @@ def test_a_worker_warms_up_unless_wake_ups_wait_for_it(redis_url: str, redis_cli
     ahead._warm_up_unless_jobs_wait(queue)
     assert ahead.control.states == ["warming"] and runner.steps  # type: ignore[attr-defined]
 
-    dispatch_job(app, "dep_w", "job_cold", "sync")
+    dispatch_job(redis_client, "dep_w", "job_cold", "sync")
     cold, runner = _runtime_on(redis_url, queue)
     cold._warm_up_unless_jobs_wait(queue)
     assert cold.control.states == [] and not runner.steps  # type: ignore[attr-defined]

@@ -187,7 +187,7 @@ def create_batch(
     parsed = _validate_lines(lines, source, settings.batch_max_lines)
     # A batch is one request against the tenant's rate; its jobs run at batch priority and
     # enter the in-flight count as pump dispatches them.
-    runs.admit(ctx, session, who.tenant_id, tokens=0)
+    runs.admit(ctx, session, who.tenant_id, 0, ctx.edge.view().limits(session, who.tenant_id))
     batch, created, to_wake = batches.create(
         session,
         dep,
@@ -203,7 +203,7 @@ def create_batch(
     # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
     session.commit()
     public = batches.to_public(session, batch)
-    batches.wake_dispatched(ctx.redis, ctx.celery, batch.deployment_id, to_wake, at)
+    batches.wake_dispatched(ctx.redis, batch.deployment_id, to_wake, at)
     return JSONResponse(public, status_code=201 if created else 200)
 
 

@@ -64,10 +64,14 @@ async def run(
             _sse(ctx, job_id, tenant_id), media_type="text/event-stream", headers=headers
         )
     wait_s = min(body.wait_s or ctx.settings.sync_wait_default_s, ctx.settings.sync_wait_max_s)
+    final: dict[str, Any] | None = None
     try:
         async with asyncio.timeout(wait_s):
-            async for event, _ in events.follow(ctx.aredis, job_id, block_ms=500):
+            async for event, data in events.follow(ctx.aredis, job_id, block_ms=500):
                 if event in TERMINAL_EVENTS:
+                    # The terminal event carries the job as committed (`finish._announce`):
+                    # no need to read it back.
+                    final = data if data.get("id") == job_id else None
                     break
                 if await request.is_disconnected():
                     # Nobody waits for this answer any more: free the worker's slot.
@@ -75,7 +79,8 @@ async def run(
                     return Response(status_code=499, headers=headers)
     except TimeoutError:
         pass
-    final = await asyncio.to_thread(runs.read, ctx, job_id, tenant_id)
+    if final is None:
+        final = await asyncio.to_thread(runs.read, ctx, job_id, tenant_id)
     return JSONResponse(
         final, status_code=200 if is_terminal(final["status"]) else 202, headers=headers
     )
