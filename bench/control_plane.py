@@ -16,11 +16,13 @@ concurrency 8) and measures, in this order:
   own timestamps: accepted (`created_at`) -> claimed (`started_at`) -> completed;
 - SSE: `--runs` sequential streamed runs (`stream=true`), request sent -> first event
   (`queued`/`running`) and -> first `output` event.
-Not measured yet (null in the JSON line): the reconciler's tick at 1,000 deployments and
-10,000 pending jobs, and 2 API processes on PostgreSQL.
+- the reconciler's tick at `--tick-deployments` deployments (1,000) and `--tick-jobs` pending
+  jobs (10,000), rows created directly, after the platform is stopped (`bench/reconciler_tick.py`,
+  the median tick after the first).
+Not measured yet (null in the JSON line): 2 API processes on PostgreSQL.
 
 The last line is `{"bench": "control_plane", "admissions_per_s": …, "overhead_p50_ms": …,
-"overhead_p99_ms": …, "first_event_p50_ms": …, "tick_ms_1000_deployments": null,
+"overhead_p99_ms": …, "first_event_p50_ms": …, "tick_ms_1000_deployments": …,
 "admissions_scale_2_api": null}`, where admissions_per_s is async submission at 16 clients.
 """
 
@@ -97,10 +99,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seconds", type=float, default=4.0, help="per admission measurement")
     p.add_argument("--runs", type=int, default=200, help="sequential warm runs (and streams)")
+    p.add_argument("--tick-deployments", type=int, default=1000)
+    p.add_argument("--tick-jobs", type=int, default=10_000)
     args = p.parse_args()
 
     import httpx
 
+    from bench import reconciler_tick
     from bench.coldstart.driver import Platform
     from bench.coldstart.models import build_models
 
@@ -112,6 +117,8 @@ def main() -> None:
             report = measure(plat, demo, args, httpx)
         finally:
             plat.close()
+    print(f"reconciler tick, {args.tick_deployments} deployments, {args.tick_jobs} jobs:")
+    report["tick"] = reconciler_tick.measure(args.tick_deployments, args.tick_jobs, ticks=6)
     print_report(report)
 
 
@@ -256,6 +263,12 @@ def print_report(r: dict[str, Any]) -> None:
     rows += [("SSE first event", r["first_event_ms"]), ("SSE first output", r["first_output_ms"])]
     for label, values in rows:
         print(f"| {label} | {pct(values, 0.5):.1f} | {pct(values, 0.99):.1f} |")
+    tick = r["tick"]
+    print(
+        f"\nreconciler tick ({tick['deployments']} deployments, {tick['jobs']} pending jobs):"
+        f" first {tick['first_tick_ms']:.0f} ms, then median {tick['tick_ms']:.0f} ms"
+        f" (max {tick['tick_ms_max']:.0f} ms)"
+    )
     print(f"\n{r['admitted']} admitted jobs, every one terminal")
     line = {
         "bench": "control_plane",
@@ -263,7 +276,7 @@ def print_report(r: dict[str, Any]) -> None:
         "overhead_p50_ms": round(pct(r["overhead_ms"], 0.5), 2),
         "overhead_p99_ms": round(pct(r["overhead_ms"], 0.99), 2),
         "first_event_p50_ms": round(pct(r["first_event_ms"], 0.5), 2),
-        "tick_ms_1000_deployments": None,
+        "tick_ms_1000_deployments": tick["tick_ms"],
         "admissions_scale_2_api": None,
         "sync_per_s_16": round(r["admissions"]["sync"][16], 1),
         "overhead_mean_ms": round(statistics.fmean(r["overhead_ms"]), 2),

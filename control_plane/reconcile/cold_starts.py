@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import redis
 from sqlalchemy.orm import Session
 
-from control_plane.db.models import Deployment, Worker
+from control_plane.db.models import Worker
 from control_plane.domain.cold_start import (
     BootingWorker,
     ColdStart,
@@ -39,41 +40,58 @@ from worker.protocol import HEARTBEAT_PROGRESS_FIELD, worker_heartbeat_key
 log = logging.getLogger(__name__)
 
 
-def report(
-    session: Session,
-    env: Env,
-    dep: Deployment,
-    booting: list[Worker],
-    ready: int,
-    times: PhaseTimes,
-    last: dict[str, ColdStart],
-    now: datetime,
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One deployment's workers as `scale` found them this tick."""
+
+    deployment_id: str
+    booting: list[Worker]  # booting for it (including those just started)
+    ready: int  # serving workers
+    times: PhaseTimes  # its measured phase times
+
+
+def report_all(
+    session: Session, env: Env, cases: list[Case], last: dict[str, ColdStart], now: datetime
 ) -> None:
-    """Tell the jobs of `dep` how its cold start goes; `last` (per deployment, kept by the
-    caller between ticks) is what they were last told."""
-    if ready or not booting:
-        if last.pop(dep.id, None) is not None:
-            cold_starts.forget(env.redis, dep.id)
+    """Tell the waiting jobs of every deployment how its cold start goes, in a few round trips
+    for all of them; `last` (per deployment, kept by the caller between ticks) is what they
+    were last told."""
+    under_way = [c for c in cases if c.booting and not c.ready]
+    ids = {c.deployment_id for c in under_way}
+    for c in cases:
+        if c.deployment_id not in ids and last.pop(c.deployment_id, None) is not None:
+            cold_starts.forget(env.redis, c.deployment_id)
+    if not under_way:
         return
-    views = [
-        _view(w, beat, now) for w, beat in zip(booting, _beats(env.redis, booting), strict=True)
-    ]
-    start = soonest(views, times)
-    assert start is not None
-    waiting = jobs.mark_starting(session, dep.id, start.reason)
+    beats = iter(_beats(env.redis, [w for c in under_way for w in c.booting]))
+    starts: dict[str, ColdStart] = {}
+    for c in under_way:
+        views = [_view(w, next(beats), now) for w in c.booting]
+        start = soonest(views, c.times)
+        assert start is not None
+        starts[c.deployment_id] = start
+    jobs.mark_starting_many(session, {d: s.reason for d, s in starts.items()})
     session.commit()
-    # Every tick refreshes the key (GET shows a fresh ETA); events go out on real changes.
-    previous = last.get(dep.id)
-    tell = worth_publishing(previous, start)
+    # Every tick refreshes the keys (GET shows a fresh ETA); events go out on real changes,
+    # and only then are the waiting jobs read (a steady tick reads none of them).
+    told = {d for d, start in starts.items() if worth_publishing(last.get(d), start)}
+    new_phase = {d for d, start in starts.items() if d not in last or last[d].phase != start.phase}
+    waiting = jobs.waiting_jobs(session, sorted(told | new_phase))
     try:
-        cold_starts.publish(env.redis, dep.id, start, [w.id for w in waiting] if tell else [])
+        cold_starts.publish_all(
+            env.redis,
+            [
+                (d, start, [w.id for w in waiting.get(d, [])] if d in told else [])
+                for d, start in starts.items()
+            ],
+        )
     except redis.RedisError as exc:
-        log.warning("cold start of %s: progress not published (Redis: %s)", dep.id, exc)
+        log.warning("cold starts: progress not published (Redis: %s)", exc)
         return
-    if tell:
-        last[dep.id] = start
-    if previous is None or previous.phase != start.phase:
-        _webhooks(env, [w for w in waiting if w.wants_starting], start.phase)
+    for d in new_phase:
+        _webhooks(env, [w for w in waiting.get(d, []) if w.wants_starting], starts[d].phase)
+    for d in told:
+        last[d] = starts[d]
 
 
 def _webhooks(env: Env, waiting: list[jobs.Waiting], phase: str) -> None:

@@ -105,7 +105,13 @@ def scale_all(
     live = deployments.list_live(session)
     last_arrivals = _last_arrivals(env.redis, demand, [d.id for d in live])
     free = warm_pool.read_free(session, env.redis)
+    # Read for every deployment at once (set-based: a tick's queries do not grow with them).
+    workers_of: dict[str, list[Worker]] = {}
+    for w in workers.live(session):
+        if w.deployment_id is not None:
+            workers_of.setdefault(w.deployment_id, []).append(w)
     published = []
+    cases: list[cold_starts.Case] = []
     for dep in live:
         _, doc = scale(
             session,
@@ -117,8 +123,15 @@ def scale_all(
             last_arrivals.get(dep.id),
             now,
             free,
+            workers_of.get(dep.id, []),
+            cases,
         )
         published.append((dep.id, doc))
+    cold_starts.report_all(session, env, cases, demand.cold_starts, now)
+    for c in cases:
+        told = demand.cold_starts.get(c.deployment_id)
+        if told is not None and told.bytes_total:
+            demand.model_bytes[c.deployment_id] = told.bytes_total
     demand.forget_all_but({d.id for d in live})
     session.commit()
     scale_decisions.publish(env.redis, published)
@@ -133,13 +146,16 @@ def scale(
     measured: Measured | None,
     last_arrival_at: float | None,
     now: datetime,
-    free: warm_pool.FreePool | None = None,
+    free: warm_pool.FreePool | None,
+    live: list[Worker],
+    cases: list[cold_starts.Case],
 ) -> tuple[ScaleDecision, dict[str, Any]]:
     """Decide for one deployment and act on it (a worker it needs comes from `free`, the idle
-    warm pool, when that is faster); returns the decision and its document."""
+    warm pool, when that is faster); returns the decision and its document. `live` are its
+    live workers; its cold-start report, made for all deployments at once after this, is
+    added to `cases`."""
     queued, running, _ = load
     t = now.timestamp()
-    live = workers.live(session, dep.id)
     for w in fleet.to_drain([_view(w) for w in live], dep.version):
         log.info("draining worker %s of %s: new version", w.id, dep.name)
         _stop(session, env, w.id, fleet.NEW_VERSION)
@@ -213,12 +229,7 @@ def scale(
             _stop(session, env, v.id, fleet.SCALE_DOWN)
     if not decision.fail_waiting:
         times = measured.phase_times if measured else PhaseTimes()
-        cold_starts.report(
-            session, env, dep, booting + started, len(ready), times, demand.cold_starts, now
-        )
-        told = demand.cold_starts.get(dep.id)
-        if told is not None and told.bytes_total:
-            demand.model_bytes[dep.id] = told.bytes_total
+        cases.append(cold_starts.Case(dep.id, booting + started, len(ready), times))
     doc = _document(state, decision, now)
     doc["placement"] = demand.placements.get(dep.id)
     return decision, doc

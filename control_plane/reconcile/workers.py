@@ -8,10 +8,12 @@ import json
 import logging
 from datetime import UTC, datetime
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Deployment, Worker
 from control_plane.domain.fleet import liveness
+from control_plane.domain.spec import Spec
 from control_plane.reconcile.env import Env
 from control_plane.services import workers
 from worker.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
@@ -44,18 +46,18 @@ def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
     """Record heartbeats; kill and fail the workers `fleet.liveness` says are lost."""
     live = workers.live(session)
     beats = env.redis.mget([worker_heartbeat_key(w.id) for w in live]) if live else []
+    max_boot_s = _max_boot_s(session, {w.deployment_id for w in live if w.deployment_id})
     lost = []
     for w, beat in zip(live, beats, strict=True):
         if beat is not None:
             w.last_heartbeat_at = _heartbeat_time(beat, w.last_heartbeat_at, now)
-        dep = session.get(Deployment, w.deployment_id) if w.deployment_id else None
         verdict = liveness(
             WorkerState(w.state),
             w.started_at,
             w.state_since,
             w.last_heartbeat_at,
             beat is not None,
-            dep.spec.max_boot_s if dep else POOL_MAX_BOOT_S,
+            max_boot_s.get(w.deployment_id or "", POOL_MAX_BOOT_S),
             HEARTBEAT_GRACE_S,
             now,
         )
@@ -76,6 +78,16 @@ def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
         lost.append(w.id)
     session.commit()
     return lost
+
+
+def _max_boot_s(session: Session, deployment_ids: set[str]) -> dict[str, float]:
+    """Each deployment's boot limit, in one query (a tick must not read one per worker)."""
+    if not deployment_ids:
+        return {}
+    rows = session.execute(
+        select(Deployment.id, Deployment.spec_doc).where(Deployment.id.in_(deployment_ids))
+    )
+    return {dep_id: Spec.from_doc(doc).max_boot_s for dep_id, doc in rows}
 
 
 def _heartbeat_time(beat: bytes | str, previous: datetime | None, now: datetime) -> datetime:

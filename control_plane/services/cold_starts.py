@@ -1,7 +1,8 @@
 """A deployment's cold start under way, in Redis: written by the reconciler, read by the API.
 
-publish(r, deployment_id, start, waiting)   `starting` event to each waiting job + the key
-read(r, deployment_id)                      for GET /v1/jobs/{id}: ColdStart.public() | None
+publish_all(r, [(deployment_id, start, waiting), ...])
+                          `starting` event to each waiting job + each deployment's key
+read(r, deployment_id)    for GET /v1/jobs/{id}: ColdStart.public() | None
 """
 
 from __future__ import annotations
@@ -20,10 +21,15 @@ from worker.protocol import EventType, cold_start_key
 COLD_START_TTL_S = 5
 
 
-def publish(r: redis.Redis, deployment_id: str, start: ColdStart, waiting: list[str]) -> None:
-    """Tell `waiting` jobs (their event streams) and later readers (the key)."""
-    events.publish_many(r, waiting, EventType.STARTING, {"reason": start.reason, **start.public()})
-    r.set(cold_start_key(deployment_id), json.dumps(start.public()), ex=COLD_START_TTL_S)
+def publish_all(r: redis.Redis, starts: list[tuple[str, ColdStart, list[str]]]) -> None:
+    """Tell each deployment's `waiting` jobs (their event streams) and later readers (its key)."""
+    pipe = r.pipeline(transaction=False)
+    for deployment_id, start, waiting in starts:
+        data = {"reason": start.reason, **start.public()}
+        for job_id in waiting:
+            events.publish_to(pipe, job_id, EventType.STARTING, data)
+        pipe.set(cold_start_key(deployment_id), json.dumps(start.public()), ex=COLD_START_TTL_S)
+    pipe.execute()
 
 
 def read(r: redis.Redis, deployment_id: str) -> dict[str, Any] | None:

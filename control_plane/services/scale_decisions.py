@@ -31,9 +31,12 @@ def publish(r: redis.Redis, decisions: Sequence[tuple[str, dict[str, Any]]]) -> 
     if not decisions:
         return
     pipe = r.pipeline(transaction=False)
+    by_reason: dict[str, int] = {}
     for deployment_id, doc in decisions:
         pipe.set(scale_decision_key(deployment_id), json.dumps(doc), ex=DECISION_TTL_S)
-        pipe.hincrby(SCALE_DECISIONS_KEY, str(doc["reason"]), 1)
+        by_reason[str(doc["reason"])] = by_reason.get(str(doc["reason"]), 0) + 1
+    for reason, n in by_reason.items():
+        pipe.hincrby(SCALE_DECISIONS_KEY, reason, n)
     try:
         pipe.execute()
     except redis.RedisError as exc:
