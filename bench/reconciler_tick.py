@@ -121,7 +121,7 @@ def measure(deployments: int, jobs: int, ticks: int) -> dict[str, Any]:
     from control_plane.db.migrate import upgrade
     from control_plane.db.session import make_engine, make_sessionmaker
     from control_plane.embedded.processes import free_port, start_redis
-    from control_plane.reconcile.driver import Reconciler
+    from control_plane.reconcile.driver import Reconciler, tune_gc
     from control_plane.reconcile.env import Env
     from control_plane.services.dispatch import dispatch_job, make_celery
     from control_plane.settings import Settings
@@ -145,6 +145,7 @@ def measure(deployments: int, jobs: int, ticks: int) -> dict[str, Any]:
                 warm_pool_max=0,
             )
             provider = RecordingProvider()
+            tune_gc()  # as the reconciler process does after its start
             loop = Reconciler(
                 Env(settings, r, make_celery(settings), provider),  # type: ignore[arg-type]
                 make_sessionmaker(make_engine(database_url)),

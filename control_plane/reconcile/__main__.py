@@ -15,7 +15,7 @@ import redis
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import utc_now
 from control_plane.providers.local import LocalProvider, worker_env
-from control_plane.reconcile.driver import Reconciler
+from control_plane.reconcile.driver import Reconciler, tune_gc
 from control_plane.reconcile.env import Env
 from control_plane.services import arrivals
 from control_plane.services.dispatch import make_celery
@@ -46,6 +46,7 @@ def main() -> None:
         make_sessionmaker(make_engine(settings.database_url)),
     )
     reconciler.start(utc_now)  # the autoscaler's model refits, on their own thread
+    tune_gc()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
