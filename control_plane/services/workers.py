@@ -10,11 +10,12 @@ from sqlalchemy import CursorResult, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from control_plane.db.models import BillingRecord, Deployment, Tenant, Worker
+from control_plane.db.models import BillingRecord, Deployment, Job, Tenant, Worker
 from control_plane.domain.billing_math import POOL_PHASE, phase_of
 from control_plane.domain.clock import iso
 from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
 from control_plane.domain.ids import new_id
+from control_plane.domain.states import JobStatus
 from control_plane.errors import NotFound
 from control_plane.services import auth, billing
 from control_plane.settings import Settings
@@ -155,6 +156,32 @@ def transition(
     if state in ENDED_STATES:
         w.stopped_at = at
     return w
+
+
+def follow_jobs(
+    session: Session, settings: Settings, worker_id: str, at: datetime, ending: str | None = None
+) -> None:
+    """A worker's busy/idle phase follows the jobs it runs, decided here from the database
+    (not reported by the worker: two requests fewer per job): a claim makes an idle worker
+    busy; the end of job `ending` makes a busy worker with no other running job idle.
+    Not committed: the caller commits it with the claim or the job's end."""
+    w = session.get(Worker, worker_id)
+    if w is None:
+        return
+    if ending is None and w.state == WorkerState.IDLE:
+        transition(session, settings, worker_id, WorkerState.BUSY, at, at)
+    elif ending is not None and w.state == WorkerState.BUSY:
+        other = session.scalar(
+            select(Job.id)
+            .where(
+                Job.worker_id == worker_id,
+                Job.status == JobStatus.RUNNING,
+                Job.id != ending,
+            )
+            .limit(1)
+        )
+        if other is None:
+            transition(session, settings, worker_id, WorkerState.IDLE, at, at)
 
 
 def live(session: Session, deployment_id: str | None = None) -> list[Worker]:

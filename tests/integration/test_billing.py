@@ -279,3 +279,38 @@ def test_many_way_splits_balance_exactly(
     }
     assert sum(Decimal(usage[j]["cost"]) for j in ids) == sum(Decimal(r["amount"]) for r in busy)
     assert client.get("/v1/billing/check", headers=h(key)).json() == {"ok": True, "issues": []}
+
+
+def test_busy_and_idle_follow_the_claims_and_job_ends(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, clock: SteppedClock
+) -> None:
+    """The worker reports neither: a claim makes an idle worker busy, the end of its last
+    running job makes it idle again (a fenced-off report included)."""
+    key = keys["a"]
+    wid = start_worker(client, clock, key, loop, target_concurrency=2)
+
+    def state() -> str:
+        data = client.get("/v1/workers", headers=h(key)).json()["data"]
+        return str(next(w["state"] for w in data if w["id"] == wid))
+
+    first = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
+    second = submit(client, key)
+    clock.advance(0.2)
+    a1 = claim(client, first, wid)
+    assert state() == "busy"
+    a2 = claim(client, second, wid)
+    clock.advance(0.3)
+    complete(client, first, wid, a1, prompt=1, gen=1)
+    assert state() == "busy", "the second job still runs"
+    clock.advance(0.1)
+    complete(client, second, wid, a2, prompt=1, gen=1)
+    assert state() == "idle"
+    third = submit(client, key)
+    a3 = claim(client, third, wid)
+    assert client.post(f"/v1/jobs/{third}/cancel", headers=h(key)).status_code == 200
+    body = {"worker_id": wid, "attempt": a3, "status": "canceled"}
+    r = client.post(f"/internal/jobs/{third}/complete", json=body, headers=WORKER)
+    assert r.status_code == 409 and state() == "idle", "fenced off, and idle all the same"
+    phases = [r["phase"] for r in records(client, key, worker_id=wid)]
+    # (the idle phase it is in now is still open: not a record yet)
+    assert phases == ["boot", "load", "warm", "idle", "busy", "idle", "busy"], phases

@@ -401,17 +401,27 @@ class WorkerRuntime:
         """Consumer thread: start the job elsewhere (claiming is an HTTP call)."""
         self.jobs_pool.submit(self._start_job, delivery)
 
-    def _job_started(self) -> None:
+    # BUSY and IDLE follow the jobs: the control plane derives them from claims and job ends
+    # (`services/workers.follow_jobs`), so they are only noted here (state and heartbeat).
+
+    def _job_started(self, job: Any = None) -> None:
+        """Count a claimed job in; `job` (to run) goes to the engine."""
         with self._state_lock:
             self.inflight += 1
-            if self.inflight == 1:
-                self._set_state(WorkerState.BUSY)
+            if job is not None:
+                self.loop.submit(job)
+            if self.inflight == 1 and self.state is WorkerState.IDLE:
+                self._note_state(WorkerState.BUSY)
 
     def _job_ended(self) -> None:
         with self._state_lock:
             self.inflight -= 1
             if self.inflight == 0 and self.state is WorkerState.BUSY:
-                self._set_state(WorkerState.IDLE)
+                self._note_state(WorkerState.IDLE)
+
+    def _note_state(self, state: WorkerState) -> None:
+        self.state = state
+        self._beat()
 
     def _start_job(self, delivery: Delivery) -> None:
         from worker.engine.params import SamplingParams
@@ -428,7 +438,6 @@ class WorkerRuntime:
             log.info("job %s not claimable (done, canceled or taken); skipping", job_id)
             delivery.ack()
             return
-        self._job_started()
         attempt = int(claim["attempt"])
         inp = claim["input"] or {}
         try:
@@ -439,17 +448,19 @@ class WorkerRuntime:
             prompt_ids = self.engine.encode(prompt)
             self.engine.validate(prompt_ids, params)
         except ValueError as exc:
+            self._job_started()
             self._report(job_id, attempt, delivery, "failed", error=_invalid(exc))
             return
         except Exception as exc:  # never leave a claimed job without an outcome
             log.exception("could not start job %s", job_id)
             error = {"type": "model_error", "message": f"{type(exc).__name__}: {exc}"}
+            self._job_started()
             self._report(job_id, attempt, delivery, "failed", error=error)
             return
         deadline = time.monotonic() + float(claim.get("execution_timeout_s") or 600)
         job = Job(job_id, attempt, prompt_ids, params, deadline, priority=delivery.priority)
         self._acks[id(job)] = delivery
-        self.loop.submit(job)
+        self._job_started(job)
 
     def _on_finished(self, job: Any, result: Any) -> None:
         """Engine thread: report on the pool, never block the engine."""

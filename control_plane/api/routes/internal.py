@@ -34,6 +34,8 @@ def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db, at: Now) -> An
         finish.finish(session, ctx.outbox, [(job_id, finish.expired())], at)
         return JSONResponse({"claimed": False}, status_code=409)
     job = jobs.claim(session, job_id, body.worker_id, at)
+    if job is not None:
+        workers.follow_jobs(session, ctx.settings, body.worker_id, at)  # busy, if it was idle
     session.commit()
     if job is None:
         return JSONResponse({"claimed": False}, status_code=409)
@@ -78,6 +80,8 @@ def complete(job_id: str, body: CompleteRequest, ctx: Ctx, session: Db, at: Now)
         prompt_tokens=body.prompt_tokens,
         generated_tokens=body.generated_tokens,
     )
+    # idle if this was its last job: committed with the job's end (or alone, if fenced off)
+    workers.follow_jobs(session, ctx.settings, body.worker_id, at, ending=job_id)
     if not finish.finish(session, ctx.outbox, [(job_id, ending)], at):
         raise Conflict(
             f"attempt {body.attempt} of job '{job_id}' is no longer current", job_id=job_id
