@@ -224,8 +224,7 @@ def mark_starting_many(session: Session, reasons: dict[str, str]) -> None:
                         & (Job.status_reason.is_(None) | (Job.status_reason != reason))
                     ),
                 )
-                .values(status=JobStatus.STARTING, status_reason=reason),
-                execution_options={"synchronize_session": False},
+                .values(status=JobStatus.STARTING, status_reason=reason)
             )
 
 
