@@ -29,11 +29,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 class RecordingProvider:
-    """Records start and stop requests; no process is started (bench only)."""
+    """Records start, stop and kill requests; no process is started (this bench, and the
+    reconciler tests, which also script the exits the next reap reports)."""
 
     def __init__(self) -> None:
         self.started: list[Any] = []
         self.stopped: list[str] = []
+        self.killed: list[str] = []
+        self.exits: list[Any] = []  # what the next reap reports (a test's process deaths)
 
     def start(self, spec: Any) -> int | None:
         self.started.append(spec)
@@ -43,10 +46,11 @@ class RecordingProvider:
         self.stopped.append(worker_id)
 
     def kill(self, worker_id: str) -> None:
-        self.stopped.append(worker_id)
+        self.killed.append(worker_id)
 
     def reap(self) -> list[Any]:
-        return []
+        out, self.exits = self.exits, []
+        return out
 
     def shutdown(self, timeout_s: float) -> list[Any]:
         return []

@@ -25,9 +25,9 @@ def publish_all(r: redis.Redis, starts: list[tuple[str, ColdStart, list[str]]]) 
     """Tell each deployment's `waiting` jobs (their event streams) and later readers (its key)."""
     pipe = r.pipeline(transaction=False)
     for deployment_id, start, waiting in starts:
-        data = {"reason": start.reason, **start.public()}
-        for job_id in waiting:
-            events.publish_to(pipe, job_id, EventType.STARTING, data)
+        events.publish_to(
+            pipe, waiting, EventType.STARTING, {"reason": start.reason, **start.public()}
+        )
         pipe.set(cold_start_key(deployment_id), json.dumps(start.public()), ex=COLD_START_TTL_S)
     pipe.execute()
 

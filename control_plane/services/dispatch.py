@@ -111,7 +111,7 @@ def wake(
     """
     try:
         pipe = r.pipeline(transaction=False)
-        events.publish_to(pipe, job_id, EventType.QUEUED, event or {"job_id": job_id})
+        events.publish_to(pipe, [job_id], EventType.QUEUED, event or {"job_id": job_id})
         pipe.lpush(*wakeup(deployment_id, job_id, kind))
         pipe.execute()
     except Exception:

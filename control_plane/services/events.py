@@ -34,17 +34,18 @@ def publish_many(
     if not job_ids:
         return
     pipe = r.pipeline(transaction=False)
-    for job_id in job_ids:
-        publish_to(pipe, job_id, event, data)
+    publish_to(pipe, job_ids, event, data)
     pipe.execute()
 
 
-def publish_to(pipe: Pipeline, job_id: str, event: EventType, data: dict[str, Any]) -> None:
-    """Queue a job's event on `pipe` (the caller executes it with its other commands)."""
-    key = job_events_key(job_id)
+def publish_to(pipe: Pipeline, job_ids: list[str], event: EventType, data: dict[str, Any]) -> None:
+    """Queue the same event for each job on `pipe` (the caller executes it with its other
+    commands); the event is encoded once."""
     body = {"type": event.value, "data": json.dumps(data)}
-    pipe.xadd(key, body, maxlen=JOB_EVENTS_MAXLEN)  # type: ignore[arg-type]
-    pipe.expire(key, JOB_EVENTS_TTL_S)
+    for job_id in job_ids:
+        key = job_events_key(job_id)
+        pipe.xadd(key, body, maxlen=JOB_EVENTS_MAXLEN)  # type: ignore[arg-type]
+        pipe.expire(key, JOB_EVENTS_TTL_S)
 
 
 async def follow(

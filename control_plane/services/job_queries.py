@@ -155,11 +155,10 @@ _ACTIVE_OF_TENANT = select(func.count()).select_from(
     .limit(bindparam("upto", type_=Integer))
     .subquery()
 )
-_NO_LIMIT = 2**62
 
 
-def active_count(session: Session, tenant_id: str, upto: int | None = None) -> int:
-    """Jobs of a tenant that are queued, starting or running; with `upto`, counted no further
-    than that (a quota check only asks whether the tenant is at its limit)."""
-    params = {"tenant_id": tenant_id, "upto": _NO_LIMIT if upto is None else upto}
+def active_count(session: Session, tenant_id: str, upto: int) -> int:
+    """Jobs of a tenant that are queued, starting or running, counted no further than `upto`
+    (a quota check only asks whether the tenant is at its limit)."""
+    params = {"tenant_id": tenant_id, "upto": upto}
     return int(session.scalar(_ACTIVE_OF_TENANT, params) or 0)

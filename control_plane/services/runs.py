@@ -116,7 +116,7 @@ def admit(
         max_in_flight=own.max_in_flight or s.default_max_in_flight,
     )
     # Counting stops at the limit: the answer needed is only whether the tenant is at it.
-    in_flight = job_queries.active_count(session, tenant_id, upto=limits.max_in_flight)
+    in_flight = job_queries.active_count(session, tenant_id, limits.max_in_flight)
     ctx.quotas.admit(tenant_id, limits, tokens, in_flight)
 
 

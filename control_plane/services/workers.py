@@ -174,8 +174,11 @@ def follow_jobs(
         other = session.scalar(
             select(Job.id)
             .where(
-                Job.worker_id == worker_id,
+                # by its deployment first: the (deployment_id, status) index, not a scan of
+                # every job ever (jobs have no index on worker_id)
+                Job.deployment_id == w.deployment_id,
                 Job.status == JobStatus.RUNNING,
+                Job.worker_id == worker_id,
                 Job.id != ending,
             )
             .limit(1)

@@ -11,9 +11,9 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from bench.reconciler_tick import RecordingProvider
 from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.env import Env
 from control_plane.services import auth
@@ -79,31 +79,6 @@ def clock() -> SteppedClock:
 def client(settings: Settings, redis_client: Any, clock: SteppedClock) -> Iterator[TestClient]:
     with TestClient(create_app(settings, clock=clock)) as c:
         yield c
-
-
-class RecordingProvider:
-    def __init__(self) -> None:
-        self.started: list[WorkerSpec] = []
-        self.stopped: list[str] = []
-        self.killed: list[str] = []
-        self.exits: list[Exited] = []  # what the next reap reports (a test's process deaths)
-
-    def start(self, spec: WorkerSpec) -> int | None:
-        self.started.append(spec)
-        return None
-
-    def stop(self, worker_id: str) -> None:
-        self.stopped.append(worker_id)
-
-    def kill(self, worker_id: str) -> None:
-        self.killed.append(worker_id)
-
-    def reap(self) -> list[Exited]:
-        out, self.exits = self.exits, []
-        return out
-
-    def shutdown(self, timeout_s: float) -> list[Exited]:
-        return []
 
 
 @pytest.fixture

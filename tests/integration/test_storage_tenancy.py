@@ -15,6 +15,7 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from bench.reconciler_tick import RecordingProvider
 from control_plane.api.app import create_app
 from control_plane.db.models import Deployment, StorageCredential
 from control_plane.db.session import make_engine, make_sessionmaker
@@ -26,7 +27,6 @@ from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants
-from tests.integration.conftest import RecordingProvider
 
 STORE = "store-tenancy"
 UPLOAD_LIMIT = 12 * 1024 * 1024

@@ -621,9 +621,9 @@ def test_delivery_refuses_private_targets_at_send_time(env: Env, keys: dict[str,
 def test_a_job_asking_for_starting_events_hears_each_phase_of_its_cold_start(
     env: Env, keys: dict[str, str]
 ) -> None:
+    from bench.reconciler_tick import RecordingProvider
     from control_plane.reconcile.driver import Reconciler
     from control_plane.reconcile.env import Env as ReconcilerEnv
-    from tests.integration.conftest import RecordingProvider
     from worker.protocol import worker_heartbeat_key
 
     deploy(env, keys["a"])
