@@ -8,7 +8,8 @@ device — reports `idle` with no deployment, and waits for its one assignment (
 Redis, `worker_assignment_key`); then it loads, warms and serves like any other. It never goes
 back to the pool: a worker that served a tenant holds nothing for the next one.
 
-Each transition is reported to the control plane (it closes a billing segment); a heartbeat
+Each transition is reported to the control plane (it closes a billing segment), except BUSY
+and IDLE, which it derives from the claims and job ends itself; a heartbeat
 in Redis tells the reconciler the worker is alive. SIGTERM means drain: stop taking work,
 finish the jobs in hand, report `stopped`, finish a cache-tier fill still pending (bounded: the
 next worker's hit), exit 0. SIGINT, or a second signal, is the same without the fill.
@@ -104,7 +105,7 @@ class WorkerRuntime:
         # set by a second stop signal or SIGINT: no cache-tier fill any more
         self._skip_fill = threading.Event()
         self._tier_fill: TierFill | None = None  # the load's, once loaded
-        # serialises inflight changes with their BUSY / IDLE reports
+        # serialises inflight changes with the BUSY / IDLE they imply
         self._state_lock = threading.Lock()
         self.engine: Any = None
         # deliveries of the jobs in the engine (by id() of their Job), acked once stored
@@ -404,12 +405,9 @@ class WorkerRuntime:
     # BUSY and IDLE follow the jobs: the control plane derives them from claims and job ends
     # (`services/workers.follow_jobs`), so they are only noted here (state and heartbeat).
 
-    def _job_started(self, job: Any = None) -> None:
-        """Count a claimed job in; `job` (to run) goes to the engine."""
+    def _job_started(self) -> None:
         with self._state_lock:
             self.inflight += 1
-            if job is not None:
-                self.loop.submit(job)
             if self.inflight == 1 and self.state is WorkerState.IDLE:
                 self._note_state(WorkerState.BUSY)
 
@@ -438,6 +436,7 @@ class WorkerRuntime:
             log.info("job %s not claimable (done, canceled or taken); skipping", job_id)
             delivery.ack()
             return
+        self._job_started()
         attempt = int(claim["attempt"])
         inp = claim["input"] or {}
         try:
@@ -448,19 +447,17 @@ class WorkerRuntime:
             prompt_ids = self.engine.encode(prompt)
             self.engine.validate(prompt_ids, params)
         except ValueError as exc:
-            self._job_started()
             self._report(job_id, attempt, delivery, "failed", error=_invalid(exc))
             return
         except Exception as exc:  # never leave a claimed job without an outcome
             log.exception("could not start job %s", job_id)
             error = {"type": "model_error", "message": f"{type(exc).__name__}: {exc}"}
-            self._job_started()
             self._report(job_id, attempt, delivery, "failed", error=error)
             return
         deadline = time.monotonic() + float(claim.get("execution_timeout_s") or 600)
         job = Job(job_id, attempt, prompt_ids, params, deadline, priority=delivery.priority)
         self._acks[id(job)] = delivery
-        self._job_started(job)
+        self.loop.submit(job)
 
     def _on_finished(self, job: Any, result: Any) -> None:
         """Engine thread: report on the pool, never block the engine."""
