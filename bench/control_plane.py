@@ -19,24 +19,32 @@ concurrency 8) and measures, in this order:
 - the reconciler's tick at `--tick-deployments` deployments (1,000) and `--tick-jobs` pending
   jobs (10,000), rows created directly, after the platform is stopped (`bench/reconciler_tick.py`,
   the median tick after the first).
-Not measured yet (null in the JSON line): 2 API processes on PostgreSQL.
+
+With `--postgres`, a PostgreSQL server (Debian's binaries, as the tests use) is the database:
+the admissions are measured first with one API process, then on a second platform (a fresh
+database) with two (`PLATFORM_API_PROCESSES=2`, one port shared with SO_REUSEPORT), where the
+rest is measured too; the tick runs on PostgreSQL as well. Without it, admissions_scale_2_api
+is null.
 
 The last line is `{"bench": "control_plane", "admissions_per_s": …, "overhead_p50_ms": …,
 "overhead_p99_ms": …, "first_event_p50_ms": …, "tick_ms_1000_deployments": …,
-"admissions_scale_2_api": null}`, where admissions_per_s is async submission at 16 clients.
+"admissions_scale_2_api": …}`, where admissions_per_s is async submission at 16 clients and
+admissions_scale_2_api is that number with two API processes over it with one.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
+import shutil
 import statistics
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,28 +109,78 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=200, help="sequential warm runs (and streams)")
     p.add_argument("--tick-deployments", type=int, default=1000)
     p.add_argument("--tick-jobs", type=int, default=10_000)
+    p.add_argument("--postgres", action="store_true", help="PostgreSQL; 1, then 2 API processes")
     args = p.parse_args()
 
-    import httpx
-
     from bench import reconciler_tick
-    from bench.coldstart.driver import Platform
     from bench.coldstart.models import build_models
 
     with tempfile.TemporaryDirectory(prefix="bench-cp-") as tmp:
         work = Path(tmp)
         (demo,) = build_models(work / "models", skip_big=True)
-        plat = Platform(work / "state", PLATFORM_ENV, {})
-        try:
-            report = measure(plat, demo, args, httpx)
-        finally:
-            plat.close()
-    print(f"reconciler tick, {args.tick_deployments} deployments, {args.tick_jobs} jobs:")
-    report["tick"] = reconciler_tick.measure(args.tick_deployments, args.tick_jobs, ticks=6)
+        if not args.postgres:
+            report = on_platform(work / "state", PLATFORM_ENV, demo, args, full=True)
+            print(f"reconciler tick, {args.tick_deployments} deployments, {args.tick_jobs} jobs:")
+            report["tick"] = reconciler_tick.measure(args.tick_deployments, args.tick_jobs, 6)
+        else:
+            with postgres() as database:
+                print("PostgreSQL, 1 API process:", flush=True)
+                env = {**PLATFORM_ENV, "PLATFORM_API_PROCESSES": "1"}
+                with database() as url:
+                    one = on_platform(work / "state-1", {**env, "PLATFORM_DATABASE_URL": url},
+                                      demo, args, full=False)  # fmt: skip
+                print("PostgreSQL, 2 API processes:", flush=True)
+                env["PLATFORM_API_PROCESSES"] = "2"
+                with database() as url:
+                    report = on_platform(work / "state-2", {**env, "PLATFORM_DATABASE_URL": url},
+                                         demo, args, full=True)  # fmt: skip
+                report["admissions_1_api"] = one["admissions"]
+                report["admitted"] += one["admitted"]
+                print(f"reconciler tick on PostgreSQL, {args.tick_deployments} deployments, "
+                      f"{args.tick_jobs} jobs:")  # fmt: skip
+                with database() as url:
+                    report["tick"] = reconciler_tick.measure(
+                        args.tick_deployments, args.tick_jobs, 6, database_url=url
+                    )
     print_report(report)
 
 
-def measure(plat: Any, demo: Any, args: argparse.Namespace, httpx: Any) -> dict[str, Any]:
+@contextlib.contextmanager
+def postgres() -> Iterator[Callable[[], contextlib.AbstractContextManager[str]]]:
+    """A PostgreSQL server for the run; yields a maker of fresh databases (dropped after)."""
+    from tests.fixtures_postgres import fresh_database, postgres_bindir, start_postgres
+
+    if postgres_bindir() is None:
+        raise SystemExit("--postgres needs PostgreSQL: apt-get install postgresql")
+    # Not under the private temporary directory: the server runs as the `postgres` user.
+    root = Path(tempfile.mkdtemp(prefix="bench-cp-pg-"))
+    root.chmod(0o755)
+    proc, server = start_postgres(root / "pg")
+    try:
+        yield lambda: contextlib.contextmanager(fresh_database)(server)
+    finally:
+        proc.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def on_platform(
+    state: Path, env: dict[str, str], demo: Any, args: argparse.Namespace, full: bool
+) -> dict[str, Any]:
+    """`platform up` with `env`, measured (admissions only unless `full`), then stopped."""
+    import httpx
+
+    from bench.coldstart.driver import Platform
+
+    plat = Platform(state, env, {})
+    try:
+        return measure(plat, demo, args, httpx, full)
+    finally:
+        plat.close()
+
+
+def measure(
+    plat: Any, demo: Any, args: argparse.Namespace, httpx: Any, full: bool
+) -> dict[str, Any]:
     from bench.coldstart.driver import wait_for
 
     up = plat.upload(demo, "api")
@@ -172,11 +230,13 @@ def measure(plat: Any, demo: Any, args: argparse.Namespace, httpx: Any) -> dict[
             )
             drain(plat, ids)
 
-    overhead, stages = warm_path(plat, name, body, args.runs)
-    first_event, first_output = sse(base, key, name, body, args.runs, httpx)
     lost = [j for j in admitted if plat.http.get(f"/v1/jobs/{j}").json()["status"] not in TERMINAL]
     if lost:
         raise SystemExit(f"{len(lost)} admitted jobs never finished, e.g. {lost[:3]}")
+    if not full:
+        return {"admissions": admissions, "admitted": len(admitted)}
+    overhead, stages = warm_path(plat, name, body, args.runs)
+    first_event, first_output = sse(base, key, name, body, args.runs, httpx)
     return {
         "admissions": admissions,
         "admitted": len(admitted),
@@ -252,9 +312,17 @@ def print_report(r: dict[str, Any]) -> None:
     print()
     print("| measure | 1 client | 16 clients | 64 clients |")
     print("|---|---:|---:|---:|")
+    one = r.get("admissions_1_api")
     for kind in ("async", "sync"):
+        if one is not None:
+            row = " | ".join(f"{one[kind][n]:.1f}" for n in CLIENTS)
+            print(f"| {kind} admissions/s, 1 API process | {row} |")
         row = " | ".join(f"{r['admissions'][kind][n]:.1f}" for n in CLIENTS)
-        print(f"| {kind} admissions/s | {row} |")
+        label = f"{kind} admissions/s" + (", 2 API processes" if one is not None else "")
+        print(f"| {label} | {row} |")
+    if one is not None:
+        row = " | ".join(f"{r['admissions']['async'][n] / one['async'][n]:.2f}" for n in CLIENTS)
+        print(f"| async, 2 API processes / 1 | {row} |")
     print()
     print("| warm path, ms | p50 | p99 |")
     print("|---|---:|---:|")
@@ -277,7 +345,10 @@ def print_report(r: dict[str, Any]) -> None:
         "overhead_p99_ms": round(pct(r["overhead_ms"], 0.99), 2),
         "first_event_p50_ms": round(pct(r["first_event_ms"], 0.5), 2),
         "tick_ms_1000_deployments": tick["tick_ms"],
-        "admissions_scale_2_api": None,
+        "admissions_scale_2_api": (
+            round(r["admissions"]["async"][16] / one["async"][16], 2) if one is not None else None
+        ),
+        "database": "postgresql" if one is not None else "sqlite",
         "sync_per_s_16": round(r["admissions"]["sync"][16], 1),
         "overhead_mean_ms": round(statistics.fmean(r["overhead_ms"]), 2),
     }

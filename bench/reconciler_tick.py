@@ -119,7 +119,11 @@ def populate(database_url: str, deployments: int, jobs: int, now: datetime, firs
     engine.dispose()
 
 
-def measure(deployments: int, jobs: int, ticks: int) -> dict[str, Any]:
+def measure(
+    deployments: int, jobs: int, ticks: int, database_url: str | None = None
+) -> dict[str, Any]:
+    """The reconciler's tick over `deployments` and `jobs` pending jobs, on a fresh SQLite file
+    or on `database_url` (an empty database, migrated here)."""
     import redis
 
     from control_plane.db.migrate import upgrade
@@ -135,7 +139,7 @@ def measure(deployments: int, jobs: int, ticks: int) -> dict[str, Any]:
         server = start_redis(work / "redis", free_port(), work / "redis.log", appendonly=False)
         try:
             url = server.extra["url"]
-            database_url = f"sqlite:///{work / 'platform.db'}"
+            database_url = database_url or f"sqlite:///{work / 'platform.db'}"
             upgrade(database_url)
             now = datetime.now(UTC)
             populate(database_url, deployments, jobs, now)
@@ -152,7 +156,7 @@ def measure(deployments: int, jobs: int, ticks: int) -> dict[str, Any]:
             tune_gc()  # as the reconciler process does after its start
             loop = Reconciler(
                 Env(settings, r, make_celery(settings), provider),  # type: ignore[arg-type]
-                make_sessionmaker(make_engine(database_url)),
+                make_sessionmaker(engine := make_engine(database_url)),
             )
             durations: list[float] = []
             for i in range(ticks):
@@ -166,6 +170,7 @@ def measure(deployments: int, jobs: int, ticks: int) -> dict[str, Any]:
                     flush=True,
                 )
             r.close()
+            engine.dispose()
         finally:
             server.stop()
     return {

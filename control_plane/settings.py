@@ -42,6 +42,9 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    # API processes serving api_port. Above 1, each binds with SO_REUSEPORT and the kernel
+    # spreads connections among them; the embedded supervisor starts this many.
+    api_processes: int = Field(1, ge=1, le=64)
     # URL at which workers reach the control plane's internal endpoints.
     internal_url: str = "http://127.0.0.1:8000"
     # Shared secret of workers for /internal endpoints.

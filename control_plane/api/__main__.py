@@ -1,8 +1,16 @@
-"""`python -m control_plane.api`: serve the API with uvicorn using settings from the env."""
+"""`python -m control_plane.api`: serve the API with uvicorn using settings from the env.
+
+With PLATFORM_API_PROCESSES above 1, several of these processes serve one port: each binds its
+own listening socket with SO_REUSEPORT and the kernel spreads new connections among them (by a
+hash of the connection's addresses, so keep-alive clients spread too). They keep nothing in
+memory that must agree: the database and Redis are the truth, and the edge caches follow the
+generation counter in Redis.
+"""
 
 from __future__ import annotations
 
 import logging
+import socket
 
 import uvicorn
 
@@ -10,18 +18,32 @@ from control_plane.api.app import create_app
 from control_plane.settings import Settings
 
 
+def shared_socket(host: str, port: int) -> socket.socket:
+    """A listening socket on (host, port) that the other API processes bind too."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind((host, port))
+    return sock
+
+
 def main() -> None:
     settings = Settings()
     logging.basicConfig(
         level=settings.log_level, format="%(asctime)s %(levelname)s api %(name)s: %(message)s"
     )
-    uvicorn.run(
+    config = uvicorn.Config(
         create_app(settings),
         host=settings.api_host,
         port=settings.api_port,
         log_level=settings.log_level.lower(),
         access_log=False,
     )
+    server = uvicorn.Server(config)
+    if settings.api_processes > 1:
+        server.run(sockets=[shared_socket(settings.api_host, settings.api_port)])
+    else:
+        server.run()
 
 
 if __name__ == "__main__":

