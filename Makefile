@@ -29,9 +29,11 @@ test: .stamp-test
 FAULTS_JOBS ?= 2000
 FAULTS_WORKER_KILLS ?= 50
 FAULTS_REDIS_RESTARTS ?= 5
+FAULTS_CONTROL_PLANE_KILLS ?= 6
 faults: .stamp-test
 	FAULTS_JOBS=$(FAULTS_JOBS) FAULTS_WORKER_KILLS=$(FAULTS_WORKER_KILLS) \
-	FAULTS_REDIS_RESTARTS=$(FAULTS_REDIS_RESTARTS) $(PY) -m pytest tests/faults -m faults
+	FAULTS_REDIS_RESTARTS=$(FAULTS_REDIS_RESTARTS) \
+	FAULTS_CONTROL_PLANE_KILLS=$(FAULTS_CONTROL_PLANE_KILLS) $(PY) -m pytest tests/faults -m faults
 
 lint: .stamp-test
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .

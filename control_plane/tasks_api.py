@@ -12,21 +12,30 @@ DELIVER_WEBHOOK_TASK = "control_plane.deliver_webhook"
 FOLLOW_OUTPUT_TASK = "control_plane.follow_job_output"
 
 
-def enqueue_webhook(app: Celery, job_id: str, event_type: str, msg_id: str) -> None:
+def enqueue_webhook(
+    app: Celery, job_id: str, event_type: str, msg_id: str, attempt: int = 1
+) -> None:
     """Deliver `event_type` (job.starting | job.started | job.output | job.completed) of a job
-    (with retries, but for the best-effort ones)."""
+    (with retries, but for the best-effort ones), from `attempt` on."""
     app.send_task(
         DELIVER_WEBHOOK_TASK,
-        kwargs={"job_id": job_id, "event_type": event_type, "msg_id": msg_id, "attempt": 1},
+        kwargs={"job_id": job_id, "event_type": event_type, "msg_id": msg_id, "attempt": attempt},
         queue=CONTROL_QUEUE,
     )
 
 
-def enqueue_batch_webhook(app: Celery, batch_id: str, event_type: str, msg_id: str) -> None:
-    """Deliver `event_type` (batch.completed) of a batch, with retries."""
+def enqueue_batch_webhook(
+    app: Celery, batch_id: str, event_type: str, msg_id: str, attempt: int = 1
+) -> None:
+    """Deliver `event_type` (batch.completed) of a batch, with retries, from `attempt` on."""
     app.send_task(
         DELIVER_WEBHOOK_TASK,
-        kwargs={"batch_id": batch_id, "event_type": event_type, "msg_id": msg_id, "attempt": 1},
+        kwargs={
+            "batch_id": batch_id,
+            "event_type": event_type,
+            "msg_id": msg_id,
+            "attempt": attempt,
+        },
         queue=CONTROL_QUEUE,
     )
 

@@ -144,6 +144,14 @@ class Job(Base):
         # reads all its history; with it, only index entries (dispatched_at is in it too).
         Index("ix_jobs_tenant_status", "tenant_id", "status", "dispatched_at"),
         Index("ix_jobs_batch_status", "batch_id", "status"),
+        # The reconciler looks for completed webhooks that were lost (reconcile/webhooks.py):
+        # only the few jobs whose webhook is still pending are in it.
+        Index(
+            "ix_jobs_webhook_pending",
+            "webhook_status",
+            sqlite_where=text("webhook_status = 'pending'"),
+            postgresql_where=text("webhook_status = 'pending'"),
+        ),
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_idempotency"),
     )
 

@@ -15,6 +15,12 @@ soon as nothing can need it:
 
 A running job's entries stay until it ends: one of them is its live worker's, which acks it.
 
+The control plane's own Celery tasks (webhook deliveries, output followers) are held the same
+way by the Celery worker running them; one killed leaves its messages in `unacked` too. Such an
+entry is forgotten `grace_s` after its handling was due (its countdown's eta, else its
+delivery): a live Celery worker has acked it by then or still runs it, which needs no entry,
+and a lost `*.completed` webhook is sent again from the database (`reconcile/webhooks.py`).
+
 Pure: the reconciler gathers the entries and the jobs' states (`reconcile.jobs`).
 """
 
@@ -25,6 +31,7 @@ import binascii
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 
 from control_plane.domain.states import TERMINAL, JobStatus
 from worker.protocol import RUN_JOB_TASK
@@ -36,7 +43,8 @@ class Unacked:
 
     tag: str  # kombu's delivery tag (the key in `unacked` and `unacked_index`)
     delivered_at: float  # epoch seconds (the score in `unacked_index`)
-    job_id: str
+    job_id: str | None  # a job's wake-up: its job; None: a control-plane task
+    eta: float | None = None  # a control-plane task's countdown: due then (epoch seconds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +70,29 @@ def job_of(raw: bytes | str) -> str | None:
     return job_id if isinstance(job_id, str) and job_id else None
 
 
+def control_task_eta(raw: bytes | str) -> float | None:
+    """For a kombu `unacked` value that is a Celery task other than a job's wake-up: when it is
+    due (its eta in epoch seconds, 0.0 when it has none); None for anything else."""
+    try:
+        headers = json.loads(raw)[0].get("headers") or {}
+        task, eta = headers.get("task"), headers.get("eta")
+        if not isinstance(task, str) or task == RUN_JOB_TASK:
+            return None
+        return datetime.fromisoformat(eta).timestamp() if isinstance(eta, str) else 0.0
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return None
+
+
 def stale(
     entries: Iterable[Unacked], jobs: Mapping[str, JobState], now: float, grace_s: float
 ) -> list[str]:
     """Delivery tags of the entries nothing needs any more (see the module's rules)."""
     out = []
     for e in entries:
-        job = jobs.get(e.job_id)
-        if job is None:
+        job = jobs.get(e.job_id) if e.job_id is not None else None
+        if e.job_id is None:
+            since = max(e.delivered_at, e.eta or 0.0)
+        elif job is None:
             since = e.delivered_at
         elif job.status == JobStatus.RUNNING:
             continue

@@ -13,6 +13,8 @@ transaction, so one concern's failure or slowness is visible on its own.
     jobs.redispatch                        every REDISPATCH_EVERY_S: re-send lost wake-ups
     jobs.forget_stale_wakeups              every WAKEUP_SWEEP_EVERY: drop unacked wake-ups
                                            nothing needs (kombu would redeliver them in 1 h)
+    webhooks.resend_lost                   every WEBHOOK_SWEEP_EVERY: completed webhooks whose
+                                           Celery message was lost get their next attempt
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock
-from control_plane.reconcile import jobs, pool, refresh, scale, workers
+from control_plane.reconcile import jobs, pool, refresh, scale, webhooks, workers
 from control_plane.reconcile.env import Env
 from control_plane.services import batches, billing, deployments
 from control_plane.services import workers as worker_records
@@ -34,6 +36,7 @@ log = logging.getLogger(__name__)
 # Pending jobs get a fresh wake-up this often (lost broker messages, broker restarts).
 REDISPATCH_EVERY = timedelta(seconds=30)
 WAKEUP_SWEEP_EVERY = timedelta(seconds=5)
+WEBHOOK_SWEEP_EVERY = timedelta(seconds=10)
 
 
 # A tick at 1,000 deployments allocates ~10,000 ORM objects: with the default threshold (700)
@@ -60,6 +63,7 @@ class Reconciler:
         self.refresher = refresh.ModelRefresher(env, sessions)
         self.last_redispatch: datetime | None = None
         self.last_wakeup_sweep: datetime | None = None
+        self.last_webhook_sweep: datetime | None = None
 
     def start(self, clock: Clock) -> None:
         """Start the background refits (the reconciler process; `shutdown` stops them)."""
@@ -91,6 +95,12 @@ class Reconciler:
             if self.last_wakeup_sweep is None or now - self.last_wakeup_sweep > WAKEUP_SWEEP_EVERY:
                 self.last_wakeup_sweep = now
                 jobs.forget_stale_wakeups(session, env, now)
+            if (
+                self.last_webhook_sweep is None
+                or now - self.last_webhook_sweep > WEBHOOK_SWEEP_EVERY
+            ):
+                self.last_webhook_sweep = now
+                webhooks.resend_lost(session, env, now)
             del held
 
     def shutdown(self, now: datetime) -> None:

@@ -100,7 +100,7 @@ def forget_stale_wakeups(session: Session, env: Env, now: datetime) -> int:
         entries = unacked_wakeups(env.redis, cutoff - WAKEUP_GRACE_S)
         if not entries:
             return 0
-        ids = sorted({e.job_id for e in entries})
+        ids = sorted({e.job_id for e in entries if e.job_id is not None})
         states: dict[str, JobState] = {}
         for i in range(0, len(ids), _IN_CHUNK):
             rows = session.execute(

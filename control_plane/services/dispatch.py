@@ -11,7 +11,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from control_plane.domain.wakeups import Unacked, job_of
+from control_plane.domain.wakeups import Unacked, control_task_eta, job_of
 from control_plane.services import events
 from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE
@@ -128,7 +128,8 @@ _PAGE = 1000
 
 
 def unacked_wakeups(r: redis.Redis, delivered_before: float) -> list[Unacked]:
-    """Job wake-ups delivered before `delivered_before` (epoch s) and not acked yet."""
+    """Job wake-ups and control-plane tasks delivered before `delivered_before` (epoch s) and
+    not acked yet."""
     out: list[Unacked] = []
     offset = 0
     while True:
@@ -139,9 +140,12 @@ def unacked_wakeups(r: redis.Redis, delivered_before: float) -> list[Unacked]:
             return out
         raws: list[bytes | None] = r.hmget(UNACKED_KEY, [t for t, _ in scored])  # type: ignore[assignment]
         for (tag, score), raw in zip(scored, raws, strict=True):
-            job_id = job_of(raw) if raw is not None else None  # None: acked meanwhile
-            if job_id is not None:
+            if raw is None:
+                continue  # acked meanwhile
+            if (job_id := job_of(raw)) is not None:
                 out.append(Unacked(_text(tag), float(score), job_id))
+            elif (eta := control_task_eta(raw)) is not None:
+                out.append(Unacked(_text(tag), float(score), None, eta))
         offset += len(scored)
 
 

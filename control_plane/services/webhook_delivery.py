@@ -32,6 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from control_plane.db.models import Batch, Job, WebhookDelivery, WebhookEndpoint
 from control_plane.domain.clock import iso
 from control_plane.domain.states import TERMINAL
+from control_plane.domain.webhook_resend import MAX_JITTER
 from control_plane.services import batches, cold_starts, jobs, webhook_endpoints, webhooks
 from control_plane.services.webhooks import DeliveryResult
 from control_plane.settings import Settings
@@ -74,7 +75,7 @@ def retry_delay_s(attempt: int, schedule: tuple[float, ...], rng: random.Random)
     if attempt > len(schedule):
         return None
     base = schedule[attempt - 1]
-    return base * (1 + 0.25 * rng.random())
+    return base * (1 + MAX_JITTER * rng.random())
 
 
 def deliver(env: DeliveryEnv, msg: Message, now: datetime, rng: random.Random) -> float | None:

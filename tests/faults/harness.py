@@ -52,6 +52,7 @@ class Sizes:
     jobs: int = 12  # jobs submitted per scenario
     worker_kills: int = 2  # SIGKILLs of a worker running a job
     redis_restarts: int = 1  # SIGKILLs of redis-server (the supervisor restarts it)
+    control_plane_kills: int = 3  # SIGKILLs of the API, Celery and the reconciler, in turn
     max_tokens: int = 24  # tokens per job: the demo model is untrained, it uses them all
 
     @classmethod
@@ -61,12 +62,14 @@ class Sizes:
             jobs=int(env.get("FAULTS_JOBS", d.jobs)),
             worker_kills=int(env.get("FAULTS_WORKER_KILLS", d.worker_kills)),
             redis_restarts=int(env.get("FAULTS_REDIS_RESTARTS", d.redis_restarts)),
+            control_plane_kills=int(env.get("FAULTS_CONTROL_PLANE_KILLS", d.control_plane_kills)),
             max_tokens=int(env.get("FAULTS_MAX_TOKENS", d.max_tokens)),
         )
 
     def timeout_s(self) -> float:
         """A pytest timeout that no healthy run of these sizes comes near."""
-        return 600 + 3 * self.jobs + 60 * (self.worker_kills + self.redis_restarts)
+        faults = self.worker_kills + self.redis_restarts + self.control_plane_kills
+        return 600 + 3 * self.jobs + 60 * faults
 
 
 class Ledger:

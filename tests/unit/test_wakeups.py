@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import json
 
-from control_plane.domain.wakeups import JobState, Unacked, job_of, stale
+from control_plane.domain.wakeups import JobState, Unacked, control_task_eta, job_of, stale
 from worker.protocol import RUN_JOB_TASK
 
 GRACE = 10.0
@@ -37,11 +37,36 @@ def test_an_unknown_jobs_wake_up_goes_after_the_grace() -> None:
     assert stale([entry("a", NOW - 11), entry("b", NOW - 9)], {}, NOW, GRACE) == ["a"]
 
 
-def kombu_value(task: str, kwargs: object, encoding: str = "base64") -> bytes:
+def test_a_control_tasks_entry_goes_once_the_grace_after_it_was_due_passed() -> None:
+    """A webhook delivery held by a Celery worker that was killed: due at its delivery, or at
+    its countdown's eta; its job's state does not matter."""
+    jobs = {"job_1": JobState("running", None)}
+    entries = [
+        Unacked("handled_long_ago", NOW - 11, None),
+        Unacked("being_handled", NOW - 9, None),
+        Unacked("countdown_ahead", NOW - 600, None, eta=NOW + 60),
+        Unacked("countdown_over", NOW - 600, None, eta=NOW - 11),
+    ]
+    assert stale(entries, jobs, NOW, GRACE) == ["handled_long_ago", "countdown_over"]
+
+
+def test_control_task_eta_reads_other_tasks_and_their_countdown() -> None:
+    webhook = "control_plane.deliver_webhook"
+    assert control_task_eta(kombu_value(webhook, {"job_id": "job_9"})) == 0.0
+    later = kombu_value(webhook, {}, eta="2026-11-23T12:00:00+00:00")
+    assert control_task_eta(later) == 1795435200.0
+    assert control_task_eta(kombu_value(RUN_JOB_TASK, {"job_id": "job_9"})) is None
+    for junk in (b"", b"[]", b"not json", json.dumps([{"headers": {}}]).encode()):
+        assert control_task_eta(junk) is None
+
+
+def kombu_value(
+    task: str, kwargs: object, encoding: str = "base64", eta: str | None = None
+) -> bytes:
     body = json.dumps([[], kwargs, {}]).encode()
     payload = {
         "body": base64.b64encode(body).decode() if encoding == "base64" else body.decode(),
-        "headers": {"task": task},
+        "headers": {"task": task, "eta": eta},
         "properties": {"body_encoding": encoding},
     }
     return json.dumps([payload, "exchange", "routing"]).encode()
