@@ -11,7 +11,9 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from worker.logs import LogSettings
 
 # Default price per second of worker time, per accelerator type (USD). Overridable with
 # PLATFORM_RATES_PER_S='{"cpu": "0.00002", "h100": "0.0011"}'.
@@ -25,7 +27,7 @@ DEFAULT_RATES_PER_S: dict[str, Decimal] = {
 }
 
 
-class Settings(BaseSettings):
+class Settings(LogSettings):
     """Configuration of one control-plane process.
 
     Example: `Settings(database_url="sqlite:///x.db", worker_token="...")`, or from the
@@ -89,7 +91,7 @@ class Settings(BaseSettings):
 
     rates_per_s: dict[str, Decimal] = Field(default_factory=lambda: dict(DEFAULT_RATES_PER_S))
 
-    log_level: str = "INFO"
+    # log_level, log_levels, log_format: from LogSettings (worker/logs.py), like the worker's.
 
     # --- batches and webhooks (issue #5) ---
     # Bucket that receives batch results (`batches/<tenant>/<batch>.jsonl`); created if missing.

@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 import random
 import time
+from contextvars import Token
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import redis
+from celery import signals
 
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.services import webhook_delivery
@@ -31,10 +33,9 @@ from control_plane.tasks_api import (
     FOLLOW_OUTPUT_TASK,
     enqueue_webhook,
 )
+from worker import logs
 
 log = logging.getLogger(__name__)
-# httpx logs every request URL at INFO; receivers' URLs may carry tokens.
-logging.getLogger("httpx").setLevel(logging.WARNING)
 # Longest single countdown; well under the broker's visibility timeout.
 MAX_COUNTDOWN_S = 600.0
 
@@ -46,6 +47,49 @@ _env = DeliveryEnv(
     http=httpx.Client(timeout=settings.webhook_timeout_s, follow_redirects=False),
     redis=redis.Redis.from_url(settings.redis_url),
 )
+
+
+# --- logs: ours, not Celery's (docs/observability.md "Logs") ---
+# NOTE: Celery's own lines name a task and its id, never its arguments (`extra` fields other
+# than worker.logs.FIELDS are dropped), and these tasks return None, so its "succeeded" lines
+# print nothing of a tenant's either.
+
+
+def _setup_logging(**_: Any) -> None:
+    """Connected, this replaces Celery's logging setup (its `-l` is ignored: PLATFORM_LOG_*)."""
+    logs.configure("celery", settings)
+
+
+def _on_worker_init(instance: Any, **_: Any) -> None:
+    """Configure logging before the worker's first warnings (running as root, say), which come
+    before `setup_logging`; and drop Celery's start-up banner, the one thing it prints outside
+    logging, in JSON the only lines that would not be JSON."""
+    logs.configure("celery", settings)
+    if settings.log_format == "json":
+        instance.quiet = True
+
+
+# task id → the token of the log context of the task running it (the pool's thread)
+_task_ids: dict[str, Token[dict[str, Any] | None]] = {}
+
+
+def _bind_ids(task_id: str, kwargs: dict[str, Any] | None = None, **_: Any) -> None:
+    kwargs = kwargs or {}
+    _task_ids[task_id] = logs.enter_context(
+        job_id=kwargs.get("job_id"), batch_id=kwargs.get("batch_id")
+    )
+
+
+def _unbind_ids(task_id: str, **_: Any) -> None:
+    token = _task_ids.pop(task_id, None)
+    if token is not None:
+        logs.exit_context(token)
+
+
+signals.setup_logging.connect(_setup_logging)
+signals.celeryd_init.connect(_on_worker_init)
+signals.task_prerun.connect(_bind_ids)
+signals.task_postrun.connect(_unbind_ids)
 
 
 def _send_later(kwargs: dict[str, Any], delay_s: float) -> None:
@@ -86,6 +130,7 @@ def deliver_webhook(
         job_id or batch_id,
         attempt,
         f"retry in {delay:.1f}s" if delay is not None else "done",
+        extra={"attempt": attempt},
     )
     if delay is not None:
         _send_later({**kwargs, "attempt": attempt + 1}, delay)

@@ -5,9 +5,9 @@ assignment (started by a provider)."""
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 
+from worker import logs
 from worker.protocol import Assignment
 from worker.runtime.lifecycle import WorkerRuntime
 from worker.settings import WorkerSettings
@@ -41,10 +41,8 @@ def main(argv: list[str] | None = None) -> int:
             max_concurrency=max(1, args.max_concurrency),
         )
     settings = WorkerSettings()
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s %(levelname)s worker {args.worker_id} %(name)s: %(message)s",
-    )
+    logs.configure("worker", settings)
+    logs.set_process_fields(worker_id=args.worker_id, deployment_id=args.deployment_id)
     if settings.worker_threads > 0:
         import torch
 

@@ -25,9 +25,9 @@ from enum import StrEnum
 KEY_PREFIX = "platform"
 
 # Environment variables with these prefixes reach workers unchanged (engine and loader
-# tuning, read by worker.settings.WorkerSettings); the control plane's other PLATFORM_*
-# settings (secrets among them) do not.
-WORKER_ENV_PREFIXES = ("PLATFORM_ENGINE_", "PLATFORM_LOADER_")
+# tuning, log settings, read by worker.settings.WorkerSettings); the control plane's other
+# PLATFORM_* settings (secrets among them) do not.
+WORKER_ENV_PREFIXES = ("PLATFORM_ENGINE_", "PLATFORM_LOADER_", "PLATFORM_LOG_")
 
 # The environment variables that carry storage credentials. A worker's come only from the
 # control plane's `storage.Access` for its model, never from the control plane's environment.
@@ -97,6 +97,13 @@ PROGRESS_BEAT_S = 0.25
 # weight tier holds (complete entries): placement prefers a host that holds the model.
 HEARTBEAT_HOST_FIELD = "host"
 HEARTBEAT_HOST_TIER_FIELD = "host_tier"
+# A worker serving its own /metrics puts the address it bound ("host:port") under this field:
+# the control plane lists it for Prometheus (`GET /metrics/workers`, HTTP service discovery).
+HEARTBEAT_METRICS_FIELD = "metrics"
+# Where a worker serves its /metrics: set by its provider (the local one: loopback and a free
+# port; in a pod: the pod IP); unset, the worker serves none.
+METRICS_HOST_ENV = "PLATFORM_WORKER_METRICS_HOST"
+METRICS_PORT_ENV = "PLATFORM_WORKER_METRICS_PORT"
 
 
 def worker_assignment_key(worker_id: str) -> str:

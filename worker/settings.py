@@ -5,15 +5,18 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from loader.options import LoadOptions
+from worker.logs import LogSettings
 
 # The host-memory weight tier's default home: shared memory, on every Linux host.
 HOST_CACHE_DIR = "/dev/shm/platform-weights"
 
 
-class WorkerSettings(BaseSettings):
+class WorkerSettings(LogSettings):
+    """A worker's settings; its log settings (PLATFORM_LOG_*) come with LogSettings."""
+
     model_config = SettingsConfigDict(env_prefix="PLATFORM_", frozen=True, extra="ignore")
 
     # Where the control plane's /internal endpoints are.
@@ -24,6 +27,10 @@ class WorkerSettings(BaseSettings):
     worker_threads: int = Field(1, ge=0)
     # Seconds between cancel-flag checks while generating.
     cancel_poll_s: float = Field(0.2, gt=0)
+    # Where this worker serves its Prometheus /metrics (set by its provider: loopback, or the
+    # pod IP); port None: none served, 0: any free port. The heartbeat says where it is.
+    worker_metrics_host: str = "127.0.0.1"
+    worker_metrics_port: int | None = Field(None, ge=0, le=65535)
 
     # --- engine tuning (PLATFORM_ENGINE_*; None: the engine's default) ---
     # Token budget of one engine step (prompt chunks + one token per decoding request).

@@ -9,13 +9,13 @@ generation counter in Redis.
 
 from __future__ import annotations
 
-import logging
 import socket
 
 import uvicorn
 
 from control_plane.api.app import create_app
 from control_plane.settings import Settings
+from worker import logs
 
 
 def shared_socket(host: str, port: int) -> socket.socket:
@@ -29,14 +29,12 @@ def shared_socket(host: str, port: int) -> socket.socket:
 
 def main() -> None:
     settings = Settings()
-    logging.basicConfig(
-        level=settings.log_level, format="%(asctime)s %(levelname)s api %(name)s: %(message)s"
-    )
+    logs.configure("api", settings)
     config = uvicorn.Config(
         create_app(settings),
         host=settings.api_host,
         port=settings.api_port,
-        log_level=settings.log_level.lower(),
+        log_config=None,  # uvicorn's records go to the handler above, at the API's level
         access_log=False,
     )
     server = uvicorn.Server(config)

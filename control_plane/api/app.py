@@ -12,14 +12,18 @@ from fastapi import FastAPI
 from control_plane.api import openapi, problems
 from control_plane.api.body_limit import BodyLimit
 from control_plane.api.catch_all import CatchAll
+from control_plane.api.request_log import RequestLog
+from control_plane.api.request_metrics import RequestMetrics
 from control_plane.api.routes import (
     batches,
     billing,
+    console,
     deployments,
     files,
     internal,
     jobs,
     keys,
+    metrics,
     openai,
     webhooks,
 )
@@ -77,6 +81,8 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
         # uploads stream to object storage as they arrive; the route counts their bytes
         streamed={("PUT", "/v1/files/"): settings.upload_max_bytes},
     )
+    app.add_middleware(RequestMetrics)  # outside the catch-all: counts the status sent
+    app.add_middleware(RequestLog)  # added last, so outermost: every answer has its request id
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:
@@ -84,4 +90,6 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
 
     for module in (deployments, jobs, batches, files, webhooks, billing, keys, openai, internal):
         app.include_router(module.router)
+    app.include_router(metrics.router)  # /metrics and /metrics/workers (operator only)
+    app.include_router(console.router)  # the web console's page and files (/console)
     return app

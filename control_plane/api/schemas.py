@@ -348,6 +348,54 @@ class WorkerList(BaseModel):
     data: list[WorkerPublic]
 
 
+class PoolWorker(BaseModel):
+    id: str
+    accelerator: str
+    state: str  # booting | idle (waiting for an assignment) | draining
+    started_at: str
+    state_since: str
+
+
+class PoolView(BaseModel):
+    """The warm pool (operator only): generic workers no deployment holds yet."""
+
+    data: list[PoolWorker]
+    counts: dict[str, dict[str, int]]  # accelerator → state → workers
+
+
+class TimelinePhase(BaseModel):
+    phase: str  # queue | boot | load | warm | run
+    start: str
+    end: str | None  # null: still going
+    seconds: float  # up to `end`, or to the answer's `at` while still going
+    worker_id: str | None
+    attempt: int | None  # run: the attempt number
+    outcome: str | None  # run: how the attempt ended (null while running)
+    # boot/load/warm: the worker's billed amount for that time (decimal string; billed to the
+    # tenant, not part of the job's share); run: the job's share of busy time (null until
+    # allocated)
+    amount: str | None
+    billable: bool | None  # run: false for an attempt lost by the platform (not billed)
+
+
+class TimelineCost(BaseModel):
+    billed_seconds: str  # decimal string: the job's share of busy worker seconds
+    amount: str  # decimal string: its cost
+    allocated: bool  # false until the worker's busy segment closed and was shared out
+
+
+class JobTimeline(BaseModel):
+    job_id: str
+    deployment: str
+    status: str
+    status_reason: str | None
+    created_at: str
+    completed_at: str | None
+    at: str  # when this answer was made (open phases are counted to here)
+    phases: list[TimelinePhase]
+    cost: TimelineCost
+
+
 class KeyPublic(BaseModel):
     id: str
     name: str

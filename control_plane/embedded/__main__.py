@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from pathlib import Path
 
 from control_plane.embedded.supervisor import down, up
+from control_plane.settings import Settings
+from worker import logs
 
 
 def default_state_dir() -> Path:
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     pd = sub.add_parser("down", help="stop a detached embedded platform")
     pd.add_argument("--state-dir", type=Path, default=None)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logs.configure("supervisor", Settings())
     state_dir = args.state_dir or default_state_dir()
     if args.cmd == "up":
         if args.api_processes is not None:

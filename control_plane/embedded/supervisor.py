@@ -156,6 +156,12 @@ class Supervisor:
         if port_in_use(self.port):
             raise StartError(f"port {self.port} is in use; choose another with --port")
         creds = load_or_create_credentials(self.state_dir)
+        # One directory of metric files for the API processes, Celery and the reconciler
+        # (prometheus_client's multiprocess mode), fresh for each start: a restarted child's
+        # counters stay (a watch() restart does not come here).
+        metrics_dir = self.state_dir / "metrics"
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+        metrics_dir.mkdir()
         env = dict(os.environ)
 
         redis_url = env.get("PLATFORM_REDIS_URL")
@@ -206,6 +212,7 @@ class Supervisor:
                     "PLATFORM_LOADER_HOST_CACHE_BYTES", str(default_host_cache_bytes())
                 ),
                 "PYTHONUNBUFFERED": "1",
+                "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
             }
         )
         self._migrate_and_bootstrap(db_url, creds.admin_key)

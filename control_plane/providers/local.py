@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -16,10 +17,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from control_plane.providers.base import Exited, WorkerSpec
-from worker.protocol import CREDENTIAL_ENV, WORKER_ENV_PREFIXES
+from worker.protocol import (
+    CREDENTIAL_ENV,
+    METRICS_HOST_ENV,
+    METRICS_PORT_ENV,
+    WORKER_ENV_PREFIXES,
+)
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
+# The control plane's own metrics directory (prometheus_client's multiprocess mode): a worker
+# that inherited it would write its families there, into the control plane's /metrics.
+CONTROL_PLANE_ONLY_ENV = ("PROMETHEUS_MULTIPROC_DIR", "prometheus_multiproc_dir")
 
 
 def die_with_parent() -> None:
@@ -54,10 +63,13 @@ class LocalProvider:
                 "--max-concurrency", str(a.max_concurrency),
             ]  # fmt: skip
             storage_env = a.storage_env
+        # Its /metrics on loopback, on a port free now; should another process take the port
+        # first, the worker binds any other and its heartbeat says which (metrics/targets.py).
+        metrics_env = {METRICS_HOST_ENV: "127.0.0.1", METRICS_PORT_ENV: str(_free_port())}
         logfile = (self._log_dir / f"{spec.worker_id}.log").open("ab")
         proc = subprocess.Popen(
             cmd,
-            env={**self._env, **storage_env},
+            env={**self._env, **storage_env, **metrics_env},
             stdin=subprocess.DEVNULL,
             stdout=logfile,
             stderr=subprocess.STDOUT,
@@ -65,7 +77,12 @@ class LocalProvider:
         )
         logfile.close()
         self._procs[spec.worker_id] = proc
-        log.info("started worker %s pid %d", spec.worker_id, proc.pid)
+        log.info(
+            "started worker %s pid %d",
+            spec.worker_id,
+            proc.pid,
+            extra={"worker_id": spec.worker_id},
+        )
         return proc.pid
 
     def stop(self, worker_id: str) -> None:
@@ -107,16 +124,25 @@ class LocalProvider:
         return [w for w, p in self._procs.items() if p.poll() is None]
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
 def worker_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, str]:
     """A worker's environment: the control plane's, minus its PLATFORM_* settings and its
-    storage credentials (secrets both), plus `extra`; engine and loader tuning
-    (WORKER_ENV_PREFIXES) pass through. Each worker gets its deployment's storage credentials
-    with its assignment (`Assignment.storage_env`)."""
+    storage credentials (secrets both), plus `extra`; engine and loader tuning and log
+    settings (WORKER_ENV_PREFIXES) pass through, the control plane's metrics directory does
+    not. Each worker gets its deployment's storage credentials with its assignment
+    (`Assignment.storage_env`)."""
     env = {
         k: v
         for k, v in base.items()
         if (not k.startswith("PLATFORM_") or k.startswith(WORKER_ENV_PREFIXES))
         and k not in CREDENTIAL_ENV
+        and k not in CONTROL_PLANE_ONLY_ENV
     }
     env.update(extra)
     env.setdefault("PYTHONUNBUFFERED", "1")

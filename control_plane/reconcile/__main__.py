@@ -20,16 +20,14 @@ from control_plane.reconcile.env import Env
 from control_plane.services import arrivals
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
+from worker import logs
 
 log = logging.getLogger("control_plane.reconcile")
 
 
 def main() -> None:
     settings = Settings()
-    logging.basicConfig(
-        level=settings.log_level,
-        format="%(asctime)s %(levelname)s reconciler %(name)s: %(message)s",
-    )
+    logs.configure("reconciler", settings)
     env = worker_env(
         os.environ,
         {

@@ -57,7 +57,17 @@ def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) 
             exhausted.append((job.id, finish.failed(error, "worker_lost")))
     finish.finish(session, env.outbox, exhausted, now)  # commits the requeues too
     for job in requeued:
-        log.warning("job %s lost its worker; requeued (attempt %d)", job.id, job.attempt)
+        log.warning(
+            "job %s lost its worker; requeued (attempt %d)",
+            job.id,
+            job.attempt,
+            extra={
+                "job_id": job.id,
+                "deployment_id": job.deployment_id,
+                "attempt": job.attempt,
+                "reason": "worker_lost",
+            },
+        )
         wake(env.redis, job.deployment_id, job.id, job.kind, {"reason": "worker_lost"})
 
 
@@ -88,7 +98,11 @@ def redispatch(session: Session, env: Env) -> None:
         if dep_id not in empty:
             empty[dep_id] = queue_depth(env.celery, deployment_queue(dep_id)) == 0
         if empty[dep_id]:
-            log.info("re-sending the wake-up of job %s", job_id)
+            log.info(
+                "re-sending the wake-up of job %s",
+                job_id,
+                extra={"job_id": job_id, "deployment_id": dep_id},
+            )
             dispatch_job(env.redis, dep_id, job_id, kind)
 
 

@@ -163,11 +163,18 @@ def keep(
                 size,
                 target.reason if target else "no_deployments",
                 target.expected_cold_starts if target else 0.0,
+                extra={"worker_id": w.id, "reason": workers.POOL_REASON},
             )
         # booting ones first: an idle one is ready to serve
         victims = sorted(mine, key=lambda w: w.state == WorkerState.IDLE)[: step.stop]
         for w in victims:
-            log.info("warm pool (%s): stopping %s (target %d)", accelerator, w.id, size)
+            log.info(
+                "warm pool (%s): stopping %s (target %d)",
+                accelerator,
+                w.id,
+                size,
+                extra={"worker_id": w.id, "reason": SHRINK},
+            )
             w.reason = SHRINK
             env.provider.stop(w.id)
     session.commit()

@@ -15,6 +15,7 @@ autoscaler's `Memory`. After a restart both start empty (the arrival history, in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from control_plane.domain.scaling.history import ConcurrencyWindow
 from control_plane.domain.scaling.models import NONE
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S, counted_boot_s
 from control_plane.errors import InvalidRequest
+from control_plane.metrics import families, on_commit
 from control_plane.providers.base import WorkerSpec
 from control_plane.reconcile import cold_starts
 from control_plane.reconcile import pool as warm_pool
@@ -157,7 +159,12 @@ def scale(
     queued, running, _ = load
     t = now.timestamp()
     for w in fleet.to_drain([_view(w) for w in live], dep.version):
-        log.info("draining worker %s of %s: new version", w.id, dep.name)
+        log.info(
+            "draining worker %s of %s: new version",
+            w.id,
+            dep.name,
+            extra={"worker_id": w.id, "deployment_id": dep.id, "reason": fleet.NEW_VERSION},
+        )
         _stop(session, env, w.id, fleet.NEW_VERSION)
     spec = dep.spec
     active_ids = {v.id for v in fleet.capacity([_view(w) for w in live], dep.version)}
@@ -203,6 +210,8 @@ def scale(
         for _ in range(decision.start):
             new, placement = _start(session, env, dep, decision.reason, free, est, now)
             started.append(new)
+            count = functools.partial(families.cold_start, new.accelerator, placement.choice)
+            on_commit.after_commit(session, count)  # by tier: pool_host_tier, pool or boot
             demand.placements[dep.id] = {
                 "choice": placement.choice,
                 "worker_id": new.id,
@@ -225,7 +234,13 @@ def scale(
         ]
         for v in fleet.scale_down_victims(counted, decision.desired):
             # NOTE: a stop is a drain (SIGTERM): the worker finishes the jobs it holds first.
-            log.info("scaling down worker %s of %s (%s)", v.id, dep.name, decision.reason)
+            log.info(
+                "scaling down worker %s of %s (%s)",
+                v.id,
+                dep.name,
+                decision.reason,
+                extra={"worker_id": v.id, "deployment_id": dep.id, "reason": decision.reason},
+            )
             _stop(session, env, v.id, fleet.SCALE_DOWN)
     if not decision.fail_waiting:
         times = measured.phase_times if measured else PhaseTimes()
@@ -268,6 +283,7 @@ def _log_change(demand: Demand, dep: Deployment, d: ScaleDecision) -> None:
         d.capacity,
         d.reason,
         _iso_s(d.next_prewarm_at) or "none",
+        extra={"deployment_id": dep.id, "reason": d.reason},
     )
 
 
@@ -340,7 +356,12 @@ def _start(
     except InvalidRequest as exc:
         # A spec accepted before its tenant lost access (or before the rules existed): the
         # worker gets no credentials, fails to read, and the crash-loop gate says why.
-        log.warning("deployment %s: model not readable by its tenant: %s", dep.id, exc.detail)
+        log.warning(
+            "deployment %s: model not readable by its tenant: %s",
+            dep.id,
+            exc.detail,
+            extra={"deployment_id": dep.id},
+        )
     assignment = Assignment(
         deployment_id=dep.id,
         deployment_version=dep.version,
@@ -362,6 +383,7 @@ def _start(
                     dep.name,
                     placement.reason,
                     reason,
+                    extra={"worker_id": w.id, "deployment_id": dep.id, "reason": reason},
                 )
                 return w, placement
             workers.transition(
@@ -372,7 +394,14 @@ def _start(
     w = workers.create(session, dep, spec.accelerator, reason, now)
     session.flush()
     w.pid = env.provider.start(WorkerSpec(w.id, spec.accelerator, assignment))
-    log.info("started worker %s for %s [%s] (%s)", w.id, dep.name, placement.reason, reason)
+    log.info(
+        "started worker %s for %s [%s] (%s)",
+        w.id,
+        dep.name,
+        placement.reason,
+        reason,
+        extra={"worker_id": w.id, "deployment_id": dep.id, "reason": reason},
+    )
     return w, placement
 
 
@@ -392,4 +421,9 @@ def _fail_waiting(
     ids = job_queries.pending_ids(session, dep.id)
     failed = finish.finish(session, env.outbox, [(i, ending) for i in ids], now)
     if failed:
-        log.warning("failed %d waiting jobs of %s: crash loop", len(failed), dep.name)
+        log.warning(
+            "failed %d waiting jobs of %s: crash loop",
+            len(failed),
+            dep.name,
+            extra={"deployment_id": dep.id, "reason": "crash_loop"},
+        )

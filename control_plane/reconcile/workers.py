@@ -35,8 +35,13 @@ def reap(session: Session, env: Env, now: datetime) -> list[str]:
         if exited.returncode == 0:
             state, reason = WorkerState.STOPPED, None
         else:
-            log.warning("worker %s exited with %d", exited.worker_id, exited.returncode)
             state, reason = WorkerState.FAILED, f"exit_{exited.returncode}"
+            log.warning(
+                "worker %s exited with %d",
+                exited.worker_id,
+                exited.returncode,
+                extra={"worker_id": exited.worker_id, "reason": reason},
+            )
         workers.transition(session, env.settings, exited.worker_id, state, now, now, reason)
     session.commit()
     return dead
@@ -63,7 +68,12 @@ def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
         )
         if verdict.reason is None:
             continue
-        log.warning("worker %s failed: %s", w.id, verdict.reason)
+        log.warning(
+            "worker %s failed: %s",
+            w.id,
+            verdict.reason,
+            extra={"worker_id": w.id, "deployment_id": w.deployment_id, "reason": verdict.reason},
+        )
         env.provider.kill(w.id)
         workers.transition(
             session,

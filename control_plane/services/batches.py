@@ -36,6 +36,7 @@ from control_plane.services.dispatch import wake
 from control_plane.services.paging import tenant_page
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_batch_webhook
+from worker import logs
 
 log = logging.getLogger(__name__)
 
@@ -247,11 +248,12 @@ def pump(
     """
     ids = list(session.scalars(select(Batch.id).where(Batch.status == RUNNING)))
     for batch_id in ids:
-        try:
-            _pump_one(session, celery, r, now, settings, batch_id)
-        except Exception:
-            session.rollback()
-            log.exception("batch %s: pump failed; retrying next tick", batch_id)
+        with logs.log_context(batch_id=batch_id):
+            try:
+                _pump_one(session, celery, r, now, settings, batch_id)
+            except Exception:
+                session.rollback()
+                log.exception("batch %s: pump failed; retrying next tick", batch_id)
 
 
 def _pump_one(

@@ -11,6 +11,7 @@ records) + amounts of its other phases. Duplicates are impossible by UNIQUE cons
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable
@@ -33,6 +34,7 @@ from control_plane.db.models import (
 from control_plane.domain.allocation import AttemptSpan, allocate, billable_boot_seconds
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, segment_cost
 from control_plane.domain.clock import iso
+from control_plane.metrics import families, on_commit
 from control_plane.services.paging import newest_first
 from control_plane.settings import Settings
 
@@ -93,7 +95,9 @@ def close_segment(
         with session.begin_nested():
             session.add(record)
     except IntegrityError:
-        pass  # the same segment was already written (a replayed report)
+        return  # the same segment was already written (a replayed report)
+    observe = functools.partial(families.billed, phase, w.accelerator, float(billed))
+    on_commit.after_commit(session, observe)  # counted once the segment is committed
 
 
 def roll_open_segments(session: Session, settings: Settings, now: datetime) -> None:

@@ -9,9 +9,10 @@ For each job it
        for a worker's report only for the current attempt: the fence), closes the running
        attempt for billing, and sets `webhook_status`;
     2. commits (the database is the truth before anyone hears of it: DESIGN §5);
-    3. sets the cancel flag of a job a worker may still hold, publishes the terminal event of
-       its status, and enqueues `job.completed` with a message id that is the same for every
-       path (`webhooks.message_id`), so a repeated announcement is one message to the receiver.
+    3. counts it (`metrics.families.job_ended`), sets the cancel flag of a job a worker may
+       still hold, publishes the terminal event of its status, and enqueues `job.completed`
+       with a message id that is the same for every path (`webhooks.message_id`), so a
+       repeated announcement is one message to the receiver.
 
 A job already terminal (or past its attempt) is left alone and not announced again.
 """
@@ -32,6 +33,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from control_plane.db.models import Job
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobStatus
+from control_plane.metrics import families
 from control_plane.services import events, jobs, webhooks
 from control_plane.tasks_api import enqueue_webhook
 from worker.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
@@ -141,8 +143,30 @@ def finish(
             ended.append(result)
     session.commit()
     for job, was_running in ended:
+        _log_end(job, now)
+        families.job_ended(job)  # by status, and its latencies from its own timestamps
         _announce(outbox, job, flag=was_running)
     return [job for job, _ in ended]
+
+
+def _log_end(job: Job, now: datetime) -> None:
+    # the error's type, never its message: a message may quote the input
+    reason = job.status_reason or (job.error or {}).get("type")
+    log.info(
+        "job %s %s",
+        job.id,
+        job.status,
+        extra={
+            "job_id": job.id,
+            "deployment_id": job.deployment_id,
+            "batch_id": job.batch_id,
+            "attempt": job.attempt,
+            "kind": job.kind,
+            "status": job.status,
+            "reason": reason,
+            "duration_s": round((now - job.created_at).total_seconds(), 3),
+        },
+    )
 
 
 def _end(session: Session, job_id: str, ending: Ending, now: datetime) -> tuple[Job, bool] | None:

@@ -35,6 +35,7 @@ from control_plane.services import (
 from control_plane.services.dispatch import wake
 from control_plane.services.edge_cache import DeploymentRef, TenantLimits
 from control_plane.services.quotas import Limits
+from worker import logs
 from worker.protocol import TERMINAL_EVENTS, EventType
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,7 @@ def create(
         public = jobs.to_public(job)
         dep_id = dep.id
         tenant_id = who.tenant_id
+    logs.bind(job_id=public["id"], deployment_id=dep_id)  # the request's log line names them
     if created:
         # Every admitted call passes here (run, stream, jobs, OpenAI); batch lines count when
         # they are dispatched (`services/batches.py`). Best effort: never fails the call.

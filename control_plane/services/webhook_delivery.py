@@ -33,6 +33,7 @@ from control_plane.db.models import Batch, Job, WebhookDelivery, WebhookEndpoint
 from control_plane.domain.clock import iso
 from control_plane.domain.states import TERMINAL
 from control_plane.domain.webhook_resend import MAX_JITTER
+from control_plane.metrics import families
 from control_plane.services import batches, cold_starts, jobs, webhook_endpoints, webhooks
 from control_plane.services.webhooks import DeliveryResult
 from control_plane.settings import Settings
@@ -92,7 +93,13 @@ def deliver(env: DeliveryEnv, msg: Message, now: datetime, rng: random.Random) -
     with env.sessions() as session:
         _record(session, msg, prepared, result, delay, now)
         session.commit()
+    families.webhook_attempt(msg.event_type, outcome(result.ok, delay))
     return delay
+
+
+def outcome(ok: bool, delay: float | None) -> str:
+    """How an attempt went, for `platform_webhook_deliveries_total`."""
+    return "delivered" if ok else "retrying" if delay is not None else "failed"
 
 
 def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) -> _Prepared | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 from datetime import datetime
 from typing import Any, cast
@@ -17,6 +18,7 @@ from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import JobStatus
 from control_plane.errors import NotFound
+from control_plane.metrics import families, on_commit
 from control_plane.services import auth, billing
 from control_plane.settings import Settings
 from worker.protocol import WorkerState
@@ -122,6 +124,12 @@ def idle_pooled(session: Session) -> list[Worker]:
     return list(session.scalars(q))
 
 
+def pooled(session: Session) -> list[Worker]:
+    """Live warm-pool workers (no deployment yet), oldest first."""
+    q = select(Worker).where(Worker.deployment_id.is_(None), Worker.state.in_(_LIVE_VALUES))
+    return list(session.scalars(q.order_by(Worker.started_at)))
+
+
 def transition(
     session: Session,
     settings: Settings,
@@ -149,6 +157,8 @@ def transition(
     phase = phase_of(w.state, pooled=w.deployment_id is None)
     if phase is not None and at > w.state_since:
         billing.close_segment(session, settings, w, phase, w.state_since, at, note=note)
+    if phase in STARTUP_PHASES and state in _MOVED_ON:
+        _count_startup_phase(session, w, phase, at)
     w.state = state
     w.state_since = at
     if reason:
@@ -156,6 +166,31 @@ def transition(
     if state in ENDED_STATES:
         w.stopped_at = at
     return w
+
+
+# A start-up phase completed when its worker went on to one of these (not failed or stopped).
+_MOVED_ON = frozenset(
+    {WorkerState.LOADING, WorkerState.WARMING, WorkerState.IDLE, WorkerState.BUSY}
+)
+
+
+def _count_startup_phase(session: Session, w: Worker, phase: str, at: datetime) -> None:
+    """A deployment's worker completed start-up phase `phase` at `at`: its whole length (from
+    the phase's first segment: a long one is rolled every minute) is observed once committed.
+    A warm-pool worker's boot is not a cold start (its phase is `pool`, never counted)."""
+    dep = session.get(Deployment, w.deployment_id) if w.deployment_id else None
+    if dep is None:
+        return
+    began = session.scalar(
+        select(func.min(BillingRecord.start)).where(
+            BillingRecord.worker_id == w.id, BillingRecord.phase == phase
+        )
+    )
+    seconds = (at - min(began or w.state_since, w.state_since)).total_seconds()
+    observe = functools.partial(
+        families.startup_phase, phase, w.accelerator, dep.name, dep.tenant_id, seconds
+    )
+    on_commit.after_commit(session, observe)
 
 
 def follow_jobs(

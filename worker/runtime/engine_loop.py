@@ -21,9 +21,9 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import redis
 
@@ -75,6 +75,14 @@ class JobResult:
     generated_tokens: int | None
 
 
+class Observer(Protocol):
+    """Sees what goes through the engine (counts and times only: never text)."""
+
+    def request_admitted(self, num_prompt_tokens: int) -> None: ...
+
+    def step_outputs(self, outputs: Sequence[RequestOutput]) -> None: ...
+
+
 class EngineLoop:
     """Owns the engine on its own thread (see the module doc)."""
 
@@ -84,11 +92,14 @@ class EngineLoop:
         redis_client: redis.Redis,
         cancel_poll_s: float,
         on_finished: Callable[[Job, JobResult], None],
+        *,
+        observer: Observer | None = None,
     ) -> None:
         self.engine = engine
         self.redis = redis_client
         self.cancel_poll_s = cancel_poll_s
         self.on_finished = on_finished
+        self.observer = observer  # the worker's metrics (worker/runtime/metrics.py)
         self._inbox: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._jobs: dict[str, Job] = {}
         self._stop = threading.Event()
@@ -146,6 +157,8 @@ class EngineLoop:
             self._report(job, _failed("invalid_input", str(exc), job))
             return
         self._jobs[job.job_id] = job
+        if self.observer is not None:
+            self.observer.request_admitted(len(job.prompt_ids))
 
     def _check_aborts(self) -> None:
         now = time.monotonic()
@@ -173,6 +186,8 @@ class EngineLoop:
                 self._publish([final])
 
     def _publish(self, outputs: list[RequestOutput]) -> None:
+        if self.observer is not None:
+            self.observer.step_outputs(outputs)
         events: list[tuple[str, str]] = []
         for out in outputs:
             job = self._jobs.get(out.request_id)

@@ -43,10 +43,12 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
+from worker import logs
 from worker.protocol import (
     HEARTBEAT_HOST_FIELD,
     HEARTBEAT_HOST_TIER_FIELD,
     HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_METRICS_FIELD,
     HEARTBEAT_PROGRESS_FIELD,
     HEARTBEAT_TTL_S,
     PROGRESS_BEAT_S,
@@ -57,6 +59,7 @@ from worker.protocol import (
 )
 from worker.runtime.consumer import Delivery, consume, jobs_waiting
 from worker.runtime.control_client import ControlClient
+from worker.runtime.metrics import WorkerMetrics, process_started_at
 from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -119,6 +122,9 @@ class WorkerRuntime:
         # weight bytes (done, total) while loading: sent with the heartbeat
         self._progress: tuple[int, int] | None = None
         self._progress_beat_at = 0.0
+        # its own /metrics, served from `run` where the settings say; the heartbeat says where
+        self.metrics = WorkerMetrics(process_started_at())
+        self.metrics_target: str | None = None
 
     def _open_job_pool(self, assignment: Assignment) -> None:
         self._pool = ThreadPoolExecutor(
@@ -140,6 +146,7 @@ class WorkerRuntime:
         self._stop.set()
 
     def _set_state(self, state: WorkerState, reason: str | None = None) -> None:
+        self.metrics.state_entered(state)  # a start-up phase's duration, when one ends
         self.state = state
         self.control.report_state(state.value, reason)
         self._beat()
@@ -156,6 +163,8 @@ class WorkerRuntime:
         progress = self._progress
         if progress is not None and self.state is WorkerState.LOADING:
             beat[HEARTBEAT_PROGRESS_FIELD] = {"bytes_done": progress[0], "bytes_total": progress[1]}
+        if self.metrics_target is not None:
+            beat[HEARTBEAT_METRICS_FIELD] = self.metrics_target
         if a is None:
             beat[HEARTBEAT_HOST_FIELD] = socket.gethostname()
             beat[HEARTBEAT_HOST_TIER_FIELD] = self._host_tier()
@@ -195,6 +204,8 @@ class WorkerRuntime:
         signal.signal(signal.SIGTERM, self.request_stop)
         signal.signal(signal.SIGINT, self.request_stop)
         self._done = threading.Event()
+        s = self.settings
+        self.metrics_target = self.metrics.serve(s.worker_metrics_host, s.worker_metrics_port)
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         try:
             if self.assignment is None:
@@ -219,12 +230,16 @@ class WorkerRuntime:
             if self._pool is not None:
                 self._pool.shutdown(wait=False, cancel_futures=True)
             self.control.close()
+            self.metrics.close()
 
     def _wait_in_pool(self) -> Assignment | None:
         """Warm-pool worker: get ready for any deployment, say so, then wait for one."""
         t0 = time.monotonic()
         self._prepare_runtime(collect=True)
-        log.info("in the warm pool (runtime ready in %.2fs)", time.monotonic() - t0)
+        ready_s = round(time.monotonic() - t0, 3)
+        log.info(
+            "in the warm pool (runtime ready in %.2fs)", ready_s, extra={"duration_s": ready_s}
+        )
         self._set_state(WorkerState.IDLE)
         key = worker_assignment_key(self.worker_id)
         while not self._stop.is_set():
@@ -240,6 +255,7 @@ class WorkerRuntime:
             # its tenant's storage credentials, for the loader (boto3 and the S3 client)
             os.environ.update(assignment.storage_env)
             self._open_job_pool(assignment)
+            logs.set_process_fields(deployment_id=assignment.deployment_id)
             log.info(
                 "assigned to deployment %s (version %d)",
                 assignment.deployment_id,
@@ -288,14 +304,19 @@ class WorkerRuntime:
             options=self.settings.load_options(),
             on_progress=self._on_load_progress,
         )
-        self.engine = self._build_engine(loaded)
+        self.metrics.model_loaded(loaded.metrics)
+        self.engine = self.metrics.engine = self._build_engine(loaded)
         self._tier_fill = loaded.tier_fill
         del loaded  # the engine holds the model; the fill needs only `tier_fill`
         self._warm_up_unless_jobs_wait(assignment.queue)
         from worker.runtime.engine_loop import EngineLoop
 
         self.loop = EngineLoop(
-            self.engine, self.redis, self.settings.cancel_poll_s, self._on_finished
+            self.engine,
+            self.redis,
+            self.settings.cancel_poll_s,
+            self._on_finished,
+            observer=self.metrics,
         )
         self.loop.start()
         self._set_state(WorkerState.IDLE)
@@ -338,7 +359,7 @@ class WorkerRuntime:
         """Stopped (the tenant's records have ended): let the fill finish, so a worker scaled
         down soon after its cold start still leaves its weights in the host tier for the next
         one, within FILL_ON_EXIT_MAX_S; the model is freed first."""
-        self.engine = self.loop = None
+        self.engine = self.loop = self.metrics.engine = None
         if self.accelerator != "cpu":
             import torch
 
@@ -400,7 +421,7 @@ class WorkerRuntime:
 
     def _handle(self, delivery: Delivery) -> None:
         """Consumer thread: start the job elsewhere (claiming is an HTTP call)."""
-        self.jobs_pool.submit(self._start_job, delivery)
+        self.jobs_pool.submit(logs.bound(self._start_job, job_id=delivery.job_id), delivery)
 
     # BUSY and IDLE follow the jobs: the control plane derives them from claims and job ends
     # (`services/workers.follow_jobs`), so they are only noted here (state and heartbeat).
@@ -463,7 +484,7 @@ class WorkerRuntime:
         """Engine thread: report on the pool, never block the engine."""
         delivery = self._acks.pop(id(job))
         self.jobs_pool.submit(
-            self._report,
+            logs.bound(self._report, job_id=job.job_id),
             job.job_id,
             job.attempt,
             delivery,
@@ -489,6 +510,7 @@ class WorkerRuntime:
                 fields.get("prompt_tokens"),
                 fields.get("generated_tokens"),
                 "" if accepted else " (report fenced off)",
+                extra={"attempt": attempt, "status": status},
             )
         except Exception:
             log.exception("could not report job %s", job_id)

@@ -70,6 +70,7 @@ def fill_tiers(tier_fill: TierFill | None) -> None:
             "cache tiers filled in %.2fs: %s",
             report.seconds,
             ", ".join(f"{tier} {uri}" for tier, uri in report.filled),
+            extra={"duration_s": round(report.seconds, 3)},
         )
     for uri, reason in report.failed.items():
         log.warning("cache tier fill of %s failed: %s", uri, reason)
@@ -155,6 +156,7 @@ def load_model(
     m = result.metrics
     t2 = time.monotonic()
     model = build_model(files.config, result.tensors)
+    load_s = time.monotonic() - t0
     log.info(
         "loaded %d tensors (%d bytes, %d objects) in %.2fs (files %.2fs, weights %.2fs at "
         "%.2f GB/s [header %.2fs, fetch %.2fs, copy %.2fs], %d retries, %d cache hits %s; "
@@ -162,7 +164,7 @@ def load_model(
         len(result.tensors),
         m.bytes_total,
         m.num_objects,
-        time.monotonic() - t0,
+        load_s,
         files.seconds,  # NOTE: overlaps the weights' header phase
         m.seconds,
         m.gbps,
@@ -173,6 +175,7 @@ def load_model(
         m.cache_hits,
         m.tier_hits,
         time.monotonic() - t2,
+        extra={"duration_s": round(load_s, 3)},
     )
     return LoadedModel(
         model=model,

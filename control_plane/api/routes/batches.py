@@ -23,6 +23,7 @@ from control_plane.api.schemas import JobInput
 from control_plane.errors import InvalidRequest
 from control_plane.services import batches, deployments, object_store, runs, storage, webhooks
 from control_plane.settings import Settings
+from worker import logs
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
@@ -202,6 +203,7 @@ def create_batch(
     )
     # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
     session.commit()
+    logs.bind(batch_id=batch.id, deployment_id=batch.deployment_id)  # the request's log line
     public = batches.to_public(session, batch)
     batches.wake_dispatched(ctx.redis, batch.deployment_id, to_wake, at)
     return JSONResponse(public, status_code=201 if created else 200)

@@ -9,22 +9,23 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-import redis
 from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 
-from control_plane.api.context import Ctx, Db, Now, Principal
+from control_plane.api.context import Db, Now, Principal
 from control_plane.api.schemas import (
     BillingCheck,
     BillingRecordList,
+    PoolView,
     UsageList,
     UsageSummary,
     WorkerList,
 )
-from control_plane.db.models import BillingRecord, Deployment
+from control_plane.db.models import BillingRecord, Deployment, Tenant
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, SECONDS_QUANTUM
 from control_plane.domain.clock import iso
-from control_plane.services import auth, billing, scale_decisions, workers
+from control_plane.errors import Forbidden
+from control_plane.services import billing, workers
 
 router = APIRouter(tags=["billing"])
 
@@ -175,41 +176,6 @@ def billing_check(session: Db, who: Principal, at: Now) -> Any:
     return {"ok": not issues, "issues": issues}
 
 
-@router.get("/metrics", include_in_schema=False)
-def metrics(ctx: Ctx, session: Db, who: Principal, at: Now) -> Response:
-    """Prometheus text format: billing drift across all tenants, workers by state, autoscaler
-    decisions by reason (counted in Redis by the reconciler).
-
-    Platform-wide numbers: only the operator's admin keys may scrape (Prometheus sends one as
-    `authorization: {credentials: sk_...}`).
-    """
-    auth.require_operator(session, who)
-    issues = billing.check(session, None, at)
-    by_state: dict[str, int] = {}
-    for w in workers.live(session):
-        by_state[w.state] = by_state.get(w.state, 0) + 1
-    try:
-        decisions = scale_decisions.counts(ctx.redis)
-    except redis.RedisError:
-        decisions = {}  # the other numbers still come
-    lines = [
-        "# HELP platform_billing_drift_issues Billing inconsistencies found by the check.",
-        "# TYPE platform_billing_drift_issues gauge",
-        f"platform_billing_drift_issues {len(issues)}",
-        "# HELP platform_workers Live workers by state.",
-        "# TYPE platform_workers gauge",
-        *(f'platform_workers{{state="{s}"}} {n}' for s, n in sorted(by_state.items())),
-        "# HELP platform_scale_decisions_total Autoscaler decisions (one per deployment and "
-        "tick) by reason.",
-        "# TYPE platform_scale_decisions_total counter",
-        *(
-            f'platform_scale_decisions_total{{reason="{r}"}} {n}'
-            for r, n in sorted(decisions.items())
-        ),
-    ]
-    return Response("\n".join(lines) + "\n", media_type="text/plain; version=0.0.4")
-
-
 @router.get("/v1/workers", response_model=WorkerList)
 def list_workers(session: Db, who: Principal, deployment: str | None = None) -> Any:
     who.require("read")
@@ -220,3 +186,33 @@ def list_workers(session: Db, who: Principal, deployment: str | None = None) -> 
     dep_id = next((i for i, n in names.items() if n == deployment), "none") if deployment else None
     rows = workers.list_for_tenant(session, who.tenant_id, dep_id)
     return {"data": [workers.to_public(w, names.get(w.deployment_id or "", "?")) for w in rows]}
+
+
+@router.get("/v1/pool", response_model=PoolView)
+def warm_pool(session: Db, who: Principal) -> Any:
+    """The warm pool: generic workers booted ahead of cold starts, no deployment's yet.
+
+    The pool is the platform's (billed to it, phase `pool`), so only the operator's keys read
+    it; a tenant sees where its workers came from in its deployments' `scaling.placement`."""
+    who.require("read")
+    tenant = session.get(Tenant, who.tenant_id)
+    if tenant is None or not tenant.is_operator:
+        raise Forbidden("the warm pool is the platform's: only the operator's keys may read it")
+    rows = workers.pooled(session)
+    counts: dict[str, dict[str, int]] = {}
+    for w in rows:
+        by_state = counts.setdefault(w.accelerator, {})
+        by_state[w.state] = by_state.get(w.state, 0) + 1
+    return {
+        "data": [
+            {
+                "id": w.id,
+                "accelerator": w.accelerator,
+                "state": w.state,
+                "started_at": iso(w.started_at),
+                "state_since": iso(w.state_since),
+            }
+            for w in rows
+        ],
+        "counts": counts,
+    }

@@ -15,13 +15,21 @@ import redis
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from control_plane.api.context import Ctx, Db, Principal, bearer_token
-from control_plane.api.schemas import JobCreate, JobList, JobPublic, RunRequest
+from control_plane.api.context import Ctx, Db, Now, Principal, bearer_token
+from control_plane.api.schemas import JobCreate, JobList, JobPublic, JobTimeline, RunRequest
 from control_plane.context import AppContext
 from control_plane.db.models import Deployment
 from control_plane.domain.eta import estimate_wait_s
 from control_plane.domain.states import JobKind, is_terminal
-from control_plane.services import cold_starts, events, job_queries, jobs, runs, workers
+from control_plane.services import (
+    cold_starts,
+    events,
+    job_queries,
+    jobs,
+    runs,
+    timeline,
+    workers,
+)
 from worker.protocol import TERMINAL_EVENTS
 
 log = logging.getLogger(__name__)
@@ -145,6 +153,14 @@ def get_job(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
             cold_start["eta_s"] if cold_start else None,
         )
     return JSONResponse(job, headers={"X-Job-Id": job_id})
+
+
+@router.get("/v1/jobs/{job_id}/timeline", response_model=JobTimeline)
+def job_timeline(job_id: str, session: Db, who: Principal, at: Now) -> Any:
+    """Where the job's time went: queue, the boot / load / warm of the worker it waited on,
+    each attempt's run; and its cost share (services/timeline.py)."""
+    who.require("read")
+    return timeline.timeline(session, jobs.get(session, who.tenant_id, job_id), at)
 
 
 def _cold_start(ctx: AppContext, deployment_id: str) -> dict[str, Any] | None:

@@ -1,0 +1,210 @@
+// The deployments view: workers by state, the autoscaler's decision, queue depth over
+// time, recent workers; and the warm pool for the operator's keys.
+import { state, ApiError, api } from "./session.js";
+import {
+  h,
+  s,
+  fill,
+  secs,
+  stamp,
+  ago,
+  badge,
+  stateBadge,
+  table,
+  td,
+  empty,
+  section,
+  foldable,
+  fact,
+} from "./dom.js";
+import { svgRoot, stepChart } from "./charts.js";
+
+const WORKER_STATES = ["booting", "loading", "warming", "idle", "busy", "draining"];
+
+function deploymentsView() {
+  const list = h("div", { class: "cards" });
+  const pool = h("div", {});
+  const root = h("div", {}, h("h1", { text: "Deployments" }), list, pool);
+  return {
+    root,
+    everyMs: 0,
+    async refresh(current) {
+      const [workers, poolBody] = await Promise.all([
+        api("/v1/workers").then((b) => b.data),
+        readPool(),
+      ]);
+      if (!current()) return;
+      const byDep = new Map();
+      for (const w of workers) {
+        if (!byDep.has(w.deployment)) byDep.set(w.deployment, []);
+        byDep.get(w.deployment).push(w);
+      }
+      fill(
+        list,
+        state.deployments.length
+          ? state.deployments.map((d) => deploymentCard(d, byDep.get(d.name) || []))
+          : empty("No deployments yet: create one with 'platform deploy' or POST /v1/deployments."),
+      );
+      fill(pool, poolBody && poolBody.data.length ? poolPanel(poolBody) : null);
+    },
+  };
+}
+
+async function readPool() {
+  if (!state.poolReadable) return null;
+  try {
+    return await api("/v1/pool");
+  } catch (e) {
+    if (e instanceof ApiError && (e.status === 403 || e.status === 404)) {
+      state.poolReadable = false; // not the operator: the pool is the platform's
+      return null;
+    }
+    throw e;
+  }
+}
+
+function workerBar(d) {
+  const counts = d.workers || {};
+  const total = Object.values(counts).reduce((a, b) => a + b, 0);
+  const scale = Math.max(total, d.max_workers || 1);
+  const W = 240;
+  const root = svgRoot(W, 14, "wbar", "workers by state");
+  root.append(s("rect", { x: 0, y: 0, width: W, height: 14, rx: 3, class: "track" }));
+  let x0 = 0;
+  for (const st of WORKER_STATES) {
+    const n = counts[st] || 0;
+    if (!n) continue;
+    const w = (W * n) / scale;
+    const seg = s("rect", { x: x0, y: 0, width: w, height: 14, class: `seg st-${st}` });
+    seg.append(s("title", { text: `${n} ${st}` }));
+    root.append(seg);
+    x0 += w;
+  }
+  const chips = WORKER_STATES.filter((st) => counts[st]).map((st) =>
+    h("span", { class: `chip st-${st}`, "data-state": st, text: `${counts[st]} ${st}` }),
+  );
+  return h(
+    "div",
+    { class: "workers", "data-workers-total": total },
+    root,
+    h(
+      "span",
+      { class: "chips" },
+      chips.length ? chips : h("span", { class: "muted", text: "0 workers: scaled to zero" }),
+    ),
+    h("span", { class: "muted", text: ` (min ${d.min_workers}, max ${d.max_workers})` }),
+  );
+}
+
+function scalingFacts(sc) {
+  if (!sc) {
+    return h("p", {
+      class: "muted",
+      text: "No autoscaler decision in the last five minutes (a new deployment, or the reconciler is not running).",
+    });
+  }
+  const pl = sc.placement;
+  const eta = pl && pl.eta_s != null ? ` (ready in ~${secs(pl.eta_s)})` : "";
+  const place = pl ? `${pl.choice}${eta}, ${ago(pl.at)}` : "—";
+  const keepalive = sc.idle_windows ? sc.idle_windows.keepalive_s : null;
+  const reason = h("span", { class: "badge reason", "data-reason": sc.reason, text: sc.reason });
+  const forecast = sc.forecast ? `${(sc.forecast.rate_per_s * 60).toFixed(2)} calls/min` : "—";
+  return h(
+    "dl",
+    { class: "facts scaling" },
+    fact("decision", h("span", {}, reason, ` ${ago(sc.decided_at)}`)),
+    fact("desired / actual / ready", `${sc.desired} / ${sc.actual} / ${sc.ready}`),
+    fact("needed now", sc.needed),
+    fact("queued / running", `${sc.queued} / ${sc.running}`),
+    fact("boot / service", `${secs(sc.boot_s)} / ${secs(sc.service_s)}`),
+    fact("next pre-warm", sc.next_prewarm_at ? stamp(sc.next_prewarm_at) : "—"),
+    fact("keep-alive", keepalive != null ? secs(keepalive) : "—"),
+    fact("forecast", forecast),
+    fact("last placement", place),
+  );
+}
+
+function deploymentCard(d, workers) {
+  const series = state.samples.get(d.name) || [];
+  const chart = stepChart(
+    [
+      // drawn in this order: the queue on top where the lines meet
+      { name: "workers", cls: "s-workers", area: true, points: series.map((p) => [p.t, p.workers]) },
+      { name: "running", cls: "s-running", points: series.map((p) => [p.t, p.running]) },
+      { name: "queued", cls: "s-queued", points: series.map((p) => [p.t, p.queued]) },
+    ],
+    { now: Date.now(), label: `queue depth of ${d.name} over time` },
+  );
+  const recent = workers.slice(0, 6).map((w) =>
+    h(
+      "tr",
+      {},
+      td(h("code", { text: w.id })),
+      td(stateBadge(w.state)),
+      td(w.reason || "—"),
+      td(`v${w.deployment_version}`),
+      td(ago(w.started_at)),
+      td(w.stopped_at ? ago(w.stopped_at) : "—"),
+    ),
+  );
+  return h(
+    "article",
+    { class: "card", "data-deployment": d.name },
+    h(
+      "header",
+      {},
+      h("h2", { text: d.name }),
+      h("span", { class: "muted", text: `v${d.version} · ${d.accelerator} · ${d.model}` }),
+    ),
+    workerBar(d),
+    h(
+      "div",
+      { class: "split" },
+      h("div", {}, h("h3", { text: "Autoscaler" }), scalingFacts(d.scaling)),
+      h("div", {}, h("h3", { text: "Queue depth (polled every 2 s)" }), chart),
+    ),
+    h(
+      "details",
+      foldable(`workers:${d.name}`, { class: "workers-list" }),
+      h("summary", { text: `Workers (${workers.length} recent)` }),
+      recent.length
+        ? table(["worker", "state", "reason", "version", "started", "stopped"], recent)
+        : empty("No workers yet."),
+    ),
+  );
+}
+
+function poolPanel(body) {
+  const counts = Object.entries(body.counts).map(([acc, byState]) =>
+    h(
+      "li",
+      {},
+      h("strong", { text: acc }),
+      `: ${Object.entries(byState).map(([st, n]) => `${n} ${st}`).join(", ")}`,
+    ),
+  );
+  const rows = body.data.map((w) =>
+    h(
+      "tr",
+      {},
+      td(h("code", { text: w.id })),
+      td(w.accelerator),
+      td(stateBadge(w.state)),
+      td(ago(w.state_since)),
+      td(ago(w.started_at)),
+    ),
+  );
+  return section(
+    "Warm pool",
+    h("p", {
+      class: "muted",
+      text:
+        "Generic workers booted ahead of cold starts; a deployment that needs one takes it " +
+        "instead of booting (billed to the platform until then).",
+    }),
+    h("ul", { class: "inline" }, counts),
+    table(["worker", "accelerator", "state", "since", "started"], rows),
+  );
+}
+
+export { deploymentsView };
