@@ -7,8 +7,9 @@ import os
 import sys
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from control_plane.embedded.supervisor import down, up
-from control_plane.settings import Settings
 from worker import logs
 
 
@@ -28,7 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     pd = sub.add_parser("down", help="stop a detached embedded platform")
     pd.add_argument("--state-dir", type=Path, default=None)
     args = p.parse_args(argv)
-    logs.configure("supervisor", Settings())
+    # Only the log settings: the others are the children's, checked where they are used
+    # (a bad PLATFORM_API_PROCESSES gets the supervisor's own message, not a traceback).
+    try:
+        log_settings = logs.LogSettings()
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        print(f"platform: bad log settings (PLATFORM_LOG_*): {problems}", file=sys.stderr)
+        return 2
+    logs.configure("supervisor", log_settings)
     state_dir = args.state_dir or default_state_dir()
     if args.cmd == "up":
         if args.api_processes is not None:
