@@ -47,10 +47,13 @@ def _missing(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """Debian's chromium under playwright (requested before the platform: a machine without
-    chromium skips before anything starts)."""
+    chromium skips before anything starts).
+
+    NOTE: module-scoped, never longer: while `sync_playwright` is open its event loop counts as
+    running in the main thread, and every later test that calls asyncio.run() would fail."""
     if not os.access(CHROMIUM, os.X_OK):
         _missing(f"chromium is not installed at {CHROMIUM} (apt-get install chromium)")
     try:
