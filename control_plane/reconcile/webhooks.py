@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
@@ -18,8 +19,16 @@ from control_plane.domain.webhook_resend import GRACE, Recorded, attempt_to_rese
 from control_plane.reconcile.env import Env
 from control_plane.services import webhooks
 from control_plane.tasks_api import enqueue_batch_webhook, enqueue_webhook
+from worker.protocol import KEY_PREFIX
 
 log = logging.getLogger(__name__)
+# One resend per subject this often at most: while no Celery worker runs, every sweep would
+# find the same chains lost again, and the queue would grow by all of them each time.
+RESEND_EVERY_S = 300
+
+
+def resent_key(subject_id: str) -> str:
+    return f"{KEY_PREFIX}:webhook-resent:{subject_id}"
 
 
 def resend_lost(session: Session, env: Env, now: datetime) -> int:
@@ -85,6 +94,11 @@ def _resend(
         again = attempt_to_resend(now, ended_at, rec, env.settings.webhook_retry_schedule_s)
         if again is None:
             continue
+        try:
+            if not env.redis.set(resent_key(sid), again, nx=True, ex=RESEND_EVERY_S):
+                continue  # sent again not long ago
+        except redis.RedisError:
+            return sent  # the broker is likely down too: the next sweep tries
         msg_id = rec.msg_id if rec is not None else webhooks.message_id(sid, "completed")
         enqueue(env.celery, sid, event, msg_id, again)
         log.warning("%s of %s: its delivery was lost; attempt %d sent again", event, sid, again)

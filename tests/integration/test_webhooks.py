@@ -679,7 +679,8 @@ def test_a_lost_completed_webhook_is_sent_again_by_the_reconciler(
     from control_plane.services.webhooks import message_id
 
     deploy(env, keys["a"])
-    paths = {name: unique(f"/lost/{name}") for name in ("never", "retry", "recent", "done")}
+    names = ("never", "retry", "recent", "done", "stuck")
+    paths = {name: unique(f"/lost/{name}") for name in names}
     ids = {name: submit(env, keys["a"], env.receiver.url(p)) for name, p in paths.items()}
     now = datetime.now(UTC)
     long_ago = now - GRACE - timedelta(minutes=5)
@@ -690,6 +691,8 @@ def test_a_lost_completed_webhook_is_sent_again_by_the_reconciler(
             job_row = s.get(Job, jid)
             assert job_row is not None
             job_row.status, job_row.webhook_status = "succeeded", "pending"
+            if name == "stuck":  # delivery finds no URL, records nothing: pending for good
+                job_row.webhook_url = None
             job_row.completed_at = now if name == "recent" else long_ago
             if name in ("retry", "done"):
                 s.add(
@@ -707,7 +710,7 @@ def test_a_lost_completed_webhook_is_sent_again_by_the_reconciler(
         s.commit()
         r = redis.Redis.from_url(env.settings.redis_url)
         renv = ReconcileEnv(env.settings, r, make_celery(env.settings), None)  # type: ignore[arg-type]
-        assert webhooks.resend_lost(s, renv, now) == 2  # "never" and "retry"
+        assert webhooks.resend_lost(s, renv, now) == 3  # "never", "retry" and "stuck"
     for name in ("never", "retry"):
         got = env.wait(name, lambda n=name: env.receiver.at(paths[n]))  # type: ignore[misc]
         assert {g.headers["webhook-id"] for g in got} == {message_id(ids[name], "completed")}
@@ -719,7 +722,9 @@ def test_a_lost_completed_webhook_is_sent_again_by_the_reconciler(
         assert job(env, keys["a"], ids[name])["webhook_status"] == "delivered"
     # delivered now: nothing more to send, even a minute later
     with sessions() as s:
-        assert webhooks.resend_lost(s, renv, now + timedelta(minutes=1)) == 1  # only "recent"
+        # only "recent": "stuck" is still pending but was sent again just now (once per
+        # RESEND_EVERY_S, not at every sweep)
+        assert webhooks.resend_lost(s, renv, now + timedelta(minutes=1)) == 1
     r.close()
     engine.dispose()
     assert env.receiver.at(paths["done"]) == []
