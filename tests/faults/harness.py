@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from control_plane.db.models import Job, JobAttempt, Worker
+from control_plane.db.models import Deployment, Job, JobAttempt, Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from sdk import APIError, Client, PlatformError
 from tests.faults.invariants import (
@@ -112,11 +112,26 @@ class Ledger:
             ).all()
         return [(j, a, w, pid) for j, a, w, pid in rows if pid]
 
-    def worker_failures(self) -> list[tuple[str, str | None]]:
-        """(worker id, reason) of every worker that ended `failed`."""
+    def unfinished_of(self, deployment: str) -> list[tuple[str, str, str]]:
+        """(job id, deployment id, kind) of the deployment's jobs not ended yet."""
         with self._sessions() as s:
-            rows = s.execute(select(Worker.id, Worker.reason).where(Worker.state == "failed"))
-            return [(w, reason) for w, reason in rows.all()]
+            rows = s.execute(
+                select(Job.id, Job.deployment_id, Job.kind).where(
+                    Job.deployment_name == deployment, Job.status.not_in(TERMINAL_STATUSES)
+                )
+            ).all()
+        return [(j, d, k) for j, d, k in rows]
+
+    def worker_failures(self, deployment: str | None = None) -> list[tuple[str, str | None]]:
+        """(worker id, reason) of every worker that ended `failed` (of `deployment`'s, when
+        given: the scenarios share one platform)."""
+        q = select(Worker.id, Worker.reason).where(Worker.state == "failed")
+        if deployment is not None:
+            q = q.join(Deployment, Deployment.id == Worker.deployment_id).where(
+                Deployment.name == deployment
+            )
+        with self._sessions() as s:
+            return [(w, reason) for w, reason in s.execute(q).all()]
 
     def first_success_after(self, deployment: str, t: datetime) -> datetime | None:
         """When the deployment's first job *started* after `t` succeeded (None: none yet).
@@ -274,8 +289,10 @@ def run_scenario(
     sizes: Sizes,
     faults: int,
     inject: Callable[[Ledger, str], datetime | None],
+    **spec: Any,
 ) -> FaultRun:
-    """Deploy `model` as `faults-<name>`, warm one worker, submit `sizes.jobs` async jobs (each
+    """Deploy `model` as `faults-<name>` (`spec`: more deployment fields, e.g. min_workers),
+    warm one worker, submit `sizes.jobs` async jobs (each
     with a webhook to a local receiver) and call `inject(ledger, deployment)` `faults` times,
     spread evenly over the jobs' completions; then run the checker over everything.
 
@@ -289,7 +306,9 @@ def run_scenario(
     ledger = Ledger(platform["database_url"])
     run = FaultRun(name)
     try:
-        client.deployments.create(name=deployment, model=str(model), scaledown_window_s=600)
+        client.deployments.create(
+            name=deployment, model=str(model), **{"scaledown_window_s": 600, **spec}
+        )
         # the first worker's cold start is no fault's recovery
         warm = client.submit(deployment, input={"prompt": "warm", "max_tokens": 1})
         assert wait_finished(ledger, deployment, 1, RECOVERY_BOUND_S), f"{warm.id} never ran"
