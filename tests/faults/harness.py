@@ -38,7 +38,7 @@ from tests.faults.invariants import (
     WebhookEvidence,
     check,
 )
-from tests.faults.receiver import WebhookReceiver
+from tests.faults.receiver import Plan, WebhookReceiver
 
 # Prompts of the jobs (never logged; the outputs are not read at all).
 PROMPTS = ("The weather", "A good soup", "Once upon a time", "The river")
@@ -289,9 +289,11 @@ def run_scenario(
     sizes: Sizes,
     faults: int,
     inject: Callable[[Ledger, str], datetime | None],
+    receiver_plan: Plan | None = None,
     **spec: Any,
 ) -> FaultRun:
-    """Deploy `model` as `faults-<name>` (`spec`: more deployment fields, e.g. min_workers),
+    """Deploy `model` as `faults-<name>` (`spec`: more deployment fields, e.g. min_workers;
+    `receiver_plan`: how the webhook receiver misbehaves, see receiver.py),
     warm one worker, submit `sizes.jobs` async jobs (each
     with a webhook to a local receiver) and call `inject(ledger, deployment)` `faults` times,
     spread evenly over the jobs' completions; then run the checker over everything.
@@ -314,7 +316,7 @@ def run_scenario(
         assert wait_finished(ledger, deployment, 1, RECOVERY_BOUND_S), f"{warm.id} never ran"
         base = ledger.finished(deployment)
         bound_s = sizes.timeout_s()
-        with WebhookReceiver() as rx:
+        with WebhookReceiver(receiver_plan) as rx:
             sub = Submitter(
                 client, ledger, deployment, sizes.jobs, sizes.max_tokens, webhook=rx.url
             )

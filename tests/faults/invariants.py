@@ -302,12 +302,9 @@ def _settled(snap: Snapshot, evidence: Evidence, bounds: Bounds) -> bool:
         return False
     if any(not ended for *_, ended in snap.attempts):
         return False
-    if evidence.webhooks is not None:
-        arrived = {
-            _event_of(d)[0] for d in evidence.webhooks.log() if _event_of(d)[1] == "job.completed"
-        }
-        if not evidence.webhooks.job_ids <= arrived:
-            return False
+    webhooks = evidence.webhooks
+    if webhooks is not None and not webhooks.job_ids <= _accepted_completions(webhooks.log()):
+        return False
     # an unneeded unacked message is judged once its bound has passed (it may yet be acked)
     return all(
         age <= 0 or age >= bounds.unacked_s for age in (_idle_s(u, snap) for u in snap.unacked)
@@ -404,11 +401,22 @@ def judge_webhooks(log: Sequence[Delivery], evidence: WebhookEvidence) -> list[V
         if event in ONCE_PER_JOB_EVENTS and len(msg_ids) != 1:
             detail = f"job {job_id} {event}: {len(msg_ids)} distinct webhook-ids"
             out.append(Violation("I3", "duplicate_webhook_id", detail))
+    accepted = _accepted_completions(log)
     for job_id in sorted(evidence.job_ids):
-        if not ids.get((job_id, "job.completed")):
+        if job_id not in accepted:
             detail = f"job {job_id} asked for a webhook; job.completed never arrived"
+            if ids.get((job_id, "job.completed")):
+                detail += " with an answer the sender took (only refused attempts)"
             out.append(Violation("I3", "missing_webhook", detail))
     return out
+
+
+def _accepted_completions(log: Sequence[Delivery]) -> set[str | None]:
+    """Jobs whose `job.completed` reached the receiver in an attempt it answered 2xx (one it
+    refused, reset or answered too late does not count: the sender will try again)."""
+    return {
+        _event_of(d)[0] for d in log if 200 <= d.status < 300 and _event_of(d)[1] == "job.completed"
+    }
 
 
 def _signature_problem(wh: Webhook, d: Delivery) -> str | None:

@@ -91,7 +91,9 @@ def test_gaps_overlaps_duplicates_and_uncovered_life_break_i4() -> None:
     ]
 
 
-def delivery(job_id: str, msg_id: str, secret: str = SECRET, skew_s: float = 0) -> Delivery:
+def delivery(
+    job_id: str, msg_id: str, secret: str = SECRET, skew_s: float = 0, status: int = 200
+) -> Delivery:
     body = json.dumps({"type": "job.completed", "data": {"id": job_id}}).encode()
     stamp = int(time.time())
     sig = Webhook(secret).sign(msg_id, datetime.fromtimestamp(stamp, UTC), body.decode())
@@ -100,7 +102,7 @@ def delivery(job_id: str, msg_id: str, secret: str = SECRET, skew_s: float = 0) 
         "webhook-timestamp": str(stamp),
         "webhook-signature": f"v1,Zm9v {sig}",
     }
-    return Delivery(body, headers, stamp + skew_s)
+    return Delivery(body, headers, stamp + skew_s, status)
 
 
 def test_webhooks_one_id_per_event_signed_and_arrived_for_i3() -> None:
@@ -119,6 +121,20 @@ def test_webhooks_one_id_per_event_signed_and_arrived_for_i3() -> None:
         "bad_signature",
         "duplicate_webhook_id",
     ]
+
+
+def test_a_webhook_the_receiver_only_refused_never_arrived_for_i3() -> None:
+    ev = WebhookEvidence(log=list, secret=SECRET, job_ids=frozenset({"a", "b"}))
+    log = [
+        delivery("a", "msg_a_completed", status=500),
+        delivery("a", "msg_a_completed", status=0),  # reset, or answered after the timeout
+        delivery("a", "msg_a_completed", status=302),
+        delivery("b", "msg_b_completed", status=500),
+        delivery("b", "msg_b_completed"),  # the retry got through
+    ]
+    found = judge_webhooks(log, ev)
+    assert kinds(found) == ["missing_webhook"]
+    assert "job a " in found[0].detail and "only refused attempts" in found[0].detail
 
 
 def test_unacked_messages_only_count_once_unneeded_for_i6() -> None:
