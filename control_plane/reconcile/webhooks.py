@@ -101,6 +101,13 @@ def _resend(
             return sent  # the broker is likely down too: the next sweep tries
         msg_id = rec.msg_id if rec is not None else webhooks.message_id(sid, "completed")
         enqueue(env.celery, sid, event, msg_id, again)
-        log.warning("%s of %s: its delivery was lost; attempt %d sent again", event, sid, again)
+        ids = {"job_id": sid} if event.startswith("job.") else {"batch_id": sid}
+        log.warning(
+            "%s of %s: its delivery was lost; attempt %d sent again",
+            event,
+            sid,
+            again,
+            extra={**ids, "attempt": again},
+        )
         sent += 1
     return sent
