@@ -14,6 +14,7 @@ from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from worker.logs import LogSettings
+from worker.tracing import TraceSettings
 
 # Default price per second of worker time, per accelerator type (USD). Overridable with
 # PLATFORM_RATES_PER_S='{"cpu": "0.00002", "h100": "0.0011"}'.
@@ -27,7 +28,7 @@ DEFAULT_RATES_PER_S: dict[str, Decimal] = {
 }
 
 
-class Settings(LogSettings):
+class Settings(LogSettings, TraceSettings):
     """Configuration of one control-plane process.
 
     Example: `Settings(database_url="sqlite:///x.db", worker_token="...")`, or from the
@@ -91,7 +92,8 @@ class Settings(LogSettings):
 
     rates_per_s: dict[str, Decimal] = Field(default_factory=lambda: dict(DEFAULT_RATES_PER_S))
 
-    # log_level, log_levels, log_format: from LogSettings (worker/logs.py), like the worker's.
+    # log_level, log_levels, log_format: from LogSettings (worker/logs.py), like the worker's;
+    # otel_exporter: from TraceSettings (worker/tracing.py).
 
     # --- batches and webhooks (issue #5) ---
     # Bucket that receives batch results (`batches/<tenant>/<batch>.jsonl`); created if missing.

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from worker import logs
+from worker import logs, tracing
 from worker.protocol import Assignment
 from worker.runtime.lifecycle import WorkerRuntime
 from worker.settings import WorkerSettings
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     settings = WorkerSettings()
     logs.configure("worker", settings)
+    tracing.configure("worker", settings)
     logs.set_process_fields(worker_id=args.worker_id, deployment_id=args.deployment_id)
     if settings.worker_threads > 0:
         import torch

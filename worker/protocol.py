@@ -25,9 +25,9 @@ from enum import StrEnum
 KEY_PREFIX = "platform"
 
 # Environment variables with these prefixes reach workers unchanged (engine and loader
-# tuning, log settings, read by worker.settings.WorkerSettings); the control plane's other
-# PLATFORM_* settings (secrets among them) do not.
-WORKER_ENV_PREFIXES = ("PLATFORM_ENGINE_", "PLATFORM_LOADER_", "PLATFORM_LOG_")
+# tuning, log and trace settings, read by worker.settings.WorkerSettings); the control
+# plane's other PLATFORM_* settings (secrets among them) do not.
+WORKER_ENV_PREFIXES = ("PLATFORM_ENGINE_", "PLATFORM_LOADER_", "PLATFORM_LOG_", "PLATFORM_OTEL_")
 
 # The environment variables that carry storage credentials. A worker's come only from the
 # control plane's `storage.Access` for its model, never from the control plane's environment.

@@ -9,13 +9,15 @@ from pydantic_settings import SettingsConfigDict
 
 from loader.options import LoadOptions
 from worker.logs import LogSettings
+from worker.tracing import TraceSettings
 
 # The host-memory weight tier's default home: shared memory, on every Linux host.
 HOST_CACHE_DIR = "/dev/shm/platform-weights"
 
 
-class WorkerSettings(LogSettings):
-    """A worker's settings; its log settings (PLATFORM_LOG_*) come with LogSettings."""
+class WorkerSettings(LogSettings, TraceSettings):
+    """A worker's settings; its log settings (PLATFORM_LOG_*) come with LogSettings, its trace
+    settings (PLATFORM_OTEL_*) with TraceSettings."""
 
     model_config = SettingsConfigDict(env_prefix="PLATFORM_", frozen=True, extra="ignore")
 

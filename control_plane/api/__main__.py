@@ -15,7 +15,7 @@ import uvicorn
 
 from control_plane.api.app import create_app
 from control_plane.settings import Settings
-from worker import logs
+from worker import logs, tracing
 
 
 def shared_socket(host: str, port: int) -> socket.socket:
@@ -30,6 +30,7 @@ def shared_socket(host: str, port: int) -> socket.socket:
 def main() -> None:
     settings = Settings()
     logs.configure("api", settings)
+    tracing.configure("api", settings)
     config = uvicorn.Config(
         create_app(settings),
         host=settings.api_host,

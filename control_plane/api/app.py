@@ -27,6 +27,7 @@ from control_plane.api.routes import (
     openai,
     webhooks,
 )
+from control_plane.api.trace_requests import TraceRequests
 from control_plane.context import AppContext
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import Clock, utc_now
@@ -35,6 +36,7 @@ from control_plane.services.edge_cache import EdgeCache, install_invalidation
 from control_plane.services.model_meta import ModelMetaCache
 from control_plane.services.quotas import Quotas
 from control_plane.settings import Settings
+from worker import tracing
 
 
 def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
@@ -82,6 +84,8 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
         streamed={("PUT", "/v1/files/"): settings.upload_max_bytes},
     )
     app.add_middleware(RequestMetrics)  # outside the catch-all: counts the status sent
+    if tracing.enabled():  # off: not even a pass-through layer on the hot path
+        app.add_middleware(TraceRequests)  # inside RequestLog: spans carry the request id
     app.add_middleware(RequestLog)  # added last, so outermost: every answer has its request id
 
     @app.get("/healthz", tags=["health"])

@@ -36,7 +36,7 @@ from control_plane.services.dispatch import wake
 from control_plane.services.paging import tenant_page
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_batch_webhook
-from worker import logs
+from worker import logs, tracing
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +104,8 @@ def create(
         created_at=now,
     )
     session.add(batch)
+    # the request's span: each line's worker spans join the batch request's trace (None: off)
+    traceparent = tracing.current_traceparent()
     rows = [
         Job(
             id=new_id("job", now),
@@ -119,6 +121,7 @@ def create(
             batch_index=i,
             dispatched_at=now if i < max_in_flight else None,
             api_key_id=api_key_id,
+            traceparent=traceparent,
             created_at=now,
         )
         for i, job_input in enumerate(inputs)

@@ -24,6 +24,7 @@ from control_plane.domain.states import PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
 from control_plane.services.edge_cache import DeploymentRef
 from control_plane.services.paging import tenant_page
+from worker import tracing
 
 
 def create(
@@ -65,6 +66,9 @@ def create(
         ttl_s=ttl_s,
         execution_timeout_s=execution_timeout_s,
         api_key_id=api_key_id,
+        # the span current here (the admission's): the worker's spans join its trace; in the
+        # same INSERT, so tracing costs no round trip (None when off)
+        traceparent=tracing.current_traceparent(),
         # The caller sends the wake-up right after the commit (batch jobs wait for a slot).
         dispatched_at=now if dispatch else None,
         created_at=now,

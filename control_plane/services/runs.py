@@ -35,7 +35,7 @@ from control_plane.services import (
 from control_plane.services.dispatch import wake
 from control_plane.services.edge_cache import DeploymentRef, TenantLimits
 from control_plane.services.quotas import Limits
-from worker import logs
+from worker import logs, tracing
 from worker.protocol import TERMINAL_EVENTS, EventType
 
 log = logging.getLogger(__name__)
@@ -63,47 +63,64 @@ def create(
     idempotency_key: str | None = None,
     request_hash: str | None = None,
 ) -> tuple[dict[str, Any], str]:
-    """Commit the job, then wake a worker; returns (public job, tenant id)."""
-    view = ctx.edge.view()
-    with ctx.sessions() as session:
-        who = view.principal(session, token)
-        who.require("run")
-        dep = view.deployment(session, who.tenant_id, name)
-        if webhook:
-            webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
-        resolved = job_input.resolved(dep.spec.defaults)
-        prompt_tokens = check_fits_context(ctx, dep, resolved)
-        if idempotency_key is None or not jobs.exists_for_key(
-            session, who.tenant_id, idempotency_key
-        ):
-            tokens = prompt_tokens + int(resolved["max_tokens"])
-            admit(ctx, session, who.tenant_id, tokens, view.limits(session, who.tenant_id))
-        now = ctx.clock()
-        job, created = jobs.create(
-            session,
-            dep,
-            resolved,
-            kind,
-            now,
-            webhook_url=webhook,
-            webhook_events=webhook_events,
-            ttl_s=ttl_s,
-            execution_timeout_s=execution_timeout_s,
-            idempotency_key=idempotency_key,
-            request_hash=request_hash,
-            api_key_id=who.key_id,
-        )
-        # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
-        session.commit()
-        public = jobs.to_public(job)
-        dep_id = dep.id
-        tenant_id = who.tenant_id
-    logs.bind(job_id=public["id"], deployment_id=dep_id)  # the request's log line names them
-    if created:
-        # Every admitted call passes here (run, stream, jobs, OpenAI); batch lines count when
-        # they are dispatched (`services/batches.py`). Best effort: never fails the call.
-        arrivals.record(ctx.redis, dep_id, now)
-        wake(ctx.redis, dep_id, public["id"], kind)
+    """Commit the job, then wake a worker; returns (public job, tenant id).
+
+    Traced as `job.admit` (events `stored`, `woken`); the job stores that span's traceparent."""
+    attributes = {tracing.GEN_AI_OPERATION: tracing.OPERATION, tracing.GEN_AI_MODEL: name}
+    with tracing.span("job.admit", attributes=attributes) as span:
+        view = ctx.edge.view()
+        with ctx.sessions() as session:
+            who = view.principal(session, token)
+            who.require("run")
+            dep = view.deployment(session, who.tenant_id, name)
+            if webhook:
+                webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
+            resolved = job_input.resolved(dep.spec.defaults)
+            prompt_tokens = check_fits_context(ctx, dep, resolved)
+            if idempotency_key is None or not jobs.exists_for_key(
+                session, who.tenant_id, idempotency_key
+            ):
+                tokens = prompt_tokens + int(resolved["max_tokens"])
+                admit(ctx, session, who.tenant_id, tokens, view.limits(session, who.tenant_id))
+            now = ctx.clock()
+            job, created = jobs.create(
+                session,
+                dep,
+                resolved,
+                kind,
+                now,
+                webhook_url=webhook,
+                webhook_events=webhook_events,
+                ttl_s=ttl_s,
+                execution_timeout_s=execution_timeout_s,
+                idempotency_key=idempotency_key,
+                request_hash=request_hash,
+                api_key_id=who.key_id,
+            )
+            # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
+            session.commit()
+            public = jobs.to_public(job)
+            dep_id = dep.id
+            tenant_id = who.tenant_id
+        if span is not None:
+            span.set_attributes(
+                {
+                    tracing.JOB_ID: public["id"],
+                    tracing.JOB_KIND: str(kind),
+                    tracing.DEPLOYMENT_ID: dep_id,
+                    tracing.GEN_AI_MAX_TOKENS: int(resolved["max_tokens"]),
+                }
+            )
+            span.add_event("stored", {"platform.job.created": created})
+        logs.bind(job_id=public["id"], deployment_id=dep_id)  # the request's log line names them
+        if created:
+            # Every admitted call passes here (run, stream, jobs, OpenAI); batch lines count
+            # when they are dispatched (`services/batches.py`). Best effort: never fails the
+            # call.
+            arrivals.record(ctx.redis, dep_id, now)
+            woken = wake(ctx.redis, dep_id, public["id"], kind)
+            if span is not None:
+                span.add_event("woken", {"platform.wake.sent": woken})
     return public, tenant_id
 
 

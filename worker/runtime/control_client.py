@@ -27,12 +27,19 @@ class ControlClient:
     def close(self) -> None:
         self._http.close()
 
-    def _post(self, path: str, body: dict[str, Any], *, deadline_s: float) -> httpx.Response:
+    def _post(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        deadline_s: float,
+        headers: dict[str, str] | None = None,
+    ) -> httpx.Response:
         delay = 0.2
         give_up = time.monotonic() + deadline_s
         while True:
             try:
-                resp = self._http.post(path, json=body)
+                resp = self._http.post(path, json=body, headers=headers)
                 if resp.status_code < 500:
                     return resp
                 log.warning("control plane answered %d on %s", resp.status_code, path)
@@ -56,10 +63,19 @@ class ControlClient:
         data: dict[str, Any] = resp.json()
         return data
 
-    def complete(self, job_id: str, attempt: int, status: str, **fields: Any) -> bool:
-        """True if accepted; False if the attempt was fenced off (canceled or superseded)."""
+    def complete(
+        self,
+        job_id: str,
+        attempt: int,
+        status: str,
+        *,
+        headers: dict[str, str] | None = None,
+        **fields: Any,
+    ) -> bool:
+        """True if accepted; False if the attempt was fenced off (canceled or superseded).
+        `headers`: a `traceparent` (the report joins the job's trace)."""
         body = {"worker_id": self.worker_id, "attempt": attempt, "status": status, **fields}
-        resp = self._post(complete_path(job_id), body, deadline_s=600)
+        resp = self._post(complete_path(job_id), body, deadline_s=600, headers=headers)
         if resp.status_code == 409:
             return False
         resp.raise_for_status()

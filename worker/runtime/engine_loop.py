@@ -28,7 +28,7 @@ from typing import Any, Literal, Protocol
 import redis
 
 from worker.engine.llm_engine import LLMEngine
-from worker.engine.outputs import RequestOutput
+from worker.engine.outputs import RequestMetrics, RequestOutput
 from worker.engine.params import SamplingParams
 from worker.protocol import JOB_EVENTS_MAXLEN, EventType, job_cancel_key, job_events_key
 
@@ -59,6 +59,8 @@ class Job:
     logprobs: list[dict[str, Any]] = field(default_factory=list)
     # "canceled" or "timed_out" once an abort was requested
     abort_reason: str | None = None
+    # its spans on this worker (runtime/job_trace.py); None when tracing is off. Opaque here.
+    trace: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +75,8 @@ class JobResult:
     # token counts (None when failed)
     prompt_tokens: int | None
     generated_tokens: int | None
+    # the engine's timings of the request (its trace spans); None when it never ran
+    metrics: RequestMetrics | None = None
 
 
 class Observer(Protocol):
@@ -252,7 +256,9 @@ def _result(job: Job, out: RequestOutput) -> JobResult:
         output["timings"] = out.metrics.to_dict()
     if job.params.logprobs is not None:
         output["logprobs"] = job.logprobs
-    return JobResult(status, output, None, out.num_prompt_tokens, out.num_generated_tokens)
+    return JobResult(
+        status, output, None, out.num_prompt_tokens, out.num_generated_tokens, out.metrics
+    )
 
 
 def _failed(kind: str, message: str, job: Job) -> JobResult:

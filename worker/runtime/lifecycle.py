@@ -28,6 +28,7 @@ The worker is BUSY while it holds at least one claimed job, IDLE otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import json
@@ -57,6 +58,7 @@ from worker.protocol import (
     worker_assignment_key,
     worker_heartbeat_key,
 )
+from worker.runtime import job_trace
 from worker.runtime.consumer import Delivery, consume, jobs_waiting
 from worker.runtime.control_client import ControlClient
 from worker.runtime.metrics import WorkerMetrics, process_started_at
@@ -65,6 +67,7 @@ from worker.settings import WorkerSettings
 if TYPE_CHECKING:
     from loader import Progress, TierFill
     from worker.engine.llm_engine import LLMEngine
+    from worker.runtime.job_trace import JobTrace
     from worker.runtime.loading import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -447,6 +450,7 @@ class WorkerRuntime:
         from worker.runtime.engine_loop import Job
 
         job_id = delivery.job_id
+        claim_started_ns = time.time_ns()
         try:
             claim = self.control.claim(job_id)
         except Exception:
@@ -459,6 +463,8 @@ class WorkerRuntime:
             return
         self._job_started()
         attempt = int(claim["attempt"])
+        dep_id = self.assignment.deployment_id if self.assignment else None
+        trace = job_trace.start(claim, self.worker_id, dep_id, claim_started_ns)  # None: off
         inp = claim["input"] or {}
         try:
             params = SamplingParams.from_input(inp)
@@ -468,27 +474,32 @@ class WorkerRuntime:
             prompt_ids = self.engine.encode(prompt)
             self.engine.validate(prompt_ids, params)
         except ValueError as exc:
-            self._report(job_id, attempt, delivery, "failed", error=_invalid(exc))
+            self._report(job_id, attempt, delivery, "failed", trace=trace, error=_invalid(exc))
             return
         except Exception as exc:  # never leave a claimed job without an outcome
             log.exception("could not start job %s", job_id)
             error = {"type": "model_error", "message": f"{type(exc).__name__}: {exc}"}
-            self._report(job_id, attempt, delivery, "failed", error=error)
+            self._report(job_id, attempt, delivery, "failed", trace=trace, error=error)
             return
         deadline = time.monotonic() + float(claim.get("execution_timeout_s") or 600)
-        job = Job(job_id, attempt, prompt_ids, params, deadline, priority=delivery.priority)
+        job = Job(
+            job_id, attempt, prompt_ids, params, deadline, priority=delivery.priority, trace=trace
+        )
         self._acks[id(job)] = delivery
         self.loop.submit(job)
 
     def _on_finished(self, job: Any, result: Any) -> None:
         """Engine thread: report on the pool, never block the engine."""
         delivery = self._acks.pop(id(job))
+        if job.trace is not None:
+            job.trace.engine(job, result)
         self.jobs_pool.submit(
             logs.bound(self._report, job_id=job.job_id),
             job.job_id,
             job.attempt,
             delivery,
             result.status,
+            trace=job.trace,
             output=result.output,
             error=result.error,
             prompt_tokens=result.prompt_tokens,
@@ -496,12 +507,20 @@ class WorkerRuntime:
         )
 
     def _report(
-        self, job_id: str, attempt: int, delivery: Delivery, status: str, **fields: Any
+        self,
+        job_id: str,
+        attempt: int,
+        delivery: Delivery,
+        status: str,
+        *,
+        trace: JobTrace | None = None,
+        **fields: Any,
     ) -> None:
         """Store the outcome (retried for minutes), then IDLE if it was the last, then ack."""
         try:
             body = {k: v for k, v in fields.items() if v is not None}
-            accepted = self.control.complete(job_id, attempt, status, **body)
+            with trace.reporting() if trace is not None else contextlib.nullcontext() as headers:
+                accepted = self.control.complete(job_id, attempt, status, headers=headers, **body)
             log.info(
                 "job %s attempt %d %s: %s prompt tokens, %s generated%s",
                 job_id,
@@ -515,6 +534,8 @@ class WorkerRuntime:
         except Exception:
             log.exception("could not report job %s", job_id)
         finally:
+            if trace is not None:
+                trace.end(status, fields.get("error"))
             self._job_ended()
             delivery.ack()
 

@@ -20,6 +20,7 @@ from control_plane.domain.states import TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
 from control_plane.services import events, finish, jobs, webhooks, workers
 from control_plane.tasks_api import enqueue_output_follower, enqueue_webhook
+from worker import tracing
 from worker.protocol import EventType, WorkerState
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,27 @@ def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db, at: Now) -> An
             enqueue_output_follower(ctx.celery, job.id, job.attempt)
         except Exception:
             log.exception("could not start output webhooks for job %s", job.id)
+    if job.attempt == 1:  # its wait from admission to this claim (a retry's start is unknown)
+        tracing.record_span(
+            "job.queue",
+            job.traceparent,
+            job.created_at,
+            at,
+            {
+                tracing.JOB_ID: job.id,
+                tracing.DEPLOYMENT_ID: job.deployment_id,
+                tracing.WORKER_ID: body.worker_id,
+            },
+        )
     return {
         "claimed": True,
         "job_id": job.id,
         "attempt": job.attempt,
         "input": job.input,
         "execution_timeout_s": dep.spec.execution_limit_s(job.execution_timeout_s),
+        # the worker's spans join the job's trace (None: not traced); the name for its spans
+        "traceparent": job.traceparent,
+        "deployment": dep.name,
     }
 
 
