@@ -66,7 +66,7 @@ class Problem:
 
     def __str__(self) -> str:
         prefix = f"{self.where}: " if self.where else ""
-        return f"{prefix}{self.field}: {self.message}"
+        return f"{prefix}{self.field or repr(self.field)}: {self.message}"  # '' for an empty key
 
 
 class ManifestError(Exception):
