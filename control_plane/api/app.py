@@ -13,7 +13,6 @@ from control_plane.api import openapi, problems
 from control_plane.api.body_limit import BodyLimit
 from control_plane.api.catch_all import CatchAll
 from control_plane.api.request_log import RequestLog
-from control_plane.api.request_metrics import RequestMetrics
 from control_plane.api.routes import (
     batches,
     billing,
@@ -83,10 +82,10 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
         # uploads stream to object storage as they arrive; the route counts their bytes
         streamed={("PUT", "/v1/files/"): settings.upload_max_bytes},
     )
-    app.add_middleware(RequestMetrics)  # outside the catch-all: counts the status sent
     if tracing.enabled():  # off: not even a pass-through layer on the hot path
         app.add_middleware(TraceRequests)  # inside RequestLog: spans carry the request id
-    app.add_middleware(RequestLog)  # added last, so outermost: every answer has its request id
+    app.add_middleware(RequestLog)  # added last, so outermost: every answer has its request id,
+    # and its log line and count see the status the client got
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, str]:

@@ -11,6 +11,11 @@ every log line of the request (`worker.logs.log_context`). A route adds the ids 
 
 Only the route's template is logged (or the path when none matched), never a query string or
 a body. Workers' calls (`/internal/…`) and health checks are logged at DEBUG: they are many.
+
+The same end of the request is counted in `platform_http_requests_total` by method, route
+template and status (`unmatched` when no route matched, so the label stays bounded whatever
+clients send). Being outermost, both see the status the client got: the body limit's 413s and
+the catch-all's 500s included.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from datetime import UTC, datetime
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.domain.ids import new_id
+from control_plane.metrics import families
 from worker import logs
 
 log = logging.getLogger(__name__)
@@ -32,6 +38,8 @@ _SAFE_ID = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
 # Path params that are ids the log fields name.
 _PATH_IDS = ("job_id", "batch_id", "worker_id")
 _QUIET_PREFIXES = ("/internal/", "/healthz")
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+UNMATCHED = "unmatched"
 
 
 def request_id(headers: list[tuple[bytes, bytes]]) -> str:
@@ -69,11 +77,16 @@ class RequestLog:
 
     @staticmethod
     def _log(scope: Scope, status_code: int, duration_s: float) -> None:
+        method: str = scope["method"]
+        template = route_of(scope)
+        counted = method if method in METHODS else "other"
+        # nothing sent (0): counted as what the server answers for an error that escaped
+        families.http_request(counted, template, status_code or 500)
         path: str = scope.get("path", "")
         level = logging.DEBUG if path.startswith(_QUIET_PREFIXES) else logging.INFO
         if not log.isEnabledFor(level):
             return
-        route = getattr(scope.get("route"), "path", None) or path[:200]
+        route = template if template != UNMATCHED else path[:200]
         params = scope.get("path_params") or {}
         log.log(
             level,
@@ -86,11 +99,18 @@ class RequestLog:
                 "route": route,
                 "status_code": status_code,
                 "duration_s": round(duration_s, 6),
-                **{k: params[k] for k in _PATH_IDS if _looks_like_id(params.get(k))},
+                **{k: params[k] for k in _PATH_IDS if looks_like_id(params.get(k))},
             },
         )
 
 
-def _looks_like_id(value: object) -> bool:
+def route_of(scope: Scope) -> str:
+    """The template of the route that handled the request (set on the scope by routing)."""
+    route = scope.get("route")
+    path = getattr(route, "path_format", None) or getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED
+
+
+def looks_like_id(value: object) -> bool:
     """A path parameter is anything a caller typed: logged as an id only if it could be one."""
     return isinstance(value, str) and _SAFE_ID.fullmatch(value.encode()) is not None

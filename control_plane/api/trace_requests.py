@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from control_plane.api.request_log import _looks_like_id
+from control_plane.api.request_log import looks_like_id
 from worker import logs, tracing
 
 _HEADER = b"traceparent"
@@ -65,7 +65,7 @@ class TraceRequests:
                         {
                             "http.response.status_code": status_code,
                             **({"http.route": route} if route else {}),
-                            **({tracing.JOB_ID: job_id} if _looks_like_id(job_id) else {}),
+                            **({tracing.JOB_ID: job_id} if looks_like_id(job_id) else {}),
                         }
                     )
                     if status_code >= 500 or status_code == 0:

@@ -1,7 +1,7 @@
 """The control plane's event families: counters and histograms observed where things happen.
 
     job ended            services/finish.finish, after its commit (every terminal path)
-    request answered     api/request_metrics.RequestMetrics (ASGI, outermost)
+    request answered     api/request_log.RequestLog (ASGI, outermost)
     startup phase ended  services/workers.transition, after the commit
     cold start placed    reconcile/scale._start, after the commit
     segment billed       services/billing.close_segment, after the commit

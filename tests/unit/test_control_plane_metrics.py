@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-from control_plane.api.request_metrics import UNMATCHED, route_of
+from control_plane.api.request_log import UNMATCHED, route_of
 from control_plane.db.models import Base, Tenant
 from control_plane.metrics.families import job_times
 from control_plane.metrics.on_commit import after_commit
