@@ -27,7 +27,7 @@ from control_plane.reconcile.driver import Reconciler
 from control_plane.services import scale_decisions, webhook_delivery
 from control_plane.services.webhook_delivery import DeliveryEnv, Message
 from control_plane.settings import Settings
-from tests.integration.api_helpers import WORKER, WORKER_TOKEN, deploy, h, submit
+from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock, provider
 from worker.protocol import HEARTBEAT_METRICS_FIELD, worker_heartbeat_key
 
@@ -35,16 +35,10 @@ Samples = list[tuple[str, dict[str, str], float]]
 
 
 @pytest.fixture
-def settings(database_url: str, redis_url: str) -> Settings:
-    # webhook targets on loopback: the receiver of the delivery test
-    return Settings(
-        database_url=database_url,
-        redis_url=redis_url,
-        worker_token=WORKER_TOKEN,
-        sync_wait_default_s=0.5,
-        webhook_allow_private=True,
-        validate_models=False,
-    )
+def settings(settings: Settings) -> Settings:
+    """The integration tests' settings (conftest), with webhook targets on loopback allowed:
+    the receiver of the delivery test."""
+    return settings.model_copy(update={"webhook_allow_private": True})
 
 
 def scrape(client: TestClient, key: str) -> Samples:
