@@ -28,6 +28,10 @@ DEFAULT_RATES_PER_S: dict[str, Decimal] = {
 }
 
 
+# PLATFORM_API_PROCESSES at most (the embedded supervisor checks it before it starts anything).
+MAX_API_PROCESSES = 64
+
+
 class Settings(LogSettings, TraceSettings):
     """Configuration of one control-plane process.
 
@@ -47,7 +51,7 @@ class Settings(LogSettings, TraceSettings):
     api_port: int = 8000
     # API processes serving api_port. Above 1, each binds with SO_REUSEPORT and the kernel
     # spreads connections among them; the embedded supervisor starts this many.
-    api_processes: int = Field(1, ge=1, le=64)
+    api_processes: int = Field(1, ge=1, le=MAX_API_PROCESSES)
     # URL at which workers reach the control plane's internal endpoints.
     internal_url: str = "http://127.0.0.1:8000"
     # Shared secret of workers for /internal endpoints.

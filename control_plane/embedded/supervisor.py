@@ -47,6 +47,7 @@ from control_plane.embedded.processes import (
     wait_until,
 )
 from control_plane.embedded.restarts import after_death
+from control_plane.settings import MAX_API_PROCESSES
 from control_plane.tasks_api import CONTROL_QUEUE
 
 log = logging.getLogger(__name__)
@@ -341,8 +342,11 @@ def api_names(env: dict[str, str]) -> list[str]:
         n = int(raw)
     except ValueError:
         n = 0
-    if not 1 <= n <= 64:
-        raise StartError(f"PLATFORM_API_PROCESSES must be a whole number from 1 to 64, not {raw!r}")
+    if not 1 <= n <= MAX_API_PROCESSES:
+        raise StartError(
+            f"PLATFORM_API_PROCESSES must be a whole number from 1 to {MAX_API_PROCESSES}, "
+            f"not {raw!r}"
+        )
     return ["api", *(f"api-{i}" for i in range(2, n + 1))]
 
 
