@@ -111,6 +111,12 @@ def test_api_processes_share_the_port_and_heal_apart(own_platform: Any) -> None:
             c.close()
     # one dies: the other goes on serving, and the supervisor starts it again on the same port
     os.kill(pids["api-2"], signal.SIGKILL)
+    # NOTE: a connection the kernel queued on the dying process's socket is reset, as with any
+    # listener that dies; once it is gone (its socket closed), new ones all go to the other.
+    deadline = time.monotonic() + 10
+    while alive(pids["api-2"]):
+        assert time.monotonic() < deadline, "api-2 did not die"
+        time.sleep(0.01)
     for _ in range(20):
         assert httpx.get(state["url"] + "/v1/deployments", headers=headers).status_code == 200
     wait_restarted(state_dir, "api-2", pids["api-2"])
