@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sdk import Client
 from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
 from tests.faults.invariants import assert_holds
 
@@ -35,34 +37,45 @@ def is_worker(pid: int, worker_id: str) -> bool:
     return b"worker" in cmdline and worker_id.encode() in cmdline
 
 
-def kill_a_busy_worker(ledger: Ledger, deployment: str) -> datetime | None:
-    """SIGKILL the worker of a running job (None: none ran within 60 s).
+class BusyWorkerKiller:
+    """The fault: SIGKILL the worker of a running job (None: none ran within 60 s).
 
     NOTE: a job on its first attempt is preferred for 30 s: the requeued job of the last kill
     is often the next to run, and a job whose worker dies MAX_ATTEMPTS times fails by policy.
     A run of many kills still hits some jobs twice; that is allowed, and I1 accepts `failed`.
+    On an idle machine the submitted jobs may all have ended before the fault's turn: after
+    2 s with nothing running, it submits a longer job of its own to interrupt.
     """
-    started = time.monotonic()
-    while (waited := time.monotonic() - started) < 60:
-        for _job_id, attempt, worker_id, pid in ledger.running(deployment):
-            if (attempt == 1 or waited > 30) and is_worker(pid, worker_id):
-                fault_at = utcnow()
-                os.kill(pid, signal.SIGKILL)
-                return fault_at
-        time.sleep(0.05)
-    return None
+
+    def __init__(self, platform: dict[str, Any]) -> None:
+        self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=30)
+
+    def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
+        started = time.monotonic()
+        submitted = False
+        while (waited := time.monotonic() - started) < 60:
+            for _job_id, attempt, worker_id, pid in ledger.running(deployment):
+                if (attempt == 1 or waited > 30) and is_worker(pid, worker_id):
+                    fault_at = utcnow()
+                    os.kill(pid, signal.SIGKILL)
+                    return fault_at
+            if waited > 2 and not submitted:
+                prompt = {"prompt": "The river", "max_tokens": 4 * SIZES.max_tokens}
+                self.client.submit(deployment, input=prompt)
+                submitted = True
+            time.sleep(0.05)
+        return None
 
 
 @pytest.fixture(scope="module")
-def run(fault_platform: dict[str, Any], fault_model: Path) -> FaultRun:
-    return run_scenario(
-        "worker_kills",
-        fault_platform,
-        fault_model,
-        SIZES,
-        SIZES.worker_kills,
-        kill_a_busy_worker,
-    )
+def run(fault_platform: dict[str, Any], fault_model: Path) -> Iterator[FaultRun]:
+    killer = BusyWorkerKiller(fault_platform)
+    try:
+        yield run_scenario(
+            "worker_kills", fault_platform, fault_model, SIZES, SIZES.worker_kills, killer
+        )
+    finally:
+        killer.client.close()
 
 
 @pytest.mark.parametrize("invariant", INVARIANTS)
