@@ -55,6 +55,9 @@ class RecordingProvider:
     def shutdown(self, timeout_s: float) -> list[Any]:
         return []
 
+    def step_down(self) -> None:
+        self.stepped_down = True
+
 
 def populate(database_url: str, deployments: int, jobs: int, now: datetime, first: int = 0) -> None:
     """One tenant, its deployments and queued jobs, inserted in bulk; with `first`, more of

@@ -74,7 +74,9 @@ class Settings(LogSettings, TraceSettings):
     # Each deployment's autoscaling models are refit this often, off the tick, by the
     # reconciler's background thread (reconcile/refresh.py).
     autoscaler_refit_interval_s: float = Field(5.0, gt=0, le=60.0)
-    provider: Literal["local"] = "local"
+    # Where workers run: `local` (child processes of the reconciler, one per accelerator) or
+    # `kubernetes` (one pod per worker: control_plane/providers/kubernetes.py).
+    provider: Literal["local", "kubernetes"] = "local"
     # Python interpreter used for local worker processes.
     worker_python: str = ""
     # Torch intra-op threads per local worker (0: torch's default).
@@ -128,6 +130,55 @@ class Settings(LogSettings, TraceSettings):
     # Check a deployment's model before creating it or changing it (config.json, weights,
     # safetensors headers: services/model_check.py); off, a bad model fails in its workers.
     validate_models: bool = True
+
+    # --- several control-plane replicas (docs/operations.md) ---
+    # The reconciler acts only while it holds the lease (a Kubernetes Lease under the
+    # kubernetes provider, a Redis key otherwise). A leader that stops renewing it is replaced
+    # after this long; each tick renews it, so it must be well above autoscaler_interval_s.
+    reconciler_lease_s: float = Field(10.0, ge=3.0, le=60.0)
+    # This replica's name in the lease (the pod's name under Kubernetes); default: host:pid.
+    replica_id: str = ""
+
+    # --- Kubernetes provider (control_plane/providers/kubernetes.py) ---
+    # Namespace of the worker pods, their Secrets, the worker-token Secret and the Lease.
+    kubernetes_namespace: str = "default"
+    # Kubeconfig file of the control plane's identity; empty: the pod's own service account
+    # (in-cluster), the normal case when the control plane runs in the cluster.
+    kubernetes_kubeconfig: str = ""
+    # Worker image (required with the kubernetes provider): its `python` runs `-m worker`.
+    kubernetes_worker_image: str = ""
+    kubernetes_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+    # Service account of worker pods; empty: the namespace's default. Its API token is never
+    # mounted: workers do not talk to the Kubernetes API.
+    kubernetes_service_account: str = ""
+    # Secret (and its key) holding PLATFORM_WORKER_TOKEN: pods read it by secretKeyRef, so the
+    # token never appears in a pod spec.
+    kubernetes_worker_token_secret: str = "platform-worker-token"
+    kubernetes_worker_token_secret_key: str = "token"
+    # Node labels of each accelerator type's nodes, e.g. {"h100": {"nvidia.com/gpu.product":
+    # "NVIDIA-H100-80GB-HBM3"}}: every GPU type of PLATFORM_ACCELERATORS needs one, or its
+    # workers could land on any GPU (and be billed at the wrong rate). `cpu`: any node.
+    kubernetes_node_selectors: dict[str, dict[str, str]] = Field(default_factory=dict)
+    # Tolerations of each accelerator type's pods, as in a pod spec (GPU nodes are usually
+    # tainted): {"h100": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}.
+    kubernetes_tolerations: dict[str, list[dict[str, str | int]]] = Field(default_factory=dict)
+    # Requests and limits of each accelerator type's worker container: {"h100": {"requests":
+    # {"cpu": "8", "memory": "64Gi"}, "limits": {"memory": "200Gi"}}}; a GPU type gets one
+    # kubernetes_gpu_resource on top unless given. A type not listed: none but its GPU.
+    kubernetes_worker_resources: dict[str, dict[str, dict[str, str | int]]] = Field(
+        default_factory=dict
+    )
+    # The extended resource of one GPU (one worker per GPU) for every type but `cpu`.
+    kubernetes_gpu_resource: str = "nvidia.com/gpu"
+    # terminationGracePeriodSeconds of worker pods: a stopped worker drains (finishes the jobs
+    # it holds, 600 s each at most by default, then its cache-tier fill) before the kubelet
+    # kills it, so it must cover the longest execution limit of the deployments.
+    kubernetes_drain_grace_s: float = Field(900.0, ge=1.0)
+    # Port of each worker's /metrics, on its pod IP.
+    kubernetes_worker_metrics_port: int = Field(9400, ge=1, le=65535)
+    # app.kubernetes.io/instance of this platform's worker pods: platforms sharing a namespace
+    # see only their own pods.
+    kubernetes_instance: str = "platform"
 
     @field_validator("worker_token")
     @classmethod

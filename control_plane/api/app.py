@@ -19,6 +19,7 @@ from control_plane.api.routes import (
     console,
     deployments,
     files,
+    health,
     internal,
     jobs,
     keys,
@@ -87,10 +88,7 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
     app.add_middleware(RequestLog)  # added last, so outermost: every answer has its request id,
     # and its log line and count see the status the client got
 
-    @app.get("/healthz", tags=["health"])
-    def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
+    app.include_router(health.router)  # /healthz and /readyz (no key: probes)
     for module in (deployments, jobs, batches, files, webhooks, billing, keys, openai, internal):
         app.include_router(module.router)
     app.include_router(metrics.router)  # /metrics and /metrics/workers (operator only)

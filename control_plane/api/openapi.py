@@ -63,7 +63,7 @@ def install(app: FastAPI) -> None:
             media = "application/json" if openai else "application/problem+json"
             ref = "#/components/schemas/" + ("OpenAIError" if openai else "Problem")
             for op in item.values():
-                if path != "/healthz":
+                if path not in ("/healthz", "/readyz"):
                     op["security"] = [{"apiKey": []}]
                 responses = op.setdefault("responses", {})
                 for status, text in ERROR_STATUSES.items():

@@ -356,3 +356,18 @@ class WebhookDelivery(Base):
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     delivered: Mapped[bool] = mapped_column(default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ReconcilerFence(Base):
+    """One row: the fencing token of the reconciler that leads (docs/operations.md). A replica
+    that takes the lease adds one to `token`; every transaction of its ticks first checks the
+    row still holds its token (services/fence.py), so a deposed leader's writes and provider
+    calls fail instead of racing the new leader's."""
+
+    __tablename__ = "reconciler_fence"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token: Mapped[int] = mapped_column(Integer, default=0)
+    # The replica that took the token, and when (shown by `platform status`; diagnosis only).
+    holder: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    taken_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

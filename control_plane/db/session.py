@@ -64,11 +64,19 @@ class _GatedConnection(sqlite3.Connection):
             self._release_gate()
 
 
-def make_engine(database_url: str) -> Engine:
-    """Create the engine for `database_url` (sqlite:///path or postgresql+psycopg://...)."""
+def make_engine(database_url: str, idle_transaction_s: float | None = None) -> Engine:
+    """Create the engine for `database_url` (sqlite:///path or postgresql+psycopg://...).
+    `idle_transaction_s`: PostgreSQL ends a session whose transaction sat idle this long (its
+    locks with it); SQLite has no such limit."""
     if database_url.startswith("sqlite"):
         return _sqlite_engine(database_url)
-    return create_engine(database_url, pool_pre_ping=True, pool_size=10, max_overflow=10)
+    connect_args = {}
+    if idle_transaction_s is not None:
+        ms = int(idle_transaction_s * 1000)
+        connect_args["options"] = f"-c idle_in_transaction_session_timeout={ms}"
+    return create_engine(
+        database_url, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=connect_args
+    )
 
 
 def _sqlite_engine(database_url: str) -> Engine:

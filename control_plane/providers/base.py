@@ -39,3 +39,8 @@ class Provider(Protocol):
 
     def shutdown(self, timeout_s: float) -> list[Exited]:
         """Stop every worker (drain, no cache-tier fill, then kill after timeout_s)."""
+
+    def step_down(self) -> None:
+        """This replica stopped leading (reconcile/lease.py). Workers only it can reach (its
+        child processes) drain, since the new leader could never stop them; workers every
+        replica reaches (pods) are the new leader's to manage."""

@@ -49,20 +49,8 @@ class LocalProvider:
         log_dir.mkdir(parents=True, exist_ok=True)
 
     def start(self, spec: WorkerSpec) -> int | None:
-        cmd = [self._python, "-m", "worker", "--worker-id", spec.worker_id,
-               "--accelerator", spec.accelerator]  # fmt: skip
-        a, storage_env = spec.assignment, {}
-        if a is None:
-            cmd.append("--pool")
-        else:
-            cmd += [
-                "--deployment-id", a.deployment_id,
-                "--deployment-version", str(a.deployment_version),
-                "--model", a.model_uri,
-                "--queue", a.queue,
-                "--max-concurrency", str(a.max_concurrency),
-            ]  # fmt: skip
-            storage_env = a.storage_env
+        cmd = [self._python, "-m", "worker", *worker_args(spec)]
+        storage_env = spec.assignment.storage_env if spec.assignment else {}
         # Its /metrics on loopback, on a port free now; should another process take the port
         # first, the worker binds any other and its heartbeat says which (metrics/targets.py).
         metrics_env = {METRICS_HOST_ENV: "127.0.0.1", METRICS_PORT_ENV: str(_free_port())}
@@ -120,8 +108,32 @@ class LocalProvider:
                 proc.wait()
         return self.reap()
 
+    def step_down(self) -> None:
+        # They finish their jobs and report `stopped` themselves; their rows are the new
+        # leader's, which requeues the jobs of any that die instead.
+        for worker_id in self.running():
+            self.stop(worker_id)
+        if self._procs:
+            log.info("drained %d local workers: no longer leading", len(self._procs))
+
     def running(self) -> list[str]:
         return [w for w, p in self._procs.items() if p.poll() is None]
+
+
+def worker_args(spec: WorkerSpec) -> list[str]:
+    """The arguments of `python -m worker` for this worker (every provider's command line)."""
+    args = ["--worker-id", spec.worker_id, "--accelerator", spec.accelerator]
+    a = spec.assignment
+    if a is None:
+        return [*args, "--pool"]
+    return [
+        *args,
+        "--deployment-id", a.deployment_id,
+        "--deployment-version", str(a.deployment_version),
+        "--model", a.model_uri,
+        "--queue", a.queue,
+        "--max-concurrency", str(a.max_concurrency),
+    ]  # fmt: skip
 
 
 def _free_port() -> int:
@@ -149,4 +161,4 @@ def worker_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, s
     return env
 
 
-__all__ = ["LocalProvider", "die_with_parent", "worker_env"]
+__all__ = ["LocalProvider", "die_with_parent", "worker_args", "worker_env"]

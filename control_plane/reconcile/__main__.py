@@ -1,6 +1,8 @@
-"""`python -m control_plane.reconcile`: the reconciler process of the embedded platform. It
-owns the local worker processes (the local provider), ticks every autoscaler_interval_s and
-refits the autoscaler's models every autoscaler_refit_interval_s on a background thread."""
+"""`python -m control_plane.reconcile`: the reconciler process, one per control-plane replica.
+The one holding the lease (reconcile/lease.py) ticks every autoscaler_interval_s and starts and
+stops workers through its provider (local processes, or pods); the others wait for the lease.
+Every replica refits the autoscaler's models every autoscaler_refit_interval_s on a background
+thread, so a new leader starts with them."""
 
 from __future__ import annotations
 
@@ -8,16 +10,17 @@ import logging
 import os
 import signal
 import threading
-import time
 
 import redis
 
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import utc_now
-from control_plane.providers.local import LocalProvider, worker_env
+from control_plane.providers.local import worker_env
+from control_plane.providers.select import make_provider
+from control_plane.reconcile import loop
 from control_plane.reconcile.driver import Reconciler, tune_gc
 from control_plane.reconcile.env import Env
-from control_plane.services import arrivals
+from control_plane.reconcile.lease import Leadership, make_lease, replica_name
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
 from worker import logs
@@ -38,27 +41,30 @@ def main() -> None:
         },
     )
     env.setdefault("AWS_DEFAULT_REGION", settings.s3_region)
-    provider = LocalProvider(env, settings.state_dir / "logs" / "workers", settings.worker_python)
+    provider = make_provider(settings, env)
     reconciler = Reconciler(
         Env(settings, redis.Redis.from_url(settings.redis_url), make_celery(settings), provider),
-        make_sessionmaker(make_engine(settings.database_url)),
+        # a paused leader's open transaction holds the fence row (services/fence.py): the
+        # database ends it once the lease it relied on has run out
+        make_sessionmaker(
+            make_engine(settings.database_url, idle_transaction_s=settings.reconciler_lease_s)
+        ),
     )
     reconciler.start(utc_now)  # the autoscaler's model refits, on their own thread
     tune_gc()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    log.info("reconciler running every %.2fs", settings.autoscaler_interval_s)
-    r = reconciler.env.redis
-    while not stop.is_set():
-        ticked = time.monotonic()
-        try:
-            reconciler.tick(utc_now())
-        except Exception:
-            log.exception("reconciler tick failed")
-        # the next tick: after the interval, or at once when a call found a deployment at zero
-        arrivals.wait_for_work(r, settings.autoscaler_interval_s, ticked)
-    reconciler.shutdown(utc_now())
+    holder = replica_name(settings.replica_id)
+    leadership = Leadership(
+        make_lease(settings, reconciler.env.redis, holder),
+        reconciler.sessions,
+        holder,
+        settings.reconciler_lease_s,
+        on_step_down=provider.step_down,
+    )
+    log.info("reconciler %s running every %.2fs", holder, settings.autoscaler_interval_s)
+    loop.run(reconciler, leadership, utc_now, stop)
     log.info("reconciler stopped")
 
 

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from control_plane.domain.clock import Clock
 from control_plane.reconcile import jobs, pool, refresh, scale, webhooks, workers
 from control_plane.reconcile.env import Env
-from control_plane.services import batches, billing, deployments
+from control_plane.services import batches, billing, deployments, fence
 from control_plane.services import workers as worker_records
 from worker.protocol import WorkerState
 
@@ -69,9 +69,14 @@ class Reconciler:
         """Start the background refits (the reconciler process; `shutdown` stops them)."""
         self.refresher.start(clock)
 
-    def tick(self, now: datetime) -> None:
+    def tick(self, now: datetime, token: int | None = None) -> None:
+        """One pass of every reconciler. `token`: this replica's fencing token (the reconciler
+        process always has one; tests that drive one reconciler may leave it out): each
+        transaction of the tick checks it first and raises `fence.Deposed` once it is stale."""
         env = self.env
         with self.sessions() as session:
+            if token is not None:
+                fence.fence(session, token)
             # Held for the tick: the session's identity map keeps only weak references, so
             # without it every reconciler's read of the deployments built them all again (live
             # workers are kept by the session itself: `services.workers.live`).
@@ -103,11 +108,14 @@ class Reconciler:
                 webhooks.resend_lost(session, env, now)
             del held
 
-    def shutdown(self, now: datetime) -> None:
-        """Stop the refits and every worker (they drain); record them as stopped."""
+    def shutdown(self, now: datetime, token: int | None = None) -> None:
+        """Stop the refits and every worker (they drain); record them as stopped while this
+        replica still leads (`token`: as in `tick`)."""
         self.refresher.stop()
         exited = self.env.provider.shutdown(timeout_s=10.0)
         with self.sessions() as session:
+            if token is not None:
+                fence.fence(session, token)
             for e in exited:
                 worker_records.transition(
                     session,

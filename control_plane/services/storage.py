@@ -148,7 +148,9 @@ def platform_env() -> dict[str, str]:
 # --- S3 access with the right credentials ---------------------------------------------------
 
 
-def s3_client(access: Access) -> S3Client:
+def s3_client(access: Access, timeout_s: float | None = None) -> S3Client:
+    """A client with `access`'s credentials. `timeout_s`: connect and read timeouts, and no
+    retries (a probe); by default, patient ones for transfers."""
     import boto3
     from botocore.config import Config
 
@@ -165,9 +167,9 @@ def s3_client(access: Access) -> S3Client:
             # Plain S3-compatible servers reject the newer default checksum headers.
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
-            retries={"max_attempts": 5, "mode": "standard"},
-            connect_timeout=10,
-            read_timeout=60,
+            retries={"max_attempts": 5 if timeout_s is None else 1, "mode": "standard"},
+            connect_timeout=10 if timeout_s is None else timeout_s,
+            read_timeout=60 if timeout_s is None else timeout_s,
         ),
         **kwargs,
     )
