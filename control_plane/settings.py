@@ -30,6 +30,8 @@ DEFAULT_RATES_PER_S: dict[str, Decimal] = {
 
 # PLATFORM_API_PROCESSES at most (the embedded supervisor checks it before it starts anything).
 MAX_API_PROCESSES = 64
+# PLATFORM_RECONCILERS at most: one leads, the others only wait for its lease to run out.
+MAX_RECONCILERS = 8
 
 
 class Settings(LogSettings, TraceSettings):
@@ -136,6 +138,9 @@ class Settings(LogSettings, TraceSettings):
     # kubernetes provider, a Redis key otherwise). A leader that stops renewing it is replaced
     # after this long; each tick renews it, so it must be well above autoscaler_interval_s.
     reconciler_lease_s: float = Field(10.0, ge=3.0, le=60.0)
+    # Reconciler processes the embedded `platform up` starts (one leads; a second one takes
+    # over within reconciler_lease_s when the leader dies). A cluster sets its replicas instead.
+    reconcilers: int = Field(1, ge=1, le=MAX_RECONCILERS)
     # This replica's name in the lease (the pod's name under Kubernetes); default: host:pid.
     replica_id: str = ""
 

