@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import redis
 
-from control_plane.errors import RateLimited, Unavailable
+from control_plane.errors import InvalidRequest, RateLimited, Unavailable
 from worker.protocol import rate_limit_key
 
 log = logging.getLogger(__name__)
@@ -77,10 +77,13 @@ class Quotas:
                 retry_after_s=1,
             )
         if tokens > limits.tokens_per_min:
-            raise RateLimited(
-                f"this request needs {tokens} tokens; the limit is {limits.tokens_per_min}/min",
+            # no wait would ever admit it: a client error, not a "retry later" (a client that
+            # retries 429s would otherwise retry it forever)
+            raise InvalidRequest(
+                f"this request needs {tokens} tokens (prompt + max_tokens), more than the "
+                f"tenant's whole limit of {limits.tokens_per_min} per minute; lower max_tokens "
+                "or shorten the prompt",
                 limit=limits.tokens_per_min,
-                retry_after_s=60,
             )
         keys = [rate_limit_key(tenant_id, "requests"), rate_limit_key(tenant_id, "tokens")]
         args = [limits.requests_per_min, 1, limits.tokens_per_min, tokens]
