@@ -238,6 +238,17 @@ def wait_finished(ledger: Ledger, deployment: str, at_least: int, timeout_s: flo
     return True
 
 
+def probe(client: Client, deployment: str, fault: str) -> str:
+    """A sync call right after a fault: a job picked up after it by construction (the
+    scenario's own may all be running already), which recovery is measured to. "ok", or
+    what it failed with."""
+    try:
+        client.run(deployment, input={"prompt": "The river", "max_tokens": 1})
+        return "ok"
+    except APIError as e:
+        return f"{fault}: HTTP {e.status}"
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 

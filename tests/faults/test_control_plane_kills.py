@@ -23,9 +23,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sdk import APIError, Client
+from sdk import Client
 from tests.e2e.conftest import alive
-from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
+from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
 from tests.faults.invariants import assert_holds
 
 SIZES = Sizes.from_env()
@@ -69,11 +69,7 @@ class ControlPlaneKiller:
         while not self.serving():
             assert time.monotonic() < deadline, "the API did not come back"
             time.sleep(0.1)
-        try:
-            self.client.run(deployment, input={"prompt": "The river", "max_tokens": 1})
-            self.probes.append("ok")
-        except APIError as e:
-            self.probes.append(f"{name}: HTTP {e.status}")
+        self.probes.append(probe(self.client, deployment, name))
         return fault_at
 
     def serving(self) -> bool:

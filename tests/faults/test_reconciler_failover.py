@@ -27,9 +27,9 @@ from sqlalchemy import select
 
 from control_plane.db.models import ReconcilerFence
 from control_plane.reconcile.lease import LEASE_KEY
-from sdk import APIError, Client
+from sdk import Client
 from tests.e2e.conftest import embedded_platform
-from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
+from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
 from tests.faults.invariants import assert_holds
 
 SIZES = Sizes.from_env()
@@ -84,13 +84,7 @@ class LeaderFault:
         self.failovers.append((kind, time.monotonic() - started))
         if kind == "pause":
             self._resume(name, pid)
-        # a job picked up after the fault by construction (the scenario's own may all have
-        # been running already): recovery is measured to the first one
-        try:
-            self.client.run(deployment, input={"prompt": "The river", "max_tokens": 1})
-            self.probes.append("ok")
-        except APIError as e:
-            self.probes.append(f"{kind}: HTTP {e.status}")
+        self.probes.append(probe(self.client, deployment, kind))
         return fault_at
 
     def _resume(self, name: str, pid: int) -> None:
