@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from control_plane.services.dispatch import dispatch_job
+from sdk import Client
 from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
 from tests.faults.invariants import assert_holds
 
@@ -39,15 +40,22 @@ pytestmark = [
 
 
 class Duplicator:
-    """The fault: COPIES more wake-ups for every job of the deployment not ended yet."""
+    """The fault: COPIES more wake-ups for every job of the deployment not ended yet. When the
+    submitted jobs have all ended before the fault's turn (a fast machine, or a slow one that
+    fell behind), it submits a longer job of its own and duplicates that one's."""
 
-    def __init__(self, redis_url: str) -> None:
-        self.redis = redis.Redis.from_url(redis_url)
+    def __init__(self, platform: dict[str, Any]) -> None:
+        self.redis = redis.Redis.from_url(platform["redis_url"])
+        self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=30)
         self.sent = 0  # duplicate wake-ups sent, over the run
         self.jobs: set[str] = set()  # jobs that got some
 
     def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
         unfinished = ledger.unfinished_of(deployment)
+        if not unfinished:
+            prompt = {"prompt": "The river", "max_tokens": 4 * SIZES.max_tokens}
+            self.client.submit(deployment, input=prompt)
+            unfinished = ledger.unfinished_of(deployment)
         if not unfinished:
             return None
         fault_at = utcnow()
@@ -61,9 +69,10 @@ class Duplicator:
 
 @pytest.fixture(scope="module")
 def duplicator(fault_platform: dict[str, Any]) -> Iterator[Duplicator]:
-    d = Duplicator(fault_platform["redis_url"])
+    d = Duplicator(fault_platform)
     yield d
     d.redis.close()
+    d.client.close()
 
 
 @pytest.fixture(scope="module")
