@@ -38,7 +38,9 @@ class Provider(Protocol):
         """Workers whose process ended since the last call."""
 
     def shutdown(self, timeout_s: float) -> list[Exited]:
-        """Stop every worker (drain, no cache-tier fill, then kill after timeout_s)."""
+        """This reconciler process stops: stop the workers only it can reach (its child
+        processes: drain, no cache-tier fill, then kill after timeout_s) and return those that
+        ended; workers every replica reaches (pods) keep serving for the next leader."""
 
     def step_down(self) -> None:
         """This replica stopped leading (reconcile/lease.py). Workers only it can reach (its

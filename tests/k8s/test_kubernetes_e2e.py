@@ -1,0 +1,108 @@
+"""The embedded platform with PLATFORM_PROVIDER=kubernetes: its reconciler starts workers as pods
+on the test API server, and the test kubelet runs them as real worker processes. A sync call
+boots a worker pod and is answered by it; scale-down deletes the pod with its drain grace, the
+worker drains and the pod's end is reaped as a stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from control_plane.embedded.supervisor import load_or_create_credentials
+from sdk import Client
+from tests.e2e.conftest import build_demo_model, cli, embedded_platform
+from tests.k8s.apiserver import ApiServer
+from tests.k8s.conftest import NAMESPACE, REPO, WORKER_IMAGE, put_worker_token, start_kubelet
+from tests.k8s.kubelet import Image, Kubelet, subprocess_env
+
+pytestmark = pytest.mark.e2e
+DRAIN_GRACE_S = 30
+
+
+def wait_for(what: str, probe: Any, timeout_s: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while not (value := probe()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+    return value
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[ApiServer, Kubelet, Path]]:
+    """The API server, a kubelet whose worker image is this checkout, and a kubeconfig."""
+    server = ApiServer().start()
+    image = Image(sys.executable, REPO, {**subprocess_env(), "HOME": str(tmp_path)})
+    node = start_kubelet(server, tmp_path / "kubelet", {WORKER_IMAGE: image})
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text(json.dumps(server.kubeconfig(NAMESPACE)))
+    yield server, node, kubeconfig
+    if (tmp_path / "platform" / "platform.json").exists():
+        # a failed test left it up (embedded_platform stops it only on success)
+        cli("down", "--state-dir", str(tmp_path / "platform"), env=dict(os.environ))
+    node.stop()
+    server.stop()
+    assert node.problems == [], node.problems
+
+
+@pytest.mark.timeout(180)
+def test_a_sync_call_runs_in_a_worker_pod_deleted_with_grace_on_scale_down(
+    cluster: tuple[ApiServer, Kubelet, Path], tmp_path: Path
+) -> None:
+    server, node, kubeconfig = cluster
+    state_dir = tmp_path / "platform"
+    state_dir.mkdir()
+    # the token `platform up` will use, in the Secret its pods read it from
+    put_worker_token(server, load_or_create_credentials(state_dir).worker_token)
+    model = build_demo_model(tmp_path / "model")
+    extra = {
+        "PLATFORM_PROVIDER": "kubernetes",
+        "PLATFORM_KUBERNETES_KUBECONFIG": str(kubeconfig),
+        "PLATFORM_KUBERNETES_WORKER_IMAGE": WORKER_IMAGE,
+        "PLATFORM_KUBERNETES_DRAIN_GRACE_S": str(DRAIN_GRACE_S),
+        # a worker per call, started with the deployment's storage Secret (no pool to assign)
+        "PLATFORM_WARM_POOL_MAX": "0",
+    }
+    with embedded_platform(state_dir, extra) as platform:
+        up = cli("models", "upload", str(model), "models/k8s/", env=platform["env"])
+        assert up.returncode == 0, up.stdout + up.stderr
+        client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+        client.deployments.create(name="k8s", model="store://models/k8s/", scaledown_window_s=2)
+        text = client.run("k8s", input={"prompt": "The weather", "max_tokens": 4})
+        assert isinstance(text, str) and text
+
+        (worker,) = client.workers.list("k8s")
+        pod_name = _pod_of(server, worker["id"])
+        pod = server.get("pods", NAMESPACE, pod_name)
+        assert pod is not None and pod["spec"]["terminationGracePeriodSeconds"] == DRAIN_GRACE_S
+        # the storage credentials are in the worker's Secret, not in its pod
+        assert platform["env"]["AWS_SECRET_ACCESS_KEY"] not in json.dumps(pod)
+        assert f"{pod_name}-storage" in server.names("secrets")
+
+        # idle past its scale-down window: drained, its pod deleted with the grace
+        wait_for(
+            "the worker to stop",
+            lambda: client.workers.list("k8s")[0]["state"] in ("stopped", "failed"),
+        )
+        assert client.workers.list("k8s")[0]["state"] == "stopped"  # exit 0: drained
+        (delete, *_) = server.deletes("pods", pod_name)
+        assert delete.grace_s() == DRAIN_GRACE_S
+        assert (pod_name, "SIGTERM") in node.actions and (pod_name, "SIGKILL") not in node.actions
+        wait_for("the pod to go", lambda: server.get("pods", NAMESPACE, pod_name) is None)
+        assert f"{pod_name}-storage" not in server.names("secrets")
+        client.deployments.delete("k8s")
+    assert node.running() == []
+
+
+def _pod_of(server: ApiServer, worker_id: str) -> str:
+    for name in server.names("pods", NAMESPACE):
+        pod = server.get("pods", NAMESPACE, name)
+        if pod and pod["metadata"]["labels"].get("platform-serverless.io/worker-id") == worker_id:
+            return name
+    raise AssertionError(f"no pod of worker {worker_id}")

@@ -1,0 +1,222 @@
+"""Worker pods as Kubernetes objects (control_plane/providers/pods.py): pure, checked against the
+official schemas (kubernetes_validate, strict: unknown fields are errors)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from control_plane.providers.base import Exited, WorkerSpec
+from control_plane.providers.local import worker_args
+from control_plane.providers.pods import (
+    WORKER_ID_LABEL,
+    PodTracker,
+    owner_patch,
+    pod_config,
+    pod_manifest,
+    pod_name,
+    secret_name,
+    storage_secret_manifest,
+)
+from control_plane.settings import Settings
+from worker.protocol import Assignment
+
+K8S_VERSION = "1.33"
+STORAGE = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "very-secret-key-value"}
+ENV = {
+    "PLATFORM_INTERNAL_URL": "http://api.platform.svc",
+    "PLATFORM_REDIS_URL": "redis://redis:6379/0",
+    "PLATFORM_WORKER_TOKEN": "token-that-is-long-enough",
+    "PLATFORM_DATABASE_URL": "postgresql+psycopg://u:dbpassword@db/platform",
+    "PATH": "/control-plane/bin",
+    "HOME": "/root",
+    "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+    "AWS_SECRET_ACCESS_KEY": "the-control-planes-own-key",
+    "PLATFORM_ENGINE_BLOCK_SIZE": "16",
+}
+
+
+def settings(**change: Any) -> Settings:
+    base: dict[str, Any] = {
+        "provider": "kubernetes",
+        "kubernetes_worker_image": "registry.example.com/platform-worker:1.0",
+        "accelerators": {"h100": 8},
+        "kubernetes_node_selectors": {"h100": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+        "kubernetes_tolerations": {
+            "h100": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        },
+        "kubernetes_worker_resources": {
+            "h100": {"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"memory": "200Gi"}},
+            "cpu": {"requests": {"cpu": 2}},
+        },
+        "kubernetes_service_account": "platform-worker",
+        "kubernetes_drain_grace_s": 660.5,
+    }
+    return Settings(**{**base, **change})
+
+
+def assigned(
+    accelerator: str = "h100", worker_id: str = "wrk_0190a1b2c3d4e5f6a7b8c9"
+) -> WorkerSpec:
+    a = Assignment(
+        "dep_42", 7, "s3://tenant-bucket/llama/", "platform.deployment.dep_42", 8, STORAGE
+    )
+    return WorkerSpec(worker_id, accelerator, a)
+
+
+def valid(obj: dict[str, Any]) -> None:
+    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_a_gpu_workers_pod_is_a_valid_pod_with_its_gpu_node_selector_and_tolerations() -> None:
+    cfg = pod_config(settings())
+    pod = pod_manifest(cfg, assigned(), ENV)
+    valid(pod)
+    spec = pod["spec"]
+    (c,) = spec["containers"]
+    assert c["resources"]["limits"] == {"memory": "200Gi", "nvidia.com/gpu": "1"}
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == "1"
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
+    assert spec["restartPolicy"] == "Never"
+    assert spec["terminationGracePeriodSeconds"] == 661  # never shorter than the drain budget
+    assert spec["serviceAccountName"] == "platform-worker"
+    assert spec["automountServiceAccountToken"] is False
+    # the local provider's command line
+    assert c["command"] == ["python", "-m", "worker"] and c["args"] == worker_args(assigned())
+    assert c["image"] == "registry.example.com/platform-worker:1.0"
+
+
+def test_a_cpu_worker_asks_for_no_gpu_and_a_pool_worker_boots_with_pool() -> None:
+    cfg = pod_config(settings())
+    pod = pod_manifest(cfg, WorkerSpec("wrk_pool1", "cpu", None), ENV)
+    valid(pod)
+    (c,) = pod["spec"]["containers"]
+    assert c["resources"] == {"requests": {"cpu": "2"}}
+    assert "nodeSelector" not in pod["spec"] and "tolerations" not in pod["spec"]
+    assert c["args"][-1] == "--pool" and "envFrom" not in c
+    assert storage_secret_manifest(cfg, WorkerSpec("wrk_pool1", "cpu", None)) is None
+    assert pod["metadata"]["labels"]["platform-serverless.io/pool"] == "true"
+
+
+def test_secrets_stay_out_of_the_pod_spec() -> None:
+    cfg = pod_config(settings())
+    spec = assigned()
+    pod = pod_manifest(cfg, spec, ENV)
+    text = json.dumps(pod)
+    for secret in (*STORAGE.values(), ENV["PLATFORM_WORKER_TOKEN"], "dbpassword"):
+        assert secret not in text
+    assert "the-control-planes-own-key" not in text
+    env = {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+    assert env["PLATFORM_WORKER_TOKEN"]["valueFrom"]["secretKeyRef"] == {
+        "name": "platform-worker-token",
+        "key": "token",
+    }
+    # the control plane's host variables are not the worker's
+    assert not {"PATH", "HOME", "KUBERNETES_SERVICE_HOST", "PLATFORM_DATABASE_URL"} & set(env)
+    assert env["PLATFORM_INTERNAL_URL"]["value"] == ENV["PLATFORM_INTERNAL_URL"]
+    assert env["PLATFORM_ENGINE_BLOCK_SIZE"]["value"] == "16"
+    assert (
+        env["PLATFORM_WORKER_METRICS_HOST"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    )
+    (source,) = pod["spec"]["containers"][0]["envFrom"]
+    assert source == {"secretRef": {"name": secret_name(spec.worker_id)}}
+
+    storage = storage_secret_manifest(cfg, spec)
+    assert storage is not None
+    valid(storage)
+    assert {k: base64.b64decode(v).decode() for k, v in storage["data"].items()} == STORAGE
+
+
+def test_labels_carry_ids_only_and_select_this_platforms_pods() -> None:
+    cfg = pod_config(settings(kubernetes_instance="prod"))
+    labels = pod_manifest(cfg, assigned(), ENV)["metadata"]["labels"]
+    assert labels[WORKER_ID_LABEL] == "wrk_0190a1b2c3d4e5f6a7b8c9"
+    assert labels["platform-serverless.io/deployment-id"] == "dep_42"
+    assert labels["platform-serverless.io/deployment-version"] == "7"
+    assert labels["app.kubernetes.io/instance"] == "prod"
+    # nothing from the model URI or the queue (tenant data)
+    assert not any("tenant-bucket" in v or "llama" in v for v in labels.values())
+
+
+def test_pod_names_are_deterministic_dns_labels() -> None:
+    assert pod_name("wrk_0190a1b2c3d4e5f6a7b8c9") == "worker-wrk-0190a1b2c3d4e5f6a7b8c9"
+    assert pod_name("wrk_x") == pod_name("wrk_x")
+    odd = pod_name("Wrk.With.Dots_" + "x" * 80)
+    assert len(odd) <= 63 and odd == odd.lower() and odd[-1].isalnum()
+    assert pod_name("a.b") != pod_name("a-b")  # a digest keeps mangled ids apart
+
+
+def test_owner_patch_points_at_the_pod() -> None:
+    pod = {"metadata": {"name": "worker-wrk-1", "uid": "u-1"}}
+    ref = owner_patch(pod)["metadata"]["ownerReferences"][0]
+    assert ref == {"apiVersion": "v1", "kind": "Pod", "name": "worker-wrk-1", "uid": "u-1"}
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"kubernetes_worker_image": ""}, "PLATFORM_KUBERNETES_WORKER_IMAGE is not set"),
+        ({"accelerators": {"h100": 8, "a100": 4}}, "PLATFORM_KUBERNETES_NODE_SELECTORS"),
+        ({"accelerators": {"tpu9": 4}}, "PLATFORM_ACCELERATORS: unknown accelerator type 'tpu9'"),
+        (
+            {"kubernetes_node_selectors": {"h100": {"a": "b"}, "h1OO": {"a": "b"}}},
+            "PLATFORM_KUBERNETES_NODE_SELECTORS: unknown accelerator type 'h1OO'",
+        ),
+        (
+            {"kubernetes_tolerations": {"h100": [{"key": "k", "tolerationSecs": 3}]}},
+            "PLATFORM_KUBERNETES_TOLERATIONS",
+        ),
+        (
+            {"kubernetes_tolerations": {"h100": [{"key": "k", "tolerationSeconds": "30"}]}},
+            "tolerationSeconds is a whole number",
+        ),
+        (
+            {"kubernetes_worker_resources": {"h100": {"request": {"cpu": "1"}}}},
+            "PLATFORM_KUBERNETES_WORKER_RESOURCES",
+        ),
+        ({"kubernetes_namespace": "Not_A_Namespace"}, "PLATFORM_KUBERNETES_NAMESPACE"),
+    ],
+)
+def test_settings_that_cannot_work_are_refused_naming_the_setting(
+    change: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ValueError, match=named):
+        pod_config(settings(**change))
+
+
+def _pod(worker_id: str, phase: str, code: int | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {"phase": phase}
+    if code is not None:
+        status["containerStatuses"] = [
+            {"name": "worker", "state": {"terminated": {"exitCode": code}}}
+        ]
+    return {"metadata": {"name": pod_name(worker_id), "labels": {WORKER_ID_LABEL: worker_id}},
+            "status": status}  # fmt: skip
+
+
+def test_the_tracker_reports_each_end_once_with_its_exit_code() -> None:
+    t = PodTracker()
+    assert t.relist([_pod("w1", "Running"), _pod("w2", "Pending")]) == []
+    assert t.observe("MODIFIED", _pod("w1", "Failed", 3)) == [Exited("w1", 3)]
+    assert t.observe("DELETED", _pod("w1", "Failed", 3)) == []  # the same end
+    # deleted while it ran, no exit of its own: killed
+    assert t.observe("DELETED", _pod("w2", "Running")) == [Exited("w2", -9)]
+    # a graceful delete: the drained exit, seen as the pod goes
+    t.observe("ADDED", _pod("w3", "Running"))
+    assert t.observe("DELETED", _pod("w3", "Succeeded", 0)) == [Exited("w3", 0)]
+    assert t.alive() == set()
+
+
+def test_a_relist_reports_the_pods_that_went_while_unwatched() -> None:
+    t = PodTracker()
+    t.relist([_pod("w1", "Running"), _pod("w2", "Running"), _pod("w3", "Running")])
+    # after a 410: w1 is gone, w2 ended, w3 still runs
+    out = t.relist([_pod("w2", "Succeeded", 0), _pod("w3", "Running")])
+    assert out == [Exited("w1", -9), Exited("w2", 0)]
+    assert t.alive() == {"w3"}
+    assert t.relist([_pod("w3", "Running")]) == []  # w2 reported once, even gone now
