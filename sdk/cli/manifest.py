@@ -56,6 +56,10 @@ _MAY_BE_ZERO = frozenset({"scaledown_window_s", "cold_penalty_s"})
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
+# A field path shown as it is in messages; any other is quoted (an empty key, `:`, spaces).
+_PLAIN_FIELD = re.compile(r"[\w\-\[\]]+(\.[\w\-\[\]]+)*")
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
     """One thing wrong with a spec."""
@@ -66,7 +70,8 @@ class Problem:
 
     def __str__(self) -> str:
         prefix = f"{self.where}: " if self.where else ""
-        return f"{prefix}{self.field or repr(self.field)}: {self.message}"  # '' for an empty key
+        plain = _PLAIN_FIELD.fullmatch(self.field) is not None
+        return f"{prefix}{self.field if plain else repr(self.field)}: {self.message}"
 
 
 class ManifestError(Exception):

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from control_plane.api.routes.batches import BatchCreate, _raw_lines, _validate_lines
@@ -57,6 +57,7 @@ def test_any_text_is_a_manifest_or_a_manifest_error(text: str) -> None:
 
 @SETTINGS
 @given(spec=st.dictionaries(KEYS, JSON, max_size=8))
+@example(spec={":": 0, "": 1, "a b": 2})  # found by a CI run: a key that is only punctuation
 def test_any_yaml_mapping_is_checked_field_by_field(spec: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory() as d:
         path = Path(d) / "deploy.yaml"
