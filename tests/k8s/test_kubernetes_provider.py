@@ -166,34 +166,18 @@ def test_the_watch_lists_again_after_410_gone_and_reports_what_ended_meanwhile(
     assert reaped(provider, "wrk_g2") == Exited("wrk_g2", -9)
 
 
-def test_a_new_leader_sees_the_pods_an_earlier_one_started(
+def test_a_stopping_reconciler_leaves_its_pods_to_the_next_leader(
     apiserver: ApiServer, kubelet: Kubelet, k8s_settings: Settings, stub_dir: Path
 ) -> None:
     first = KubernetesProvider.from_settings(k8s_settings, WORKER_ENV)
     first.start(assigned("wrk_l1"))
-    first.close()
     wait_for(lambda: up(stub_dir, "wrk_l1"))
+    assert first.shutdown(timeout_s=10) == [], "a rollout of the reconcilers drains no worker"
+    assert apiserver.deletes("pods", pod_name("wrk_l1")) == []
     second = KubernetesProvider.from_settings(k8s_settings, WORKER_ENV)
-    try:
+    try:  # the next leader finds the pod by its labels, and manages it
         second.stop("wrk_l1")
         assert reaped(second, "wrk_l1") == Exited("wrk_l1", 0)
-    finally:
-        second.close()
-
-
-def test_a_reconciler_that_stops_leaves_the_worker_pods_to_the_next_leader(
-    apiserver: ApiServer, kubelet: Kubelet, k8s_settings: Settings, stub_dir: Path
-) -> None:
-    provider = KubernetesProvider.from_settings(k8s_settings, WORKER_ENV)
-    provider.start(assigned("wrk_s1"))
-    wait_for(lambda: up(stub_dir, "wrk_s1"))
-    assert provider.shutdown(timeout_s=10) == []
-    assert apiserver.deletes("pods", pod_name("wrk_s1")) == []
-    assert apiserver.get("pods", "default", pod_name("wrk_s1")) is not None
-    second = KubernetesProvider.from_settings(k8s_settings, WORKER_ENV)
-    try:
-        second.stop("wrk_s1")
-        assert reaped(second, "wrk_s1") == Exited("wrk_s1", 0)
     finally:
         second.close()
 
