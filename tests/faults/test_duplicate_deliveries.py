@@ -23,7 +23,7 @@ import redis
 
 from control_plane.services.dispatch import dispatch_job
 from sdk import Client
-from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
+from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
 from tests.faults.invariants import assert_holds
 
 SIZES = Sizes.from_env()
@@ -49,6 +49,7 @@ class Duplicator:
         self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=30)
         self.sent = 0  # duplicate wake-ups sent, over the run
         self.jobs: set[str] = set()  # jobs that got some
+        self.probes: list[str] = []  # per fault: how the sync call after it went
 
     def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
         unfinished = ledger.unfinished_of(deployment)
@@ -64,6 +65,9 @@ class Duplicator:
                 dispatch_job(self.redis, deployment_id, job_id, kind)
                 self.sent += 1
             self.jobs.add(job_id)
+        # the scenario's own jobs may all have been picked up already: recovery is measured to
+        # a job picked up after the fault
+        self.probes.append(probe(self.client, deployment, "duplication"))
         return fault_at
 
 
@@ -100,6 +104,7 @@ def test_duplicates_were_sent_and_every_job_ran_once(
     assert run.faults == DUPLICATIONS, "a fault found no unfinished job to duplicate"
     assert duplicator.sent >= COPIES * DUPLICATIONS
     assert run.unrecovered == 0
+    assert set(duplicator.probes) == {"ok"}, duplicator.probes
     assert run.statuses == {"succeeded": run.admitted}, run.statuses
     ledger = Ledger(fault_platform["database_url"])
     try:
