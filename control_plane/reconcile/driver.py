@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock
+from control_plane.providers.base import Exited
 from control_plane.reconcile import jobs, pool, refresh, scale, webhooks, workers
 from control_plane.reconcile.env import Env
 from control_plane.services import batches, billing, deployments, fence
@@ -108,11 +109,14 @@ class Reconciler:
                 webhooks.resend_lost(session, env, now)
             del held
 
-    def shutdown(self, now: datetime, token: int | None = None) -> None:
-        """Stop the refits and every worker (they drain); record them as stopped while this
-        replica still leads (`token`: as in `tick`)."""
+    def stop(self) -> list[Exited]:
+        """Stop the refits and the workers only this process reaches (they drain); those that
+        ended, for `record_stopped` when this replica still leads."""
         self.refresher.stop()
-        exited = self.env.provider.shutdown(timeout_s=10.0)
+        return self.env.provider.shutdown(timeout_s=10.0)
+
+    def record_stopped(self, exited: list[Exited], now: datetime, token: int | None) -> None:
+        """Record the workers `stop` ended as stopped (`token`: as in `tick`)."""
         with self.sessions() as session:
             if token is not None:
                 fence.fence(session, token)

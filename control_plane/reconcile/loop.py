@@ -44,13 +44,12 @@ def run(
 
 
 def _stop(reconciler: Reconciler, leadership: Leadership, clock: Clock) -> None:
+    exited = reconciler.stop()
     token = leadership.token
-    if token is None:  # a follower: its own workers (if any) stop; the leader records them
-        reconciler.refresher.stop()
-        reconciler.env.provider.shutdown(timeout_s=10.0)
+    if token is None:  # a follower: the leader records what ended
         return
     try:
-        reconciler.shutdown(clock(), token)
+        reconciler.record_stopped(exited, clock(), token)
     except fence.Deposed:
         log.warning("stopped as a deposed leader: the new leader records its workers")
     leadership.release()

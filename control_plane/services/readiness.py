@@ -7,7 +7,6 @@ from the database would otherwise answer every request with an error).
 
 from __future__ import annotations
 
-import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +15,6 @@ import redis
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.domain import uris
 from control_plane.services import object_store, storage
 from control_plane.settings import Settings
 
@@ -50,20 +48,23 @@ def _database(sessions: sessionmaker[Session]) -> None:
 def _store(settings: Settings) -> None:
     from botocore.exceptions import ClientError
 
-    s3 = _store_client(settings.s3_endpoint_url, settings.s3_region)
     try:
-        s3.head_bucket(Bucket=settings.store_bucket)
+        _store_client(settings).head_bucket(Bucket=settings.store_bucket)
     except ClientError as exc:
         # It answered: a bucket not made yet is made at the first upload (ensure_bucket).
         if object_store.error_code(exc) not in object_store.MISSING:
             raise
 
 
-@functools.cache
-def _store_client(endpoint_url: str | None, region: str) -> Any:
-    """One client per process (building one costs tens of milliseconds), with short timeouts
-    and no retries: the probe answers within its period. The platform's own credentials."""
-    access = storage.Access(
-        uris.Location("s3", "", ""), "", endpoint_url, region, key_pair=None, hub_token=False
-    )
-    return storage.s3_client(access, timeout_s=PROBE_TIMEOUT_S)
+# One client per endpoint, per process: building one costs tens of milliseconds.
+_clients: dict[tuple[str | None, str], Any] = {}
+
+
+def _store_client(settings: Settings) -> Any:
+    """The platform's own client, with short timeouts and no retries: a probe answers within
+    its period."""
+    key = (settings.s3_endpoint_url, settings.s3_region)
+    if key not in _clients:
+        access = storage.platform_access(settings)
+        _clients[key] = storage.s3_client(access, timeout_s=PROBE_TIMEOUT_S)
+    return _clients[key]

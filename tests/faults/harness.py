@@ -238,6 +238,15 @@ def wait_finished(ledger: Ledger, deployment: str, at_least: int, timeout_s: flo
     return True
 
 
+def submit_long_job(client: Client, deployment: str, sizes: Sizes) -> str:
+    """An async job four times the scenario's length, for a fault that found nothing running
+    to act on (every submitted job ended before its turn): its id."""
+    job = client.submit(
+        deployment, input={"prompt": "The river", "max_tokens": 4 * sizes.max_tokens}
+    )
+    return str(job.id)
+
+
 def probe(client: Client, deployment: str, fault: str) -> str:
     """A sync call right after a fault: a job picked up after it by construction (the
     scenario's own may all be running already), which recovery is measured to. "ok", or

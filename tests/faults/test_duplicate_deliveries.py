@@ -23,7 +23,15 @@ import redis
 
 from control_plane.services.dispatch import dispatch_job
 from sdk import Client
-from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
+from tests.faults.harness import (
+    FaultRun,
+    Ledger,
+    Sizes,
+    probe,
+    run_scenario,
+    submit_long_job,
+    utcnow,
+)
 from tests.faults.invariants import assert_holds
 
 SIZES = Sizes.from_env()
@@ -54,8 +62,7 @@ class Duplicator:
     def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
         unfinished = ledger.unfinished_of(deployment)
         if not unfinished:
-            prompt = {"prompt": "The river", "max_tokens": 4 * SIZES.max_tokens}
-            self.client.submit(deployment, input=prompt)
+            submit_long_job(self.client, deployment, SIZES)
             unfinished = ledger.unfinished_of(deployment)
         if not unfinished:
             return None

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from sdk import Client
-from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
+from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, submit_long_job, utcnow
 from tests.faults.invariants import assert_holds
 
 SIZES = Sizes.from_env()
@@ -60,8 +60,7 @@ class BusyWorkerKiller:
                     os.kill(pid, signal.SIGKILL)
                     return fault_at
             if waited > 2 and not submitted:
-                prompt = {"prompt": "The river", "max_tokens": 4 * SIZES.max_tokens}
-                self.client.submit(deployment, input=prompt)
+                submit_long_job(self.client, deployment, SIZES)
                 submitted = True
             time.sleep(0.05)
         return None

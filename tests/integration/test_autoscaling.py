@@ -313,7 +313,7 @@ def test_the_refresher_thread_refits_off_the_tick(fleet: Fleet) -> None:
             assert datetime.now(UTC) < deadline, "the refresher thread did not refit"
             time.sleep(0.05)
     finally:
-        fleet.loop.shutdown(fleet.clock())
+        fleet.loop.stop()
     fleet.loop.tick(fleet.clock())
     assert fleet.scaling()["models_fitted_at"] != first["models_fitted_at"]
 
