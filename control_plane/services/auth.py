@@ -100,6 +100,15 @@ def install_key(
     return row
 
 
+def well_formed(full_key: str) -> bool:
+    """Whether `full_key` has the shape of a key (`pk_<prefix>_<secret>`); not that it exists."""
+    try:
+        _split(full_key)
+    except Unauthorized:
+        return False
+    return True
+
+
 def _split(full_key: str) -> tuple[str, str]:
     parts = full_key.split("_", 2)
     if len(parts) != 3 or parts[0] != KEY_PREFIX or not parts[1] or not parts[2]:

@@ -14,16 +14,25 @@ from datetime import UTC, datetime
 
 from control_plane.db.migrate import upgrade
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services.auth import bootstrap
+from control_plane.services.auth import bootstrap, well_formed
 from control_plane.settings import Settings
 
 
 def main() -> int:
     settings = Settings()
-    upgrade(settings.database_url)
-    print("database at the newest schema", flush=True)
     # Not a PLATFORM_ setting: only this one-shot step reads it, never a long-running process.
     admin_key = os.environ.get("BOOTSTRAP_ADMIN_KEY", "")
+    if admin_key and not well_formed(admin_key):
+        # refused before the schema changes: a failed Job leaves nothing half done
+        print(
+            "BOOTSTRAP_ADMIN_KEY is not a platform API key (pk_<12 hex>_<secret>); make one "
+            "with: python -c 'from control_plane.services.auth import generate_key; "
+            "print(generate_key()[0])'",
+            file=sys.stderr,
+        )
+        return 2
+    upgrade(settings.database_url)
+    print("database at the newest schema", flush=True)
     if admin_key:
         engine = make_engine(settings.database_url)
         with make_sessionmaker(engine)() as session:
