@@ -8,6 +8,7 @@
                   SIGTERM) / 0
     watch thread  LIST pods by label selector → WATCH from its resourceVersion; 410 Gone → LIST
                   again. Pods that ended (Succeeded, Failed, deleted) go to a queue `reap` drains.
+    reap          the leader's only: deletes what an ended pod left (the pod, its Secret)
 
 Pods are found by their labels, never by this process's memory: a new leader replica sees the
 pods an earlier one created. The pure part (manifests from settings + WorkerSpec, and which pods
@@ -25,6 +26,7 @@ import queue
 import threading
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from control_plane.providers.base import Exited, WorkerSpec
@@ -109,6 +111,12 @@ def denied_access(authorization: Any, namespace: str) -> list[str]:
     return denied
 
 
+@dataclass(frozen=True, slots=True)
+class _End:
+    exited: Exited
+    delete_pod: bool  # it ended by itself: its pod stays until deleted
+
+
 class KubernetesProvider:
     """Workers as pods. Example (the reconciler's, through `select.make_provider`):
 
@@ -125,7 +133,7 @@ class KubernetesProvider:
         self._cfg = cfg
         self._env = dict(env)
         self._selector = label_selector(cfg.instance)
-        self._exited: queue.SimpleQueue[Exited] = queue.SimpleQueue()
+        self._exited: queue.SimpleQueue[_End] = queue.SimpleQueue()
         self._tracker = PodTracker()
         self._closed = threading.Event()
         self._synced = threading.Event()  # the first LIST is done
@@ -209,12 +217,28 @@ class KubernetesProvider:
         self._delete_pod(worker_id, 0)
 
     def reap(self) -> list[Exited]:
-        out = []
+        """The worker pods that ended since the last call, after cleaning up what each left:
+        a pod that ended by itself stays until it is deleted, and its Secret goes with it (the
+        garbage collector would too, unless the ownerReference was never set).
+
+        Only the leader reaps, so only it deletes: a standby's watch just queues the ends (a
+        new leader finds them already handled, and reporting them again changes nothing). A
+        pod whose end a standby removed could reach the leader as a bare DELETED, without its
+        exit code."""
+        out: list[Exited] = []
         while True:
             try:
-                out.append(self._exited.get_nowait())
+                end = self._exited.get_nowait()
             except queue.Empty:
                 return out
+            out.append(end.exited)
+            worker_id = end.exited.worker_id
+            try:
+                if end.delete_pod:
+                    self._delete_pod(worker_id, 0)
+                self._delete_secret(worker_id)
+            except Exception as exc:  # the API is down: the garbage collector is left
+                log.warning("ended pod of worker %s not cleaned up: %s", worker_id, exc)
 
     def shutdown(self, timeout_s: float) -> list[Exited]:
         """This reconciler process stops (a rollout, a drained node): the worker pods are the
@@ -382,20 +406,13 @@ class KubernetesProvider:
     def _ended(
         self, exited: list[Exited], pods: list[dict[str, Any]], deleted: bool = False
     ) -> None:
-        """Queue the ends for `reap`, then clean up what they leave: a pod that ended by itself
-        stays until it is deleted, and its Secret goes with it (the garbage collector would
-        too, unless the ownerReference was never set)."""
+        """Queue the ends for `reap`, with whether the pod is still to delete (a graceful
+        delete's kubelet removes its pod itself)."""
         present = {worker_id_of(p): p for p in pods}
         for e in exited:
-            self._exited.put(e)
             pod = present.get(e.worker_id)
-            try:
-                # (a graceful delete's kubelet removes its pod itself)
-                if pod is not None and not deleted and "deletionTimestamp" not in pod["metadata"]:
-                    self._delete_pod(e.worker_id, 0)
-                self._delete_secret(e.worker_id)
-            except Exception as exc:  # the API is down: the garbage collector is left
-                log.warning("ended pod of worker %s not cleaned up: %s", e.worker_id, exc)
+            stays = pod is not None and not deleted and "deletionTimestamp" not in pod["metadata"]
+            self._exited.put(_End(e, stays))
 
 
 def _check_token_secret(core: Any, cfg: PodConfig) -> None:

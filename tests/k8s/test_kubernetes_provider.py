@@ -135,6 +135,28 @@ def test_reap_reports_the_exit_code_of_a_worker_that_ended_by_itself(
     wait_for(lambda: apiserver.get("secrets", NAMESPACE, secret_name("wrk_e1")) is None)
 
 
+def test_only_the_reaping_leader_cleans_up_an_ended_pod(
+    apiserver: ApiServer, kubelet: Kubelet, k8s_settings: Settings, stub_dir: Path
+) -> None:
+    """A standby's watch sees the same end but deletes nothing: were it to remove the pod
+    first, the leader could see a bare DELETED without the exit code."""
+    (stub_dir / "wrk_e2.exit").write_text("4")
+    leader = KubernetesProvider.from_settings(k8s_settings, WORKER_ENV)
+    standby = KubernetesProvider.from_settings(k8s_settings, WORKER_ENV)
+    try:
+        leader.start(assigned("wrk_e2"))
+        wait_for(lambda: _phase(apiserver, "wrk_e2") == "Failed")
+        time.sleep(1.0)  # both watches have had the end
+        assert apiserver.deletes("pods", pod_name("wrk_e2")) == []
+        assert apiserver.get("secrets", NAMESPACE, secret_name("wrk_e2")) is not None
+        assert reaped(leader, "wrk_e2") == Exited("wrk_e2", 4)
+        assert apiserver.get("secrets", NAMESPACE, secret_name("wrk_e2")) is None
+        wait_for(lambda: apiserver.get("pods", NAMESPACE, pod_name("wrk_e2")) is None)
+    finally:
+        standby.close()
+        leader.close()
+
+
 def test_starting_the_same_worker_twice_makes_one_pod(
     apiserver: ApiServer, provider: KubernetesProvider
 ) -> None:
@@ -237,3 +259,8 @@ def _read_json(path: Path) -> dict[str, str] | None:
         return data
     except (OSError, ValueError):
         return None
+
+
+def _phase(server: ApiServer, worker_id: str) -> str | None:
+    pod = server.get("pods", NAMESPACE, pod_name(worker_id))
+    return None if pod is None else pod["status"].get("phase")
