@@ -9,7 +9,7 @@ import shutil
 import signal
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from control_plane.embedded.processes import ManagedProcess, free_port, spawn, wait_until
@@ -23,8 +23,11 @@ def postgres_bindir() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
-def start_postgres(root: Path) -> tuple[ManagedProcess, str]:
-    """initdb + postgres on a free loopback port; returns (process, server URL)."""
+def start_postgres(
+    root: Path, host: str = "127.0.0.1", before_exec: Callable[[], None] | None = None
+) -> tuple[ManagedProcess, str]:
+    """initdb + postgres on a free port of `host` (loopback; a test host's address, with
+    `before_exec` entering its network namespace); returns (process, server URL)."""
     bindir = postgres_bindir()
     assert bindir is not None, "PostgreSQL is not installed (.ci/run installs Debian's)"
     data, sock = root / "data", root / "sock"
@@ -48,20 +51,24 @@ def start_postgres(root: Path) -> tuple[ManagedProcess, str]:
          "--no-sync"],
         check=True, capture_output=True, preexec_fn=as_user, cwd="/",
     )  # fmt: skip
+    if host != "127.0.0.1":
+        # initdb trusts loopback only: the test hosts reach it over their own network
+        with (data / "pg_hba.conf").open("a") as hba:
+            hba.write("host all all samenet trust\n")
     port = free_port()
     cmd = [
         str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(sock),
-        "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
+        "-c", f"listen_addresses={host}", "-c", "fsync=off", "-c", "synchronous_commit=off",
         "-c", "full_page_writes=off", "-c", "max_connections=200",
     ]  # fmt: skip
     proc = spawn("postgres", cmd, root / "postgres.log", cwd=Path("/"), run_as=run_as,
-                 stop_signal=signal.SIGINT)  # fmt: skip
-    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}"
+                 stop_signal=signal.SIGINT, before_exec=before_exec)  # fmt: skip
+    url = f"postgresql+psycopg://postgres@{host}:{port}"
 
     def ready() -> bool:
         import psycopg
 
-        with psycopg.connect(f"host=127.0.0.1 port={port} user=postgres dbname=postgres"):
+        with psycopg.connect(f"host={host} port={port} user=postgres dbname=postgres"):
             return True
 
     wait_until(proc, ready, 30)

@@ -83,11 +83,16 @@ def spawn(
     cwd: Path | None = None,
     run_as: tuple[int, int] | None = None,
     stop_signal: int = signal.SIGTERM,
+    before_exec: Callable[[], None] | None = None,
 ) -> ManagedProcess:
-    """Start `cmd` in its own session, dying with its parent; `run_as` = (uid, gid)."""
+    """Start `cmd` in its own session, dying with its parent; `run_as` = (uid, gid);
+    `before_exec` runs first in the child, still as this user (tests enter a network
+    namespace there: tests/hosts)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
 
     def preexec() -> None:
+        if before_exec is not None:
+            before_exec()
         if run_as is not None:
             os.setgid(run_as[1])
             os.setuid(run_as[0])
@@ -140,7 +145,12 @@ def redis_server_binary() -> str:
 
 
 def start_redis(
-    data_dir: Path, port: int, log_path: Path, appendonly: bool = True
+    data_dir: Path,
+    port: int,
+    log_path: Path,
+    appendonly: bool = True,
+    host: str = "127.0.0.1",
+    before_exec: Callable[[], None] | None = None,
 ) -> ManagedProcess:
     import redis
 
@@ -148,7 +158,7 @@ def start_redis(
     cmd = [
         redis_server_binary(),
         "--port", str(port),
-        "--bind", "127.0.0.1",
+        "--bind", host,
         "--dir", str(data_dir),
         "--appendonly", "yes" if appendonly else "no",
         "--appendfsync", "everysec",
@@ -156,8 +166,8 @@ def start_redis(
         "--protected-mode", "yes",
         "--daemonize", "no",
     ]  # fmt: skip
-    proc = spawn("redis", cmd, log_path)
-    url = f"redis://127.0.0.1:{port}/0"
+    proc = spawn("redis", cmd, log_path, before_exec=before_exec)
+    url = f"redis://{host}:{port}/0"
     client = redis.Redis.from_url(url, socket_timeout=1)
     wait_until(proc, lambda: client.ping(), 20)
     client.close()
@@ -183,6 +193,8 @@ def start_s3(
     secret_key: str,
     log_path: Path,
     buckets: Sequence[str] = ("models",),
+    host: str = "127.0.0.1",
+    before_exec: Callable[[], None] | None = None,
 ) -> ManagedProcess:
     """`rclone serve s3` over `root`: each top-level directory is a bucket."""
     for b in buckets:
@@ -190,14 +202,14 @@ def start_s3(
     env = {**os.environ, "RCLONE_CONFIG": str(root.parent / "rclone.conf")}
     cmd = [
         rclone_binary(), "serve", "s3",
-        "--addr", f"127.0.0.1:{port}",
+        "--addr", f"{host}:{port}",
         "--auth-key", f"{access_key},{secret_key}",
         "--force-path-style=true",
         "--no-check-certificate",
         str(root),
     ]  # fmt: skip
-    proc = spawn("s3", cmd, log_path, env=env)
-    url = f"http://127.0.0.1:{port}"
+    proc = spawn("s3", cmd, log_path, env=env, before_exec=before_exec)
+    url = f"http://{host}:{port}"
     wait_until(proc, lambda: httpx.get(url + "/", timeout=1).status_code < 500, 20)
     proc.extra["url"] = url
     return proc

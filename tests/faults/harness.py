@@ -162,7 +162,8 @@ class Ledger:
 
 
 class Submitter(threading.Thread):
-    """Submits `total` async jobs to `deployment`, at most `window` of them unfinished at once.
+    """Submits `total` async jobs to `deployment`, at most `window` of them unfinished at once,
+    through each of `clients` in turn (several API hosts: tests/hosts).
 
     A job is admitted only when the SDK returned it (201/202, after its own retries with one
     idempotency key); anything else (a 503 while Redis is down, a refused connection) is
@@ -171,7 +172,7 @@ class Submitter(threading.Thread):
 
     def __init__(
         self,
-        client: Client,
+        clients: Sequence[Client],
         ledger: Ledger,
         deployment: str,
         total: int,
@@ -181,7 +182,7 @@ class Submitter(threading.Thread):
         webhook: str | None = None,
     ) -> None:
         super().__init__(name=f"submit-{deployment}", daemon=True)
-        self.client, self.ledger, self.deployment = client, ledger, deployment
+        self.clients, self.ledger, self.deployment = clients, ledger, deployment
         self.total, self.max_tokens, self.window, self.webhook = total, max_tokens, window, webhook
         self.admitted: list[str] = []
         self.refused: Counter[str] = Counter()
@@ -199,7 +200,7 @@ class Submitter(threading.Thread):
     def _submit_one(self, n: int) -> None:
         prompt = PROMPTS[n % len(PROMPTS)]
         try:
-            job = self.client.submit(
+            job = self.clients[n % len(self.clients)].submit(
                 self.deployment,
                 input={"prompt": prompt, "max_tokens": self.max_tokens},
                 webhook=self.webhook,
@@ -310,6 +311,8 @@ def run_scenario(
     faults: int,
     inject: Callable[[Ledger, str], datetime | None],
     receiver_plan: Plan | None = None,
+    receiver_host: str = "127.0.0.1",
+    fault_jobs: Callable[[], Sequence[str]] = tuple,
     **spec: Any,
 ) -> FaultRun:
     """Deploy `model` as `faults-<name>` (`spec`: more deployment fields, e.g. min_workers;
@@ -321,10 +324,19 @@ def run_scenario(
     `inject` does one fault and returns when it happened (None: it found nothing to break;
     the run then injects fewer). Recovery is measured from that instant to the next job of
     the deployment that succeeded.
+
+    `platform["urls"]`, when there, are several API hosts: the jobs go through each in turn;
+    `receiver_host` is where they reach the webhook receiver. `fault_jobs()` are jobs the
+    faults submitted themselves (one to find in flight): checked like the others, webhooks
+    aside.
     """
     started = time.monotonic()
     deployment = f"faults-{name.replace('_', '-')}"
     client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=30)
+    others = [
+        Client(base_url=url, api_key=platform["api_key"], timeout=30)
+        for url in platform.get("urls", [platform["url"]])[1:]
+    ]
     ledger = Ledger(platform["database_url"])
     run = FaultRun(name)
     try:
@@ -336,10 +348,11 @@ def run_scenario(
         assert wait_finished(ledger, deployment, 1, RECOVERY_BOUND_S), f"{warm.id} never ran"
         base = ledger.finished(deployment)
         bound_s = sizes.timeout_s()
-        with WebhookReceiver(receiver_plan) as rx:
+        with WebhookReceiver(receiver_plan, receiver_host) as rx:
             sub = Submitter(
-                client, ledger, deployment, sizes.jobs, sizes.max_tokens, webhook=rx.url
-            )
+                [client, *others], ledger, deployment, sizes.jobs, sizes.max_tokens,
+                webhook=rx.url,
+            )  # fmt: skip
             sub.start()
             for k in range(faults):
                 # the k-th fault once this share of the jobs has ended
@@ -359,18 +372,20 @@ def run_scenario(
             assert not sub.is_alive(), "the submitter did not finish"
             if sub.error is not None:
                 raise sub.error
-            run.admitted, run.refused = len(sub.admitted), sub.refused
+            admitted = [*sub.admitted, *fault_jobs()]
+            run.admitted, run.refused = len(admitted), sub.refused
             evidence = Evidence(
                 database_url=platform["database_url"],
                 redis_url=platform["redis_url"],
-                admitted=sub.admitted,
+                admitted=admitted,
                 webhooks=WebhookEvidence(rx.log, client.webhooks.secret(), frozenset(sub.admitted)),
             )
             run.violations = check(evidence, Bounds(terminal_s=max(120.0, 2.0 * sizes.jobs)))
-        run.statuses = ledger.statuses(sub.admitted)
+        run.statuses = ledger.statuses(admitted)
     finally:
         ledger.close()
-        client.close()
+        for c in (client, *others):
+            c.close()
     run.duration_s = time.monotonic() - started
     RUNS.append(run)
     print(run.summary())

@@ -50,7 +50,7 @@ class WebhookReceiver:
             assert rx.log()
     """
 
-    def __init__(self, plan: Plan | None = None) -> None:
+    def __init__(self, plan: Plan | None = None, host: str = "127.0.0.1") -> None:
         self._lock = threading.Lock()
         self._log: list[Delivery] = []
         self._seen: Counter[str] = Counter()  # attempts so far per webhook-id
@@ -87,9 +87,9 @@ class WebhookReceiver:
             def log_message(self, *args: Any) -> None:
                 pass  # NOTE: bodies carry outputs; never logged
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((host, 0), Handler)
         self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}/hook"
+        self.url = f"http://{host}:{self._server.server_address[1]}/hook"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> WebhookReceiver:

@@ -102,8 +102,9 @@ def _now() -> str:
 
 @dataclass
 class ApiServer:
-    """The server's state; `start()` serves it on 127.0.0.1 (`url`) until `stop()`."""
+    """The server's state; `start()` serves it on `host` (`url`) until `stop()`."""
 
+    host: str = "127.0.0.1"  # a test host's address where other hosts reach it (tests/hosts)
     deny: set[str] = field(default_factory=set)  # "verb resource" refused by access reviews
     requests: list[Request] = field(default_factory=list)
     url: str = ""
@@ -128,9 +129,9 @@ class ApiServer:
         class Handler(_Handler):
             api = server
 
-        self._httpd = _Server(("127.0.0.1", 0), Handler)
+        self._httpd = _Server((self.host, 0), Handler)
         self._httpd.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self.url = f"http://{self.host}:{self._httpd.server_address[1]}"
         threading.Thread(target=self._httpd.serve_forever, name="apiserver", daemon=True).start()
         return self
 

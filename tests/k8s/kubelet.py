@@ -22,6 +22,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,7 +69,12 @@ class Kubelet:
         namespace: str = "default",
         taints: list[dict[str, str]] | None = None,
         capacity: dict[str, int] | None = None,
+        host_ip: str = "127.0.0.1",
+        before_exec: Callable[[], None] | None = None,
     ) -> None:
+        # A node of its own (tests/hosts): its address, and what puts a container in its
+        # network namespace; every pod uses the node's network (hostNetwork).
+        self.host_ip, self._before_exec = host_ip, before_exec
         self.node, self.labels, self.images = node, labels, images
         self.taints = taints or []
         self.capacity = capacity or {}  # extended resources (nvidia.com/gpu) of this node
@@ -230,7 +236,7 @@ class Kubelet:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=die_with_parent,
+            preexec_fn=self._preexec,
         ).result()
         log.close()
         started = _now()
@@ -240,7 +246,7 @@ class Kubelet:
             self._launching.discard(name)
         if self._stop.is_set():
             proc.kill()
-        self._status(pod, "Running", {"running": {"startedAt": started}}, pod_ip="127.0.0.1")
+        self._status(pod, "Running", {"running": {"startedAt": started}}, pod_ip=self.host_ip)
         container.waiter = threading.Thread(target=self._wait, args=(pod, container), daemon=True)
         container.waiter.start()
         # deleted while it was being launched: the events for that came before the container
@@ -249,6 +255,11 @@ class Kubelet:
             self._signal(name, container, signal.SIGKILL)
         elif "deletionTimestamp" in current.json()["metadata"]:
             self._terminate(current.json(), container)
+
+    def _preexec(self) -> None:
+        if self._before_exec is not None:
+            self._before_exec()
+        die_with_parent()
 
     def _env(self, pod: dict[str, Any], c: dict[str, Any]) -> dict[str, str]:
         env: dict[str, str] = {}
@@ -269,7 +280,7 @@ class Kubelet:
                 env[var["name"]] = data[ref["key"]]
             elif ref := (var.get("valueFrom") or {}).get("fieldRef"):
                 fields = {
-                    "status.podIP": "127.0.0.1",
+                    "status.podIP": self.host_ip,
                     "metadata.name": pod["metadata"]["name"],
                     "metadata.namespace": self.namespace,
                     "spec.nodeName": self.node,
@@ -352,7 +363,7 @@ class Kubelet:
         status = dict(pod.get("status") or {})
         status.update(
             phase=phase,
-            hostIP="127.0.0.1",
+            hostIP=self.host_ip,
             containerStatuses=[{
                 "name": c["name"], "image": c["image"], "imageID": "", "ready": phase == "Running",
                 "restartCount": 0, "started": phase == "Running", "state": state,
