@@ -88,7 +88,8 @@ class Settings(LogSettings, TraceSettings):
     warm_pool_max: int = Field(0, ge=0)
     # Accelerators of each type this platform has (the local provider: this host's GPUs); the
     # warm pool never holds more than the ones deployments' workers leave free. A type not
-    # listed (the CPU): no limit.
+    # listed (the CPU): no limit. Once set, deployments may ask only for `cpu` or a listed
+    # type (offered_accelerators).
     accelerators: dict[str, int] = Field(default_factory=dict)
 
     # Per-tenant defaults (a tenant's own values override them).
@@ -184,6 +185,15 @@ class Settings(LogSettings, TraceSettings):
     # app.kubernetes.io/instance of this platform's worker pods: platforms sharing a namespace
     # see only their own pods.
     kubernetes_instance: str = "platform"
+    # Node directories behind the workers' weight cache tiers (hostPath volumes), so a tier
+    # outlives the pod and the next worker on that node loads from it. Each must exist and be
+    # writable by the worker image's user. The disk tier's is mounted at
+    # PLATFORM_LOADER_CACHE_DIR, the host-memory tier's (a tmpfs, e.g.
+    # /dev/shm/platform-weights) at PLATFORM_LOADER_HOST_CACHE_DIR when
+    # PLATFORM_LOADER_HOST_CACHE_BYTES > 0. Empty: an emptyDir (memory-backed for the memory
+    # tier), which lasts one pod; no volume at all for a tier that is off.
+    kubernetes_disk_cache_host_path: str = ""
+    kubernetes_memory_cache_host_path: str = ""
 
     @field_validator("worker_token")
     @classmethod
@@ -192,6 +202,16 @@ class Settings(LogSettings, TraceSettings):
         if secret and len(secret) < 16:
             raise ValueError("PLATFORM_WORKER_TOKEN must be at least 16 characters")
         return v
+
+    def offered_accelerators(self) -> list[str]:
+        """The accelerator types a deployment may ask for: priced, and, once this platform
+        lists what it has (PLATFORM_ACCELERATORS), the CPU or a listed type. A GPU type that
+        is not listed has no node selector or device to go to."""
+        return sorted(
+            a
+            for a in self.rates_per_s
+            if a == "cpu" or not self.accelerators or a in self.accelerators
+        )
 
     def rate_per_s(self, accelerator: str) -> Decimal:
         """Price of one second of a worker with this accelerator."""

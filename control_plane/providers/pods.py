@@ -21,6 +21,7 @@ from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.local import worker_args
 from control_plane.settings import Settings
 from worker.protocol import CREDENTIAL_ENV, METRICS_HOST_ENV, METRICS_PORT_ENV
+from worker.settings import HOST_CACHE_DIR
 
 LABEL_PREFIX = "platform-serverless.io"
 WORKER_ID_LABEL = f"{LABEL_PREFIX}/worker-id"
@@ -59,6 +60,8 @@ class PodConfig:
     grace_s: int  # terminationGracePeriodSeconds: a stop's drain budget
     metrics_port: int  # the worker's /metrics, on the pod IP
     instance: str  # app.kubernetes.io/instance: this platform's pods among others'
+    disk_cache_host_path: str = ""  # node directory of the disk cache tier; "" = emptyDir
+    memory_cache_host_path: str = ""  # node tmpfs directory of the memory tier; "" = emptyDir
 
 
 def pod_config(settings: Settings) -> PodConfig:
@@ -126,6 +129,12 @@ def pod_config(settings: Settings) -> PodConfig:
         raise ValueError(
             f"PLATFORM_KUBERNETES_INSTANCE {settings.kubernetes_instance!r} is not a label value"
         )
+    for name, path in (
+        ("PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH", settings.kubernetes_disk_cache_host_path),
+        ("PLATFORM_KUBERNETES_MEMORY_CACHE_HOST_PATH", settings.kubernetes_memory_cache_host_path),
+    ):
+        if path and not path.startswith("/"):
+            raise ValueError(f"{name} {path!r} is not an absolute path on the node")
     return PodConfig(
         namespace=settings.kubernetes_namespace,
         image=settings.kubernetes_worker_image,
@@ -143,6 +152,8 @@ def pod_config(settings: Settings) -> PodConfig:
         grace_s=math.ceil(settings.kubernetes_drain_grace_s),
         metrics_port=settings.kubernetes_worker_metrics_port,
         instance=settings.kubernetes_instance,
+        disk_cache_host_path=settings.kubernetes_disk_cache_host_path,
+        memory_cache_host_path=settings.kubernetes_memory_cache_host_path,
     )
 
 
@@ -279,6 +290,9 @@ def pod_manifest(cfg: PodConfig, spec: WorkerSpec, env: Mapping[str, str]) -> di
         pod_spec["nodeSelector"] = dict(cfg.node_selectors[spec.accelerator])
     if cfg.tolerations.get(spec.accelerator):
         pod_spec["tolerations"] = [dict(t) for t in cfg.tolerations[spec.accelerator]]
+    volumes, mounts = cache_volumes(cfg, env)
+    if volumes:
+        pod_spec["volumes"], container["volumeMounts"] = volumes, mounts
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -289,6 +303,35 @@ def pod_manifest(cfg: PodConfig, spec: WorkerSpec, env: Mapping[str, str]) -> di
         },
         "spec": pod_spec,
     }
+
+
+def cache_volumes(
+    cfg: PodConfig, env: Mapping[str, str]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volumes, mounts) of the weight cache tiers the workers' env turns on: the node's
+    directory when configured (the tier outlives the pod), else an emptyDir (a writable place
+    on the image's read-only filesystem; memory-backed and capped for the memory tier)."""
+    volumes, mounts = [], []
+    disk_dir = env.get("PLATFORM_LOADER_CACHE_DIR", "")
+    if disk_dir:
+        source = _host_dir(cfg.disk_cache_host_path) or {"emptyDir": {}}
+        volumes.append({"name": "weights-disk", **source})
+        mounts.append({"name": "weights-disk", "mountPath": disk_dir})
+    memory_bytes = int(env.get("PLATFORM_LOADER_HOST_CACHE_BYTES") or 0)
+    if memory_bytes > 0:
+        memory_dir = env.get("PLATFORM_LOADER_HOST_CACHE_DIR") or HOST_CACHE_DIR
+        source = _host_dir(cfg.memory_cache_host_path) or {
+            "emptyDir": {"medium": "Memory", "sizeLimit": str(memory_bytes)}
+        }
+        volumes.append({"name": "weights-memory", **source})
+        mounts.append({"name": "weights-memory", "mountPath": memory_dir})
+    return volumes, mounts
+
+
+def _host_dir(path: str) -> dict[str, Any] | None:
+    # `Directory`, not `DirectoryOrCreate`: one the kubelet made would be root's, and the
+    # worker runs as non-root
+    return {"hostPath": {"path": path, "type": "Directory"}} if path else None
 
 
 def owner_patch(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -152,6 +152,32 @@ def test_the_provider_settings_parse(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.kubernetes_namespace == NAMESPACE
 
 
+def test_cache_tiers_from_the_values_reach_the_worker_pods(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Values → the reconciler's environment → Settings → the pod the provider would create:
+    the node directories behind both cache tiers, mounted where the workers look."""
+    from control_plane.providers.base import WorkerSpec
+    from control_plane.providers.pods import pod_config, pod_manifest
+    from control_plane.settings import Settings
+
+    values = VARIANTS["monitoring-and-policies"]
+    config = find(objects(values), "ConfigMap", f"{RELEASE}-env")["data"]
+    plain = {name: e["value"] for name, e in _reconciler_env(values).items() if "value" in e}
+    env = {**config, **plain, "PLATFORM_WORKER_TOKEN": "x" * 40}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    pod = pod_manifest(pod_config(Settings()), WorkerSpec("wrk_1", "h100", None), env)
+    kubernetes_validate.validate(pod, "1.33", strict=True)
+    paths = {v["name"]: v["hostPath"]["path"] for v in pod["spec"]["volumes"]}
+    assert paths == {
+        "weights-disk": "/var/cache/platform-weights",
+        "weights-memory": "/dev/shm/platform-weights",
+    }
+    mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert mounts["weights-disk"] == "/cache"
+
+
 def test_worker_token_secret_lives_with_the_workers() -> None:
     env = _reconciler_env()
     assert env["PLATFORM_KUBERNETES_WORKER_TOKEN_SECRET"]["value"] == f"{RELEASE}-secrets"

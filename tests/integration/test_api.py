@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER, deploy, h
@@ -62,6 +63,21 @@ def test_bad_deployment_specs_name_the_field(
     assert r.status_code == 422, r.text
     assert any(e["field"] == field for e in r.json()["errors"]), r.json()
     assert client.get("/v1/deployments", headers=h(keys["a"])).json()["data"] == []
+
+
+def test_a_gpu_type_the_platform_does_not_list_is_refused(
+    settings: Settings, redis_client: Any, clock: Any, keys: dict[str, str]
+) -> None:
+    """Priced, but not among PLATFORM_ACCELERATORS: no node selector or device would place it
+    (the kubernetes provider would schedule it on any GPU node)."""
+    listed = settings.model_copy(update={"accelerators": {"h100": 8}})
+    with TestClient(create_app(listed, clock=clock)) as c:
+        r = c.post("/v1/deployments", json={**SPEC, "accelerator": "a100"}, headers=h(keys["a"]))
+        assert r.status_code == 422, r.text
+        assert r.json()["errors"] == [{"field": "accelerator", "message": "one of ['cpu', 'h100']"}]
+        for ok in ("h100", "cpu"):
+            body = {**SPEC, "name": f"on-{ok}", "accelerator": ok}
+            assert c.post("/v1/deployments", json=body, headers=h(keys["a"])).status_code == 201
 
 
 def test_sync_run_without_capacity_returns_202_with_job(

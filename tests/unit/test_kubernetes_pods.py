@@ -24,6 +24,7 @@ from control_plane.providers.pods import (
 )
 from control_plane.settings import Settings
 from worker.protocol import Assignment
+from worker.settings import HOST_CACHE_DIR
 
 K8S_VERSION = "1.33"
 STORAGE = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "very-secret-key-value"}
@@ -180,6 +181,10 @@ def test_owner_patch_points_at_the_pod() -> None:
             "PLATFORM_KUBERNETES_WORKER_RESOURCES",
         ),
         ({"kubernetes_namespace": "Not_A_Namespace"}, "PLATFORM_KUBERNETES_NAMESPACE"),
+        (
+            {"kubernetes_disk_cache_host_path": "var/cache/weights"},
+            "PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH 'var/cache/weights' is not an absolute",
+        ),
     ],
 )
 def test_settings_that_cannot_work_are_refused_naming_the_setting(
@@ -187,6 +192,54 @@ def test_settings_that_cannot_work_are_refused_naming_the_setting(
 ) -> None:
     with pytest.raises(ValueError, match=named):
         pod_config(settings(**change))
+
+
+CACHE_ENV = {
+    **ENV,
+    "PLATFORM_LOADER_CACHE_DIR": "/cache/weights",
+    "PLATFORM_LOADER_HOST_CACHE_BYTES": str(8 << 30),
+}
+
+
+def test_cache_tiers_on_node_directories_outlive_the_pod() -> None:
+    cfg = pod_config(
+        settings(
+            kubernetes_disk_cache_host_path="/var/cache/platform-weights",
+            kubernetes_memory_cache_host_path="/dev/shm/platform-weights",
+        )
+    )
+    pod = pod_manifest(cfg, WorkerSpec("wrk_c1", "h100", None), CACHE_ENV)
+    valid(pod)
+    assert pod["spec"]["volumes"] == [
+        {"name": "weights-disk",
+         "hostPath": {"path": "/var/cache/platform-weights", "type": "Directory"}},
+        {"name": "weights-memory",
+         "hostPath": {"path": "/dev/shm/platform-weights", "type": "Directory"}},
+    ]  # fmt: skip
+    (container,) = pod["spec"]["containers"]
+    assert container["volumeMounts"] == [
+        {"name": "weights-disk", "mountPath": "/cache/weights"},
+        {"name": "weights-memory", "mountPath": HOST_CACHE_DIR},
+    ]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["PLATFORM_LOADER_CACHE_DIR"] == "/cache/weights"  # where the worker looks
+
+
+def test_cache_tiers_without_node_directories_last_one_pod() -> None:
+    cfg = pod_config(settings())
+    env = {**CACHE_ENV, "PLATFORM_LOADER_HOST_CACHE_DIR": "/dev/shm/w"}
+    pod = pod_manifest(cfg, WorkerSpec("wrk_c2", "cpu", None), env)
+    valid(pod)
+    assert pod["spec"]["volumes"] == [
+        {"name": "weights-disk", "emptyDir": {}},
+        {"name": "weights-memory", "emptyDir": {"medium": "Memory", "sizeLimit": str(8 << 30)}},
+    ]
+    assert pod["spec"]["containers"][0]["volumeMounts"][1]["mountPath"] == "/dev/shm/w"
+
+
+def test_no_cache_tier_no_volume() -> None:
+    pod = pod_manifest(pod_config(settings()), WorkerSpec("wrk_c3", "cpu", None), ENV)
+    assert "volumes" not in pod["spec"] and "volumeMounts" not in pod["spec"]["containers"][0]
 
 
 def _pod(worker_id: str, phase: str, code: int | None = None) -> dict[str, Any]:

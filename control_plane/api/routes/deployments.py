@@ -52,8 +52,8 @@ def _check(
 
 
 def _check_accelerator(ctx: Ctx, spec: DeploymentSpec) -> None:
-    if spec.accelerator not in ctx.settings.rates_per_s:
-        allowed = sorted(ctx.settings.rates_per_s)
+    allowed = ctx.settings.offered_accelerators()
+    if spec.accelerator not in allowed:
         raise InvalidRequest(
             f"unknown accelerator {spec.accelerator!r}; available: {allowed}",
             errors=[{"field": "accelerator", "message": f"one of {allowed}"}],

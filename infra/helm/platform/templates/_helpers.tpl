@@ -158,6 +158,14 @@ where worker pods go and what they look like. */}}
   value: {{ .Values.workers.drainGraceSeconds | quote }}
 - name: PLATFORM_KUBERNETES_WORKER_METRICS_PORT
   value: {{ .Values.workers.metricsPort | quote }}
+{{- with .Values.workers.diskCacheHostPath }}
+- name: PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.workers.memoryCacheHostPath }}
+- name: PLATFORM_KUBERNETES_MEMORY_CACHE_HOST_PATH
+  value: {{ . | quote }}
+{{- end }}
 # Worker pods carry app.kubernetes.io/instance=<release>: NetworkPolicy lets them in.
 - name: PLATFORM_KUBERNETES_INSTANCE
   value: {{ .Release.Name | quote }}
