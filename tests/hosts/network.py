@@ -110,6 +110,16 @@ def check_available() -> None:
     _ip("netns", "del", probe, check=False)
 
 
+def skip_unless_available() -> None:
+    """Skip the calling test, with the reason, where test hosts cannot be made."""
+    import pytest
+
+    try:
+        check_available()
+    except NoNamespaces as e:
+        pytest.skip(f"no test hosts: {e}")
+
+
 def _ip(*args: str, check: bool = True) -> None:
     subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
 

@@ -61,7 +61,7 @@ from tests.faults.harness import (
 )
 from tests.faults.invariants import assert_holds
 from tests.fixtures_postgres import start_postgres
-from tests.hosts.network import Host, Network, NoNamespaces, check_available
+from tests.hosts.network import Host, Network, skip_unless_available
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.conftest import NAMESPACE, REPO, WORKER_IMAGE, put_worker_token
 from tests.k8s.kubelet import Image, Kubelet, subprocess_env
@@ -80,10 +80,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s() + 120)]
 
 @pytest.fixture(scope="module")
 def net() -> Iterator[Network]:
-    try:
-        check_available()
-    except NoNamespaces as e:
-        pytest.skip(f"no test hosts: {e}")
+    skip_unless_available()
     with Network.create(["store", *CONTROL_PLANES, "worker"]) as network:
         yield network
 
@@ -283,7 +280,9 @@ class LeaderKill:
             return int(s.execute(select(ReconcilerFence.token)).scalar_one())
 
     def __call__(self, _ledger: Ledger, deployment: str) -> datetime | None:
-        leader = next(p for p in self.planes if p.replica == self.holder())
+        holder = self.holder()
+        leader = next((p for p in self.planes if p.replica == holder), None)
+        assert leader is not None, f"the Lease is held by {holder!r}, no replica of the test"
         before = self.token()
         self.in_flight.append(self._in_flight(deployment))
         fault_at, started = utcnow(), time.monotonic()

@@ -10,17 +10,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.hosts.network import Host, Network, NoNamespaces, check_available
+from tests.hosts.network import Host, Network, skip_unless_available
 
 CONNECT = "import socket, sys; socket.create_connection((sys.argv[1], int(sys.argv[2])), 3)"
 
 
 @pytest.fixture(scope="module")
 def net() -> Iterator[Network]:
-    try:
-        check_available()
-    except NoNamespaces as e:
-        pytest.skip(f"no test hosts: {e}")
+    skip_unless_available()
     with Network.create(["a", "b"]) as network:
         yield network
 
@@ -64,10 +61,7 @@ def test_hosts_reach_each_other_and_the_gateway_but_no_other_loopback(net: Netwo
 
 
 def test_close_removes_the_namespaces_and_the_bridge() -> None:
-    try:
-        check_available()
-    except NoNamespaces as e:
-        pytest.skip(f"no test hosts: {e}")
+    skip_unless_available()
     network = Network.create(["solo"])
     namespace, bridge = network.hosts["solo"].namespace, network.bridge
     network.close()
