@@ -33,6 +33,7 @@ from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.pods import (
     PodConfig,
     PodTracker,
+    cache_volumes,
     label_selector,
     owner_patch,
     pod_config,
@@ -150,6 +151,7 @@ class KubernetesProvider:
         from urllib3.exceptions import HTTPError
 
         cfg = pod_config(settings)
+        cache_volumes(cfg, env)  # the workers' cache settings: refused now, not at each start
         api = api_client(settings)
         try:
             denied = denied_access(client.AuthorizationV1Api(api), cfg.namespace)

@@ -133,8 +133,8 @@ def pod_config(settings: Settings) -> PodConfig:
         ("PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH", settings.kubernetes_disk_cache_host_path),
         ("PLATFORM_KUBERNETES_MEMORY_CACHE_HOST_PATH", settings.kubernetes_memory_cache_host_path),
     ):
-        if path and not path.startswith("/"):
-            raise ValueError(f"{name} {path!r} is not an absolute path on the node")
+        if path:
+            _absolute(name, path)
     return PodConfig(
         namespace=settings.kubernetes_namespace,
         image=settings.kubernetes_worker_image,
@@ -310,22 +310,38 @@ def cache_volumes(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts) of the weight cache tiers the workers' env turns on: the node's
     directory when configured (the tier outlives the pod), else an emptyDir (a writable place
-    on the image's read-only filesystem; memory-backed and capped for the memory tier)."""
+    on the image's read-only filesystem; memory-backed and capped for the memory tier).
+
+    ValueError naming the variable when a pod could not be made from it (the provider checks
+    at start-up, so no tick fails on it)."""
     volumes, mounts = [], []
     disk_dir = env.get("PLATFORM_LOADER_CACHE_DIR", "")
     if disk_dir:
+        _absolute("PLATFORM_LOADER_CACHE_DIR", disk_dir)
         source = _host_dir(cfg.disk_cache_host_path) or {"emptyDir": {}}
         volumes.append({"name": "weights-disk", **source})
         mounts.append({"name": "weights-disk", "mountPath": disk_dir})
-    memory_bytes = int(env.get("PLATFORM_LOADER_HOST_CACHE_BYTES") or 0)
+    raw = env.get("PLATFORM_LOADER_HOST_CACHE_BYTES") or "0"
+    try:
+        memory_bytes = int(raw)
+    except ValueError:
+        raise ValueError(
+            f"PLATFORM_LOADER_HOST_CACHE_BYTES {raw!r} is not a whole number of bytes"
+        ) from None
     if memory_bytes > 0:
         memory_dir = env.get("PLATFORM_LOADER_HOST_CACHE_DIR") or HOST_CACHE_DIR
+        _absolute("PLATFORM_LOADER_HOST_CACHE_DIR", memory_dir)
         source = _host_dir(cfg.memory_cache_host_path) or {
             "emptyDir": {"medium": "Memory", "sizeLimit": str(memory_bytes)}
         }
         volumes.append({"name": "weights-memory", **source})
         mounts.append({"name": "weights-memory", "mountPath": memory_dir})
     return volumes, mounts
+
+
+def _absolute(name: str, path: str) -> None:
+    if not path.startswith("/"):
+        raise ValueError(f"{name} {path!r} is not an absolute path")
 
 
 def _host_dir(path: str) -> dict[str, Any] | None:

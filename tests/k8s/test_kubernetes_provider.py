@@ -235,6 +235,14 @@ def test_start_up_refuses_settings_that_cannot_work_naming_the_setting(
         KubernetesProvider.from_settings(settings, WORKER_ENV)
 
 
+def test_start_up_refuses_a_worker_cache_setting_no_pod_could_mount(
+    k8s_settings: Settings,
+) -> None:
+    env = {**WORKER_ENV, "PLATFORM_LOADER_HOST_CACHE_BYTES": "8Gi"}
+    with pytest.raises(ValueError, match="PLATFORM_LOADER_HOST_CACHE_BYTES '8Gi'"):
+        KubernetesProvider.from_settings(k8s_settings, env)
+
+
 def test_start_up_names_what_rbac_denies(apiserver: ApiServer, k8s_settings: Settings) -> None:
     apiserver.deny |= {"watch pods", "update leases"}
     with pytest.raises(ValueError, match="RBAC") as info:

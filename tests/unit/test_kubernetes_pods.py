@@ -15,6 +15,7 @@ from control_plane.providers.local import worker_args
 from control_plane.providers.pods import (
     WORKER_ID_LABEL,
     PodTracker,
+    cache_volumes,
     owner_patch,
     pod_config,
     pod_manifest,
@@ -183,7 +184,7 @@ def test_owner_patch_points_at_the_pod() -> None:
         ({"kubernetes_namespace": "Not_A_Namespace"}, "PLATFORM_KUBERNETES_NAMESPACE"),
         (
             {"kubernetes_disk_cache_host_path": "var/cache/weights"},
-            "PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH 'var/cache/weights' is not an absolute",
+            "PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH 'var/cache/weights' is not an absolute path",
         ),
     ],
 )
@@ -235,6 +236,21 @@ def test_cache_tiers_without_node_directories_last_one_pod() -> None:
         {"name": "weights-memory", "emptyDir": {"medium": "Memory", "sizeLimit": str(8 << 30)}},
     ]
     assert pod["spec"]["containers"][0]["volumeMounts"][1]["mountPath"] == "/dev/shm/w"
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"PLATFORM_LOADER_HOST_CACHE_BYTES": "8Gi"}, "PLATFORM_LOADER_HOST_CACHE_BYTES '8Gi'"),
+        ({"PLATFORM_LOADER_CACHE_DIR": "cache"}, "PLATFORM_LOADER_CACHE_DIR 'cache' is not an"),
+        ({"PLATFORM_LOADER_HOST_CACHE_DIR": "shm/w"}, "PLATFORM_LOADER_HOST_CACHE_DIR 'shm/w'"),
+    ],
+)
+def test_cache_settings_no_pod_could_mount_are_refused_naming_them(
+    change: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ValueError, match=named):
+        cache_volumes(pod_config(settings()), {**CACHE_ENV, **change})
 
 
 def test_no_cache_tier_no_volume() -> None:
