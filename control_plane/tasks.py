@@ -33,7 +33,7 @@ from control_plane.tasks_api import (
     FOLLOW_OUTPUT_TASK,
     enqueue_webhook,
 )
-from worker import logs
+from worker import logs, tracing
 
 log = logging.getLogger(__name__)
 # Longest single countdown; well under the broker's visibility timeout.
@@ -65,6 +65,8 @@ def _on_worker_init(instance: Any, **_: Any) -> None:
     before `setup_logging`; and drop Celery's start-up banner, the one thing it prints outside
     logging, in JSON the only lines that would not be JSON."""
     logs.configure("celery", settings)
+    # webhook attempts join their job's trace (a threads pool: the exporter's thread is ours)
+    tracing.configure("celery", settings)
     if settings.log_format == "json":
         instance.quiet = True
 

@@ -2,18 +2,20 @@
 
 Shared by the API, the Celery worker, the reconciler, the embedded supervisor and the workers
 (the loader logs inside its worker), so it lives here, with no dependency beyond the standard
-library and pydantic: the control plane may import it, the worker never imports the control
-plane. One record is one line (docs/observability.md "Logs"):
+library, pydantic and worker/tracing.py (which imports OpenTelemetry only when tracing is on):
+the control plane may import it, the worker never imports the control plane. One record is one
+line (docs/observability.md "Logs"):
 
     {"timestamp": "2025-06-01T12:00:00.123Z", "level": "INFO", "component": "worker",
      "logger": "worker.runtime.lifecycle", "message": "job job_… attempt 1 succeeded: …",
      "pid": 4242, "worker_id": "wrk_…", "deployment_id": "dep_…", "job_id": "job_…",
      "attempt": 1, "status": "succeeded"}
 
-Ids come from three places, later ones winning: the process (`set_process_fields`: a worker's
+Ids come from four places, later ones winning: the process (`set_process_fields`: a worker's
 id and deployment), the context (`log_context` around a request, a job or a task; `bind` adds
 to it in place, so the code that opened it sees ids found deeper down, e.g. the API's request
-line carries the id of the job a route created) and the call (`extra={"job_id": …}`). Only
+line carries the id of the job a route created), the span current in the thread when tracing
+is on (its `trace_id` and `span_id`) and the call (`extra={"job_id": …}`). Only
 the names in FIELDS are written: an `extra` of another name (Celery passes a task's arguments
 as `data`) never reaches a log line.
 
@@ -40,11 +42,22 @@ from typing import Any, Literal, ParamSpec, TextIO, TypeVar
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from worker import tracing
+
 # The processes that configure logging (`configure(component, ...)`); in PLATFORM_LOG_LEVELS a
 # component's name sets that process's level, any other name a logger's in every process.
 COMPONENTS = ("api", "celery", "reconciler", "worker", "supervisor")
-# Ids a log line may carry, from the process, the context or the call.
-ID_FIELDS = ("request_id", "job_id", "batch_id", "worker_id", "deployment_id")
+# Ids a log line may carry, from the process, the context or the call; with tracing on, the
+# trace and span of the line (worker/tracing.py), so a log search and a trace find each other.
+ID_FIELDS = (
+    "request_id",
+    "job_id",
+    "batch_id",
+    "worker_id",
+    "deployment_id",
+    "trace_id",
+    "span_id",
+)
 # Other facts a call may pass in `extra`; nothing else is written (see the module docstring).
 EXTRA_FIELDS = (
     "attempt",  # a job's attempt number
@@ -216,9 +229,11 @@ class TextFormatter(logging.Formatter):
 
 
 def record_fields(record: logging.LogRecord) -> dict[str, Any]:
-    """The ids and facts of a record: its own `extra`, else the context's, else the
-    process's."""
+    """The ids and facts of a record: its own `extra`, else the span current when it was
+    logged (tracing on), else the context's, else the process's."""
     ids = current_ids()
+    if tracing.enabled():
+        ids.update(tracing.current_ids())
     fields = {}
     for name in FIELDS:
         value = record.__dict__.get(name, ids.get(name))

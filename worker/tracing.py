@@ -154,6 +154,26 @@ def current_traceparent() -> str | None:
     return traceparent_of(get_current_span())
 
 
+def ids_of(span: Span | None) -> dict[str, str]:
+    """`{"trace_id", "span_id"}` of `span` as log lines carry them (lowercase hex, as in a
+    `traceparent` and every tracing backend's search box); empty for no span or an invalid one."""
+    if span is None:
+        return {}
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return {}
+    return {"trace_id": f"{ctx.trace_id:032x}", "span_id": f"{ctx.span_id:016x}"}
+
+
+def current_ids() -> dict[str, str]:
+    """`ids_of` the span current in this context: what a log line written here carries."""
+    if _tracer is None:
+        return {}
+    from opentelemetry.trace import get_current_span
+
+    return ids_of(get_current_span())
+
+
 def parent_of(span: Span) -> Context:
     from opentelemetry.trace import set_span_in_context
 
@@ -217,23 +237,26 @@ def span(
 
 def record_span(
     name: str,
-    traceparent: str | None,
+    parent: str | Context | None,
     start: datetime,
     end: datetime,
     attributes: Mapping[str, Any] | None = None,
-) -> None:
-    """A span that happened between `start` and `end` (a job's wait in its queue), under the
-    span `traceparent` names; nothing when tracing is off."""
+) -> Context | None:
+    """A span that happened between `start` and `end` (a job's wait in its queue), under
+    `parent` (a `traceparent`, or a context this returned: the span to record children under);
+    nothing, and None, when tracing is off or it could not be recorded."""
     if _tracer is None:
-        return
+        return None
     try:
-        s = start_span(
-            name, parent=context_of(traceparent), attributes=attributes, start_ns=ns_of(start)
-        )
-        if s is not None:
-            s.end(end_time=max(ns_of(end), ns_of(start)))
+        under = context_of(parent) if parent is None or isinstance(parent, str) else parent
+        s = start_span(name, parent=under, attributes=attributes, start_ns=ns_of(start))
+        if s is None:
+            return None
+        s.end(end_time=max(ns_of(end), ns_of(start)))
+        return parent_of(s)
     except Exception:  # called after a commit: a trace never fails the request
         log.warning("could not record span %s", name, exc_info=True)
+        return None
 
 
 def failed(s: Span, error_type: str) -> None:

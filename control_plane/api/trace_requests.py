@@ -10,6 +10,7 @@ the spans a route starts (`job.admit`) are its children and a job it creates sto
 Health checks, /metrics and the console are not traced; neither are the workers' own calls
 (`/internal/…`) unless they carry a `traceparent` (a worker's completion report does: it is
 part of its job's trace). Only the route's template is recorded, never a query string or body.
+The request's log lines carry the span's `trace_id` and `span_id` (worker/logs.py).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class TraceRequests:
                 tracing.REQUEST_ID: logs.current_ids().get("request_id"),
             },
         ) as span:
+            # the request's own log line is written after this span has ended (RequestLog is
+            # outside): its trace and span ids stay in the request's log context
+            logs.bind(**tracing.ids_of(span))
             try:
                 await self.app(scope, receive, send_status)
             finally:

@@ -15,15 +15,14 @@ import redis
 
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import utc_now
-from control_plane.providers.local import worker_env
-from control_plane.providers.select import make_provider
+from control_plane.providers.select import make_provider, workers_env
 from control_plane.reconcile import loop
 from control_plane.reconcile.driver import Reconciler, tune_gc
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.lease import Leadership, make_lease, replica_name
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
-from worker import logs
+from worker import logs, tracing
 
 log = logging.getLogger("control_plane.reconcile")
 
@@ -31,17 +30,8 @@ log = logging.getLogger("control_plane.reconcile")
 def main() -> None:
     settings = Settings()
     logs.configure("reconciler", settings)
-    env = worker_env(
-        os.environ,
-        {
-            "PLATFORM_INTERNAL_URL": settings.internal_url,
-            "PLATFORM_WORKER_TOKEN": settings.worker_token.get_secret_value(),
-            "PLATFORM_REDIS_URL": settings.redis_url,
-            "PLATFORM_WORKER_THREADS": str(settings.worker_threads),
-        },
-    )
-    env.setdefault("AWS_DEFAULT_REGION", settings.s3_region)
-    provider = make_provider(settings, env)
+    tracing.configure("reconciler", settings)  # ticks that act, and requeues in jobs' traces
+    provider = make_provider(settings, workers_env(settings, os.environ))
     reconciler = Reconciler(
         Env(settings, redis.Redis.from_url(settings.redis_url), make_celery(settings), provider),
         # a paused leader's open transaction holds the fence row (services/fence.py): the

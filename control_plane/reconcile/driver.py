@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock
 from control_plane.providers.base import Exited
-from control_plane.reconcile import jobs, pool, refresh, scale, webhooks, workers
+from control_plane.reconcile import jobs, pool, refresh, scale, tick_trace, webhooks, workers
 from control_plane.reconcile.env import Env
 from control_plane.services import batches, billing, deployments, fence
 from control_plane.services import workers as worker_records
@@ -74,6 +74,15 @@ class Reconciler:
         """One pass of every reconciler. `token`: this replica's fencing token (the reconciler
         process always has one; tests that drive one reconciler may leave it out): each
         transaction of the tick checks it first and raises `fence.Deposed` once it is stale."""
+        trace = tick_trace.begin()  # None unless tracing is on
+        try:
+            self._tick(now, token, trace)
+        except BaseException as exc:
+            tick_trace.end(trace, token, exc)
+            raise
+        tick_trace.end(trace, token)
+
+    def _tick(self, now: datetime, token: int | None, trace: tick_trace.TickTrace | None) -> None:
         env = self.env
         with self.sessions() as session:
             if token is not None:
@@ -82,32 +91,41 @@ class Reconciler:
             # without it every reconciler's read of the deployments built them all again (live
             # workers are kept by the session itself: `services.workers.live`).
             held = deployments.list_live(session)
-            dead = workers.reap(session, env, now) + workers.check_liveness(session, env, now)
-            jobs.requeue_orphans(session, env, dead, now)
-            jobs.expire_overdue(session, env, now)
-            jobs.time_out_overruns(session, env, now)
-            scale.scale_all(session, env, self.demand, self.refresher.latest, now)
-            scale.stop_deleted(session, env)
-            pool.keep(session, env, self.refresher.latest, now)
-            batches.pump(session, env.celery, env.redis, now, settings=env.settings)
-            billing.roll_open_segments(session, env.settings, now)
-            billing.allocate_ready(session, now)
-            session.commit()
-            if self.last_redispatch is None:
-                self.last_redispatch = now
-            elif now - self.last_redispatch > REDISPATCH_EVERY:
-                self.last_redispatch = now
-                jobs.redispatch(session, env)
-            if self.last_wakeup_sweep is None or now - self.last_wakeup_sweep > WAKEUP_SWEEP_EVERY:
-                self.last_wakeup_sweep = now
-                jobs.forget_stale_wakeups(session, env, now)
-            if (
-                self.last_webhook_sweep is None
-                or now - self.last_webhook_sweep > WEBHOOK_SWEEP_EVERY
-            ):
-                self.last_webhook_sweep = now
-                webhooks.resend_lost(session, env, now)
+            with tick_trace.step(trace, "workers"):
+                dead = workers.reap(session, env, now) + workers.check_liveness(session, env, now)
+            with tick_trace.step(trace, "jobs"):
+                jobs.requeue_orphans(session, env, dead, now)
+                jobs.expire_overdue(session, env, now)
+                jobs.time_out_overruns(session, env, now)
+            with tick_trace.step(trace, "scale"):
+                scale.scale_all(session, env, self.demand, self.refresher.latest, now)
+                scale.stop_deleted(session, env)
+            with tick_trace.step(trace, "pool"):
+                pool.keep(session, env, self.refresher.latest, now)
+            with tick_trace.step(trace, "batches"):
+                batches.pump(session, env.celery, env.redis, now, settings=env.settings)
+            with tick_trace.step(trace, "billing"):
+                billing.roll_open_segments(session, env.settings, now)
+                billing.allocate_ready(session, now)
+                session.commit()
+            with tick_trace.step(trace, "sweeps"):
+                self._sweep(session, now)
             del held
+
+    def _sweep(self, session: Session, now: datetime) -> None:
+        """The periodic sweeps, each when due."""
+        env = self.env
+        if self.last_redispatch is None:
+            self.last_redispatch = now
+        elif now - self.last_redispatch > REDISPATCH_EVERY:
+            self.last_redispatch = now
+            jobs.redispatch(session, env)
+        if self.last_wakeup_sweep is None or now - self.last_wakeup_sweep > WAKEUP_SWEEP_EVERY:
+            self.last_wakeup_sweep = now
+            jobs.forget_stale_wakeups(session, env, now)
+        if self.last_webhook_sweep is None or now - self.last_webhook_sweep > WEBHOOK_SWEEP_EVERY:
+            self.last_webhook_sweep = now
+            webhooks.resend_lost(session, env, now)
 
     def stop(self) -> list[Exited]:
         """Stop the refits and the workers only this process reaches (they drain); those that

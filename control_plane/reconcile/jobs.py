@@ -18,6 +18,7 @@ from control_plane.db.models import Job, Worker
 from control_plane.domain.fleet import retries_left
 from control_plane.domain.states import PENDING, JobStatus
 from control_plane.domain.wakeups import JobState, stale
+from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
 from control_plane.services import finish, job_queries, jobs
 from control_plane.services.dispatch import (
@@ -27,6 +28,7 @@ from control_plane.services.dispatch import (
     unacked_wakeups,
     wake,
 )
+from worker import tracing
 from worker.protocol import deployment_queue
 
 log = logging.getLogger(__name__)
@@ -42,9 +44,11 @@ def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) 
     lost MAX_ATTEMPTS workers. The lost attempt ends where its worker's life ended, unbilled;
     its number stays the fence, so a late report of it can no longer apply."""
     requeued, exhausted = [], []
+    lost_at: dict[str, datetime] = {}  # job → when its attempt ended (its trace's requeue)
     for job in job_queries.running_on(session, dead):
         w = session.get(Worker, job.worker_id) if job.worker_id else None
         ended_at = (w.stopped_at if w is not None else None) or now
+        lost_at[job.id] = ended_at
         jobs.end_attempt(session, job.id, job.attempt, "worker_lost", ended_at)
         if retries_left(job.attempt):
             job.status, job.status_reason, job.worker_id = JobStatus.QUEUED, "worker_lost", None
@@ -69,6 +73,17 @@ def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) 
             },
         )
         wake(env.redis, job.deployment_id, job.id, job.kind, {"reason": "worker_lost"})
+        tick_trace.note("job.requeue", **{tracing.JOB_ID: job.id, tracing.JOB_ATTEMPT: job.attempt})
+        tick_trace.requeued(
+            job.traceparent,
+            lost_at.get(job.id, now),
+            now,
+            **{
+                tracing.JOB_ID: job.id,
+                tracing.JOB_ATTEMPT: job.attempt,
+                "platform.job.reason": "worker_lost",
+            },
+        )
 
 
 def expire_overdue(session: Session, env: Env, now: datetime) -> None:

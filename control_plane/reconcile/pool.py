@@ -32,6 +32,7 @@ from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
 from control_plane.domain.placement import PoolCandidate
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S
 from control_plane.providers.base import WorkerSpec
+from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
 from control_plane.services import deployments, workers
@@ -156,6 +157,10 @@ def keep(
             w = workers.create(session, None, accelerator, workers.POOL_REASON, now)
             session.flush()
             w.pid = env.provider.start(WorkerSpec(w.id, accelerator, None))
+            tick_trace.note(
+                "pool.start",
+                **{"platform.worker.id": w.id, "platform.worker.accelerator": accelerator},
+            )
             log.info(
                 "warm pool (%s): booting %s (target %d: %s, %.3f cold starts expected)",
                 accelerator,
@@ -177,6 +182,7 @@ def keep(
             )
             w.reason = SHRINK
             env.provider.stop(w.id)
+            tick_trace.note("pool.stop", **{"platform.worker.id": w.id})
     session.commit()
 
 

@@ -45,7 +45,7 @@ from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_
 from control_plane.errors import InvalidRequest
 from control_plane.metrics import families, on_commit
 from control_plane.providers.base import WorkerSpec
-from control_plane.reconcile import cold_starts
+from control_plane.reconcile import cold_starts, tick_trace
 from control_plane.reconcile import pool as warm_pool
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
@@ -60,6 +60,7 @@ from control_plane.services import (
     storage,
     workers,
 )
+from worker import tracing
 from worker.protocol import Assignment, EventType, WorkerState, deployment_queue
 
 log = logging.getLogger(__name__)
@@ -335,6 +336,9 @@ def _stop(session: Session, env: Env, worker_id: str, reason: str) -> None:
     if w is not None:
         w.reason = reason
     env.provider.stop(worker_id)
+    tick_trace.note(
+        "worker.stop", **{"platform.worker.id": worker_id, "platform.worker.reason": reason}
+    )
 
 
 def _start(
@@ -377,6 +381,7 @@ def _start(
         if workers.assign(session, env.settings, w, dep, reason, now):
             session.commit()  # the worker acts on its assignment only once it is recorded
             if warm_pool.send(env, w, assignment, now):
+                _noted_start(w, dep, reason, placement.reason)
                 log.info(
                     "assigned pool worker %s to %s [%s] (%s)",
                     w.id,
@@ -394,6 +399,7 @@ def _start(
     w = workers.create(session, dep, spec.accelerator, reason, now)
     session.flush()
     w.pid = env.provider.start(WorkerSpec(w.id, spec.accelerator, assignment))
+    _noted_start(w, dep, reason, placement.reason)
     log.info(
         "started worker %s for %s [%s] (%s)",
         w.id,
@@ -403,6 +409,18 @@ def _start(
         extra={"worker_id": w.id, "deployment_id": dep.id, "reason": reason},
     )
     return w, placement
+
+
+def _noted_start(w: Worker, dep: Deployment, reason: str, placement: str) -> None:
+    tick_trace.note(
+        "worker.start",
+        **{
+            "platform.worker.id": w.id,
+            tracing.DEPLOYMENT_ID: dep.id,
+            "platform.worker.reason": reason,
+            "platform.worker.placement": placement,
+        },
+    )
 
 
 def _fail_waiting(

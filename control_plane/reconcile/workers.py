@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from control_plane.db.models import Deployment, Worker
 from control_plane.domain.fleet import liveness
 from control_plane.domain.spec import Spec
+from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
 from control_plane.services import workers
 from worker.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
@@ -32,6 +33,13 @@ def reap(session: Session, env: Env, now: datetime) -> list[str]:
         dead.append(exited.worker_id)
         if session.get(Worker, exited.worker_id) is None:
             continue
+        tick_trace.note(
+            "worker.exited",
+            **{
+                "platform.worker.id": exited.worker_id,
+                "platform.worker.exit_code": exited.returncode,
+            },
+        )
         if exited.returncode == 0:
             state, reason = WorkerState.STOPPED, None
         else:
@@ -75,6 +83,9 @@ def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
             extra={"worker_id": w.id, "deployment_id": w.deployment_id, "reason": verdict.reason},
         )
         env.provider.kill(w.id)
+        tick_trace.note(
+            "worker.lost", **{"platform.worker.id": w.id, "platform.worker.reason": verdict.reason}
+        )
         workers.transition(
             session,
             env.settings,

@@ -58,17 +58,7 @@ def spans(
     out.append(Span("queue", job.created_at, first_start or job.completed_at))
     wait_from = job.created_at
     for a in attempts:
-        for r in wait_records:
-            if r.worker_id == a.worker_id and r.end > wait_from and r.start < a.started_at:
-                out.append(
-                    Span(
-                        r.phase,
-                        max(r.start, wait_from),
-                        min(r.end, a.started_at),
-                        worker_id=r.worker_id,
-                        amount=r.amount,
-                    )
-                )
+        out += waited_on(wait_records, a.worker_id, wait_from, a.started_at)
         amount, billable = run_amounts.get(a.attempt, (None, None))
         out.append(
             Span(
@@ -86,6 +76,42 @@ def spans(
     return sorted(out, key=lambda s: (s.start, s.phase != "queue"))
 
 
+def waited_on(
+    records: list[BillingRecord], worker_id: str, wait_from: datetime, wait_to: datetime
+) -> list[Span]:
+    """The parts of `worker_id`'s records (boot / load / warm) inside a job's wait from
+    `wait_from` to `wait_to` (the attempt's start on that worker). Pure."""
+    return [
+        Span(
+            r.phase,
+            max(r.start, wait_from),
+            min(r.end, wait_to),
+            worker_id=r.worker_id,
+            amount=r.amount,
+        )
+        for r in records
+        if r.worker_id == worker_id and r.end > wait_from and r.start < wait_to
+    ]
+
+
+def wait_records(session: Session, tenant_id: str, worker_ids: list[str]) -> list[BillingRecord]:
+    """The boot / load / warm records of `worker_ids` billed to `tenant_id`, oldest first (a
+    warm-pool worker's time before its assignment is the platform's: never among them)."""
+    if not worker_ids:
+        return []
+    return list(
+        session.scalars(
+            select(BillingRecord)
+            .where(
+                BillingRecord.tenant_id == tenant_id,
+                BillingRecord.worker_id.in_(worker_ids),
+                BillingRecord.phase.in_(WAIT_PHASES),
+            )
+            .order_by(BillingRecord.start)
+        )
+    )
+
+
 def timeline(session: Session, job: Job, now: datetime) -> dict[str, Any]:
     """The public timeline of `job` (already checked to be the caller's)."""
     attempts = list(
@@ -93,22 +119,7 @@ def timeline(session: Session, job: Job, now: datetime) -> dict[str, Any]:
             select(JobAttempt).where(JobAttempt.job_id == job.id).order_by(JobAttempt.attempt)
         )
     )
-    worker_ids = sorted({a.worker_id for a in attempts})
-    records = (
-        list(
-            session.scalars(
-                select(BillingRecord)
-                .where(
-                    BillingRecord.tenant_id == job.tenant_id,
-                    BillingRecord.worker_id.in_(worker_ids),
-                    BillingRecord.phase.in_(WAIT_PHASES),
-                )
-                .order_by(BillingRecord.start)
-            )
-        )
-        if worker_ids
-        else []
-    )
+    records = wait_records(session, job.tenant_id, sorted({a.worker_id for a in attempts}))
     per_attempt: dict[int, list[Decimal]] = defaultdict(list)
     billed: dict[int, bool] = {}
     total_s, total_amount = Decimal(0), Decimal(0)

@@ -18,11 +18,12 @@ itself) says more.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import redis
@@ -37,7 +38,17 @@ from control_plane.metrics import families
 from control_plane.services import batches, cold_starts, jobs, webhook_endpoints, webhooks
 from control_plane.services.webhooks import DeliveryResult
 from control_plane.settings import Settings
+from worker import logs, tracing
 from worker.protocol import JOB_EVENTS_TTL_S, TERMINAL_EVENTS, EventType, job_events_key
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
+# Span attributes of `webhook.deliver` (docs/observability.md "Traces").
+EVENT = "platform.webhook.event"
+ATTEMPT = "platform.webhook.attempt"
+MESSAGE_ID = "platform.webhook.id"  # the `webhook-id` the receiver sees
+OUTCOME = "platform.webhook.outcome"  # delivered | retrying | failed
 
 OUTPUT_EVENT = "job.output"
 STARTING_EVENT = "job.starting"
@@ -69,6 +80,7 @@ class _Prepared:
     data: dict[str, Any]  # the `data` member of the payload
     endpoint_id: str | None  # matching endpoint of the tenant, if any
     refusal: DeliveryResult | None  # set when the message must not be sent (endpoint disabled)
+    traceparent: str | None = None  # the job's trace (None: a batch, or not traced)
 
 
 def retry_delay_s(attempt: int, schedule: tuple[float, ...], rng: random.Random) -> float | None:
@@ -85,16 +97,45 @@ def deliver(env: DeliveryEnv, msg: Message, now: datetime, rng: random.Random) -
         prepared = _prepare(session, env, msg, now)
     if prepared is None:
         return None
-    result = prepared.refusal or _send(env, prepared, msg, now)
-    retry = not (result.ok or result.permanent or msg.event_type in BEST_EFFORT)
-    delay = (
-        retry_delay_s(msg.attempt, env.settings.webhook_retry_schedule_s, rng) if retry else None
-    )
+    with _traced(msg, prepared) as span:
+        logs.bind(**tracing.ids_of(span))  # the task's later lines name the attempt's span
+        result = prepared.refusal or _send(env, prepared, msg, now)
+        retry = not (result.ok or result.permanent or msg.event_type in BEST_EFFORT)
+        delay = (
+            retry_delay_s(msg.attempt, env.settings.webhook_retry_schedule_s, rng)
+            if retry
+            else None
+        )
+        if span is not None:
+            span.set_attribute(OUTCOME, outcome(result.ok, delay))
+            if result.status_code is not None:
+                span.set_attribute("http.response.status_code", result.status_code)
+            if not result.ok:  # a status, or no answer at all (refused, reset, timed out)
+                tracing.failed(span, str(result.status_code or "no_response"))
     with env.sessions() as session:
         _record(session, msg, prepared, result, delay, now)
         session.commit()
     families.webhook_attempt(msg.event_type, outcome(result.ok, delay))
     return delay
+
+
+def _traced(msg: Message, p: _Prepared) -> contextlib.AbstractContextManager[Span | None]:
+    """`webhook.deliver`, one attempt, in its job's trace (a client span: the receiver's own
+    tracing may continue it); nothing for an untraced job or a batch. Never the URL: it may
+    carry the receiver's token."""
+    if p.traceparent is None or not tracing.enabled():
+        return contextlib.nullcontext()
+    return tracing.span(
+        "webhook.deliver",
+        parent=tracing.context_of(p.traceparent),
+        kind="client",
+        attributes={
+            tracing.JOB_ID: msg.job_id,
+            EVENT: msg.event_type,
+            ATTEMPT: msg.attempt,
+            MESSAGE_ID: msg.msg_id,
+        },
+    )
 
 
 def outcome(ok: bool, delay: float | None) -> str:
@@ -120,11 +161,13 @@ def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) ->
     if seen is not None:  # delivered already, or a repeated task message of this attempt
         return None
     data: dict[str, Any]
+    traceparent = None
     if msg.job_id is not None:
         job = session.get(Job, msg.job_id)
         if job is None or not job.webhook_url:
             return None
         tenant_id, url, data = job.tenant_id, job.webhook_url, jobs.to_public(job)
+        traceparent = job.traceparent
         if msg.event_type == OUTPUT_EVENT:
             data["output"] = {"text": read_progress(env.redis, job.id).text, "finish_reason": None}
         elif msg.event_type == STARTING_EVENT:
@@ -147,7 +190,7 @@ def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) ->
             gone=False,
             permanent=True,
         )
-    return _Prepared(url, secrets, data, ep.id if ep else None, refusal)
+    return _Prepared(url, secrets, data, ep.id if ep else None, refusal, traceparent)
 
 
 def _send(env: DeliveryEnv, p: _Prepared, msg: Message, now: datetime) -> DeliveryResult:

@@ -3,6 +3,9 @@ tenants with keys, and the app in process (FastAPI TestClient)."""
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -10,6 +13,9 @@ from typing import Any
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bench.reconciler_tick import RecordingProvider
 from control_plane.api.app import create_app
@@ -20,6 +26,7 @@ from control_plane.services import auth
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER_TOKEN
+from worker import logs, tracing
 
 
 @pytest.fixture
@@ -99,3 +106,35 @@ def provider(loop: Reconciler) -> RecordingProvider:
     p = loop.env.provider
     assert isinstance(p, RecordingProvider)
     return p
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Tracing on for the test, every span in this in-memory exporter (off again after)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracing.install(provider)
+    yield exporter
+    tracing.install(None)
+    provider.shutdown()
+
+
+@pytest.fixture
+def log_lines() -> Iterator[io.StringIO]:
+    """Every INFO+ line of the test as the JSON formatter writes it, at the time it is logged
+    (the span and context current then)."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logs.JsonFormatter("test"))
+    root = logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    yield out
+    root.removeHandler(handler)
+    root.setLevel(level)
+
+
+def lines_of(out: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in out.getvalue().splitlines() if line.startswith("{")]

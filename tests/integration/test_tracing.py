@@ -7,15 +7,14 @@ carry their attributes, and no prompt or output text. With tracing off, nothing 
 
 from __future__ import annotations
 
+import io
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 from sqlalchemy import select
@@ -26,7 +25,7 @@ from control_plane.db.models import Job
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER, WORKER_TOKEN, h, served
-from tests.integration.conftest import SteppedClock
+from tests.integration.conftest import SteppedClock, lines_of
 from worker import tracing
 from worker.engine.config import EngineConfig
 from worker.engine.llm_engine import LLMEngine
@@ -39,17 +38,6 @@ from worker.settings import WorkerSettings
 PROMPT = "Zanzibar quokka marmalade, secret prompt 7781"
 CALLER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 CALLER_SPAN = "00f067aa0ba902b7"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    tracing.install(provider)
-    yield exporter
-    tracing.install(None)
-    provider.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +94,7 @@ def test_one_jobs_trace_is_connected_from_the_api_through_the_worker_to_the_engi
     clock: SteppedClock,
     spans: InMemorySpanExporter,
     demo_engine: LLMEngine,
+    log_lines: io.StringIO,
 ) -> None:
     app = create_app(settings, clock=clock)
     assert any(getattr(m, "cls", None) is TraceRequests for m in app.user_middleware)
@@ -218,6 +207,21 @@ def test_one_jobs_trace_is_connected_from_the_api_through_the_worker_to_the_engi
     assert w["platform.job.id"] == job_id and w["platform.worker.id"] == "wrk_trace"
     assert w["platform.deployment.id"] == dep_id and w["platform.job.status"] == "succeeded"
     assert w["platform.job.attempt"] == 1
+    # the job's log lines name its trace: the API's under the request's span, the worker's
+    # under `job.run` (the worker's report, written on another thread than the claim)
+    job_lines = [line for line in lines_of(log_lines) if line.get("job_id") == job_id]
+    api_line = next(line for line in job_lines if line.get("route") == request.name[5:])
+    assert (api_line["trace_id"], api_line["span_id"]) == (
+        CALLER_TRACE,
+        f"{request.context.span_id:016x}",
+    )
+    reported = next(line for line in job_lines if line["logger"] == "worker.runtime.lifecycle")
+    assert reported["status"] == "succeeded"
+    assert (reported["trace_id"], reported["span_id"]) == (
+        CALLER_TRACE,
+        f"{run.context.span_id:016x}",
+    )
+    assert PROMPT not in log_lines.getvalue()
     r_attrs = dict(report.attributes or {})
     assert r_attrs["http.response.status_code"] == 200 and r_attrs["platform.job.id"] == job_id
     assert str(dict(request.attributes or {})["platform.request.id"]).startswith("req_")

@@ -40,6 +40,10 @@ class JobTrace:
         self.model = model  # the deployment's name (gen_ai.request.model)
         self.job_id = job_id
 
+    def log_ids(self) -> dict[str, str]:
+        """The trace and the `job.run` span, for the job's log lines on this worker."""
+        return tracing.ids_of(self.run)
+
     def engine(self, job: Job, result: JobResult) -> None:
         """The engine's run of the job, from its timings (none if it never ran)."""
         with _never_raises(self.job_id):

@@ -465,6 +465,8 @@ class WorkerRuntime:
         attempt = int(claim["attempt"])
         dep_id = self.assignment.deployment_id if self.assignment else None
         trace = job_trace.start(claim, self.worker_id, dep_id, claim_started_ns)  # None: off
+        if trace is not None:
+            logs.bind(**trace.log_ids())  # this job's lines name its trace
         inp = claim["input"] or {}
         try:
             params = SamplingParams.from_input(inp)
@@ -494,7 +496,11 @@ class WorkerRuntime:
         if job.trace is not None:
             job.trace.engine(job, result)
         self.jobs_pool.submit(
-            logs.bound(self._report, job_id=job.job_id),
+            logs.bound(
+                self._report,
+                job_id=job.job_id,
+                **(job.trace.log_ids() if job.trace is not None else {}),
+            ),
             job.job_id,
             job.attempt,
             delivery,

@@ -18,7 +18,7 @@ from control_plane.api.schemas import ClaimRequest, CompleteRequest, WorkerState
 from control_plane.db.models import Deployment, Job
 from control_plane.domain.states import TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
-from control_plane.services import events, finish, jobs, webhooks, workers
+from control_plane.services import events, finish, job_traces, jobs, webhooks, workers
 from control_plane.tasks_api import enqueue_output_follower, enqueue_webhook
 from worker import tracing
 from worker.protocol import EventType, WorkerState
@@ -56,18 +56,11 @@ def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db, at: Now) -> An
             enqueue_output_follower(ctx.celery, job.id, job.attempt)
         except Exception:
             log.exception("could not start output webhooks for job %s", job.id)
-    if job.attempt == 1:  # its wait from admission to this claim (a retry's start is unknown)
-        tracing.record_span(
-            "job.queue",
-            job.traceparent,
-            job.created_at,
-            at,
-            {
-                tracing.JOB_ID: job.id,
-                tracing.DEPLOYMENT_ID: job.deployment_id,
-                tracing.WORKER_ID: body.worker_id,
-            },
-        )
+    if tracing.enabled():  # its wait from admission to this claim, and the cold start in it
+        try:
+            job_traces.record_wait(session, job, body.worker_id, at)
+        except Exception:  # after the commit: a trace never fails the claim
+            log.warning("could not trace the wait of job %s", job.id, exc_info=True)
     return {
         "claimed": True,
         "job_id": job.id,
