@@ -12,6 +12,8 @@ from control_plane.domain.spec import default_of
 from control_plane.services.webhooks import WEBHOOK_EVENTS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# A model URI's shape (its scheme, no control characters); domain/uris.py has the whole rule.
+MODEL_URI_PATTERN = r"^(store|s3|hf|file)://[^\x00-\x1f\x7f]+$"
 MAX_PROMPT_CHARS = 200_000
 
 
@@ -27,11 +29,17 @@ class SamplingDefaults(BaseModel):
 class DeploymentSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(description="lowercase letters, digits and '-', at most 63 characters")
+    # The patterns are documentation (clients and generated tests see the rule); the
+    # validators below enforce it, with messages that say what is wrong.
+    name: str = Field(
+        description="lowercase letters, digits and '-', at most 63 characters",
+        json_schema_extra={"pattern": NAME_RE.pattern},
+    )
     model: str = Field(
         max_length=2_000,
         description="store://prefix/ (your namespace), s3://bucket/prefix/ (a bucket you "
         "registered credentials for), hf://org/repo[@rev]; file:///path for the operator only",
+        json_schema_extra={"pattern": MODEL_URI_PATTERN},
     )
     # Defaults live in the domain's Spec; these shapes only add the bounds.
     accelerator: str = default_of("accelerator")

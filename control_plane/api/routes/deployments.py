@@ -65,7 +65,12 @@ DryRun = Query(
 )
 
 
-@router.post("", status_code=201, response_model=DeploymentPublic)
+@router.post(
+    "",
+    status_code=201,
+    response_model=DeploymentPublic,
+    responses={200: {"model": DeploymentPublic, "description": "dry_run: what would be created"}},
+)
 def create_deployment(
     spec: DeploymentSpec,
     ctx: Ctx,

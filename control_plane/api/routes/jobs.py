@@ -38,10 +38,26 @@ KEEPALIVE_EVERY_S = 10
 SERVING = frozenset({"idle", "busy"})
 
 
+# One server-sent event of a streamed run (docs/api.md "Streaming"): its type and JSON data.
+SSE_EVENT = {
+    "type": "object",
+    "properties": {
+        "event": {"type": "string"},
+        "data": {"type": "string", "description": "a JSON object"},
+        "id": {"type": "string"},
+    },
+    "required": ["data"],
+}
+
+
 @router.post(
     "/v1/deployments/{name}/run",
     responses={
-        200: {"model": JobPublic, "description": "finished within wait_s"},
+        200: {
+            "model": JobPublic,
+            "description": "finished within wait_s; with stream: true, its events as they come",
+            "content": {"text/event-stream": {"schema": SSE_EVENT}},
+        },
         202: {"model": JobPublic, "description": "still running: poll GET /v1/jobs/{id}"},
     },
 )
