@@ -47,6 +47,11 @@ class AsyncClient:
         job = await client.submit("demo", {"prompt": "Hi"}, webhook="https://example.com/hook")
         await job.wait(timeout=60)
 
+    A request that fails to reach the platform, or gets 429/502/503/504, is sent again up to
+    `max_retries` times with backoff; while the platform is down or restarting (no connection,
+    502/503/504) a request that is safe to resend goes on being retried until it has failed
+    for `max_unavailable_s`, with the same Idempotency-Key (docs/sdk.md, "Retries").
+
     `transport` is any httpx transport (tests pass `httpx.MockTransport`, or an ASGI one to
     talk to the app in process); `sleep`, `clock` and `rand` replace asyncio.sleep,
     time.monotonic and random.random (retry jitter) for tests.
@@ -60,16 +65,19 @@ class AsyncClient:
         max_retries: int = 3,
         transport: httpx.AsyncBaseTransport | None = None,
         *,
+        max_unavailable_s: float = 30.0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
         rand: Callable[[], float] = random.random,
     ) -> None:
         if max_retries < 0:
             raise ValueError("max_retries must be >= 0")
+        if max_unavailable_s < 0:
+            raise ValueError("max_unavailable_s must be >= 0")
         self._rt = Runtime(
             credentials=resolve_credentials(base_url, api_key),
             timeout_s=timeout,
-            policy=RetryPolicy(max_retries=max_retries),
+            policy=RetryPolicy(max_retries=max_retries, max_unavailable_s=max_unavailable_s),
             clock=clock,
             wall_clock=time.time,
             rand=rand,

@@ -37,6 +37,9 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 # Of those, the ones a proxy may send after the platform already acted on the request.
 MAYBE_PROCESSED_STATUSES = frozenset({502, 504})
+# Answers that mean the platform is down or restarting (a proxy in front of it, or the API
+# without Redis), not that it is busy: retried for as long as an outage may last.
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,10 @@ class RetryPolicy:
     base_s: float = 0.5  # backoff ceiling of the first retry; doubles per retry
     cap_s: float = 8.0  # the backoff ceiling never exceeds this
     max_retry_after_s: float = 60.0  # a longer Retry-After is not waited for: the error is raised
+    # While the platform cannot be reached or answers 502/503/504, a request that is safe to
+    # send again is retried past `max_retries` until it has been failing this long: an API
+    # restart or a rolling deploy takes seconds, longer than three quick tries (0: off).
+    max_unavailable_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,12 +182,41 @@ def parse_retry_after(value: str | None, now_s: float) -> float | None:
 
 
 def retry_delay_s(
+    rt: Runtime,
+    call: Call,
+    outcome: httpx.Response | httpx.TransportError,
+    retry: int,
+    failing_s: float = 0.0,
+) -> float | None:
+    """How long to wait before re-sending `call` after `outcome`, or None to stop here.
+
+    `retry` counts the re-sends so far; `failing_s` is how long the call has been failing
+    (since its first failed try). Past `max_retries`, only an outage is retried, until it has
+    lasted `max_unavailable_s`.
+    """
+    policy = rt.policy
+    if policy.max_retries == 0:
+        return None
+    delay = _delay_s(rt, call, outcome, retry)
+    if delay is None or retry < policy.max_retries:
+        return delay
+    if is_unavailable(outcome) and failing_s + delay <= policy.max_unavailable_s:
+        return delay
+    return None
+
+
+def is_unavailable(outcome: httpx.Response | httpx.TransportError) -> bool:
+    """The platform is down or restarting: no connection, or a 502/503/504."""
+    if isinstance(outcome, httpx.TransportError):
+        return True
+    return outcome.status_code in UNAVAILABLE_STATUSES
+
+
+def _delay_s(
     rt: Runtime, call: Call, outcome: httpx.Response | httpx.TransportError, retry: int
 ) -> float | None:
-    """How long to wait before re-sending `call` after `outcome`, or None to stop here."""
+    """The wait before a re-send when `outcome` may be retried at all, else None."""
     policy = rt.policy
-    if retry >= policy.max_retries:
-        return None
     if isinstance(outcome, httpx.TransportError):
         # A connect failure means the request never left; anything later may have arrived.
         never_sent = isinstance(

@@ -67,10 +67,18 @@ PAGE_SIZE = 100
 def send(rt: Runtime, call: Call) -> Flow[httpx.Response]:
     """Send `call`, retrying per the policy; return a success answer or raise its error."""
     retry = 0
+    # NOTE: an outage is timed from the first failure, not from the send: a sync run that
+    # waited a minute for its answer before the API died has not been failing for a minute.
+    first_failure_s: float | None = None
     while True:
         outcome = yield Send(build_request(rt, call), stream=call.stream)
         assert outcome is not None, "the driver answers every Send"
-        delay = retry_delay_s(rt, call, outcome, retry)
+        if isinstance(outcome, httpx.TransportError) or outcome.is_error:
+            now_s = rt.clock()
+            first_failure_s = now_s if first_failure_s is None else first_failure_s
+            delay = retry_delay_s(rt, call, outcome, retry, now_s - first_failure_s)
+        else:
+            delay = None
         if delay is None:
             break
         retry += 1

@@ -47,11 +47,18 @@ def state() -> CliState:
     return _state.get(CliState())
 
 
+# A person at a terminal is told the platform is unreachable after this long, where a program
+# using the SDK rides out a longer restart (its default: 30 s): an API restart on one machine
+# takes a few seconds, and a platform that is not up at all should not cost half a minute.
+CLI_MAX_UNAVAILABLE_S = 8.0
+
+
 def client() -> Client:
     """A Client configured from the root options (use it in a `with` block)."""
     st = state()
+    options = {"max_unavailable_s": CLI_MAX_UNAVAILABLE_S, **st.client_options}
     try:
-        return Client(base_url=st.url, api_key=st.api_key, **st.client_options)
+        return Client(base_url=st.url, api_key=st.api_key, **options)
     except PlatformError as e:  # an unreadable config file: the user's to fix
         fail(e.message)
 

@@ -372,9 +372,9 @@ def closed_port() -> int:
 
 
 def test_connection_refused_exits_2() -> None:
-    state = CliState(
-        url=f"http://127.0.0.1:{closed_port()}", client_options={"sleep": lambda _s: None}
-    )
+    # no outage budget: it is timed on the real clock, which the no-op sleep does not move
+    options = {"sleep": lambda _s: None, "max_unavailable_s": 0}
+    state = CliState(url=f"http://127.0.0.1:{closed_port()}", client_options=options)
     result = CliRunner().invoke(app, ["deployments", "list"], obj=state)
     assert result.exit_code == 2
     assert "cannot reach the platform" in result.stderr

@@ -379,6 +379,8 @@ def test_a_url_without_a_scheme_is_refused(monkeypatch: pytest.MonkeyPatch, twin
 def test_max_retries_below_zero_is_refused(twin: Twin) -> None:
     with pytest.raises(ValueError, match="max_retries"):
         twin.client(BASE, KEY, max_retries=-1)
+    with pytest.raises(ValueError, match="max_unavailable_s"):
+        twin.client(BASE, KEY, max_unavailable_s=-1)
 
 
 def test_credentials_repr_hides_the_key() -> None:
@@ -437,7 +439,7 @@ def test_an_error_that_is_not_json_keeps_its_text(
     fake_time: FakeTime, make_client: MakeClient
 ) -> None:
     html = httpx.Response(502, text="<html>bad gateway</html>")
-    client = make_client(Server(html, html, html, html), fake_time)
+    client = make_client(Server(html, html, html, html), fake_time, max_unavailable_s=0)
     with pytest.raises(ServerError) as caught:
         client.jobs.get("job_1")
     assert caught.value.status == 502
@@ -837,10 +839,62 @@ def test_retries_give_up_after_max_retries(fake_time: FakeTime, make_client: Mak
     refused = httpx.ConnectError("connection refused")
     server = Server(*[refused] * 4)
     with pytest.raises(APIConnectionError) as refused_error:
-        make_client(server, fake_time).jobs.get("job_1")
+        make_client(server, fake_time, max_unavailable_s=0).jobs.get("job_1")
     assert len(server.requests) == 4
     assert "cannot reach the platform" in str(refused_error.value)
     assert not isinstance(refused_error.value, ConnectionError)  # the builtin stays distinct
+
+
+def test_an_api_restart_is_ridden_out_past_max_retries(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    refused = httpx.ConnectError("connection refused")
+    gateway = problem(502, "Bad Gateway")
+    server = Server(*[refused] * 5, gateway, gateway, answer(202, job(status="queued")))
+    submitted = make_client(server, fake_time).submit("demo", "Hi", idempotency_key="my-key")
+    assert submitted.id == "job_1"
+    assert {r.headers["idempotency-key"] for r in server.requests} == {"my-key"}
+    # the backoff goes on doubling past the three counted retries, to its cap (8 s x 0.5)
+    assert fake_time.sleeps == [0.25, 0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+
+
+def test_an_outage_is_given_up_once_it_lasted_max_unavailable_s(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    server = Server(*[httpx.ConnectError("connection refused")] * 20)
+    with pytest.raises(APIConnectionError, match="6 tries"):
+        make_client(server, fake_time, max_unavailable_s=10).jobs.get("job_1")
+    # 7.75 s failed so far: the next wait (4 s) would pass 10 s
+    assert fake_time.sleeps == [0.25, 0.5, 1.0, 2.0, 4.0]
+
+
+def test_an_outage_is_timed_from_the_first_failure_not_from_the_send(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    def held_then_dropped(_request: httpx.Request) -> httpx.Response:
+        fake_time.now += 60.0  # a sync run the API held for a minute, then the API died
+        raise httpx.RemoteProtocolError("Server disconnected without sending a response.")
+
+    refused = httpx.ConnectError("connection refused")
+    server = Server(held_then_dropped, *[refused] * 4, answer(200, job()))
+    client = make_client(server, fake_time, max_unavailable_s=10)
+    assert client.run("demo", "Hi") == "Hello there"
+    assert len({r.headers["idempotency-key"] for r in server.requests}) == 1
+
+
+def test_only_an_outage_is_retried_past_max_retries(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    limited = problem(429, "Too Many Requests")
+    with pytest.raises(RateLimitError):
+        make_client(Server(*[limited] * 4), fake_time).jobs.get("job_1")
+    assert fake_time.sleeps == [0.25, 0.5, 1.0]  # busy, not down: max_retries bounds it
+
+    fake_time.sleeps.clear()
+    server = Server(*[httpx.ConnectError("connection refused")] * 2)
+    with pytest.raises(APIConnectionError):
+        make_client(server, fake_time, max_retries=0).jobs.get("job_1")
+    assert len(server.requests) == 1  # max_retries=0 still turns every retry off
 
 
 def test_a_retry_after_longer_than_a_minute_is_not_waited_for(

@@ -415,7 +415,7 @@ def test_errors_about_a_job_carry_its_id(fake_time: FakeTime, make_client: MakeC
         httpx.ConnectError("refused"),
         httpx.ConnectError("refused"),
     )
-    client = make_client(server, fake_time, max_retries=1)
+    client = make_client(server, fake_time, max_retries=1, max_unavailable_s=0)
     with pytest.raises(NotFoundError) as missing:
         client.jobs.get("job_9")
     assert missing.value.job_id == "job_9"
