@@ -48,6 +48,12 @@ class Settings(LogSettings, TraceSettings):
     # None means AWS itself; the embedded default points this at `rclone serve s3`.
     s3_endpoint_url: str | None = None
     s3_region: str = "us-east-1"
+    # How workers reach Redis and the platform's S3 endpoint when their network path differs
+    # from the control plane's (a node-local address or proxy in a cluster); empty: the same
+    # redis_url / s3_endpoint_url as the control plane. The S3 one applies to every model read
+    # from that endpoint (the platform's store, and tenants' buckets registered on it).
+    worker_redis_url: str = ""
+    worker_s3_endpoint_url: str = ""
 
     api_host: str = "127.0.0.1"
     api_port: int = 8000

@@ -121,7 +121,7 @@ class _End:
 class KubernetesProvider:
     """Workers as pods. Example (the reconciler's, through `select.make_provider`):
 
-    provider = KubernetesProvider.from_settings(settings, worker_env(os.environ, extra))
+    provider = KubernetesProvider.from_settings(settings, workers_env(settings, os.environ))
     provider.start(WorkerSpec("wrk_…", "h100", assignment))   # None: no pid
     provider.reap()                                            # [Exited("wrk_…", 0)]
     """

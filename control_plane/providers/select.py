@@ -5,8 +5,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from control_plane.providers.base import Provider
-from control_plane.providers.local import LocalProvider
+from control_plane.providers.local import LocalProvider, worker_env
 from control_plane.settings import Settings
+
+
+def workers_env(settings: Settings, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment every worker starts with, whichever the provider: `base` (this
+    process's) as `local.worker_env` filters it, plus where workers reach the control plane
+    and Redis (PLATFORM_WORKER_REDIS_URL when their network path differs) and their token."""
+    env = worker_env(
+        base,
+        {
+            "PLATFORM_INTERNAL_URL": settings.internal_url,
+            "PLATFORM_WORKER_TOKEN": settings.worker_token.get_secret_value(),
+            "PLATFORM_REDIS_URL": settings.worker_redis_url or settings.redis_url,
+            "PLATFORM_WORKER_THREADS": str(settings.worker_threads),
+        },
+    )
+    env.setdefault("AWS_DEFAULT_REGION", settings.s3_region)
+    return env
 
 
 def make_provider(settings: Settings, env: Mapping[str, str]) -> Provider:

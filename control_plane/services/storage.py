@@ -53,6 +53,9 @@ class Access:
     # The tenant's registered key pair; None: the platform's own (from the environment).
     key_pair: tuple[str, str] | None
     hub_token: bool  # whether the platform's Hub token may be used (the operator's reads)
+    # Where workers reach `endpoint_url` when their network path differs from the control
+    # plane's (PLATFORM_WORKER_S3_ENDPOINT_URL, for the platform's endpoint); None: there.
+    worker_endpoint_url: str | None = None
 
     def child(self, name: str) -> Access:
         """The object `name` inside this prefix (a model directory's config.json)."""
@@ -64,8 +67,9 @@ class Access:
         """The storage part of a worker's environment: these credentials and nothing else."""
         env: dict[str, str] = {"AWS_DEFAULT_REGION": self.region}
         if self.location.kind in ("store", "s3"):
-            if self.endpoint_url:
-                env["AWS_ENDPOINT_URL"] = self.endpoint_url
+            endpoint = self.worker_endpoint_url or self.endpoint_url
+            if endpoint:
+                env["AWS_ENDPOINT_URL"] = endpoint
             if self.key_pair is not None:
                 env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"] = self.key_pair
             else:
@@ -96,6 +100,18 @@ def resolve(
     session: Session, settings: Settings, tenant_id: str, uri: str, field: str = "model"
 ) -> Access:
     """How `tenant_id` reads `uri`; InvalidRequest (422, naming `field`) when it may not."""
+    access = _resolve(session, settings, tenant_id, uri, field)
+    if (
+        settings.worker_s3_endpoint_url
+        and access.location.kind in ("store", "s3")
+        and access.endpoint_url == settings.s3_endpoint_url
+    ):
+        # the platform's own endpoint, whoever's credentials: workers take their own path to it
+        return dataclasses.replace(access, worker_endpoint_url=settings.worker_s3_endpoint_url)
+    return access
+
+
+def _resolve(session: Session, settings: Settings, tenant_id: str, uri: str, field: str) -> Access:
     loc = parse(uri, field)
     platform = (settings.s3_endpoint_url, settings.s3_region)
     if loc.kind == "store":

@@ -273,6 +273,32 @@ def test_workers_get_their_deployments_credentials_only(
     assert (ext["AWS_ACCESS_KEY_ID"], ext["AWS_SECRET_ACCESS_KEY"]) == ("AKTENANT", "tenant-secret")
     own = started[f"s3://{STORE}/tenants/{a['id']}/models/x/"]
     assert own["AWS_ACCESS_KEY_ID"] == s3_env.access_key  # the platform's, on a fixed prefix
+    assert own["AWS_ENDPOINT_URL"] == ext["AWS_ENDPOINT_URL"] == s3_env.url
     # The provider's base environment carries no storage credentials at all.
     base = worker_env(s3_env.env() | {"HF_TOKEN": "hf_x", "PATH": "/bin"}, {})
     assert base == {"PATH": "/bin", "PYTHONUNBUFFERED": "1", "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def test_workers_reach_the_platforms_endpoint_where_the_operator_says(
+    client: TestClient, tenants: dict[str, Any], settings: Settings, s3_env: S3Server,
+    redis_url: str,
+) -> None:  # fmt: skip
+    """PLATFORM_WORKER_S3_ENDPOINT_URL: workers read the platform's endpoint by their own path,
+    for the store and for a tenant's bucket on that endpoint alike (the test above: without
+    it, they get the control plane's)."""
+    a = tenants["a"]
+    body = {"bucket": "test", "access_key_id": "AKTENANT", "secret_access_key": "tenant-secret"}
+    assert client.post("/v1/storage-credentials", json=body, headers=h(a["key"])).status_code == 201
+    for name, model in (("ext", "s3://test/ckpt/"), ("own", "store://models/x/")):
+        spec = {"name": name, "model": model, "min_workers": 1}
+        assert client.post("/v1/deployments", json=spec, headers=h(a["key"])).status_code == 201
+
+    node_local = "http://127.0.0.1:1"  # the workers' path; nothing needs to answer there
+    own_path = settings.model_copy(update={"worker_s3_endpoint_url": node_local})
+    provider = RecordingProvider()
+    env = Env(own_path, redis.Redis.from_url(redis_url), make_celery(own_path), provider)
+    Reconciler(env, make_sessionmaker(make_engine(own_path.database_url))).tick(datetime.now(UTC))
+    started = {x.model_uri: x.storage_env for s in provider.started if (x := s.assignment)}
+    assert len(started) == 2
+    for storage_env in started.values():
+        assert storage_env["AWS_ENDPOINT_URL"] == node_local

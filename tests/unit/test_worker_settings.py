@@ -1,6 +1,7 @@
 """Engine and loader tuning through the environment: PLATFORM_ENGINE_* and PLATFORM_LOADER_*
 reach local workers (and only those of the control plane's PLATFORM_* settings), are
-validated, and size the engine and the weight loads."""
+validated, and size the engine and the weight loads. Workers reach Redis at
+PLATFORM_WORKER_REDIS_URL when the operator gives them their own path."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from pydantic import ValidationError
 
 from control_plane.providers.local import worker_env
+from control_plane.providers.select import workers_env
+from control_plane.settings import Settings
 from worker.protocol import Assignment
 from worker.runtime.lifecycle import WorkerRuntime
 from worker.settings import WorkerSettings
@@ -76,6 +79,26 @@ def test_worker_env_passes_engine_tuning_but_no_other_platform_setting() -> None
     assert env["PLATFORM_LOADER_CACHE_DIR"] == "/var/cache/weights"
     assert env["PLATFORM_REDIS_URL"] == "redis://x"
     assert "PLATFORM_DATABASE_URL" not in env and "PLATFORM_ADMIN_KEY" not in env
+
+
+def test_workers_reach_redis_where_the_operator_says() -> None:
+    """PLATFORM_WORKER_REDIS_URL: the workers' own way to Redis (a node-local address); the
+    setting itself is the control plane's and does not reach them."""
+    base = {"PATH": "/bin", "PLATFORM_WORKER_REDIS_URL": "redis://node-local:6379/0"}
+    shared = Settings(redis_url="redis://redis:6379/0", worker_token="t" * 16)
+    assert workers_env(shared, base)["PLATFORM_REDIS_URL"] == "redis://redis:6379/0"
+
+    own = Settings(
+        redis_url="redis://redis:6379/0",
+        worker_redis_url="redis://node-local:6379/0",
+        worker_token="t" * 16,
+        internal_url="http://cp:8000",
+    )
+    env = workers_env(own, base)
+    assert env["PLATFORM_REDIS_URL"] == "redis://node-local:6379/0"
+    assert env["PLATFORM_INTERNAL_URL"] == "http://cp:8000"
+    assert env["PLATFORM_WORKER_TOKEN"] == "t" * 16
+    assert "PLATFORM_WORKER_REDIS_URL" not in env
 
 
 def test_the_worker_sizes_its_engine_from_the_settings(tmp_path: Path) -> None:
