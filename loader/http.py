@@ -40,7 +40,7 @@ class ObjectInfo:
 
 
 _CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
-_RETRY_STATUS = {408, 429, 500, 502, 503, 504}
+RETRY_STATUS = {408, 429, 500, 502, 503, 504}
 DISCARD_BYTES = 1 << 20
 
 
@@ -260,7 +260,7 @@ def _status_error(
     mapped = map_error(status, body) if map_error else None
     if mapped is not None:
         return mapped
-    if status in _RETRY_STATUS:
+    if status in RETRY_STATUS:
         return Retryable(f"HTTP {status}")
     if status == 404:
         return ObjectNotFound(uri, "object does not exist (HTTP 404)")

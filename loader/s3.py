@@ -11,20 +11,43 @@ the same settings for uploads and tools.
 
 from __future__ import annotations
 
+import http.client
 import os
+import random
 import threading
+import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlencode, urlparse
 
 from loader.errors import AccessDenied, FetchError, LoaderError, ObjectNotFound
-from loader.http import HttpPool, ObjectInfo, RangeBody, Retryable, normalize_etag, open_range
+from loader.http import (
+    RETRY_STATUS,
+    HttpPool,
+    HttpResponse,
+    ObjectInfo,
+    RangeBody,
+    Retryable,
+    normalize_etag,
+    open_range,
+)
 from loader.options import S3Options
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
+# The requests around the data (HEAD, whole small objects, listings): how long one may go
+# without receiving a byte (a per-receive timeout: a slow but live transfer is not cut; a
+# dead connection, e.g. one lost in a partition, costs this much of a cold start), and their
+# retries on transient failures, backing off from 0.1 s doubling to 2 s (about 6 s of
+# retries in all, jitter aside: a store's restart or a cut connection, not a long outage).
+CONTROL_TIMEOUT_S = 10.0
+CONTROL_RETRIES = 6
+CONTROL_BACKOFF_S = 0.1
+CONTROL_MAX_BACKOFF_S = 2.0
+T = TypeVar("T")
 _POOLS: dict[str, HttpPool] = {}
 _POOLS_LOCK = threading.Lock()
 _NOT_FOUND = {"NoSuchKey", "NoSuchBucket", "NotFound", "NoSuchVersion"}
@@ -149,6 +172,39 @@ class S3Source:
         signer.add_auth(request)
         return {k: str(v) for k, v in request.headers.items()}
 
+    def _request(self, method: str, target: str) -> HttpResponse:
+        return self.pool.request(
+            method, target, self._headers(method, target, {}), CONTROL_TIMEOUT_S
+        )
+
+    def _status_error(self, what: str, status: int, body: bytes) -> Exception:
+        """The error for a non-200 answer: typed when it means something, Retryable (5xx,
+        429, 408) when another try may get through."""
+        mapped = self.map_error(status, body)
+        if mapped is not None:
+            return mapped
+        if status in RETRY_STATUS:
+            return Retryable(f"{what} answered HTTP {status}")
+        return FetchError(self.uri, f"{what} answered HTTP {status}")
+
+    def _retrying(self, what: str, once: Callable[[], T]) -> T:
+        """`once()`, tried again on a transient failure (refused, reset, timed out, 5xx) with
+        backoff and jitter: a load must not fail on a blip of the store that its part
+        fetches would ride out (they retry the same way, loader.fetch)."""
+        for attempt in range(CONTROL_RETRIES + 1):
+            try:
+                return once()
+            except Retryable as exc:
+                if attempt == CONTROL_RETRIES:
+                    raise FetchError(
+                        self.uri,
+                        f"{what} failed {attempt + 1} times (last: {exc}); the storage is "
+                        "unreachable or overloaded",
+                    ) from exc
+                backoff_s = min(CONTROL_MAX_BACKOFF_S, CONTROL_BACKOFF_S * 2**attempt)
+                time.sleep(backoff_s * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
     def map_error(self, status: int, body: bytes) -> LoaderError | None:
         code = _error_code(body)
         if code in _NOT_FOUND or status == 404:
@@ -163,18 +219,19 @@ class S3Source:
         return None
 
     def stat(self) -> ObjectInfo:
-        resp = self.pool.request("HEAD", self.path, self._headers("HEAD", self.path, {}), 30.0)
-        try:
-            if resp.status != 200:
-                raise self.map_error(resp.status, b"") or FetchError(
-                    self.uri, f"HEAD answered HTTP {resp.status}"
+        def once() -> ObjectInfo:
+            resp = self._request("HEAD", self.path)
+            try:
+                if resp.status != 200:
+                    raise self._status_error("HEAD", resp.status, b"")
+                return ObjectInfo(
+                    int(resp.header("Content-Length") or 0), normalize_etag(resp.header("ETag"))
                 )
-            return ObjectInfo(
-                int(resp.header("Content-Length") or 0), normalize_etag(resp.header("ETag"))
-            )
-        finally:
-            resp.read_small()
-            resp.close()
+            finally:
+                resp.read_small()
+                resp.close()
+
+        return self._retrying("HEAD", once)
 
     def open_range(
         self,
@@ -201,23 +258,16 @@ class S3Source:
         )
 
     def read_all(self) -> bytes:
-        for attempt in range(4):
-            resp = self.pool.request("GET", self.path, self._headers("GET", self.path, {}), 30.0)
+        def once() -> bytes:
+            resp = self._request("GET", self.path)
             try:
                 if resp.status != 200:
-                    err = self.map_error(resp.status, resp.read_small())
-                    if err is not None:
-                        raise err
-                    if resp.status < 500 or attempt == 3:
-                        raise FetchError(self.uri, f"GET answered HTTP {resp.status}")
-                    continue
-                return resp.resp.read()
-            except Retryable:
-                if attempt == 3:
-                    raise
+                    raise self._status_error("GET", resp.status, resp.read_small())
+                return _read_body(resp)
             finally:
                 resp.close()
-        raise AssertionError("unreachable")
+
+        return self._retrying("GET", once)
 
     def list_names(self) -> list[str]:
         """Keys under this key's "directory", relative to it (first 1000)."""
@@ -229,18 +279,28 @@ class S3Source:
             {"list-type": "2", "prefix": prefix, "delimiter": "/", "max-keys": str(max_keys)}
         )
         target = "/" + quote(self.bucket) + "?" + query
-        resp = self.pool.request("GET", target, self._headers("GET", target, {}), 30.0)
-        try:
-            body = resp.resp.read()
-            if resp.status != 200:
-                raise self.map_error(resp.status, body) or FetchError(
-                    self.uri, f"listing answered HTTP {resp.status}"
-                )
-        finally:
-            resp.close()
+
+        def once() -> bytes:
+            resp = self._request("GET", target)
+            try:
+                body = _read_body(resp)
+                if resp.status != 200:
+                    raise self._status_error("listing", resp.status, body)
+                return body
+            finally:
+                resp.close()
+
+        body = self._retrying("listing", once)
         root = ET.fromstring(body)
         keys = [el.text or "" for el in root.iter() if el.tag.endswith("}Key") or el.tag == "Key"]
         return sorted(keys)
+
+
+def _read_body(resp: HttpResponse) -> bytes:
+    try:
+        return resp.resp.read()
+    except (OSError, http.client.HTTPException) as exc:
+        raise Retryable(f"receive failed: {exc!r}") from exc
 
 
 def _error_code(body: bytes) -> str:
