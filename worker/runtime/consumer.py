@@ -29,6 +29,22 @@ log = logging.getLogger(__name__)
 # Backoff between attempts to re-open a lost broker connection.
 RECONNECT_MIN_S = 0.2
 RECONNECT_MAX_S = 5.0
+# A broker connection that stops answering without closing (a partition, a lost NAT entry, a
+# failed-over Redis) gets no RST. kombu's Redis transport waits forever on it by default: a
+# synchronous command (an ack, its periodic restore of unacked messages) then hangs the
+# consumer for good, while the worker, heartbeating on its own connection, looks idle to the
+# reconciler and is never replaced. So every command times out (the connection is then
+# re-opened by `consume`), and kombu (5.7+) drops a BRPOP whose answer is overdue by
+# BROKER_HEALTH_CHECK_S (its server-side timeout is 1 s), instead of after 25 s; a BRPOP
+# whose answer has arrived is never dropped, so a slow worker loses no wake-up to it.
+BROKER_SOCKET_TIMEOUT_S = 3.0
+BROKER_HEALTH_CHECK_S = 2
+CONSUMER_TRANSPORT_OPTIONS = {
+    **BROKER_TRANSPORT_OPTIONS,
+    "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
+    "socket_connect_timeout": BROKER_SOCKET_TIMEOUT_S,
+    "health_check_interval": BROKER_HEALTH_CHECK_S,
+}
 
 
 def job_id_of(body: Any, headers: dict[str, Any]) -> str | None:
@@ -67,7 +83,7 @@ def queue_depth(conn: Connection, queue_name: str) -> int:
 def jobs_waiting(broker_url: str, queue_name: str) -> bool:
     """Whether wake-ups wait in `queue_name`; False when the broker cannot say."""
     # no reconnect attempts: a broker that is down answers at once (kombu would retry ~6 s)
-    options = {**BROKER_TRANSPORT_OPTIONS, "max_retries": 0}
+    options = {**CONSUMER_TRANSPORT_OPTIONS, "max_retries": 0}
     try:
         with Connection(broker_url, transport_options=options) as conn:
             return queue_depth(conn, queue_name) > 0
@@ -126,7 +142,7 @@ def consume(
     while True:
         try:
             with (
-                Connection(broker_url, transport_options=BROKER_TRANSPORT_OPTIONS) as conn,
+                Connection(broker_url, transport_options=CONSUMER_TRANSPORT_OPTIONS) as conn,
                 conn.Consumer(
                     [broker_queue],
                     callbacks=[lambda _body, message: held.received.append(message)],

@@ -43,6 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from worker import logs
 from worker.protocol import (
@@ -76,6 +78,12 @@ log = logging.getLogger(__name__)
 # A warm-pool worker waits for its assignment in blocking pops of this long (then checks
 # whether it was asked to stop).
 ASSIGNMENT_POLL_S = 1
+# Each of the worker's own Redis commands (heartbeat, output deltas, cancel polls, the pool's
+# BLPOP above) gets this long for an answer, and one more try on a fresh connection. A
+# connection that stops answering without closing (a partition, a lost NAT entry) must cost a
+# heartbeat or two, not the worker (HEARTBEAT_TTL_S), nor stall the engine thread. NOTE:
+# redis-py's defaults differ by version: < 6 waits forever, 6+ 5 s and 10 retries (a minute).
+REDIS_TIMEOUT_S = 3.0
 # The cache-tier fill starts this long after the worker is ready, once no job is in flight
 # (the jobs that waited through the cold start go first), or FILL_WAIT_MAX_S after it anyway.
 FILL_DELAY_S = 0.5
@@ -102,7 +110,7 @@ class WorkerRuntime:
         self.control = ControlClient(
             settings.internal_url, settings.worker_token.get_secret_value(), worker_id
         )
-        self.redis = redis.Redis.from_url(settings.redis_url)
+        self.redis = redis_client(settings.redis_url)
         self.state = WorkerState.BOOTING
         self.inflight = 0
         self._stop = threading.Event()
@@ -544,6 +552,16 @@ class WorkerRuntime:
                 trace.end(status, fields.get("error"))
             self._job_ended()
             delivery.ack()
+
+
+def redis_client(url: str) -> redis.Redis:
+    """The worker's Redis client: bounded waits on a dead path (REDIS_TIMEOUT_S)."""
+    return redis.Redis.from_url(
+        url,
+        socket_timeout=REDIS_TIMEOUT_S,
+        socket_connect_timeout=REDIS_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 1),
+    )
 
 
 def _invalid(exc: ValueError) -> dict[str, str]:
