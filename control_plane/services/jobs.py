@@ -129,8 +129,16 @@ def list_(
 
 
 def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job | None:
-    """Give a pending job to a worker as a new attempt; None if it is not claimable."""
+    """Give a pending job to a worker as a new attempt; None if it is not claimable.
+
+    The worker that holds a running job gets the same attempt again: its claim was retried
+    because the answer was lost (the API died after the commit), and a refusal would leave
+    the job `running` on a worker that never ran it. NOTE: a worker never runs an attempt it
+    already holds twice (`worker/runtime/lifecycle.py`), so a redelivered message is safe.
+    """
     job = session.get(Job, job_id)
+    if job is not None and job.status == JobStatus.RUNNING and job.worker_id == worker_id:
+        return job
     if job is None or job.status not in PENDING or ttl_passed(job, now):
         return None
     waited_on_boot = job.status == JobStatus.STARTING

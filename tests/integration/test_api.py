@@ -12,6 +12,7 @@ from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER, deploy, h
+from worker.protocol import job_events_key
 
 
 def test_auth_is_required_and_problem_json(client: TestClient) -> None:
@@ -199,6 +200,32 @@ def test_claim_and_complete_are_fenced(client: TestClient, keys: dict[str, str])
     final = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
     assert final["status"] == "succeeded" and final["output"]["text"] == "new"
     assert final["usage"]["prompt_tokens"] == 2 and final["attempt"] == 1
+
+
+def test_a_claim_retried_by_its_worker_gets_the_same_attempt(
+    client: TestClient, keys: dict[str, str], redis_client: Any
+) -> None:
+    """The API died after committing a claim, before answering it: the worker's retry must
+    get the job it holds (refused, the job would stay `running` with nobody running it)."""
+    deploy(client, keys["a"])
+    job = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()
+    path = f"/internal/jobs/{job['id']}/claim"
+    first = client.post(path, json={"worker_id": "w1"}, headers=WORKER)
+    again = client.post(path, json={"worker_id": "w1"}, headers=WORKER)
+    assert first.status_code == again.status_code == 200
+    assert first.json()["attempt"] == again.json()["attempt"] == 1
+    # the claim's effects happened once: one `running` event in the job's stream
+    events = redis_client.xrange(job_events_key(job["id"]))
+    assert [e[b"type"] for _, e in events].count(b"running") == 1
+    assert client.post(path, json={"worker_id": "w2"}, headers=WORKER).status_code == 409
+    done = {"worker_id": "w1", "attempt": 1, "status": "succeeded", "output": {"text": "ok"}}
+    assert client.post(f"/internal/jobs/{job['id']}/complete", json=done, headers=WORKER)
+    # once it ended, its own worker cannot claim it either
+    assert client.post(path, json={"worker_id": "w1"}, headers=WORKER).status_code == 409
+    final = client.get(f"/v1/jobs/{job['id']}", headers=h(keys["a"])).json()
+    assert (final["status"], final["attempt"]) == ("succeeded", 1)
 
 
 def test_cancel_is_final(client: TestClient, keys: dict[str, str]) -> None:

@@ -25,18 +25,21 @@ class FakeControl:
     def __init__(self, inputs: dict[str, dict[str, Any]]) -> None:
         self.inputs = inputs
         self.completed: dict[str, dict[str, Any]] = {}
+        self.num_completes = 0
         self.states: list[str] = []
         self.lock = threading.Lock()
         self.done = threading.Semaphore(0)
 
     def claim(self, job_id: str) -> dict[str, Any] | None:
-        if job_id not in self.inputs:
+        # as the control plane: the worker holding a running job gets its attempt again
+        if job_id not in self.inputs or job_id in self.completed:
             return None
         return {"attempt": 1, "input": self.inputs[job_id], "execution_timeout_s": 60}
 
     def complete(self, job_id: str, attempt: int, status: str, **fields: Any) -> bool:
         with self.lock:
             self.completed[job_id] = {"status": status, **fields}
+            self.num_completes += 1
         self.done.release()
         return True
 
@@ -103,6 +106,17 @@ def test_jobs_run_together_and_are_reported_then_acked() -> None:
     assert control.states == []
     assert rt.inflight == 0
     assert rt.engine.block_manager.num_free_blocks == rt.engine.cache.num_blocks
+
+
+def test_a_second_delivery_of_a_job_running_here_does_not_run_it_again() -> None:
+    # the claim gives back the attempt this worker holds (a retried claim must get its job)
+    rt = _runtime({"j": {"prompt": "Hello", "max_tokens": 40}})
+    acked = _deliver(rt, ["j", "j"])
+    _wait(rt, 1, acked, num_acks=2)
+    rt.loop.stop(timeout_s=5)
+    control: FakeControl = rt.control  # type: ignore[assignment]
+    assert control.num_completes == 1 and control.completed["j"]["generated_tokens"] == 40
+    assert acked == ["j", "j"] and rt.inflight == 0 and rt._running == {}
 
 
 def test_bad_input_fails_as_invalid_input_before_the_engine() -> None:

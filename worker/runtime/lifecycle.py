@@ -124,6 +124,8 @@ class WorkerRuntime:
         self.engine: Any = None
         # deliveries of the jobs in the engine (by id() of their Job), acked once stored
         self._acks: dict[int, Delivery] = {}
+        # job id -> attempt of the jobs claimed and not yet reported (under _state_lock)
+        self._running: dict[str, int] = {}
         self.loop: Any = None
         # claims and completion reports (HTTP with retries) run here, off the engine thread;
         # sized by the assignment's concurrency
@@ -469,8 +471,18 @@ class WorkerRuntime:
             log.info("job %s not claimable (done, canceled or taken); skipping", job_id)
             delivery.ack()
             return
-        self._job_started()
         attempt = int(claim["attempt"])
+        # A claim hands a worker the attempt it already holds (so that a claim retried after
+        # a lost answer gets its job): a second delivery of that job must not run it twice.
+        with self._state_lock:
+            duplicate = self._running.get(job_id) == attempt
+            if not duplicate:
+                self._running[job_id] = attempt
+        if duplicate:
+            log.info("job %s attempt %d already runs here; skipping", job_id, attempt)
+            delivery.ack()
+            return
+        self._job_started()
         dep_id = self.assignment.deployment_id if self.assignment else None
         trace = job_trace.start(claim, self.worker_id, dep_id, claim_started_ns)  # None: off
         if trace is not None:
@@ -550,6 +562,9 @@ class WorkerRuntime:
         finally:
             if trace is not None:
                 trace.end(status, fields.get("error"))
+            with self._state_lock:
+                if self._running.get(job_id) == attempt:
+                    del self._running[job_id]
             self._job_ended()
             delivery.ack()
 

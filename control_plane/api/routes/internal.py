@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse
 from control_plane.api.context import Ctx, Db, Now, worker_auth
 from control_plane.api.schemas import ClaimRequest, CompleteRequest, WorkerStateReport
 from control_plane.db.models import Deployment, Job
-from control_plane.domain.states import TERMINAL, JobStatus
+from control_plane.domain.states import PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
 from control_plane.services import events, finish, job_traces, jobs, webhooks, workers
 from control_plane.tasks_api import enqueue_output_follower, enqueue_webhook
@@ -30,18 +30,22 @@ router = APIRouter(prefix="/internal", dependencies=[Depends(worker_auth)], incl
 @router.post("/jobs/{job_id}/claim")
 def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db, at: Now) -> Any:
     pending = session.get(Job, job_id)
-    if pending is not None and jobs.ttl_passed(pending, at):
+    if pending is not None and pending.status in PENDING and jobs.ttl_passed(pending, at):
         # Its ttl ran out while it waited: it ends here, never runs.
         finish.finish(session, ctx.outbox, [(job_id, finish.expired())], at)
         return JSONResponse({"claimed": False}, status_code=409)
+    # the same worker claiming its running job again: its first answer was lost (jobs.claim)
+    again = pending is not None and pending.status == JobStatus.RUNNING
     job = jobs.claim(session, job_id, body.worker_id, at)
-    if job is not None:
+    if job is not None and not again:
         workers.follow_jobs(session, ctx.settings, body.worker_id, at)  # busy, if it was idle
     session.commit()
     if job is None:
         return JSONResponse({"claimed": False}, status_code=409)
     dep = session.get(Deployment, job.deployment_id)
     assert dep is not None
+    if again:  # the claim's events, webhooks and spans happened the first time
+        return _claimed(job, dep)
     events.publish(
         ctx.redis, job.id, EventType.RUNNING, {"attempt": job.attempt, "worker_id": body.worker_id}
     )
@@ -61,6 +65,10 @@ def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db, at: Now) -> An
             job_traces.record_wait(session, job, body.worker_id, at)
         except Exception:  # after the commit: a trace never fails the claim
             log.warning("could not trace the wait of job %s", job.id, exc_info=True)
+    return _claimed(job, dep)
+
+
+def _claimed(job: Job, dep: Deployment) -> dict[str, Any]:
     return {
         "claimed": True,
         "job_id": job.id,
