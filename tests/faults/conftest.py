@@ -22,19 +22,22 @@ def fault_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_demo_model(tmp_path_factory.mktemp("fault-model") / "demo")
 
 
+# The settings of every fault platform (a scenario with its own adds to them).
+FAULT_PLATFORM_ENV = {
+    # Long forms submit thousands of jobs: the tenant quota is not what is under test.
+    "PLATFORM_DEFAULT_REQUESTS_PER_MIN": "1000000",
+    # retries within the checker's bounds when a receiver misbehaves (the default
+    # schedule waits minutes to hours); the receiver's slow answers outlast the timeout
+    "PLATFORM_WEBHOOK_RETRY_SCHEDULE_S": "[0.5, 1, 2, 4, 8, 16]",
+    "PLATFORM_WEBHOOK_TIMEOUT_S": "2",
+}
+
+
 @pytest.fixture(scope="session")
 def fault_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The embedded platform (tests/e2e's `embedded_platform`); the scenarios read `children`
     (pids), `database_url` and `redis_url` from the state file again when they need them."""
-    # Long forms submit thousands of jobs: the tenant quota is not what is under test.
-    extra = {
-        "PLATFORM_DEFAULT_REQUESTS_PER_MIN": "1000000",
-        # retries within the checker's bounds when a receiver misbehaves (the default
-        # schedule waits minutes to hours); the receiver's slow answers outlast the timeout
-        "PLATFORM_WEBHOOK_RETRY_SCHEDULE_S": "[0.5, 1, 2, 4, 8, 16]",
-        "PLATFORM_WEBHOOK_TIMEOUT_S": "2",
-    }
-    with embedded_platform(tmp_path_factory.mktemp("fault-platform"), extra) as state:
+    with embedded_platform(tmp_path_factory.mktemp("fault-platform"), FAULT_PLATFORM_ENV) as state:
         yield state
 
 

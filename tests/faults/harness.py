@@ -2,7 +2,8 @@
 SDK, a read-only view of the platform's ledger, and the record of one run for the summary.
 
     Sizes.from_env()          FAULTS_JOBS, FAULTS_WORKER_KILLS, FAULTS_REDIS_RESTARTS,
-                              FAULTS_MAX_TOKENS (short defaults; `make faults` sets long ones)
+                              FAULTS_COLD_START_KILLS, FAULTS_MAX_TOKENS (short defaults;
+                              `make faults` sets long ones)
     Submitter                 a thread: submits jobs, at most `window` unfinished at a time;
                               only a 201/202 makes a job admitted
     Ledger                    SQL reads the scenarios need (running jobs and their worker's pid,
@@ -27,7 +28,7 @@ from typing import Any
 
 from sqlalchemy import func, select
 
-from control_plane.db.models import Deployment, Job, JobAttempt, Worker
+from control_plane.db.models import BillingRecord, Deployment, Job, JobAttempt, Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from sdk import APIError, Client, PlatformError
 from tests.faults.invariants import (
@@ -53,7 +54,9 @@ class Sizes:
     worker_kills: int = 2  # SIGKILLs of a worker running a job
     redis_restarts: int = 1  # SIGKILLs of redis-server (the supervisor restarts it)
     control_plane_kills: int = 3  # SIGKILLs of the API, Celery and the reconciler, in turn
+    cold_start_kills: int = 2  # SIGKILLs of a worker loading its weights or warming up, in turn
     max_tokens: int = 24  # tokens per job: the demo model is untrained, it uses them all
+    network_faults: int = 5  # worker↔Redis / worker↔S3 faults, each kind in turn
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Sizes:
@@ -63,12 +66,19 @@ class Sizes:
             worker_kills=int(env.get("FAULTS_WORKER_KILLS", d.worker_kills)),
             redis_restarts=int(env.get("FAULTS_REDIS_RESTARTS", d.redis_restarts)),
             control_plane_kills=int(env.get("FAULTS_CONTROL_PLANE_KILLS", d.control_plane_kills)),
+            cold_start_kills=int(env.get("FAULTS_COLD_START_KILLS", d.cold_start_kills)),
             max_tokens=int(env.get("FAULTS_MAX_TOKENS", d.max_tokens)),
+            network_faults=int(env.get("FAULTS_NETWORK_FAULTS", d.network_faults)),
         )
 
     def timeout_s(self) -> float:
         """A pytest timeout that no healthy run of these sizes comes near."""
-        faults = self.worker_kills + self.redis_restarts + self.control_plane_kills
+        faults = (
+            self.worker_kills
+            + self.redis_restarts
+            + self.control_plane_kills
+            + self.cold_start_kills
+        )
         return 600 + 3 * self.jobs + 60 * faults
 
 
@@ -121,6 +131,40 @@ class Ledger:
                 )
             ).all()
         return [(j, d, k) for j, d, k in rows]
+
+    def jobs_since(self, deployment: str, t: datetime) -> list[tuple[str, str | None, str]]:
+        """(job id, idempotency key, status) of the deployment's jobs created after `t`."""
+        with self._sessions() as s:
+            rows = s.execute(
+                select(Job.id, Job.idempotency_key, Job.status).where(
+                    Job.deployment_name == deployment, Job.created_at > t
+                )
+            ).all()
+        return [(j, key, status) for j, key, status in rows]
+
+    def workers(self, deployment: str) -> list[tuple[str, str, int | None]]:
+        """(worker id, state, pid) of every worker the deployment ever had, ended ones too."""
+        with self._sessions() as s:
+            rows = s.execute(
+                select(Worker.id, Worker.state, Worker.pid)
+                .join(Deployment, Deployment.id == Worker.deployment_id)
+                .where(Deployment.name == deployment)
+            ).all()
+        return [(w, state, pid) for w, state, pid in rows]
+
+    def last_phase(self, worker_id: str) -> tuple[str, str | None, str | None]:
+        """(state, reason, phase of its newest billing record or None) of one worker."""
+        with self._sessions() as s:
+            state, reason = s.execute(
+                select(Worker.state, Worker.reason).where(Worker.id == worker_id)
+            ).one()
+            phase = s.scalar(
+                select(BillingRecord.phase)
+                .where(BillingRecord.worker_id == worker_id)
+                .order_by(BillingRecord.start.desc())
+                .limit(1)
+            )
+        return state, reason, phase
 
     def worker_failures(self, deployment: str | None = None) -> list[tuple[str, str | None]]:
         """(worker id, reason) of every worker that ended `failed` (of `deployment`'s, when
