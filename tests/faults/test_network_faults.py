@@ -29,22 +29,18 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.db.models import Deployment, Worker
-from control_plane.db.session import make_engine, make_sessionmaker
 from sdk import Client
 from tests.e2e.conftest import build_demo_model, embedded_platform
 from tests.faults.conftest import FAULT_PLATFORM_ENV
 from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
 from tests.faults.invariants import assert_holds
 from tests.faults.tcp_proxy import FaultProxy
+from tests.faults.test_worker_kills import is_worker
 
 SIZES = Sizes.from_env()
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
@@ -95,28 +91,6 @@ def net_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetworkPl
             yield NetworkPlatform(state, redis_proxy, s3_proxy)
 
 
-def workers_of(
-    sessions: sessionmaker[Session], deployment: str
-) -> list[tuple[str, str, int | None]]:
-    """(worker id, state, pid) of every worker the deployment had."""
-    with sessions() as s:
-        rows = s.execute(
-            select(Worker.id, Worker.state, Worker.pid)
-            .join(Deployment, Deployment.id == Worker.deployment_id)
-            .where(Deployment.name == deployment)
-        ).all()
-    return [(w, state, pid) for w, state, pid in rows]
-
-
-def is_worker(pid: int, worker_id: str) -> bool:
-    """The pid is still that worker's process (not a pid reused since)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return worker_id.encode() in cmdline
-
-
 @dataclass
 class NetworkFaults:
     """The fault injector: the next kind of KINDS on each call (`run_scenario`'s `inject`)."""
@@ -126,13 +100,6 @@ class NetworkFaults:
     killed: set[str] = field(default_factory=set)  # workers SIGKILLed to force a cold start
     # per S3 fault: whether a replacement was seen loading when it struck
     hit_a_load: list[bool] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self._engine = make_engine(self.platform.state["database_url"])
-        self.sessions = make_sessionmaker(self._engine)
-
-    def close(self) -> None:
-        self._engine.dispose()
 
     def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
         kind = KINDS[len(self.done) % len(KINDS)]
@@ -168,12 +135,12 @@ class NetworkFaults:
         self.platform.redis.heal()
         return fault_at
 
-    def s3_cold_start(self, _ledger: Ledger, deployment: str, drop: bool) -> datetime | None:
+    def s3_cold_start(self, ledger: Ledger, deployment: str, drop: bool) -> datetime | None:
         """SIGKILL the serving worker; once its replacement loads, break the S3 path."""
         s3 = self.platform.s3
         serving = [
             (w, pid)
-            for w, state, pid in workers_of(self.sessions, deployment)
+            for w, state, pid in ledger.workers(deployment)
             if state in ("idle", "busy") and pid and is_worker(pid, w)
         ]
         if not serving:
@@ -184,7 +151,7 @@ class NetworkFaults:
             os.kill(pid, signal.SIGKILL)
         # the replacement: a new boot, or a warm-pool worker assigned to the deployment
         deadline = time.monotonic() + 60
-        while not (loading := self._loading(deployment)) and time.monotonic() < deadline:
+        while not (loading := self._loading(ledger, deployment)) and time.monotonic() < deadline:
             time.sleep(0.02)
         self.hit_a_load.append(loading)
         fault_at = utcnow()
@@ -197,18 +164,16 @@ class NetworkFaults:
         s3.heal()
         return fault_at
 
-    def _loading(self, deployment: str) -> bool:
+    def _loading(self, ledger: Ledger, deployment: str) -> bool:
         return any(
             state == "loading" and w not in self.killed
-            for w, state, _ in workers_of(self.sessions, deployment)
+            for w, state, _ in ledger.workers(deployment)
         )
 
 
 @pytest.fixture(scope="module")
-def faults(net_platform: NetworkPlatform) -> Iterator[NetworkFaults]:
-    injector = NetworkFaults(net_platform)
-    yield injector
-    injector.close()
+def faults(net_platform: NetworkPlatform) -> NetworkFaults:
+    return NetworkFaults(net_platform)
 
 
 @pytest.fixture(scope="module")
