@@ -1,4 +1,5 @@
 from control_plane.embedded.restarts import (
+    CRASH_S,
     DEATH_WINDOW_S,
     MAX_BACKOFF_S,
     MAX_DEATHS,
@@ -32,3 +33,14 @@ def test_too_many_deaths_in_the_window_give_up() -> None:
     # the same number spread beyond the window does not
     spread = [(i * DEATH_WINDOW_S, i * DEATH_WINDOW_S + 0.1) for i in range(MAX_DEATHS)]
     assert not after_death(spread, spread[-1][1]).give_up
+
+
+def test_a_child_killed_after_it_ran_a_while_is_never_given_up_on() -> None:
+    # killed every 15 s, MAX_DEATHS times and more within the window: each had started fine
+    killed = [(i * 15.0, i * 15.0 + CRASH_S + 1) for i in range(MAX_DEATHS * 2)]
+    v = after_death(killed, killed[-1][1])
+    assert not v.give_up
+    assert v.restart_at <= killed[-1][1] + MAX_BACKOFF_S  # the back-off still applies
+    # while the same deaths right after each start are a crash loop
+    crashing = [(i * 15.0, i * 15.0 + 1.0) for i in range(MAX_DEATHS)]
+    assert after_death(crashing, crashing[-1][1]).give_up
