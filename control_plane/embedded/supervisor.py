@@ -47,11 +47,13 @@ from control_plane.embedded.processes import (
     start_s3,
     wait_until,
 )
-from control_plane.embedded.restarts import after_death
+from control_plane.embedded.restarts import Death, after_death
 from control_plane.settings import MAX_API_PROCESSES, MAX_RECONCILERS
 from control_plane.tasks_api import CONTROL_QUEUE
 
 log = logging.getLogger(__name__)
+# Children whose start returns only once they answer (start_redis pings, start_s3 connects).
+READY_AT_START = frozenset({"redis", "s3"})
 STATE_FILE = "platform.json"
 CREDENTIALS_FILE = "credentials.json"
 
@@ -126,7 +128,7 @@ class Supervisor:
         # how to start each child again, when it started, and its past deaths
         self._starters: dict[str, Callable[[], ManagedProcess]] = {}
         self._started_at: dict[str, float] = {}
-        self._deaths: dict[str, list[tuple[float, float]]] = {}
+        self._deaths: dict[str, list[Death]] = {}
         self._state: dict[str, Any] = {}
 
     def _run(self, name: str, starter: Callable[[], ManagedProcess]) -> ManagedProcess:
@@ -314,7 +316,10 @@ class Supervisor:
 
     def _on_death(self, child: ManagedProcess, now: float, restart_at: dict[str, float]) -> int:
         deaths = self._deaths.setdefault(child.name, [])
-        deaths.append((self._started_at.get(child.name, now), now))
+        # the stores' starts wait until they answer on their port: one that died after that
+        # had started fine, however soon (a Redis killed every few seconds is no crash loop)
+        ready = child.name in READY_AT_START
+        deaths.append((self._started_at.get(child.name, now), now, ready))
         verdict = after_death(deaths, now)
         if verdict.give_up:
             print(

@@ -1,5 +1,4 @@
 from control_plane.embedded.restarts import (
-    CRASH_S,
     DEATH_WINDOW_S,
     MAX_BACKOFF_S,
     MAX_DEATHS,
@@ -37,10 +36,19 @@ def test_too_many_deaths_in_the_window_give_up() -> None:
 
 def test_a_child_killed_after_it_ran_a_while_is_never_given_up_on() -> None:
     # killed every 15 s, MAX_DEATHS times and more within the window: each had started fine
-    killed = [(i * 15.0, i * 15.0 + CRASH_S + 1) for i in range(MAX_DEATHS * 2)]
+    killed = [(i * 15.0, i * 15.0 + STABLE_S + 1) for i in range(MAX_DEATHS * 2)]
     v = after_death(killed, killed[-1][1])
     assert not v.give_up
-    assert v.restart_at <= killed[-1][1] + MAX_BACKOFF_S  # the back-off still applies
+    assert v.restart_at == killed[-1][1] + 0.5  # each had started fine: restarted at once
     # while the same deaths right after each start are a crash loop
     crashing = [(i * 15.0, i * 15.0 + 1.0) for i in range(MAX_DEATHS)]
     assert after_death(crashing, crashing[-1][1]).give_up
+
+
+def test_a_store_that_answered_at_its_start_is_no_crash_loop_however_soon_it_dies() -> None:
+    # killed a few seconds after each start, but each start had answered on its port
+    killed = [(i * 4.0, i * 4.0 + 3.0, True) for i in range(MAX_DEATHS * 2)]
+    v = after_death(killed, killed[-1][1])
+    assert not v.give_up and v.restart_at == killed[-1][1] + 0.5
+    # the same deaths with no readiness seen: a crash loop
+    assert after_death([(a, b, False) for a, b, _ in killed][:MAX_DEATHS], 23.0).give_up
