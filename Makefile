@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # torch is pinned in pyproject.toml; the local CPU wheel is picked up by pip's find-links.
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test faults lint typecheck clean
+.PHONY: demo test faults faults-long-form lint typecheck clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ faults: .stamp-test
 	FAULTS_DUPLICATIONS=$(FAULTS_DUPLICATIONS) FAULTS_FAILOVERS=$(FAULTS_FAILOVERS) \
 	FAULTS_NETWORK_FAULTS=$(FAULTS_NETWORK_FAULTS) \
 	$(PY) -m pytest tests/faults -m faults
+
+# Every scenario once at the sizes docs/reliability.md reports ("The long-form run"), ~17 min.
+faults-long-form: .stamp-test
+	tests/faults/long_form.sh
 
 lint: .stamp-test
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check .
