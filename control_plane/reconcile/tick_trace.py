@@ -76,7 +76,8 @@ def note(name: str, **attributes: Any) -> None:
     """Something the current tick did (an event of its span): ids, counts and reasons only."""
     t = _current.get()
     if t is not None:
-        t.actions.append((name, time.time_ns(), {k: v for k, v in attributes.items() if v}))
+        kept = {k: v for k, v in attributes.items() if v is not None}  # an exit code 0 stays
+        t.actions.append((name, time.time_ns(), kept))
 
 
 def end(t: TickTrace | None, token: int | None, error: BaseException | None = None) -> None:
