@@ -42,17 +42,7 @@ def test_a_consumer_outlives_a_broker_restart(tmp_path: Path) -> None:
     port = free_port()
     server = start_redis(tmp_path, port, tmp_path / "redis.log", appendonly=True)
     url = server.extra["url"]
-    queue = deployment_queue("dep_restart")
-    seen: list[str] = []
-    held: list[Delivery] = []
-
-    def handle(delivery: Delivery) -> None:
-        seen.append(delivery.job_id)
-        held.append(delivery)  # acked later, from another thread, as a worker does
-
-    thread = threading.Thread(
-        target=consume, args=(url, queue, 4, handle, lambda: len(seen) == 2), daemon=True
-    )
+    thread, seen, held = holding_consumer(url, deployment_queue("dep_restart"), until=2)
     try:
         dispatch_job(redis.Redis.from_url(url), "dep_restart", "job_before", "async")
         thread.start()
@@ -70,6 +60,25 @@ def test_a_consumer_outlives_a_broker_restart(tmp_path: Path) -> None:
         assert not thread.is_alive(), "the consumer did not drain and return"
     finally:
         server.stop()
+
+
+def holding_consumer(
+    url: str, queue: str, until: int
+) -> tuple[threading.Thread, list[str], list[Delivery]]:
+    """A consumer on its thread (not started) that records each delivery's job id and holds
+    the delivery for the test to ack later, from another thread, as a worker does; it drains
+    and returns once `until` deliveries came."""
+    seen: list[str] = []
+    held: list[Delivery] = []
+
+    def handle(delivery: Delivery) -> None:
+        seen.append(delivery.job_id)
+        held.append(delivery)
+
+    thread = threading.Thread(
+        target=consume, args=(url, queue, 4, handle, lambda: len(seen) == until), daemon=True
+    )
+    return thread, seen, held
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:

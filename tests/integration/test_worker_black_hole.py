@@ -6,7 +6,6 @@ for good on its next command while the worker kept heartbeating as if idle."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -16,9 +15,9 @@ import pytest
 
 from control_plane.services.dispatch import dispatch_job
 from tests.faults.tcp_proxy import FaultProxy
-from tests.integration.test_dispatch import _runtime_on, wait_for
+from tests.integration.test_dispatch import _runtime_on, holding_consumer, wait_for
 from worker.protocol import deployment_queue, worker_heartbeat_key
-from worker.runtime.consumer import BROKER_SOCKET_TIMEOUT_S, Delivery, consume, jobs_waiting
+from worker.runtime.consumer import BROKER_SOCKET_TIMEOUT_S, jobs_waiting
 from worker.runtime.lifecycle import REDIS_TIMEOUT_S
 
 DROP_S = 3.0
@@ -39,17 +38,7 @@ def via(proxy: FaultProxy) -> str:
 def test_a_consumer_outlives_a_black_hole(proxy: FaultProxy, redis_client: Any) -> None:
     """The ack of a job that finished while the path was dead goes into the hole: the consumer
     gives up on that connection, opens another once the path heals, and takes new wake-ups."""
-    queue = deployment_queue("dep_hole")
-    seen: list[str] = []
-    held: list[Delivery] = []
-
-    def handle(delivery: Delivery) -> None:
-        seen.append(delivery.job_id)
-        held.append(delivery)  # acked later, from another thread, as a worker does
-
-    thread = threading.Thread(
-        target=consume, args=(via(proxy), queue, 4, handle, lambda: len(seen) == 2), daemon=True
-    )
+    thread, seen, held = holding_consumer(via(proxy), deployment_queue("dep_hole"), until=2)
     dispatch_job(redis_client, "dep_hole", "job_before", "async")
     thread.start()
     wait_for(lambda: seen == ["job_before"])
