@@ -152,6 +152,14 @@ class Job(Base):
             sqlite_where=text("webhook_status = 'pending'"),
             postgresql_where=text("webhook_status = 'pending'"),
         ),
+        # Every reconciler tick reads the running jobs (overruns; busy workers that went idle):
+        # without it, a scan of every job ever.
+        Index(
+            "ix_jobs_running",
+            "worker_id",
+            sqlite_where=text("status = 'running'"),
+            postgresql_where=text("status = 'running'"),
+        ),
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_idempotency"),
     )
 

@@ -2,6 +2,7 @@
 transaction, so one concern's failure or slowness is visible on its own.
 
     workers.reap, workers.check_liveness   → ids of workers that died this tick
+    workers.settle_idle                    busy workers whose jobs all ended become idle
     jobs.requeue_orphans                   their running jobs: a new attempt, or failed
     jobs.expire_overdue, jobs.time_out_overruns
     scale.scale_all, scale.stop_deleted    decide() per deployment; start / drain workers
@@ -93,6 +94,7 @@ class Reconciler:
             held = deployments.list_live(session)
             with tick_trace.step(trace, "workers"):
                 dead = workers.reap(session, env, now) + workers.check_liveness(session, env, now)
+                workers.settle_idle(session, env, now)
             with tick_trace.step(trace, "jobs"):
                 jobs.requeue_orphans(session, env, dead, now)
                 jobs.expire_overdue(session, env, now)

@@ -1,6 +1,7 @@
-"""Reconcilers of worker liveness: reap exited processes, fail workers that went silent or
-overran their boot. Both return the ids of the workers that died this tick, whose running jobs
-`orphans.requeue` then hands back to the queue."""
+"""Reconcilers of workers: reap exited processes, fail workers that went silent or overran
+their boot (both return the ids of the workers that died this tick, whose running jobs
+`orphans.requeue` then hands back to the queue), and make busy workers whose jobs all ended
+idle."""
 
 from __future__ import annotations
 
@@ -99,6 +100,14 @@ def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
         lost.append(w.id)
     session.commit()
     return lost
+
+
+def settle_idle(session: Session, env: Env, now: datetime) -> None:
+    """Busy workers whose last job ended are idle again (a job's end leaves its worker busy:
+    `services.workers.settle_idle`); before the scaling step, which counts idle workers."""
+    for worker_id in workers.settle_idle(session, env.settings, now):
+        tick_trace.note("worker.idle", **{"platform.worker.id": worker_id})
+    session.commit()
 
 
 def _max_boot_s(session: Session, deployment_ids: set[str]) -> dict[str, float]:

@@ -11,7 +11,7 @@ from sqlalchemy import CursorResult, event, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from control_plane.db.models import BillingRecord, Deployment, Job, Tenant, Worker
+from control_plane.db.models import BillingRecord, Deployment, Job, JobAttempt, Tenant, Worker
 from control_plane.domain.billing_math import POOL_PHASE, phase_of
 from control_plane.domain.clock import iso
 from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
@@ -193,33 +193,51 @@ def _count_startup_phase(session: Session, w: Worker, phase: str, at: datetime) 
     on_commit.after_commit(session, observe)
 
 
-def follow_jobs(
-    session: Session, settings: Settings, worker_id: str, at: datetime, ending: str | None = None
-) -> None:
-    """A worker's busy/idle phase follows the jobs it runs, decided here from the database
-    (not reported by the worker: two requests fewer per job): a claim makes an idle worker
-    busy; the end of job `ending` makes a busy worker with no other running job idle.
-    Not committed: the caller commits it with the claim or the job's end."""
-    w = session.get(Worker, worker_id)
-    if w is None:
-        return
-    if ending is None and w.state == WorkerState.IDLE:
+def follow_jobs(session: Session, settings: Settings, worker_id: str, at: datetime) -> None:
+    """A claim makes an idle worker busy, in the claim's own transaction (not committed here).
+
+    Busy and idle follow the jobs a worker runs, decided here from the database (the worker
+    reports neither: two requests fewer per job). Only this half is on a job's path: the other
+    half, busy back to idle, is `settle_idle`'s, once per reconciler tick. So every job runs
+    inside a busy segment (its cost is allocated from it), and a job's end writes nothing to its
+    worker: back-to-back jobs toggle no state and close no billing segment each."""
+    # its state alone: most claims find it busy already, and then need no Worker object
+    state = session.scalar(select(Worker.state).where(Worker.id == worker_id))
+    if state == WorkerState.IDLE:
         transition(session, settings, worker_id, WorkerState.BUSY, at, at)
-    elif ending is not None and w.state == WorkerState.BUSY:
-        other = session.scalar(
-            select(Job.id)
-            .where(
-                # by its deployment first: the (deployment_id, status) index, not a scan of
-                # every job ever (jobs have no index on worker_id)
-                Job.deployment_id == w.deployment_id,
-                Job.status == JobStatus.RUNNING,
-                Job.worker_id == worker_id,
-                Job.id != ending,
-            )
-            .limit(1)
+
+
+def settle_idle(session: Session, settings: Settings, now: datetime) -> list[str]:
+    """Busy workers none of whose jobs runs any more become idle as of their last attempt's
+    end (not committed); returns their ids.
+
+    Exact but for one case: a job claimed before the tick noticed the previous one's end keeps
+    the worker busy across the gap between them, so a gap shorter than a tick (250 ms) is billed
+    as busy time, never as idle (the rate is the same; `usage` splits it among the jobs)."""
+    busy = [w for w in live(session) if w.state == WorkerState.BUSY]
+    if not busy:
+        return []
+    running = set(
+        session.scalars(
+            select(Job.worker_id)
+            .where(Job.status == JobStatus.RUNNING, Job.worker_id.in_([w.id for w in busy]))
+            .distinct()
         )
-        if other is None:
-            transition(session, settings, worker_id, WorkerState.IDLE, at, at)
+    )
+    settled = []
+    for w in busy:
+        if w.id in running:
+            continue
+        # by the (worker_id, started_at) index: only the attempts of this busy period
+        last_end = session.scalar(
+            select(func.max(JobAttempt.ended_at)).where(
+                JobAttempt.worker_id == w.id, JobAttempt.started_at >= w.state_since
+            )
+        )
+        at = min(max(last_end or now, w.state_since), now)
+        transition(session, settings, w.id, WorkerState.IDLE, at, now)
+        settled.append(w.id)
+    return settled
 
 
 def live(session: Session, deployment_id: str | None = None) -> list[Worker]:

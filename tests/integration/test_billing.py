@@ -284,8 +284,9 @@ def test_many_way_splits_balance_exactly(
 def test_busy_and_idle_follow_the_claims_and_job_ends(
     client: TestClient, keys: dict[str, str], loop: Reconciler, clock: SteppedClock
 ) -> None:
-    """The worker reports neither: a claim makes an idle worker busy, the end of its last
-    running job makes it idle again (a fenced-off report included)."""
+    """The worker reports neither: a claim makes an idle worker busy; the reconciler's next
+    tick makes a busy worker none of whose jobs runs idle again, as of its last job's end (a
+    job ended by a cancel, whose report is fenced off, included)."""
     key = keys["a"]
     wid = start_worker(client, clock, key, loop, target_concurrency=2)
 
@@ -301,16 +302,26 @@ def test_busy_and_idle_follow_the_claims_and_job_ends(
     a2 = claim(client, second, wid)
     clock.advance(0.3)
     complete(client, first, wid, a1, prompt=1, gen=1)
+    loop.tick(clock())
     assert state() == "busy", "the second job still runs"
     clock.advance(0.1)
     complete(client, second, wid, a2, prompt=1, gen=1)
+    last_end = client.get(f"/v1/jobs/{second}", headers=h(key)).json()["completed_at"]
+    assert state() == "busy", "a job's end writes nothing to its worker"
+    clock.advance(0.4)
+    loop.tick(clock())
     assert state() == "idle"
     third = submit(client, key)
     a3 = claim(client, third, wid)
     assert client.post(f"/v1/jobs/{third}/cancel", headers=h(key)).status_code == 200
     body = {"worker_id": wid, "attempt": a3, "status": "canceled"}
     r = client.post(f"/internal/jobs/{third}/complete", json=body, headers=WORKER)
-    assert r.status_code == 409 and state() == "idle", "fenced off, and idle all the same"
-    phases = [r["phase"] for r in records(client, key, worker_id=wid)]
+    assert r.status_code == 409, "fenced off"
+    clock.advance(0.2)
+    loop.tick(clock())
+    assert state() == "idle", "idle all the same"
+    recs = records(client, key, worker_id=wid)
     # (the idle phase it is in now is still open: not a record yet)
-    assert phases == ["boot", "load", "warm", "idle", "busy", "idle", "busy"], phases
+    assert [r["phase"] for r in recs] == ["boot", "load", "warm", "idle", "busy", "idle", "busy"]
+    busy = recs[4]
+    assert busy["end"] == last_end, "idle from the last job's end, not from the tick"

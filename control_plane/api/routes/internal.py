@@ -97,8 +97,7 @@ def complete(job_id: str, body: CompleteRequest, ctx: Ctx, session: Db, at: Now)
         prompt_tokens=body.prompt_tokens,
         generated_tokens=body.generated_tokens,
     )
-    # idle if this was its last job: committed with the job's end (or alone, if fenced off)
-    workers.follow_jobs(session, ctx.settings, body.worker_id, at, ending=job_id)
+    # (its worker goes back to idle at the reconciler's next tick: workers.settle_idle)
     if not finish.finish(session, ctx.outbox, [(job_id, ending)], at):
         raise Conflict(
             f"attempt {body.attempt} of job '{job_id}' is no longer current", job_id=job_id
