@@ -12,9 +12,12 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.context import Ctx, Db, Now, worker_auth
 from control_plane.api.schemas import ClaimRequest, CompleteRequest, WorkerStateReport
+from control_plane.context import AppContext
 from control_plane.db.models import Deployment, Job
 from control_plane.domain.states import PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
@@ -27,8 +30,19 @@ log = logging.getLogger(__name__)
 router = APIRouter(prefix="/internal", dependencies=[Depends(worker_auth)], include_in_schema=False)
 
 
+# The two requests of every job (claim, complete) take one hop to a pool thread each: with a
+# `Db` dependency FastAPI would also open and close the session on pool threads of their own.
 @router.post("/jobs/{job_id}/claim")
-def claim(job_id: str, body: ClaimRequest, ctx: Ctx, session: Db, at: Now) -> Any:
+async def claim(job_id: str, body: ClaimRequest, ctx: Ctx, at: Now) -> Any:
+    return await run_in_threadpool(_claim_in_session, ctx, job_id, body, at)
+
+
+def _claim_in_session(ctx: AppContext, job_id: str, body: ClaimRequest, at: datetime) -> Any:
+    with ctx.sessions() as session:
+        return _claim(ctx, session, job_id, body, at)
+
+
+def _claim(ctx: AppContext, session: Session, job_id: str, body: ClaimRequest, at: datetime) -> Any:
     pending = session.get(Job, job_id)
     if pending is not None and pending.status in PENDING and jobs.ttl_passed(pending, at):
         # Its ttl ran out while it waited: it ends here, never runs.
@@ -82,7 +96,20 @@ def _claimed(job: Job, dep: Deployment) -> dict[str, Any]:
 
 
 @router.post("/jobs/{job_id}/complete")
-def complete(job_id: str, body: CompleteRequest, ctx: Ctx, session: Db, at: Now) -> Any:
+async def complete(job_id: str, body: CompleteRequest, ctx: Ctx, at: Now) -> Any:
+    return await run_in_threadpool(_complete_in_session, ctx, job_id, body, at)
+
+
+def _complete_in_session(
+    ctx: AppContext, job_id: str, body: CompleteRequest, at: datetime
+) -> dict[str, bool]:
+    with ctx.sessions() as session:
+        return _complete(ctx, session, job_id, body, at)
+
+
+def _complete(
+    ctx: AppContext, session: Session, job_id: str, body: CompleteRequest, at: datetime
+) -> dict[str, bool]:
     try:
         status = JobStatus(body.status)
     except ValueError:
