@@ -142,7 +142,9 @@ def test_deploy_run_stream_webhook_billing_scale_to_zero(
     startup = ["load"] if phases[0] == "load" else ["boot", "load"]
     assert phases[: len(startup)] == startup and phases[-1] == "drain", phases
     assert "warm" not in phases, phases
-    assert phases.count("busy") == 3
+    # a busy segment per call, or fewer: calls closer than a reconciler tick share one (the
+    # worker goes back to idle at the tick after its job ended); each job's cost comes from one
+    assert 1 <= phases.count("busy") <= 3, phases
     # Segments tile the worker's life: each starts where the previous ended.
     for a, b in itertools.pairwise(records):
         assert a["end"] == b["start"]
