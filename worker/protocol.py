@@ -74,6 +74,17 @@ def job_events_key(job_id: str) -> str:
     return f"{KEY_PREFIX}:job:{job_id}:events"
 
 
+def job_end_key(job_id: str) -> str:
+    """A sync job's end for its waiters: a list holding the job as it ended (one element)."""
+    return f"{KEY_PREFIX}:job:{job_id}:end"
+
+
+# A sync job's end is kept this long: a waiter blocked on it wakes at once, and one that comes
+# after the end finds the job terminal when it is admitted (a replay), so it is read only
+# in the moment between the admission and the wait.
+JOB_END_TTL_S = 60
+
+
 # A cancel flag outlives any execution limit (86,400 s at most), so a worker always sees it.
 CANCEL_FLAG_TTL_S = 24 * 3600
 

@@ -13,10 +13,12 @@ import redis.asyncio as aioredis
 from redis.client import Pipeline
 
 from worker.protocol import (
+    JOB_END_TTL_S,
     JOB_EVENTS_MAXLEN,
     JOB_EVENTS_TTL_S,
     TERMINAL_EVENTS,
     EventType,
+    job_end_key,
     job_events_key,
 )
 
@@ -38,6 +40,20 @@ def publish_many(
     pipe.execute()
 
 
+def publish_end(
+    r: redis.Redis, job_id: str, event: EventType, data: dict[str, Any], *, waited_on: bool
+) -> None:
+    """A job's terminal event; `waited_on` (a sync job): also its end for `wait_end`, in the
+    same round trip."""
+    pipe = r.pipeline(transaction=False)
+    publish_to(pipe, [job_id], event, data)
+    if waited_on:
+        key = job_end_key(job_id)
+        pipe.rpush(key, json.dumps({"type": event.value, "data": data}))
+        pipe.expire(key, JOB_END_TTL_S)
+    pipe.execute()
+
+
 def publish_to(pipe: Pipeline, job_ids: list[str], event: EventType, data: dict[str, Any]) -> None:
     """Queue the same event for each job on `pipe` (the caller executes it with its other
     commands); the event is encoded once."""
@@ -46,6 +62,30 @@ def publish_to(pipe: Pipeline, job_ids: list[str], event: EventType, data: dict[
         key = job_events_key(job_id)
         pipe.xadd(key, body, maxlen=JOB_EVENTS_MAXLEN)  # type: ignore[arg-type]
         pipe.expire(key, JOB_EVENTS_TTL_S)
+
+
+async def wait_end(
+    r: aioredis.Redis, job_id: str, *, block_s: float = 0.5
+) -> tuple[EventType, dict[str, Any]] | None:
+    """A sync job's terminal event, once it is published; None after `block_s` without it.
+
+    One blocking call that wakes only at the end, where `follow` wakes at every event (queued,
+    running, each output delta). The list is rotated, not popped (BLMOVE from and to itself):
+    every waiter of the job (a replayed call waits on the same job) sees its end. Redis failing
+    is silence, as in `follow`: the caller reads the job from the database in the end.
+    """
+    key = job_end_key(job_id)
+    try:
+        # (Redis takes fractional seconds; redis-py's hint says int)
+        raw: Any = await r.blmove(key, key, block_s, "RIGHT", "LEFT")  # type: ignore[arg-type]
+    except redis.RedisError as exc:
+        log.warning("job %s: end unavailable (%s); waiting", job_id, type(exc).__name__)
+        await asyncio.sleep(block_s)
+        return None
+    if raw is None:
+        return None
+    end = json.loads(_text(raw))
+    return EventType(end["type"]), end["data"]
 
 
 async def follow(

@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from control_plane.db.models import Job
-from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobStatus
+from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobKind, JobStatus
 from control_plane.metrics import families
 from control_plane.services import events, jobs, webhooks
 from control_plane.tasks_api import enqueue_webhook
@@ -232,7 +232,9 @@ def _announce(outbox: Outbox, job: Job, *, flag: bool) -> None:
     try:
         if flag:
             outbox.redis.set(job_cancel_key(job.id), "1", ex=CANCEL_FLAG_TTL_S)
-        events.publish(outbox.redis, job.id, EVENT_OF_STATUS[status], jobs.to_public(job))
+        event, public = EVENT_OF_STATUS[status], jobs.to_public(job)
+        # a sync job's caller waits for its end alone (`events.wait_end`)
+        events.publish_end(outbox.redis, job.id, event, public, waited_on=job.kind == JobKind.SYNC)
     except Exception:
         log.exception("job %s: could not publish its end (%s)", job.id, status)
     if job.webhook_status == "pending":

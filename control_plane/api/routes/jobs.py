@@ -30,7 +30,6 @@ from control_plane.services import (
     timeline,
     workers,
 )
-from worker.protocol import TERMINAL_EVENTS
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
@@ -87,15 +86,18 @@ async def run(
         return StreamingResponse(
             _sse(ctx, job_id, tenant_id), media_type="text/event-stream", headers=headers
         )
+    if is_terminal(job["status"]):  # a replay of a call whose job has ended
+        return JSONResponse(job, status_code=200, headers=headers)
     wait_s = min(body.wait_s or ctx.settings.sync_wait_default_s, ctx.settings.sync_wait_max_s)
     final: dict[str, Any] | None = None
     try:
         async with asyncio.timeout(wait_s):
-            async for event, data in events.follow(ctx.aredis, job_id, block_ms=500):
-                if event in TERMINAL_EVENTS:
+            while True:
+                end = await events.wait_end(ctx.aredis, job_id, block_s=0.5)
+                if end is not None:
                     # The terminal event carries the job as committed (`finish._announce`):
                     # no need to read it back.
-                    final = data if data.get("id") == job_id else None
+                    final = end[1] if end[1].get("id") == job_id else None
                     break
                 if await request.is_disconnected():
                     # Nobody waits for this answer any more: free the worker's slot.
