@@ -212,6 +212,8 @@ class Supervisor:
                 "PLATFORM_S3_ENDPOINT_URL": s3_url,
                 "PLATFORM_API_HOST": "127.0.0.1",
                 "PLATFORM_API_PORT": str(self.port),
+                # each API process binds the port shared when there are several
+                "PLATFORM_API_PROCESSES": str(len(apis)),
                 "PLATFORM_INTERNAL_URL": api_url,
                 "PLATFORM_WORKER_TOKEN": creds.worker_token,
                 "PLATFORM_SECRET_KEY": env.get("PLATFORM_SECRET_KEY") or creds.secret_key,
@@ -344,8 +346,18 @@ class Supervisor:
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
 
 
+def default_api_processes() -> int:
+    """API processes when PLATFORM_API_PROCESSES is not set: two on a machine with two cores or
+    more. One process is held by its own event loop and GIL at about one core; a second one
+    nearly doubled the async admissions on 2 cores with SQLite (docs/benchmarks.md, "Control
+    plane"), and more than two would mostly queue on SQLite's one writer."""
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
 def api_names(env: dict[str, str]) -> list[str]:
-    """The API processes to start: `api`, then `api-2`, `api-3`... (PLATFORM_API_PROCESSES)."""
+    """The API processes to start: `api`, then `api-2`, `api-3`... (PLATFORM_API_PROCESSES,
+    else `default_api_processes`)."""
+    env = {"PLATFORM_API_PROCESSES": str(default_api_processes()), **env}
     return _replica_names(env, "PLATFORM_API_PROCESSES", "api", MAX_API_PROCESSES)
 
 

@@ -48,7 +48,8 @@ def up(
         int | None,
         typer.Option(
             "--api-processes",
-            help="API processes sharing the port [default: $PLATFORM_API_PROCESSES or 1].",
+            help="API processes sharing the port [default: $PLATFORM_API_PROCESSES, else 2 "
+            "on a machine with two cores or more].",
             min=1,
             max=64,
             show_default=False,

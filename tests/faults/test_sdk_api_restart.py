@@ -77,7 +77,9 @@ class Api:
 
 @pytest.fixture(scope="module")
 def api_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    with embedded_platform(tmp_path_factory.mktemp("sdk-api-restart"), {}) as state:
+    # one API process: the scenario is the API's port going away and coming back
+    env = {"PLATFORM_API_PROCESSES": "1"}
+    with embedded_platform(tmp_path_factory.mktemp("sdk-api-restart"), env) as state:
         yield state
 
 
