@@ -15,21 +15,24 @@ concurrency 8) and measures, in this order:
   own execution (`completed_at - started_at`), and where the platform's part goes from the job's
   own timestamps: accepted (`created_at`) -> claimed (`started_at`) -> completed;
 - SSE: `--runs` sequential streamed runs (`stream=true`), request sent -> first event
-  (`queued`/`running`) and -> first `output` event.
+  (`queued`/`running`) and -> first `output` event; each stream is read to its end, as the
+  SDK does. Then `--runs` more that the client leaves at their first output: each leaves the
+  platform a cancel (its client is gone) to run while the next one is admitted (the first
+  versions of this bench measured only these).
 - the reconciler's tick at `--tick-deployments` deployments (1,000) and `--tick-jobs` pending
   jobs (10,000), rows created directly, after the platform is stopped (`bench/reconciler_tick.py`,
   the median tick after the first).
 
-With `--postgres`, a PostgreSQL server (Debian's binaries, as the tests use) is the database:
-the admissions are measured first with one API process, then on a second platform (a fresh
-database) with two (`PLATFORM_API_PROCESSES=2`, one port shared with SO_REUSEPORT), where the
-rest is measured too; the tick runs on PostgreSQL as well. Without it, admissions_scale_2_api
-is null.
+The admissions are measured first on a platform with one API process, then on the embedded
+default (`platform up` as it comes: two API processes on a machine with two cores or more,
+one port shared with SO_REUSEPORT), where the rest is measured too. With `--postgres`, a
+PostgreSQL server (Debian's binaries, as the tests use) is the database of both (a fresh one
+each; the second with `PLATFORM_API_PROCESSES=2`), and the tick runs on PostgreSQL as well.
 
 The last line is `{"bench": "control_plane", "admissions_per_s": …, "overhead_p50_ms": …,
 "overhead_p99_ms": …, "first_event_p50_ms": …, "tick_ms_1000_deployments": …,
-"admissions_scale_2_api": …}`, where admissions_per_s is async submission at 16 clients and
-admissions_scale_2_api is that number with two API processes over it with one.
+"admissions_scale_2_api": …}`, where admissions_per_s is async submission at 16 clients on
+the second platform and admissions_scale_2_api is that number over the first platform's.
 """
 
 from __future__ import annotations
@@ -119,7 +122,13 @@ def main() -> None:
         work = Path(tmp)
         (demo,) = build_models(work / "models", skip_big=True)
         if not args.postgres:
+            print("SQLite, 1 API process:", flush=True)
+            env = {**PLATFORM_ENV, "PLATFORM_API_PROCESSES": "1"}
+            one = on_platform(work / "state-1", env, demo, args, full=False)
+            print("SQLite, the embedded default (`platform up`: 2 API processes):", flush=True)
             report = on_platform(work / "state", PLATFORM_ENV, demo, args, full=True)
+            report["admissions_1_api"] = one["admissions"]
+            report["admitted"] += one["admitted"]
             print(f"reconciler tick, {args.tick_deployments} deployments, {args.tick_jobs} jobs:")
             report["tick"] = reconciler_tick.measure(args.tick_deployments, args.tick_jobs, 6)
         else:
@@ -142,6 +151,7 @@ def main() -> None:
                     report["tick"] = reconciler_tick.measure(
                         args.tick_deployments, args.tick_jobs, 6, database_url=url
                     )
+    report["database"] = "postgresql" if args.postgres else "sqlite"
     print_report(report)
 
 
@@ -236,7 +246,8 @@ def measure(
     if not full:
         return {"admissions": admissions, "admitted": len(admitted)}
     overhead, stages = warm_path(plat, name, body, args.runs)
-    first_event, first_output = sse(base, key, name, body, args.runs, httpx)
+    first_event, first_output = sse(base, key, name, body, args.runs, httpx, leave=False)
+    left_event, left_output = sse(base, key, name, body, args.runs, httpx, leave=True)
     return {
         "admissions": admissions,
         "admitted": len(admitted),
@@ -244,6 +255,8 @@ def measure(
         "stages_ms": stages,
         "first_event_ms": first_event,
         "first_output_ms": first_output,
+        "left_first_event_ms": left_event,
+        "left_first_output_ms": left_output,
     }
 
 
@@ -283,9 +296,13 @@ def warm_path(
 
 
 def sse(
-    base: str, key: str, name: str, body: dict[str, Any], runs: int, httpx: Any
+    base: str, key: str, name: str, body: dict[str, Any], runs: int, httpx: Any, *, leave: bool
 ) -> tuple[list[float], list[float]]:
-    """Sequential streamed runs: request sent -> first SSE event, and -> first output event."""
+    """Sequential streamed runs: request sent -> first SSE event, and -> first `output` event.
+
+    Each stream is read to its end (`completed`), as the SDK does; with `leave`, the client
+    leaves it at its first output instead: the platform then cancels the job (its client is
+    gone) while the next request is admitted."""
     first_event: list[float] = []
     first_output: list[float] = []
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as c:
@@ -302,9 +319,12 @@ def sse(
                     if seen_any is None:
                         seen_any = now
                         first_event.append((now - t0) * 1000)
-                    if line.split(":", 1)[1].strip() == "output":
+                    if line.split(":", 1)[1].strip() == "output" and len(first_output) < len(
+                        first_event
+                    ):
                         first_output.append((now - t0) * 1000)
-                        break
+                        if leave:
+                            break
     return first_event, first_output
 
 
@@ -329,6 +349,10 @@ def print_report(r: dict[str, Any]) -> None:
     rows = [("platform overhead (latency - execution)", r["overhead_ms"])]
     rows += [(f"  {k}", v) for k, v in r["stages_ms"].items()]
     rows += [("SSE first event", r["first_event_ms"]), ("SSE first output", r["first_output_ms"])]
+    rows += [
+        ("SSE first event, streams left at their first output", r["left_first_event_ms"]),
+        ("SSE first output, streams left at their first output", r["left_first_output_ms"]),
+    ]
     for label, values in rows:
         print(f"| {label} | {pct(values, 0.5):.1f} | {pct(values, 0.99):.1f} |")
     tick = r["tick"]
@@ -348,9 +372,10 @@ def print_report(r: dict[str, Any]) -> None:
         "admissions_scale_2_api": (
             round(r["admissions"]["async"][16] / one["async"][16], 2) if one is not None else None
         ),
-        "database": "postgresql" if one is not None else "sqlite",
+        "database": r["database"],
         "sync_per_s_16": round(r["admissions"]["sync"][16], 1),
         "overhead_mean_ms": round(statistics.fmean(r["overhead_ms"]), 2),
+        "first_event_left_p50_ms": round(pct(r["left_first_event_ms"], 0.5), 2),
     }
     print(json.dumps(line))
 
