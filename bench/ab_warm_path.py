@@ -1,0 +1,163 @@
+"""The warm path of two versions of the platform, measured side by side.
+
+    git worktree add /tmp/base <commit>
+    .venv/bin/python bench/ab_warm_path.py --base /tmp/base          # ~3 min
+
+On a small shared machine, single runs of `bench/control_plane.py` vary by 25-40 % from one
+minute to the next (the same commit measured 8 and 12 ms of overhead in two runs a few minutes
+apart), far more than most changes it should judge. So this starts both platforms at once (the
+base from its checkout: its processes run with that directory as their working directory and
+`PYTHONPATH`, so `python -m ...` imports its code; the other from this checkout), each with one
+warm worker and one API process, and alternates 1-token sync runs and streamed runs between
+them: whatever the machine does meanwhile, both see it. It prints each stage's p50 / p99 for
+both (client latency; overhead = latency minus the job's execution, `completed_at -
+started_at`; accept, claim, answer as in `bench/control_plane.py`; sent -> first SSE event)
+and, last, one JSON line with the p50 ratios of this checkout over the base.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+STAGES = ("latency", "overhead", "accept", "claim", "execution", "answer", "sse_first_event")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--base", type=Path, required=True, help="a checkout of the base version")
+    p.add_argument("--runs", type=int, default=250, help="sync runs (and streams) per version")
+    args = p.parse_args()
+
+    import httpx
+
+    from bench.coldstart.driver import Platform
+    from bench.coldstart.models import build_models
+    from bench.control_plane import PLATFORM_ENV
+
+    env = {**PLATFORM_ENV, "PLATFORM_API_PROCESSES": "1"}
+    versions = {"base": args.base.resolve(), "this": REPO}
+    plats: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
+        (demo,) = build_models(Path(tmp) / "models", skip_big=True)
+        try:
+            for label, root in versions.items():
+                plats[label] = start(Platform, Path(tmp) / label, env, root)
+            names = {label: deploy(plat, demo) for label, plat in plats.items()}
+            results = alternate(plats, names, args.runs, httpx)
+        finally:
+            for plat in plats.values():
+                plat.close()
+    report(results)
+
+
+def start(platform: Any, state: Path, env: dict[str, str], root: Path) -> Any:
+    """`platform up` whose processes import the code under `root`."""
+    saved_cwd, saved_path = Path.cwd(), os.environ.get("PYTHONPATH")
+    os.chdir(root)  # `python -m ...` puts its working directory first on sys.path
+    os.environ["PYTHONPATH"] = str(root)
+    try:
+        return platform(state, env, {})
+    finally:
+        os.chdir(saved_cwd)
+        if saved_path is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = saved_path
+
+
+def deploy(plat: Any, demo: Any) -> str:
+    """The demo model with one warm worker; returns the deployment's name once it serves."""
+    from bench.coldstart.driver import wait_for
+
+    up = plat.upload(demo, "api")
+    name = f"ab-{plat.token}"
+    spec = {"name": name, "model": up.store_uri, "min_workers": 1, "max_workers": 1,
+            "target_concurrency": 8, "accelerator": "cpu"}  # fmt: skip
+    plat.http.post("/v1/deployments", json=spec).raise_for_status()
+
+    def serving() -> bool | None:
+        data = plat.http.get("/v1/workers", params={"deployment": name}).json()["data"]
+        return True if any(w["state"] in ("idle", "busy") for w in data) else None
+
+    wait_for("a warm worker", serving, 240)
+    for _ in range(5):  # warm the path
+        plat.http.post(f"/v1/deployments/{name}/run", json=BODY).raise_for_status()
+    return name
+
+
+BODY = {"input": {"prompt": "Hi", "max_tokens": 1}}
+
+
+def alternate(
+    plats: dict[str, Any], names: dict[str, str], runs: int, httpx: Any
+) -> dict[str, dict[str, list[float]]]:
+    from bench.coldstart.phases import parse_iso
+
+    out = {label: {stage: [] for stage in STAGES} for label in plats}
+    clients = {
+        label: httpx.Client(
+            base_url=plat.state["url"],
+            headers={"Authorization": f"Bearer {plat.state['api_key']}"},
+            timeout=60,
+        )
+        for label, plat in plats.items()
+    }
+    labels = list(plats)
+    for i in range(runs):
+        for label in labels if i % 2 == 0 else reversed(labels):  # neither always goes first
+            c, url, r = clients[label], f"/v1/deployments/{names[label]}/run", out[label]
+            t0 = time.time()
+            job = c.post(url, json=BODY).json()
+            t1 = time.time()
+            created, started, done = (
+                parse_iso(job[k]) for k in ("created_at", "started_at", "completed_at")
+            )
+            for stage, seconds in (
+                ("latency", t1 - t0),
+                ("overhead", t1 - t0 - (done - started)),
+                ("accept", created - t0),
+                ("claim", started - created),
+                ("execution", done - started),
+                ("answer", t1 - done),
+            ):
+                r[stage].append(seconds * 1000)
+            t0 = time.perf_counter()
+            first = None
+            with c.stream("POST", url, json={**BODY, "stream": True}) as resp:
+                for line in resp.iter_lines():  # read to the end, as the SDK does
+                    if first is None and line.startswith("event:"):
+                        first = (time.perf_counter() - t0) * 1000
+            r["sse_first_event"].append(first if first is not None else float("nan"))
+    for c in clients.values():
+        c.close()
+    return out
+
+
+def report(results: dict[str, dict[str, list[float]]]) -> None:
+    def pct(values: list[float], q: int) -> float:
+        return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+    print("| ms | base p50 | base p99 | this p50 | this p99 | this / base (p50) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    ratios = {}
+    for stage in STAGES:
+        b, t = results["base"][stage], results["this"][stage]
+        ratios[stage] = round(pct(t, 50) / pct(b, 50), 3)
+        print(f"| {stage} | {pct(b, 50):.2f} | {pct(b, 99):.2f} | {pct(t, 50):.2f} | "
+              f"{pct(t, 99):.2f} | {ratios[stage]:.2f} |")  # fmt: skip
+    print(json.dumps({"bench": "ab_warm_path", "p50_this_over_base": ratios}))
+
+
+if __name__ == "__main__":
+    main()
