@@ -201,8 +201,10 @@ def follow_jobs(session: Session, settings: Settings, worker_id: str, at: dateti
     half, busy back to idle, is `settle_idle`'s, once per reconciler tick. So every job runs
     inside a busy segment (its cost is allocated from it), and a job's end writes nothing to its
     worker: back-to-back jobs toggle no state and close no billing segment each."""
-    # its state alone: most claims find it busy already, and then need no Worker object
-    state = session.scalar(select(Worker.state).where(Worker.id == worker_id))
+    # Its state alone: most claims find it busy already, and then need no Worker object.
+    # Locked (PostgreSQL; SQLite's claim already holds the one write lock): `settle_idle` must
+    # not make it idle between this read and the claim's commit.
+    state = session.scalar(select(Worker.state).where(Worker.id == worker_id).with_for_update())
     if state == WorkerState.IDLE:
         transition(session, settings, worker_id, WorkerState.BUSY, at, at)
 
@@ -215,18 +217,25 @@ def settle_idle(session: Session, settings: Settings, now: datetime) -> list[str
     the worker busy across the gap between them, so a gap shorter than a tick (250 ms) is billed
     as busy time, never as idle (the rate is the same; `usage` splits it among the jobs)."""
     busy = [w for w in live(session) if w.state == WorkerState.BUSY]
-    if not busy:
+    idle = set(_without_running_jobs(session, [w.id for w in busy]))
+    if not idle:
         return []
-    running = set(
-        session.scalars(
-            select(Job.worker_id)
-            .where(Job.status == JobStatus.RUNNING, Job.worker_id.in_([w.id for w in busy]))
-            .distinct()
-        )
+    # A claim may commit between that read and this transaction's: lock the candidates first
+    # (PostgreSQL: their rows, which a claim locks too; SQLite: the one write lock) and read
+    # again under the lock, so a worker that just got a job stays busy.
+    session.execute(
+        update(Worker)
+        .where(Worker.id.in_(idle), Worker.state == WorkerState.BUSY)
+        .values(state=Worker.state),
+        execution_options={"synchronize_session": False},
     )
+    idle = set(_without_running_jobs(session, list(idle)))
     settled = []
     for w in busy:
-        if w.id in running:
+        if w.id not in idle:
+            continue
+        session.refresh(w)  # as it is now (its own report may have moved it on: draining)
+        if w.state != WorkerState.BUSY:
             continue
         # by the (worker_id, started_at) index: only the attempts of this busy period
         last_end = session.scalar(
@@ -238,6 +247,20 @@ def settle_idle(session: Session, settings: Settings, now: datetime) -> list[str
         transition(session, settings, w.id, WorkerState.IDLE, at, now)
         settled.append(w.id)
     return settled
+
+
+def _without_running_jobs(session: Session, worker_ids: list[str]) -> list[str]:
+    """Those of these workers that hold no running job (by the running jobs' index)."""
+    if not worker_ids:
+        return []
+    running = set(
+        session.scalars(
+            select(Job.worker_id)
+            .where(Job.status == JobStatus.RUNNING, Job.worker_id.in_(worker_ids))
+            .distinct()
+        )
+    )
+    return [w for w in worker_ids if w not in running]
 
 
 def live(session: Session, deployment_id: str | None = None) -> list[Worker]:

@@ -11,10 +11,12 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from control_plane.db.models import Worker
 from control_plane.reconcile.driver import Reconciler
+from control_plane.services import workers as worker_records
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import SteppedClock, provider
@@ -279,6 +281,34 @@ def test_many_way_splits_balance_exactly(
     }
     assert sum(Decimal(usage[j]["cost"]) for j in ids) == sum(Decimal(r["amount"]) for r in busy)
     assert client.get("/v1/billing/check", headers=h(key)).json() == {"ok": True, "issues": []}
+
+
+def test_a_worker_that_gets_a_job_while_the_tick_settles_it_stays_busy(
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    clock: SteppedClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tick reads which busy workers hold no running job, then writes; a claim that
+    commits between the two keeps its worker busy (the tick reads again under its lock)."""
+    key = keys["a"]
+    wid = start_worker(client, clock, key, loop, target_concurrency=2)
+    first = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
+    claim(client, first, wid)  # busy, with a running job
+    real = worker_records._without_running_jobs
+    reads: list[list[str]] = []
+
+    def first_read_before_the_claim(session: Any, worker_ids: list[str]) -> list[str]:
+        reads.append(list(worker_ids))
+        return list(worker_ids) if len(reads) == 1 else real(session, worker_ids)
+
+    monkeypatch.setattr(worker_records, "_without_running_jobs", first_read_before_the_claim)
+    clock.advance(0.3)
+    loop.tick(clock())
+    assert wid in reads[0] and len(reads) == 2
+    data = client.get("/v1/workers", headers=h(key)).json()["data"]
+    assert next(w["state"] for w in data if w["id"] == wid) == "busy"
 
 
 def test_busy_and_idle_follow_the_claims_and_job_ends(
