@@ -55,8 +55,12 @@ PRIORITY_OF_KIND = {"sync": 0, "async": 3, "batch": 6}
 # priorities, so kombu keeps one list per priority step and polls them in order.
 BROKER_TRANSPORT_OPTIONS = {"priority_steps": list(range(10)), "queue_order_strategy": "priority"}
 
-# How long a job's event stream is kept after its last write.
+# How long a job's event stream is kept after its last write while the job is active, and
+# after its terminal event: its readers (a stream's client, the output-webhook follower) are
+# attached while it runs, so an ended job's events are kept only for a late reader; at hundreds
+# of jobs a second a day of them would be gigabytes of Redis.
 JOB_EVENTS_TTL_S = 24 * 3600
+JOB_EVENTS_ENDED_TTL_S = 3600
 # Cap on entries per job stream (approximate trim); deltas beyond it are still in the output.
 JOB_EVENTS_MAXLEN = 10_000
 # A worker refreshes its heartbeat every HEARTBEAT_INTERVAL_S; it expires after HEARTBEAT_TTL_S.

@@ -14,6 +14,7 @@ from redis.client import Pipeline
 
 from worker.protocol import (
     JOB_END_TTL_S,
+    JOB_EVENTS_ENDED_TTL_S,
     JOB_EVENTS_MAXLEN,
     JOB_EVENTS_TTL_S,
     TERMINAL_EVENTS,
@@ -46,7 +47,7 @@ def publish_end(
     """A job's terminal event; `waited_on` (a sync job): also its end for `wait_end`, in the
     same round trip."""
     pipe = r.pipeline(transaction=False)
-    publish_to(pipe, [job_id], event, data)
+    publish_to(pipe, [job_id], event, data, ttl_s=JOB_EVENTS_ENDED_TTL_S)
     if waited_on:
         key = job_end_key(job_id)
         pipe.rpush(key, json.dumps({"type": event.value, "data": data}))
@@ -54,14 +55,21 @@ def publish_end(
     pipe.execute()
 
 
-def publish_to(pipe: Pipeline, job_ids: list[str], event: EventType, data: dict[str, Any]) -> None:
+def publish_to(
+    pipe: Pipeline,
+    job_ids: list[str],
+    event: EventType,
+    data: dict[str, Any],
+    *,
+    ttl_s: int = JOB_EVENTS_TTL_S,
+) -> None:
     """Queue the same event for each job on `pipe` (the caller executes it with its other
-    commands); the event is encoded once."""
+    commands); the event is encoded once. `ttl_s`: how long the streams are kept after it."""
     body = {"type": event.value, "data": json.dumps(data)}
     for job_id in job_ids:
         key = job_events_key(job_id)
         pipe.xadd(key, body, maxlen=JOB_EVENTS_MAXLEN)  # type: ignore[arg-type]
-        pipe.expire(key, JOB_EVENTS_TTL_S)
+        pipe.expire(key, ttl_s)
 
 
 async def wait_end(

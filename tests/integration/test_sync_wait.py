@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from control_plane.services import events
 from tests.integration.api_helpers import WORKER, deploy, h
-from worker.protocol import EventType, job_end_key, job_events_key
+from worker.protocol import JOB_EVENTS_ENDED_TTL_S, EventType, job_end_key, job_events_key
 
 
 def test_every_waiter_of_a_sync_job_sees_its_end_and_only_its_end(
@@ -37,8 +37,10 @@ def test_every_waiter_of_a_sync_job_sees_its_end_and_only_its_end(
 
     assert asyncio.run(scenario()) == [(EventType.COMPLETED, job)] * 3
     assert 0 < redis_client.ttl(job_end_key("job_w")) <= 60, "kept only for the moment after"
-    # the stream has the terminal event as well, for streams and `follow`
+    # the stream has the terminal event as well, for streams and `follow`; an ended job's
+    # stream is kept an hour, not the day an active one's is
     assert redis_client.xrevrange(job_events_key("job_w"), count=1)[0][1][b"type"] == b"completed"
+    assert 60 < redis_client.ttl(job_events_key("job_w")) <= JOB_EVENTS_ENDED_TTL_S
 
 
 def test_only_sync_jobs_get_an_end_to_wait_on(redis_client: Any) -> None:
