@@ -308,7 +308,7 @@ def sse(
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}) as c:
         for _ in range(runs):
             t0 = time.perf_counter()
-            seen_any = None
+            seen_any = seen_output = None
             with c.stream(
                 "POST", f"/v1/deployments/{name}/run", json={**body, "stream": True}
             ) as resp:
@@ -319,9 +319,8 @@ def sse(
                     if seen_any is None:
                         seen_any = now
                         first_event.append((now - t0) * 1000)
-                    if line.split(":", 1)[1].strip() == "output" and len(first_output) < len(
-                        first_event
-                    ):
+                    if seen_output is None and line.split(":", 1)[1].strip() == "output":
+                        seen_output = now
                         first_output.append((now - t0) * 1000)
                         if leave:
                             break

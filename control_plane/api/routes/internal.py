@@ -7,6 +7,7 @@ here, so fencing and billing are enforced in one place.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -34,12 +35,13 @@ router = APIRouter(prefix="/internal", dependencies=[Depends(worker_auth)], incl
 # `Db` dependency FastAPI would also open and close the session on pool threads of their own.
 @router.post("/jobs/{job_id}/claim")
 async def claim(job_id: str, body: ClaimRequest, ctx: Ctx, at: Now) -> Any:
-    return await run_in_threadpool(_claim_in_session, ctx, job_id, body, at)
+    return await run_in_threadpool(_in_session, _claim, ctx, job_id, body, at)
 
 
-def _claim_in_session(ctx: AppContext, job_id: str, body: ClaimRequest, at: datetime) -> Any:
+def _in_session(route: Callable[..., Any], ctx: AppContext, *args: Any) -> Any:
+    """`route(ctx, session, *args)` with a session of its own, on the calling thread."""
     with ctx.sessions() as session:
-        return _claim(ctx, session, job_id, body, at)
+        return route(ctx, session, *args)
 
 
 def _claim(ctx: AppContext, session: Session, job_id: str, body: ClaimRequest, at: datetime) -> Any:
@@ -97,14 +99,7 @@ def _claimed(job: Job, dep: Deployment) -> dict[str, Any]:
 
 @router.post("/jobs/{job_id}/complete")
 async def complete(job_id: str, body: CompleteRequest, ctx: Ctx, at: Now) -> Any:
-    return await run_in_threadpool(_complete_in_session, ctx, job_id, body, at)
-
-
-def _complete_in_session(
-    ctx: AppContext, job_id: str, body: CompleteRequest, at: datetime
-) -> dict[str, bool]:
-    with ctx.sessions() as session:
-        return _complete(ctx, session, job_id, body, at)
+    return await run_in_threadpool(_in_session, _complete, ctx, job_id, body, at)
 
 
 def _complete(
