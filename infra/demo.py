@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,8 @@ from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
+
+from control_plane.embedded.processes import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".demo"
@@ -36,13 +37,6 @@ def platform(*args: str, env: dict[str, str] | None = None) -> None:
     cmd = [str(BIN / "platform"), *args]
     print("$ platform " + " ".join(args), flush=True)
     subprocess.run(cmd, check=True, env=env)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Receiver:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import shutil
 import signal
 import socket
@@ -29,11 +30,42 @@ class StartError(RuntimeError):
     """A server did not start; the message names it and points at its log."""
 
 
+# Where free_port looks first: below Linux's default ephemeral range (32768-60999).
+PORTS_BELOW_EPHEMERAL = (20000, 32767)
+EPHEMERAL_RANGE_PATH = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port free now, outside the kernel's ephemeral range where it can.
+
+    Servers the supervisor restarts (Redis, the API) come back on the same port. A port from
+    the ephemeral range (what binding port 0 gives) can be taken, while its server is down, by
+    any outgoing connection as its source port, and the restart then fails; ports outside that
+    range are never handed out that way.
+    """
+    lo, hi = _ports_outside_ephemeral()
+    for _ in range(64) if lo <= hi else ():
+        port = random.randint(lo, hi)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken: try another
+            return port
+    with socket.socket() as s:  # no room outside the ephemeral range: any free port
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        bound: int = s.getsockname()[1]
+        return bound
+
+
+def _ports_outside_ephemeral() -> tuple[int, int]:
+    """PORTS_BELOW_EPHEMERAL, cut to end below this machine's ephemeral range."""
+    lo, hi = PORTS_BELOW_EPHEMERAL
+    try:
+        ephemeral_lo = int(EPHEMERAL_RANGE_PATH.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return lo, hi  # not Linux: keep the default's guess
+    return lo, min(hi, ephemeral_lo - 1)
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

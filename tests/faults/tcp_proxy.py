@@ -20,7 +20,9 @@ What each fault models:
   Only connections opened after `heal()` are forwarded.
 - `reset`: the path is cut: both ends of every connection get an RST (SO_LINGER 0), as when a
   peer or a middlebox restarts; with `refuse_s`, the port is closed for that long, so new
-  connections are refused (ECONNREFUSED), as while a server restarts.
+  connections are refused (ECONNREFUSED), as while a server restarts. The port stays bound
+  (not listening) meanwhile: were it let go, a client's outgoing connection could take it as
+  its ephemeral source port, and the proxy could not listen on it again.
 
 Everything runs on one asyncio loop in one daemon thread of the test process; `close()` (the
 context manager's exit) aborts every connection, closes the port and joins the thread.
@@ -85,6 +87,8 @@ class FaultProxy:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="fault-proxy")
         self._server: asyncio.Server | None = None
+        # While the port refuses: a socket bound to it, not listening (see the module doc)
+        self._held: socket.socket | None = None
         self._upstream_known = asyncio.Event()
         self._reopen: asyncio.TimerHandle | None = None
         self._closed = False
@@ -158,17 +162,37 @@ class FaultProxy:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(30)
 
     async def _listen(self, port: int) -> int:
-        self._server = await asyncio.start_server(
-            self._accept, self.host, port, reuse_address=True, limit=CHUNK_BYTES
-        )
+        held, self._held = self._held, None
+        if held is not None:  # listen on the socket that kept the port
+            self._server = await asyncio.start_server(self._accept, sock=held, limit=CHUNK_BYTES)
+        else:
+            # SO_REUSEPORT so that `_close_port` can bind its holder beside this socket
+            self._server = await asyncio.start_server(
+                self._accept,
+                self.host,
+                port,
+                reuse_address=True,
+                reuse_port=True,
+                limit=CHUNK_BYTES,
+            )
         bound: int = self._server.sockets[0].getsockname()[1]
         return bound
 
-    async def _close_port(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+    async def _close_port(self, hold: bool = False) -> None:
+        """Stop listening; with `hold`, keep the port bound (a socket that does not listen:
+        connections are refused) until `_listen` takes it back."""
+        if self._server is None:
+            return
+        if hold and self._held is None:
+            held = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            held.bind((self.host, self.port))  # bound before the listener goes: no gap
+            held.setblocking(False)
+            self._held = held
+        self._server.close()
+        await self._server.wait_closed()
+        self._server = None
 
     async def _set_upstream(self, upstream: tuple[str, int]) -> None:
         self._upstream = upstream
@@ -193,7 +217,7 @@ class FaultProxy:
 
     async def _reset(self, refuse_s: float) -> int:
         if refuse_s > 0:
-            await self._close_port()
+            await self._close_port(hold=True)
             if self._reopen is not None:
                 self._reopen.cancel()
             self._reopen = self._loop.call_later(
@@ -217,6 +241,9 @@ class FaultProxy:
         if self._reopen is not None:
             self._reopen.cancel()
         await self._close_port()
+        if self._held is not None:
+            self._held.close()
+            self._held = None
         links = list(self._links)
         for link in links:
             self._abort(link)

@@ -4,6 +4,7 @@ it forwards bytes unchanged, and each fault does what its name says (and heals).
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
 import threading
 import time
@@ -192,6 +193,20 @@ def test_reset_can_refuse_new_connections_for_a_while(proxy: FaultProxy) -> None
     assert wait_for(lambda: _connects(proxy), timeout_s=3)
     with connect(proxy) as s:
         assert round_trip(s, b"open again") == b"open again"
+
+
+def test_a_refusing_port_stays_held(proxy: FaultProxy) -> None:
+    """While it refuses, nothing else can take the port (as a client's ephemeral source port
+    could, were it let go), so the proxy always gets it back."""
+    proxy.reset(refuse_s=30)
+    with socket.socket() as other, pytest.raises(OSError) as taken:
+        other.bind(proxy.address)
+    assert taken.value.errno == errno.EADDRINUSE
+    with pytest.raises(ConnectionRefusedError):
+        connect(proxy)
+    proxy.heal()
+    with connect(proxy) as s:
+        assert round_trip(s, b"back") == b"back"
 
 
 def test_heal_ends_a_refusal_early(proxy: FaultProxy) -> None:
