@@ -121,7 +121,15 @@ class Deployment(Base):
 
     @property
     def spec(self) -> Spec:
-        return Spec.from_doc(self.spec_doc)
+        """The spec parsed once per document: the reconciler reads it for every deployment in
+        several steps of each tick. A new document (an update assigns one) is parsed anew;
+        holding the parsed one's document keeps its identity from being reused."""
+        doc = self.spec_doc
+        parsed: tuple[dict[str, Any], Spec] | None = self.__dict__.get("_spec_parsed")
+        if parsed is None or parsed[0] is not doc:
+            parsed = (doc, Spec.from_doc(doc))
+            self.__dict__["_spec_parsed"] = parsed
+        return parsed[1]
 
 
 class DeploymentVersion(Base):

@@ -30,7 +30,7 @@ from control_plane.domain.clock import Clock
 from control_plane.providers.base import Exited
 from control_plane.reconcile import jobs, pool, refresh, scale, tick_trace, webhooks, workers
 from control_plane.reconcile.env import Env
-from control_plane.services import batches, billing, deployments, fence
+from control_plane.services import batches, billing, fence
 from control_plane.services import workers as worker_records
 from worker.protocol import WorkerState
 
@@ -88,10 +88,6 @@ class Reconciler:
         with self.sessions() as session:
             if token is not None:
                 fence.fence(session, token)
-            # Held for the tick: the session's identity map keeps only weak references, so
-            # without it every reconciler's read of the deployments built them all again (live
-            # workers are kept by the session itself: `services.workers.live`).
-            held = deployments.list_live(session)
             with tick_trace.step(trace, "workers"):
                 dead = workers.reap(session, env, now) + workers.check_liveness(session, env, now)
                 workers.settle_idle(session, env, now)
@@ -112,7 +108,6 @@ class Reconciler:
                 session.commit()
             with tick_trace.step(trace, "sweeps"):
                 self._sweep(session, now)
-            del held
 
     def _sweep(self, session: Session, now: datetime) -> None:
         """The periodic sweeps, each when due."""

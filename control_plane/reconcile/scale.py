@@ -80,6 +80,7 @@ class Demand:
     model_bytes: dict[str, int] = field(default_factory=dict)  # weight bytes seen loading
     # the last placement of a worker (its choice, every option's ETA), shown with the decision
     placements: dict[str, dict[str, Any]] = field(default_factory=dict)
+    written: scale_decisions.Written = field(default_factory=scale_decisions.Written)
 
     def forget_all_but(self, live_ids: set[str]) -> None:
         tables: tuple[dict[str, Any], ...] = (
@@ -90,6 +91,7 @@ class Demand:
             self.cold_starts,
             self.model_bytes,
             self.placements,
+            self.written.docs,
         )
         for table in tables:
             for dep_id in set(table) - live_ids:
@@ -137,7 +139,7 @@ def scale_all(
             demand.model_bytes[c.deployment_id] = told.bytes_total
     demand.forget_all_but({d.id for d in live})
     session.commit()
-    scale_decisions.publish(env.redis, published)
+    scale_decisions.publish(env.redis, published, demand.written, now.timestamp())
 
 
 def scale(

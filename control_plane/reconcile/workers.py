@@ -17,7 +17,7 @@ from control_plane.domain.fleet import liveness
 from control_plane.domain.spec import Spec
 from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
-from control_plane.services import workers
+from control_plane.services import deployments, workers
 from worker.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
 
 log = logging.getLogger(__name__)
@@ -111,13 +111,16 @@ def settle_idle(session: Session, env: Env, now: datetime) -> None:
 
 
 def _max_boot_s(session: Session, deployment_ids: set[str]) -> dict[str, float]:
-    """Each deployment's boot limit, in one query (a tick must not read one per worker)."""
-    if not deployment_ids:
-        return {}
-    rows = session.execute(
-        select(Deployment.id, Deployment.spec_doc).where(Deployment.id.in_(deployment_ids))
-    )
-    return {dep_id: Spec.from_doc(doc).max_boot_s for dep_id, doc in rows}
+    """Each deployment's boot limit: from the live deployments the tick keeps (`list_live`),
+    and in one query for the rest (workers of deleted deployments, draining)."""
+    limits = {d.id: d.spec.max_boot_s for d in deployments.list_live(session)}
+    rest = deployment_ids - limits.keys()
+    if rest:
+        rows = session.execute(
+            select(Deployment.id, Deployment.spec_doc).where(Deployment.id.in_(rest))
+        )
+        limits.update({dep_id: Spec.from_doc(doc).max_boot_s for dep_id, doc in rows})
+    return limits
 
 
 def _heartbeat_time(beat: bytes | str, previous: datetime | None, now: datetime) -> datetime:

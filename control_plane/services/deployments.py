@@ -9,6 +9,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from control_plane.db import kept
 from control_plane.db.models import Deployment, DeploymentVersion
 from control_plane.domain.ids import new_id
 from control_plane.errors import Conflict, NotFound
@@ -38,8 +39,13 @@ def list_(session: Session, tenant_id: str) -> list[Deployment]:
 
 
 def list_live(session: Session) -> list[Deployment]:
-    """Every live deployment of every tenant (for the autoscaler loop)."""
-    return list(session.scalars(select(Deployment).where(Deployment.deleted_at.is_(None))))
+    """Every live deployment of every tenant (for the reconciler), read once per session and
+    kept until the session writes a deployment (`db.kept`): each step of a tick asks."""
+    query = select(Deployment).where(Deployment.deleted_at.is_(None))
+    return kept.rows(session, _LIVE_KEY, Deployment, lambda: list(session.scalars(query)))
+
+
+_LIVE_KEY = "services.deployments.live"
 
 
 def create(session: Session, tenant_id: str, spec: dict[str, Any], now: datetime) -> Deployment:

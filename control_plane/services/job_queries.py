@@ -81,6 +81,8 @@ def overrunning(session: Session, grace_s: float, now: datetime) -> list[tuple[s
             Job.status == JobStatus.RUNNING
         )
     ).all()
+    if not rows:
+        return []
     # One spec per deployment, not per running job: this runs every reconciler tick.
     dep_ids = {dep_id for *_, dep_id in rows}
     specs = {

@@ -7,10 +7,11 @@ import statistics
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, event, func, select, update
+from sqlalchemy import CursorResult, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from control_plane.db import kept
 from control_plane.db.models import BillingRecord, Deployment, Job, JobAttempt, Tenant, Worker
 from control_plane.domain.billing_math import POOL_PHASE, phase_of
 from control_plane.domain.clock import iso
@@ -109,7 +110,7 @@ def assign(
                 raise _Taken
     except _Taken:
         return False
-    session.info.pop(_LIVE_KEY, None)  # a bulk update: no flush tells `live`
+    kept.drop(session, _LIVE_KEY)  # a bulk update: no flush tells `live`
     session.refresh(w)
     return True
 
@@ -266,36 +267,19 @@ def _without_running_jobs(session: Session, worker_ids: list[str]) -> list[str]:
 def live(session: Session, deployment_id: str | None = None) -> list[Worker]:
     """Live and draining workers (of one deployment, or all).
 
-    All of them are read once per session and kept until a worker row is written through
-    it: a reconciler tick asks this of every reconciler, and at thousands of workers each
-    read cost ~25 ms. Pending changes to workers are flushed first, so the answer is what a
-    query would return (rows other processes insert meanwhile appear in the next session;
-    the reconciler is the one that creates workers)."""
+    All of them are read once per session and kept until a worker row is written through it
+    (`db.kept`): a reconciler tick asks this of every reconciler, and at thousands of workers
+    each read cost ~25 ms. Rows other processes insert meanwhile appear in the next session
+    (the reconciler is the one that creates workers)."""
     if deployment_id:
         q = select(Worker).where(Worker.deployment_id == deployment_id)
         return list(session.scalars(q.where(Worker.state.in_(_LIVE_VALUES))))
-    if any(isinstance(o, Worker) for o in (*session.new, *session.dirty, *session.deleted)):
-        session.flush()  # drops the kept list (`_forget_live`)
-    kept: list[Worker] | None = session.info.get(_LIVE_KEY)
-    if kept is None:
-        kept = list(session.scalars(select(Worker).where(Worker.state.in_(_LIVE_VALUES))))
-        session.info[_LIVE_KEY] = kept
-    return list(kept)
+    query = select(Worker).where(Worker.state.in_(_LIVE_VALUES))
+    return kept.rows(session, _LIVE_KEY, Worker, lambda: list(session.scalars(query)))
 
 
 _LIVE_KEY = "services.workers.live"
 _LIVE_VALUES = [s.value for s in LIVE_STATES | {WorkerState.DRAINING}]
-
-
-@event.listens_for(Session, "after_flush")
-def _forget_live_on_write(session: Session, _ctx: Any) -> None:
-    if any(isinstance(o, Worker) for o in (*session.new, *session.dirty, *session.deleted)):
-        session.info.pop(_LIVE_KEY, None)
-
-
-@event.listens_for(Session, "after_soft_rollback")
-def _forget_live_on_rollback(session: Session, _previous: Any) -> None:
-    session.info.pop(_LIVE_KEY, None)
 
 
 def list_for_tenant(

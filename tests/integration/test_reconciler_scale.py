@@ -11,8 +11,10 @@ from sqlalchemy import event
 
 from bench.reconciler_tick import RecordingProvider, populate
 from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.domain.clock import iso
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.env import Env
+from control_plane.services import scale_decisions
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
 
@@ -55,3 +57,43 @@ def test_a_steady_tick_costs_the_same_statements_for_5_or_40_deployments(
     assert len(provider.started) == 2 * 40
     assert small[1:] == large[1:] == [small[2]] * 2, (small, large)
     assert small[2] < 60, small
+
+
+def test_a_steady_tick_reads_deployments_and_workers_once_and_rewrites_no_decision(
+    database_url: str, redis_url: str
+) -> None:
+    """Every step of a tick shares one read of the live deployments and one of the live
+    workers (`db.kept`); an unchanged decision is written again only after REWRITE_S."""
+    now = datetime.now(UTC)
+    r = redis.Redis.from_url(redis_url)
+    settings = Settings(database_url=database_url, redis_url=redis_url, warm_pool_max=0)
+    engine = make_engine(database_url)
+    seen: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _count(_conn: Any, _cur: Any, statement: str, *_args: Any) -> None:
+        seen.append(" ".join(statement.split()))
+
+    loop = Reconciler(
+        Env(settings, r, make_celery(settings), RecordingProvider()),  # type: ignore[arg-type]
+        make_sessionmaker(engine),
+    )
+    populate(database_url, 3, 9, now)
+
+    def decided_at() -> set[str]:
+        docs = scale_decisions.latest(r, [f"dep_{i:06d}" for i in range(3)])
+        return {doc["decided_at"] for doc in docs.values()}
+
+    for i in range(3):
+        seen.clear()
+        loop.tick(now + timedelta(seconds=1 + i))
+    engine.dispose()
+    live_deployments = [
+        s for s in seen if s.endswith("FROM deployments WHERE deployments.deleted_at IS NULL")
+    ]
+    live_workers = [s for s in seen if "FROM workers WHERE workers.state IN" in s]
+    assert (len(live_deployments), len(live_workers)) == (1, 1), seen
+    # tick 0 started the workers, tick 1 counted them, tick 2 decided the same: not written
+    assert decided_at() == {iso(now + timedelta(seconds=2))}
+    loop.tick(now + timedelta(seconds=2 + scale_decisions.REWRITE_S))
+    assert decided_at() == {iso(now + timedelta(seconds=2 + scale_decisions.REWRITE_S))}
