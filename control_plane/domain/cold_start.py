@@ -23,6 +23,7 @@ ColdStart(phase='loading_weights', eta_s=4.5, bytes_done=500, bytes_total=1500)
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,9 @@ REASON_OF_PHASE = {
 # Publish again within a phase once the ETA moved this much or this share of the bytes landed.
 ETA_STEP_S = 1.0
 BYTES_STEP = 0.02
+# A deployment's stored cold start (what GET /v1/jobs/{id} shows) is written again at least
+# this often while it lasts (its key expires 5 s after the last write: `services/cold_starts`).
+KEY_REWRITE_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +130,23 @@ def soonest(workers: Iterable[BootingWorker], times: PhaseTimes) -> ColdStart | 
         starts,
         key=lambda c: (c.eta_s is None, c.eta_s or 0.0, _ORDER[c.phase]),
     )
+
+
+def aged(start: ColdStart, elapsed_s: float) -> ColdStart:
+    """`start` read `elapsed_s` after it was made: its ETA counted down, never below 0."""
+    if start.eta_s is None or elapsed_s <= 0:
+        return start
+    return dataclasses.replace(start, eta_s=round(max(start.eta_s - elapsed_s, 0.0), 1))
+
+
+def key_due(stored: tuple[ColdStart, float] | None, new: ColdStart, now_s: float) -> bool:
+    """Whether a deployment's key, `stored` (what it says, when written), must be written with
+    `new`: read now, with its ETA counted down, it would say something `worth_publishing`
+    differs; or its expiry is near. Counted down, a steady ETA needs no write each tick."""
+    if stored is None:
+        return True
+    start, at = stored
+    return now_s - at >= KEY_REWRITE_S or worth_publishing(aged(start, now_s - at), new)
 
 
 def worth_publishing(last: ColdStart | None, new: ColdStart) -> bool:

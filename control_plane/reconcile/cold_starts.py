@@ -28,6 +28,7 @@ from control_plane.domain.cold_start import (
     BootingWorker,
     ColdStart,
     PhaseTimes,
+    key_due,
     soonest,
     worth_publishing,
 )
@@ -51,15 +52,23 @@ class Case:
 
 
 def report_all(
-    session: Session, env: Env, cases: list[Case], last: dict[str, ColdStart], now: datetime
+    session: Session,
+    env: Env,
+    cases: list[Case],
+    last: dict[str, ColdStart],
+    stored: dict[str, tuple[ColdStart, float]],
+    now: datetime,
 ) -> None:
     """Tell the waiting jobs of every deployment how its cold start goes, in a few round trips
-    for all of them; `last` (per deployment, kept by the caller between ticks) is what they
-    were last told."""
+    for all of them. Kept by the caller between ticks, per deployment: `last`, what its jobs
+    were last told; `stored`, what its key says and since when."""
     under_way = [c for c in cases if c.booting and not c.ready]
     ids = {c.deployment_id for c in under_way}
     for c in cases:
-        if c.deployment_id not in ids and last.pop(c.deployment_id, None) is not None:
+        if c.deployment_id in ids:
+            continue
+        was_told = last.pop(c.deployment_id, None) is not None
+        if stored.pop(c.deployment_id, None) is not None or was_told:
             cold_starts.forget(env.redis, c.deployment_id)
     if not under_way:
         return
@@ -72,22 +81,23 @@ def report_all(
         starts[c.deployment_id] = start
     jobs.mark_starting_many(session, {d: s.reason for d, s in starts.items()})
     session.commit()
-    # Every tick refreshes the keys (GET shows a fresh ETA); events go out on real changes,
-    # and only then are the waiting jobs read (a steady tick reads none of them).
+    # Events and keys change only on real news, and only then are the waiting jobs read (a
+    # steady tick reads none of them); a key's reader counts its ETA down (`key_due`).
+    t = now.timestamp()
     told = {d for d, start in starts.items() if worth_publishing(last.get(d), start)}
     new_phase = {d for d, start in starts.items() if d not in last or last[d].phase != start.phase}
+    keys = [(d, start, t) for d, start in starts.items() if key_due(stored.get(d), start, t)]
     waiting = jobs.waiting_jobs(session, sorted(told | new_phase))
     try:
         cold_starts.publish_all(
             env.redis,
-            [
-                (d, start, [w.id for w in waiting.get(d, [])] if d in told else [])
-                for d, start in starts.items()
-            ],
+            [(starts[d], [w.id for w in waiting.get(d, [])]) for d in sorted(told)],
+            keys,
         )
     except redis.RedisError as exc:
         log.warning("cold starts: progress not published (Redis: %s)", exc)
         return
+    stored.update({d: (start, at) for d, start, at in keys})
     for d in new_phase:
         _webhooks(env, [w for w in waiting.get(d, []) if w.wants_starting], starts[d].phase)
     for d in told:

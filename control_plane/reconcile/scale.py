@@ -77,6 +77,8 @@ class Demand:
     # the last arrivals read from Redis, used while Redis does not answer
     last_arrival_at: dict[str, float | None] = field(default_factory=dict)
     cold_starts: dict[str, ColdStart] = field(default_factory=dict)  # what waiting jobs were told
+    # what each deployment's cold-start key says, and when it was written
+    cold_start_keys: dict[str, tuple[ColdStart, float]] = field(default_factory=dict)
     model_bytes: dict[str, int] = field(default_factory=dict)  # weight bytes seen loading
     # the last placement of a worker (its choice, every option's ETA), shown with the decision
     placements: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -89,6 +91,7 @@ class Demand:
             self.logged,
             self.last_arrival_at,
             self.cold_starts,
+            self.cold_start_keys,
             self.model_bytes,
             self.placements,
             self.written.docs,
@@ -132,7 +135,7 @@ def scale_all(
             cases,
         )
         published.append((dep.id, doc))
-    cold_starts.report_all(session, env, cases, demand.cold_starts, now)
+    cold_starts.report_all(session, env, cases, demand.cold_starts, demand.cold_start_keys, now)
     for c in cases:
         told = demand.cold_starts.get(c.deployment_id)
         if told is not None and told.bytes_total:

@@ -172,7 +172,7 @@ def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) ->
             data["output"] = {"text": read_progress(env.redis, job.id).text, "finish_reason": None}
         elif msg.event_type == STARTING_EVENT:
             # the cold start as it stands when sent (None: over by then)
-            data["cold_start"] = cold_starts.read(env.redis, job.deployment_id)
+            data["cold_start"] = cold_starts.read(env.redis, job.deployment_id, now.timestamp())
     elif msg.batch_id is not None:
         batch = session.get(Batch, msg.batch_id)
         if batch is None or not batch.webhook_url:

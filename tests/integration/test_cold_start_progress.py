@@ -5,18 +5,38 @@ bytes and ETA on its stream, and a `cold_start` object on GET /v1/jobs/{id}."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
 
 from control_plane.reconcile.driver import Reconciler
 from tests.integration.api_helpers import beat, deploy, h, past, report, starting_events
-from tests.integration.conftest import provider
+from tests.integration.conftest import SteppedClock, provider
+from worker.protocol import cold_start_key
+
+
+def job_at(
+    client: TestClient, clock: SteppedClock, key: str, job_id: str, at: datetime
+) -> dict[str, Any]:
+    """GET /v1/jobs/{id} with the API's clock at `at`, the time of the test's last tick: the
+    reconciler's and the API's clocks are one (a stored cold start's ETA is counted down
+    from its tick by the reader)."""
+    clock.offset = at - datetime.now(UTC)
+    try:
+        job: dict[str, Any] = client.get(f"/v1/jobs/{job_id}", headers=h(key)).json()
+        return job
+    finally:
+        clock.offset = timedelta()
 
 
 def test_a_waiting_job_follows_the_cold_start_phase_by_phase(
-    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    redis_client: Any,
+    clock: SteppedClock,
 ) -> None:
     deploy(client, keys["a"], max_workers=1)
     run = client.post(
@@ -27,7 +47,7 @@ def test_a_waiting_job_follows_the_cold_start_phase_by_phase(
     loop.tick(t0)
     (spec,) = provider(loop).started
     wid = spec.worker_id
-    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    job = job_at(client, clock, keys["a"], jid, t0)
     assert (job["status"], job["status_reason"]) == ("starting", "no_capacity")
     # the first boot of a deployment: nothing measured, no ETA yet
     assert job["cold_start"] == {
@@ -41,7 +61,7 @@ def test_a_waiting_job_follows_the_cold_start_phase_by_phase(
     report(client, wid, "loading", t0 + timedelta(seconds=1))
     beat(redis_client, wid, 250, 1000)
     loop.tick(t0 + timedelta(seconds=2))
-    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    job = job_at(client, clock, keys["a"], jid, t0 + timedelta(seconds=2))
     assert (job["status"], job["status_reason"]) == ("starting", "loading_weights")
     assert job["cold_start"] == {
         "phase": "loading_weights",
@@ -57,12 +77,12 @@ def test_a_waiting_job_follows_the_cold_start_phase_by_phase(
     ).json()["id"]
     beat(redis_client, wid, 750, 1000)
     loop.tick(t0 + timedelta(seconds=3))
-    assert client.get(f"/v1/jobs/{late}", headers=h(keys["a"])).json()["status_reason"] == (
+    assert job_at(client, clock, keys["a"], late, t0 + timedelta(seconds=3))["status_reason"] == (
         "loading_weights"
     )
     report(client, wid, "warming", t0 + timedelta(seconds=4))
     loop.tick(t0 + timedelta(seconds=4.1))
-    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    job = job_at(client, clock, keys["a"], jid, t0 + timedelta(seconds=4.1))
     assert (job["status"], job["status_reason"]) == ("starting", "warming")
     assert job["cold_start"]["phase"] == "warming"
 
@@ -78,12 +98,16 @@ def test_a_waiting_job_follows_the_cold_start_phase_by_phase(
     # ready: the cold start is over, GET shows none
     report(client, wid, "idle", t0 + timedelta(seconds=4.5))
     loop.tick(t0 + timedelta(seconds=5))
-    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    job = job_at(client, clock, keys["a"], jid, t0 + timedelta(seconds=5))
     assert "cold_start" not in job or job["cold_start"] is None
 
 
 def test_the_next_cold_start_has_an_eta_from_the_measured_phases(
-    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    redis_client: Any,
+    clock: SteppedClock,
 ) -> None:
     deploy(client, keys["a"], max_workers=1)
     client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"]))
@@ -108,7 +132,7 @@ def test_the_next_cold_start_has_an_eta_from_the_measured_phases(
     t1 = t0 + timedelta(seconds=21)
     loop.tick(t1)
     assert len(provider(loop).started) == 2
-    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    job = job_at(client, clock, keys["a"], jid, t1)
     # from the start decision on: 2 s boot + 6 s load + 1 s warm-up
     assert job["cold_start"] == {
         "phase": "booting",
@@ -117,8 +141,11 @@ def test_the_next_cold_start_has_an_eta_from_the_measured_phases(
         "bytes_total": None,
     }
     loop.tick(t1 + timedelta(seconds=0.5))
-    job = client.get(f"/v1/jobs/{jid}", headers=h(keys["a"])).json()
+    job = job_at(client, clock, keys["a"], jid, t1 + timedelta(seconds=0.5))
     assert job["cold_start"]["eta_s"] == 8.5
+    # counted down by the reader: the tick found nothing new to store
+    stored = json.loads(redis_client.get(cold_start_key(first.assignment.deployment_id)))
+    assert (stored["eta_s"], stored["at"]) == (9.0, t1.timestamp())
     (event,) = starting_events(redis_client, jid)  # the ETA moved < 1 s: no second event
     assert event == {"reason": "no_capacity", "phase": "booting", "eta_s": 9.0} | {
         "bytes_done": None,

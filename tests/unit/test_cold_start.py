@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from control_plane.domain.cold_start import (
+    KEY_REWRITE_S,
     BootingWorker,
     ColdStart,
     PhaseTimes,
+    aged,
     estimate,
+    key_due,
     soonest,
     worth_publishing,
 )
@@ -88,3 +91,24 @@ def test_the_public_form_carries_phase_eta_and_bytes() -> None:
         "bytes_done": 250,
         "bytes_total": 1000,
     }
+
+
+def test_a_stored_cold_start_counts_its_eta_down_when_read() -> None:
+    start = ColdStart("booting", 9.0)
+    assert aged(start, 2.5) == ColdStart("booting", 6.5)
+    assert aged(start, 30.0).eta_s == 0.0  # overdue: about to end, never negative
+    assert aged(start, -1.0) == start  # a reader whose clock is behind the writer's
+    assert aged(ColdStart("booting", None), 5.0).eta_s is None
+
+
+def test_a_key_is_written_on_news_or_before_it_expires_not_every_tick() -> None:
+    booting = ColdStart("booting", 9.0)
+    assert key_due(None, booting, 100.0)
+    stored = (booting, 100.0)
+    # a tick later the ETA has counted down as the reader counts it: nothing to write
+    assert not key_due(stored, ColdStart("booting", 8.5), 100.5)
+    # the estimate itself moved (a slower boot than measured): written
+    assert key_due(stored, ColdStart("booting", 9.0), 101.5)
+    assert key_due(stored, ColdStart("loading_weights", 7.0, 0, 1000), 101.0)
+    # the key expires COLD_START_TTL_S after its write: written again well before
+    assert key_due(stored, ColdStart("booting", 9.0 - KEY_REWRITE_S), 100.0 + KEY_REWRITE_S)

@@ -9,6 +9,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Annotated, Any
 
 import redis
@@ -150,7 +151,7 @@ async def create_job(
 
 
 @router.get("/v1/jobs/{job_id}", responses={200: {"model": JobPublic}})
-def get_job(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
+def get_job(job_id: str, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("read")
     row = jobs.get(session, who.tenant_id, job_id)
     job = jobs.to_public(row)
@@ -159,7 +160,7 @@ def get_job(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
     dep = session.get(Deployment, row.deployment_id) if position is not None else None
     if position is not None and dep is not None:
         live = [w for w in workers.live(session, row.deployment_id) if w.state in SERVING]
-        cold_start = None if live else _cold_start(ctx, row.deployment_id)
+        cold_start = None if live else _cold_start(ctx, row.deployment_id, at)
         if cold_start is not None:
             job["cold_start"] = cold_start
         per_worker = dep.spec.target_concurrency
@@ -181,10 +182,10 @@ def job_timeline(job_id: str, session: Db, who: Principal, at: Now) -> Any:
     return timeline.timeline(session, jobs.get(session, who.tenant_id, job_id), at)
 
 
-def _cold_start(ctx: AppContext, deployment_id: str) -> dict[str, Any] | None:
+def _cold_start(ctx: AppContext, deployment_id: str, at: datetime) -> dict[str, Any] | None:
     """The cold start the job waits on (phase, bytes, ETA), as the reconciler last saw it."""
     try:
-        return cold_starts.read(ctx.redis, deployment_id)
+        return cold_starts.read(ctx.redis, deployment_id, at.timestamp())
     except redis.RedisError as exc:
         log.warning("cold start of %s unreadable (Redis: %s)", deployment_id, exc)
         return None
