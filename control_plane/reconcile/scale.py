@@ -164,7 +164,8 @@ def scale(
     added to `cases`."""
     queued, running, _ = load
     t = now.timestamp()
-    for w in fleet.to_drain([_view(w) for w in live], dep.version):
+    views = [_view(w) for w in live]
+    for w in fleet.to_drain(views, dep.version):
         log.info(
             "draining worker %s of %s: new version",
             w.id,
@@ -173,7 +174,7 @@ def scale(
         )
         _stop(session, env, w.id, fleet.NEW_VERSION)
     spec = dep.spec
-    active_ids = {v.id for v in fleet.capacity([_view(w) for w in live], dep.version)}
+    active_ids = {v.id for v in fleet.capacity(views, dep.version)}
     ready = [w for w in live if w.id in active_ids and w.state in READY_STATES]
     booting = [w for w in live if w.id in active_ids and w.state in fleet.BOOTING_STATES]
 
