@@ -13,6 +13,10 @@ them: whatever the machine does meanwhile, both see it. It prints each stage's p
 both (client latency; overhead = latency minus the job's execution, `completed_at -
 started_at`; accept, claim, answer as in `bench/control_plane.py`; sent -> first SSE event)
 and, last, one JSON line with the p50 ratios of this checkout over the base.
+
+With `--admissions N` it then alternates N rounds of 16 clients submitting async 1-token jobs
+for `--seconds` each (as `bench/control_plane.py` does; each round's jobs drained before the
+next) and prints both versions' admissions/s per round and their median ratio.
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--base", type=Path, required=True, help="a checkout of the base version")
     p.add_argument("--runs", type=int, default=250, help="sync runs (and streams) per version")
+    p.add_argument("--admissions", type=int, default=0, help="rounds of async admissions")
+    p.add_argument("--seconds", type=float, default=4.0, help="per round of admissions")
+    p.add_argument("--clients", type=int, default=16, help="concurrent clients per round")
     args = p.parse_args()
 
     import httpx
@@ -55,10 +62,11 @@ def main() -> None:
                 plats[label] = start(Platform, Path(tmp) / label, env, root)
             names = {label: deploy(plat, demo) for label, plat in plats.items()}
             results = alternate(plats, names, args.runs, httpx)
+            rounds = admit(plats, names, args, httpx) if args.admissions else None
         finally:
             for plat in plats.values():
                 plat.close()
-    report(results)
+    report(results, rounds)
 
 
 def start(platform: Any, state: Path, env: dict[str, str], root: Path) -> Any:
@@ -144,7 +152,42 @@ def alternate(
     return out
 
 
-def report(results: dict[str, dict[str, list[float]]]) -> None:
+def admit(
+    plats: dict[str, Any], names: dict[str, str], args: argparse.Namespace, httpx: Any
+) -> dict[str, list[float]]:
+    """Rounds of async admissions, alternating between the versions; admissions/s per round."""
+    from bench.control_plane import TERMINAL, drain, hammer
+
+    out: dict[str, list[float]] = {label: [] for label in plats}
+    labels = list(plats)
+    for i in range(args.admissions):
+        for label in labels if i % 2 == 0 else reversed(labels):
+            plat, name = plats[label], names[label]
+
+            def client(plat: Any = plat) -> Any:
+                headers = {"Authorization": f"Bearer {plat.state['api_key']}"}
+                return httpx.Client(base_url=plat.state["url"], headers=headers, timeout=120.0)
+
+            def submit(c: Any, _i: int, name: str = name) -> Any:
+                return c.post(f"/v1/deployments/{name}/jobs", json=BODY)
+
+            ids, refused = hammer(client, submit, args.clients, args.seconds)
+            if refused:
+                raise SystemExit(f"{label}: refused {refused}")
+            drain(plat, ids)
+            lost = [
+                j for j in ids if plat.http.get(f"/v1/jobs/{j}").json()["status"] not in TERMINAL
+            ]
+            if lost:
+                raise SystemExit(f"{label}: {len(lost)} admitted jobs never finished")
+            out[label].append(len(ids) / args.seconds)
+            print(f"  round {i + 1} {label}: {out[label][-1]:.1f} admissions/s", flush=True)
+    return out
+
+
+def report(
+    results: dict[str, dict[str, list[float]]], rounds: dict[str, list[float]] | None
+) -> None:
     def pct(values: list[float], q: int) -> float:
         return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
@@ -156,7 +199,15 @@ def report(results: dict[str, dict[str, list[float]]]) -> None:
         ratios[stage] = round(pct(t, 50) / pct(b, 50), 3)
         print(f"| {stage} | {pct(b, 50):.2f} | {pct(b, 99):.2f} | {pct(t, 50):.2f} | "
               f"{pct(t, 99):.2f} | {ratios[stage]:.2f} |")  # fmt: skip
-    print(json.dumps({"bench": "ab_warm_path", "p50_this_over_base": ratios}))
+    line: dict[str, Any] = {"bench": "ab_warm_path", "p50_this_over_base": ratios}
+    if rounds:
+        b, t = rounds["base"], rounds["this"]
+        print(f"\nasync admissions/s per round: base {b}, this {t}")
+        print(f"medians: base {statistics.median(b):.1f}, this {statistics.median(t):.1f}")
+        line["admissions_median_this_over_base"] = round(
+            statistics.median(t) / statistics.median(b), 3
+        )
+    print(json.dumps(line))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ Flow of one job:
                                           XADD job_events_key(job) ◀──────  output deltas
     UPDATE job → succeeded|failed    ◀─────────────────────────────────────  POST complete_path
     XADD completed / failed, webhook task                                   ack the message
+
+Claims (and reports) that wait at the same time travel together: CLAIMS_PATH, REPORTS_PATH.
 """
 
 from __future__ import annotations
@@ -260,6 +262,13 @@ def claim_path(job_id: str) -> str:
 
 def complete_path(job_id: str) -> str:
     return f"/internal/jobs/{job_id}/complete"
+
+
+# The same for several jobs in one request (`worker/runtime/batching.py`), answered per job.
+CLAIMS_PATH = "/internal/jobs/claim"
+REPORTS_PATH = "/internal/jobs/complete"
+# The most jobs one of those requests may carry.
+MAX_JOBS_PER_REQUEST = 64
 
 
 def worker_state_path(worker_id: str) -> str:

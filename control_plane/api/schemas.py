@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from control_plane.domain import uris
 from control_plane.domain.spec import default_of
 from control_plane.services.webhooks import WEBHOOK_EVENTS
+from worker.protocol import MAX_JOBS_PER_REQUEST
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # A model URI's shape (its scheme, no control characters); domain/uris.py has the whole rule.
@@ -145,6 +146,29 @@ class CompleteRequest(BaseModel):
     error: dict[str, Any] | None = None
     prompt_tokens: int | None = None
     generated_tokens: int | None = None
+
+
+class ClaimManyRequest(BaseModel):
+    worker_id: str
+    job_ids: list[str] = Field(min_length=1, max_length=MAX_JOBS_PER_REQUEST)
+
+
+class JobReport(BaseModel):
+    """One job's outcome in a report of several."""
+
+    job_id: str
+    attempt: int
+    status: str
+    output: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    prompt_tokens: int | None = None
+    generated_tokens: int | None = None
+    traceparent: str | None = None  # the worker's report span: this job's request span joins it
+
+
+class CompleteManyRequest(BaseModel):
+    worker_id: str
+    reports: list[JobReport] = Field(min_length=1, max_length=MAX_JOBS_PER_REQUEST)
 
 
 # Response shapes (documented in the OpenAPI schema; secrets never appear in them).

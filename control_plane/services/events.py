@@ -47,12 +47,19 @@ def publish_end(
     """A job's terminal event; `waited_on` (a sync job): also its end for `wait_end`, in the
     same round trip."""
     pipe = r.pipeline(transaction=False)
+    end_to(pipe, job_id, event, data, waited_on=waited_on)
+    pipe.execute()
+
+
+def end_to(
+    pipe: Pipeline, job_id: str, event: EventType, data: dict[str, Any], *, waited_on: bool
+) -> None:
+    """Queue `publish_end`'s commands on `pipe` (the caller executes it)."""
     publish_to(pipe, [job_id], event, data, ttl_s=JOB_EVENTS_ENDED_TTL_S)
     if waited_on:
         key = job_end_key(job_id)
         pipe.rpush(key, json.dumps({"type": event.value, "data": data}))
         pipe.expire(key, JOB_END_TTL_S)
-    pipe.execute()
 
 
 def publish_to(

@@ -142,10 +142,10 @@ def finish(
         if result is not None:
             ended.append(result)
     session.commit()
-    for job, was_running in ended:
+    for job, _ in ended:
         _log_end(job, now)
         families.job_ended(job)  # by status, and its latencies from its own timestamps
-        _announce(outbox, job, flag=was_running)
+    _announce(outbox, ended)
     return [job for job, _ in ended]
 
 
@@ -226,20 +226,26 @@ def _webhook_status(job: Job) -> str:
     return "pending" if job.webhook_url and "completed" in (job.webhook_events or []) else "none"
 
 
-def _announce(outbox: Outbox, job: Job, *, flag: bool) -> None:
-    """Best effort after the commit: the row is the truth, readers fall back to it."""
-    status = JobStatus(job.status)
+def _announce(outbox: Outbox, ended: list[tuple[Job, bool]]) -> None:
+    """Best effort after the commit: the row is the truth, readers fall back to it. Every
+    job's flag and end go in one round trip (a worker reports the jobs that end together)."""
+    if not ended:
+        return
     try:
-        if flag:
-            outbox.redis.set(job_cancel_key(job.id), "1", ex=CANCEL_FLAG_TTL_S)
-        event, public = EVENT_OF_STATUS[status], jobs.to_public(job)
-        # a sync job's caller waits for its end alone (`events.wait_end`)
-        events.publish_end(outbox.redis, job.id, event, public, waited_on=job.kind == JobKind.SYNC)
+        pipe = outbox.redis.pipeline(transaction=False)
+        for job, was_running in ended:
+            if was_running:  # a worker may still hold it
+                pipe.set(job_cancel_key(job.id), "1", ex=CANCEL_FLAG_TTL_S)
+            event, public = EVENT_OF_STATUS[JobStatus(job.status)], jobs.to_public(job)
+            # a sync job's caller waits for its end alone (`events.wait_end`)
+            events.end_to(pipe, job.id, event, public, waited_on=job.kind == JobKind.SYNC)
+        pipe.execute()
     except Exception:
-        log.exception("job %s: could not publish its end (%s)", job.id, status)
-    if job.webhook_status == "pending":
-        try:
-            msg_id = webhooks.message_id(job.id, "completed")
-            enqueue_webhook(outbox.celery, job.id, COMPLETED_WEBHOOK, msg_id)
-        except Exception:
-            log.exception("job %s: could not enqueue its completed webhook", job.id)
+        log.exception("could not publish the end of %d jobs (%s, ...)", len(ended), ended[0][0].id)
+    for job, _ in ended:
+        if job.webhook_status == "pending":
+            try:
+                msg_id = webhooks.message_id(job.id, "completed")
+                enqueue_webhook(outbox.celery, job.id, COMPLETED_WEBHOOK, msg_id)
+            except Exception:
+                log.exception("job %s: could not enqueue its completed webhook", job.id)

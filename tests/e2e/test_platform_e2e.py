@@ -429,3 +429,37 @@ def test_a_worker_scaled_down_during_its_first_jobs_still_fills_the_host_tier(
     records = client.billing.records(worker_id=worker["id"])
     assert records[-1]["phase"] == "drain" and records[-1]["end"] == stopped["stopped_at"]
     client.deployments.delete("fill-exit")
+
+
+def test_jobs_that_start_and_end_together_share_their_claims_and_reports(
+    platform: dict[str, Any], demo_model: Path
+) -> None:
+    """A burst queued behind a cold start: the worker's claims of the jobs it takes at once go
+    in fewer requests than jobs (and its reports of the jobs one step ends), each job still
+    ending once with its own output."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+    client.deployments.create(
+        name="together", model=str(demo_model), max_workers=1, target_concurrency=8
+    )
+    jobs = [client.submit("together", {"prompt": "Hi", "max_tokens": 3}) for _ in range(24)]
+    done = [j.wait(timeout=120) for j in jobs]
+    assert [j.status for j in done] == ["succeeded"] * 24
+    assert all(j.output["text"] and j.raw["attempt"] == 1 for j in done)
+    headers = {"Authorization": f"Bearer {platform['api_key']}"}
+    groups = httpx.get(f"{platform['url']}/metrics/workers", headers=headers).json()
+    (target,) = [g["targets"][0] for g in groups if g["labels"].get("deployment") == "together"]
+    sent: dict[tuple[str, str], float] = {}
+    for family in text_string_to_metric_families(httpx.get(f"http://{target}/metrics").text):
+        for sample in family.samples:
+            if sample.name.startswith("platform_worker_control_") and sample.name.endswith(
+                "_total"
+            ):
+                sent[(sample.name, sample.labels["call"])] = sample.value
+    for call in ("claim", "report"):
+        jobs_sent = sent[("platform_worker_control_jobs_total", call)]
+        requests = sent[("platform_worker_control_requests_total", call)]
+        assert jobs_sent >= 24, (call, sent)
+        assert requests < jobs_sent, f"no {call}s went together: {sent}"
+    client.deployments.delete("together")

@@ -23,6 +23,8 @@ Serving holds up to ``max_concurrency`` jobs at once in one continuous-batching 
     ack  ◀──── delivery.ack ◀─ complete (HTTP) ◀────────  finished job
     (on its own thread)
 
+Claims that wait at the same time go in one request, and so do reports (batching.py).
+
 The worker is BUSY while it holds at least one claimed job, IDLE otherwise.
 """
 
@@ -46,7 +48,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from worker import logs
+from worker import logs, tracing
 from worker.protocol import (
     HEARTBEAT_HOST_FIELD,
     HEARTBEAT_HOST_TIER_FIELD,
@@ -54,6 +56,7 @@ from worker.protocol import (
     HEARTBEAT_METRICS_FIELD,
     HEARTBEAT_PROGRESS_FIELD,
     HEARTBEAT_TTL_S,
+    MAX_JOBS_PER_REQUEST,
     PROGRESS_BEAT_S,
     Assignment,
     WorkerState,
@@ -61,8 +64,9 @@ from worker.protocol import (
     worker_heartbeat_key,
 )
 from worker.runtime import job_trace
+from worker.runtime.batching import Combiner
 from worker.runtime.consumer import Delivery, consume, jobs_waiting
-from worker.runtime.control_client import ControlClient
+from worker.runtime.control_client import ControlClient, Report
 from worker.runtime.metrics import WorkerMetrics, process_started_at
 from worker.settings import WorkerSettings
 
@@ -92,6 +96,10 @@ FILL_WAIT_MAX_S = 60.0
 # reports `stopped` (nobody is billed for it), for at most this long; SIGINT (the platform
 # shutting down) or a second signal cuts it short.
 FILL_ON_EXIT_MAX_S = 120.0
+# Claims (and, apart, reports) under way at once; the ones that wait meanwhile go together in
+# the next request (batching.py). Two, not one: a request retried through a control plane's
+# hiccup still leaves one for the rest.
+REQUESTS_IN_FLIGHT = 2
 
 
 class WorkerRuntime:
@@ -130,6 +138,13 @@ class WorkerRuntime:
         # claims and completion reports (HTTP with retries) run here, off the engine thread;
         # sized by the assignment's concurrency
         self._pool: ThreadPoolExecutor | None = None
+        # the pool's claims and reports, several in one request when they wait together
+        self._claims = Combiner(
+            self.control.claims, max_inflight=REQUESTS_IN_FLIGHT, max_items=MAX_JOBS_PER_REQUEST
+        )
+        self._reports = Combiner(
+            self.control.reports, max_inflight=REQUESTS_IN_FLIGHT, max_items=MAX_JOBS_PER_REQUEST
+        )
         if assignment is not None:
             self._open_job_pool(assignment)
         # weight bytes (done, total) while loading: sent with the heartbeat
@@ -137,6 +152,7 @@ class WorkerRuntime:
         self._progress_beat_at = 0.0
         # its own /metrics, served from `run` where the settings say; the heartbeat says where
         self.metrics = WorkerMetrics(process_started_at())
+        self.metrics.combiners.update(claim=self._claims, report=self._reports)
         self.metrics_target: str | None = None
 
     def _open_job_pool(self, assignment: Assignment) -> None:
@@ -462,7 +478,7 @@ class WorkerRuntime:
         job_id = delivery.job_id
         claim_started_ns = time.time_ns()
         try:
-            claim = self.control.claim(job_id)
+            claim = self._claims.call(job_id)
         except Exception:
             log.exception("claim of job %s failed", job_id)
             delivery.ack()  # the reconciler re-dispatches it
@@ -546,7 +562,8 @@ class WorkerRuntime:
         try:
             body = {k: v for k, v in fields.items() if v is not None}
             with trace.reporting() if trace is not None else contextlib.nullcontext() as headers:
-                accepted = self.control.complete(job_id, attempt, status, headers=headers, **body)
+                tp = (headers or {}).get(tracing.TRACEPARENT)
+                accepted = self._reports.call(Report(job_id, attempt, status, body, tp))
             log.info(
                 "job %s attempt %d %s: %s prompt tokens, %s generated%s",
                 job_id,

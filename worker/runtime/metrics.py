@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from loader import LoadMetrics
     from worker.engine.llm_engine import LLMEngine
     from worker.engine.outputs import RequestOutput
+    from worker.runtime.batching import Combiner
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,10 @@ class WorkerMetrics:
             ["tier"],
             registry=r,
         )
+        # claims and reports to the control plane (batching.Combiner, by call): read at a scrape
+        self.combiners: dict[str, Combiner[Any, Any]] = {}
         r.register(_EngineCollector(self))
+        r.register(_ControlCollector(self))
         ProcessCollector(registry=r)  # the worker's memory and CPU
 
     # engine thread ----------------------------------------------------------------------------
@@ -245,6 +249,33 @@ class WorkerMetrics:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+class _ControlCollector(Collector):
+    """The worker's requests to the control plane, and the jobs they carried: the ratio is
+    how many claims (or reports) went together per request."""
+
+    def __init__(self, metrics: WorkerMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "platform_worker_control_requests",
+            "Claims and completion reports sent to the control plane, by call (one request "
+            "carries the jobs that waited together).",
+            labels=["call"],
+        )
+        jobs = CounterMetricFamily(
+            "platform_worker_control_jobs",
+            "Jobs those requests carried, by call.",
+            labels=["call"],
+        )
+        for call, combiner in self._metrics.combiners.items():
+            n_requests, n_jobs = combiner.sent
+            requests.add_metric([call], n_requests)
+            jobs.add_metric([call], n_jobs)
+        yield requests
+        yield jobs
 
 
 class _EngineCollector(Collector):

@@ -6,8 +6,9 @@ here, so fencing and billing are enforced in one place.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,7 +18,14 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from control_plane.api.context import Ctx, Db, Now, worker_auth
-from control_plane.api.schemas import ClaimRequest, CompleteRequest, WorkerStateReport
+from control_plane.api.schemas import (
+    ClaimManyRequest,
+    ClaimRequest,
+    CompleteManyRequest,
+    CompleteRequest,
+    JobReport,
+    WorkerStateReport,
+)
 from control_plane.context import AppContext
 from control_plane.db.models import Deployment, Job
 from control_plane.domain.states import PENDING, TERMINAL, JobStatus
@@ -25,7 +33,7 @@ from control_plane.errors import Conflict, InvalidRequest
 from control_plane.services import events, finish, job_traces, jobs, webhooks, workers
 from control_plane.tasks_api import enqueue_output_follower, enqueue_webhook
 from worker import tracing
-from worker.protocol import EventType, WorkerState
+from worker.protocol import REPORTS_PATH, EventType, WorkerState
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/internal", dependencies=[Depends(worker_auth)], include_in_schema=False)
@@ -33,9 +41,24 @@ router = APIRouter(prefix="/internal", dependencies=[Depends(worker_auth)], incl
 
 # The two requests of every job (claim, complete) take one hop to a pool thread each: with a
 # `Db` dependency FastAPI would also open and close the session on pool threads of their own.
+# A worker sends the claims (and the reports) that wait together in one request of the routes
+# for several jobs; those answer per job, in order, where the routes of one answer 409.
+
+
+@router.post("/jobs/claim")
+async def claim_many(body: ClaimManyRequest, ctx: Ctx, at: Now) -> Any:
+    claims = await run_in_threadpool(_in_session, _claim, ctx, body.job_ids, body.worker_id, at)
+    return {
+        "claims": [
+            c or {"job_id": j, "claimed": False} for j, c in zip(body.job_ids, claims, strict=True)
+        ]
+    }
+
+
 @router.post("/jobs/{job_id}/claim")
 async def claim(job_id: str, body: ClaimRequest, ctx: Ctx, at: Now) -> Any:
-    return await run_in_threadpool(_in_session, _claim, ctx, job_id, body, at)
+    claims = await run_in_threadpool(_in_session, _claim, ctx, [job_id], body.worker_id, at)
+    return claims[0] or JSONResponse({"claimed": False}, status_code=409)
 
 
 def _in_session(route: Callable[..., Any], ctx: AppContext, *args: Any) -> Any:
@@ -44,27 +67,50 @@ def _in_session(route: Callable[..., Any], ctx: AppContext, *args: Any) -> Any:
         return route(ctx, session, *args)
 
 
-def _claim(ctx: AppContext, session: Session, job_id: str, body: ClaimRequest, at: datetime) -> Any:
-    pending = session.get(Job, job_id)
-    if pending is not None and pending.status in PENDING and jobs.ttl_passed(pending, at):
-        # Its ttl ran out while it waited: it ends here, never runs.
-        finish.finish(session, ctx.outbox, [(job_id, finish.expired())], at)
-        return JSONResponse({"claimed": False}, status_code=409)
-    # the same worker claiming its running job again: its first answer was lost (jobs.claim)
-    again = pending is not None and pending.status == JobStatus.RUNNING
-    job = jobs.claim(session, job_id, body.worker_id, at)
-    if job is not None and not again:
-        workers.follow_jobs(session, ctx.settings, body.worker_id, at)  # busy, if it was idle
-    session.commit()
-    if job is None:
-        return JSONResponse({"claimed": False}, status_code=409)
-    dep = session.get(Deployment, job.deployment_id)
-    assert dep is not None
-    if again:  # the claim's events, webhooks and spans happened the first time
-        return _claimed(job, dep)
-    events.publish(
-        ctx.redis, job.id, EventType.RUNNING, {"attempt": job.attempt, "worker_id": body.worker_id}
-    )
+def _claim(
+    ctx: AppContext, session: Session, job_ids: list[str], worker_id: str, at: datetime
+) -> list[dict[str, Any] | None]:
+    """Each job given to `worker_id` (its claim's answer), or None, in one transaction."""
+    expired: list[tuple[str, finish.Ending]] = []
+    claimed: list[tuple[Job, bool]] = []  # (job, claimed again by the worker that holds it)
+    for job_id in job_ids:
+        pending = session.get(Job, job_id)
+        if pending is not None and pending.status in PENDING and jobs.ttl_passed(pending, at):
+            # Its ttl ran out while it waited: it ends here, never runs.
+            expired.append((job_id, finish.expired()))
+            continue
+        # the same worker claiming its running job again: its first answer was lost (jobs.claim)
+        again = pending is not None and pending.status == JobStatus.RUNNING
+        job = jobs.claim(session, job_id, worker_id, at)
+        if job is not None:
+            claimed.append((job, again))
+    if any(not again for _, again in claimed):
+        workers.follow_jobs(session, ctx.settings, worker_id, at)  # busy, if it was idle
+    if expired:
+        finish.finish(session, ctx.outbox, expired, at)  # commits the claims with them
+    else:
+        session.commit()
+    news = [job for job, again in claimed if not again]  # (again: announced the first time)
+    if news:
+        pipe = ctx.redis.pipeline(transaction=False)  # every `running` event in a round trip
+        for job in news:
+            data = {"attempt": job.attempt, "worker_id": worker_id}
+            events.publish_to(pipe, [job.id], EventType.RUNNING, data)
+        pipe.execute()
+    for job in news:
+        _announce_claim(ctx, session, job, worker_id, at)
+    answers: dict[str, dict[str, Any]] = {}
+    for job, _ in claimed:
+        dep = session.get(Deployment, job.deployment_id)
+        assert dep is not None
+        answers[job.id] = _claimed(job, dep)
+    return [answers.get(job_id) for job_id in job_ids]
+
+
+def _announce_claim(
+    ctx: AppContext, session: Session, job: Job, worker_id: str, at: datetime
+) -> None:
+    """After the commit and its `running` event: the job's webhooks, the trace of its wait."""
     if job.webhook_url and "started" in (job.webhook_events or []):
         try:
             msg_id = webhooks.message_id(job.id, "started", job.attempt)
@@ -78,10 +124,9 @@ def _claim(ctx: AppContext, session: Session, job_id: str, body: ClaimRequest, a
             log.exception("could not start output webhooks for job %s", job.id)
     if tracing.enabled():  # its wait from admission to this claim, and the cold start in it
         try:
-            job_traces.record_wait(session, job, body.worker_id, at)
+            job_traces.record_wait(session, job, worker_id, at)
         except Exception:  # after the commit: a trace never fails the claim
             log.warning("could not trace the wait of job %s", job.id, exc_info=True)
-    return _claimed(job, dep)
 
 
 def _claimed(job: Job, dep: Deployment) -> dict[str, Any]:
@@ -97,34 +142,78 @@ def _claimed(job: Job, dep: Deployment) -> dict[str, Any]:
     }
 
 
+@router.post("/jobs/complete")
+async def complete_many(body: CompleteManyRequest, ctx: Ctx, at: Now) -> Any:
+    ok = await run_in_threadpool(_in_session, _complete, ctx, body.reports, at)
+    return {
+        "reports": [{"job_id": r.job_id, "ok": o} for r, o in zip(body.reports, ok, strict=True)]
+    }
+
+
 @router.post("/jobs/{job_id}/complete")
 async def complete(job_id: str, body: CompleteRequest, ctx: Ctx, at: Now) -> Any:
-    return await run_in_threadpool(_in_session, _complete, ctx, job_id, body, at)
-
-
-def _complete(
-    ctx: AppContext, session: Session, job_id: str, body: CompleteRequest, at: datetime
-) -> dict[str, bool]:
-    try:
-        status = JobStatus(body.status)
-    except ValueError:
-        raise InvalidRequest(f"unknown status {body.status!r}") from None
-    if status not in TERMINAL:
-        raise InvalidRequest(f"{status} is not a terminal status")
-    ending = finish.reported(
-        status,
-        body.attempt,
-        output=body.output,
-        error=body.error,
-        prompt_tokens=body.prompt_tokens,
-        generated_tokens=body.generated_tokens,
-    )
-    # (its worker goes back to idle at the reconciler's next tick: workers.settle_idle)
-    if not finish.finish(session, ctx.outbox, [(job_id, ending)], at):
+    report = JobReport(job_id=job_id, **body.model_dump(exclude={"worker_id"}))
+    (ok,) = await run_in_threadpool(_in_session, _complete, ctx, [report], at)
+    if not ok:
         raise Conflict(
             f"attempt {body.attempt} of job '{job_id}' is no longer current", job_id=job_id
         )
     return {"ok": True}
+
+
+def _complete(
+    ctx: AppContext, session: Session, reports: list[JobReport], at: datetime
+) -> list[bool]:
+    """End each reported job (one transaction); whether each report was current. A report
+    that is not valid refuses them all, before anything is written."""
+    endings: list[tuple[str, finish.Ending]] = []
+    for r in reports:
+        try:
+            status = JobStatus(r.status)
+        except ValueError:
+            raise InvalidRequest(f"unknown status {r.status!r}") from None
+        if status not in TERMINAL:
+            raise InvalidRequest(f"{status} is not a terminal status")
+        ending = finish.reported(
+            status,
+            r.attempt,
+            output=r.output,
+            error=r.error,
+            prompt_tokens=r.prompt_tokens,
+            generated_tokens=r.generated_tokens,
+        )
+        endings.append((r.job_id, ending))
+    with _report_spans(reports):
+        # (their worker goes back to idle at the reconciler's next tick: workers.settle_idle)
+        ended = {job.id for job in finish.finish(session, ctx.outbox, endings, at)}
+    return [r.job_id in ended for r in reports]
+
+
+@contextlib.contextmanager
+def _report_spans(reports: list[JobReport]) -> Iterator[None]:
+    """In a request of several reports, one server span per traced report, under its worker's
+    report span (a request of one has its own: trace_requests.py)."""
+    spans = [
+        tracing.start_span(
+            f"POST {REPORTS_PATH}",
+            parent=tracing.context_of(r.traceparent),
+            kind="server",
+            attributes={"http.route": REPORTS_PATH, tracing.JOB_ID: r.job_id},
+        )
+        for r in reports
+        if r.traceparent and len(reports) > 1
+    ]
+    try:
+        yield
+    except BaseException as exc:
+        for s in spans:
+            if s is not None:
+                tracing.failed(s, type(exc).__name__)
+        raise
+    finally:
+        for s in spans:
+            if s is not None:
+                s.end()
 
 
 @router.post("/workers/{worker_id}/state")
