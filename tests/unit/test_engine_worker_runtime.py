@@ -7,6 +7,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from tests.unit.test_engine_loop import FakeRedis
 from worker.protocol import Assignment, WorkerState
 from worker.runtime import lifecycle
 from worker.runtime.consumer import Delivery
+from worker.runtime.control_client import Report
 from worker.runtime.engine_loop import EngineLoop
 from worker.runtime.lifecycle import WorkerRuntime
 from worker.settings import WorkerSettings
@@ -42,6 +44,12 @@ class FakeControl:
             self.num_completes += 1
         self.done.release()
         return True
+
+    def claims(self, job_ids: Sequence[str]) -> list[dict[str, Any] | None]:
+        return [self.claim(job_id) for job_id in job_ids]
+
+    def reports(self, reports: Sequence[Report]) -> list[bool]:
+        return [self.complete(r.job_id, r.attempt, r.status, **r.fields) for r in reports]
 
     def report_state(self, state: str, reason: str | None = None) -> None:
         with self.lock:

@@ -139,11 +139,16 @@ class WorkerRuntime:
         # sized by the assignment's concurrency
         self._pool: ThreadPoolExecutor | None = None
         # the pool's claims and reports, several in one request when they wait together
-        self._claims = Combiner(
-            self.control.claims, max_inflight=REQUESTS_IN_FLIGHT, max_items=MAX_JOBS_PER_REQUEST
+        # (through `self.control` at each call: tests replace it)
+        self._claims: Combiner[str, dict[str, Any] | None] = Combiner(
+            lambda job_ids: self.control.claims(job_ids),
+            max_inflight=REQUESTS_IN_FLIGHT,
+            max_items=MAX_JOBS_PER_REQUEST,
         )
-        self._reports = Combiner(
-            self.control.reports, max_inflight=REQUESTS_IN_FLIGHT, max_items=MAX_JOBS_PER_REQUEST
+        self._reports: Combiner[Report, bool] = Combiner(
+            lambda reports: self.control.reports(reports),
+            max_inflight=REQUESTS_IN_FLIGHT,
+            max_items=MAX_JOBS_PER_REQUEST,
         )
         if assignment is not None:
             self._open_job_pool(assignment)
