@@ -8,11 +8,11 @@ minute to the next (the same commit measured 8 and 12 ms of overhead in two runs
 apart), far more than most changes it should judge. So this starts both platforms at once (the
 base from its checkout: its processes run with that directory as their working directory and
 `PYTHONPATH`, so `python -m ...` imports its code; the other from this checkout), each with one
-warm worker and one API process, and alternates 1-token sync runs and streamed runs between
-them: whatever the machine does meanwhile, both see it. It prints each stage's p50 / p99 for
-both (client latency; overhead = latency minus the job's execution, `completed_at -
-started_at`; accept, claim, answer as in `bench/control_plane.py`; sent -> first SSE event)
-and, last, one JSON line with the p50 ratios of this checkout over the base.
+warm worker and one API process (`--api-processes`), and alternates 1-token sync runs and
+streamed runs between them: whatever the machine does meanwhile, both see it. It prints each
+stage's p50 / p99 for both (client latency; overhead = latency minus the job's execution,
+`completed_at - started_at`; accept, claim, answer as in `bench/control_plane.py`; sent ->
+first SSE event) and, last, one JSON line with the p50 ratios of this checkout over the base.
 
 With `--admissions N` it then alternates N rounds of 16 clients submitting async 1-token jobs
 for `--seconds` each (as `bench/control_plane.py` does; each round's jobs drained before the
@@ -44,6 +44,7 @@ def main() -> None:
     p.add_argument("--admissions", type=int, default=0, help="rounds of async admissions")
     p.add_argument("--seconds", type=float, default=4.0, help="per round of admissions")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients per round")
+    p.add_argument("--api-processes", type=int, default=1, help="API processes per platform")
     args = p.parse_args()
 
     import httpx
@@ -52,7 +53,7 @@ def main() -> None:
     from bench.coldstart.models import build_models
     from bench.control_plane import PLATFORM_ENV
 
-    env = {**PLATFORM_ENV, "PLATFORM_API_PROCESSES": "1"}
+    env = {**PLATFORM_ENV, "PLATFORM_API_PROCESSES": str(args.api_processes)}
     versions = {"base": args.base.resolve(), "this": REPO}
     plats: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
