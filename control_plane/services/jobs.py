@@ -134,7 +134,7 @@ def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job |
     The worker that holds a running job gets the same attempt again: its claim was retried
     because the answer was lost (the API died after the commit), and a refusal would leave
     the job `running` on a worker that never ran it. NOTE: a worker never runs an attempt it
-    already holds twice (`worker/runtime/lifecycle.py`), so a redelivered message is safe.
+    already holds twice (`worker/runtime/jobs.py`), so a redelivered message is safe.
     """
     job = session.get(Job, job_id)
     if job is not None and job.status == JobStatus.RUNNING and job.worker_id == worker_id:

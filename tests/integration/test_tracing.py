@@ -215,7 +215,7 @@ def test_one_jobs_trace_is_connected_from_the_api_through_the_worker_to_the_engi
         CALLER_TRACE,
         f"{request.context.span_id:016x}",
     )
-    reported = next(line for line in job_lines if line["logger"] == "worker.runtime.lifecycle")
+    reported = next(line for line in job_lines if line["logger"] == "worker.runtime.jobs")
     assert reported["status"] == "succeeded"
     assert (reported["trace_id"], reported["span_id"]) == (
         CALLER_TRACE,

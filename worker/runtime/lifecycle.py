@@ -23,14 +23,14 @@ Serving holds up to ``max_concurrency`` jobs at once in one continuous-batching 
     ack  ◀──── delivery.ack ◀─ complete (HTTP) ◀────────  finished job
     (on its own thread)
 
-Claims that wait at the same time go in one request, and so do reports (batching.py).
+The job path (claim, check, report, ack) is `JobFlow` (jobs.py); claims that wait at the same
+time go in one request, and so do reports (batching.py).
 
 The worker is BUSY while it holds at least one claimed job, IDLE otherwise.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import gc
 import json
@@ -41,14 +41,13 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from worker import logs, tracing
+from worker import logs
 from worker.protocol import (
     HEARTBEAT_HOST_FIELD,
     HEARTBEAT_HOST_TIER_FIELD,
@@ -56,24 +55,21 @@ from worker.protocol import (
     HEARTBEAT_METRICS_FIELD,
     HEARTBEAT_PROGRESS_FIELD,
     HEARTBEAT_TTL_S,
-    MAX_JOBS_PER_REQUEST,
     PROGRESS_BEAT_S,
     Assignment,
     WorkerState,
     worker_assignment_key,
     worker_heartbeat_key,
 )
-from worker.runtime import job_trace
-from worker.runtime.batching import Combiner
-from worker.runtime.consumer import Delivery, consume, jobs_waiting
-from worker.runtime.control_client import ControlClient, Report
+from worker.runtime.consumer import consume, jobs_waiting
+from worker.runtime.control_client import ControlClient
+from worker.runtime.jobs import JobFlow
 from worker.runtime.metrics import WorkerMetrics, process_started_at
 from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
     from loader import Progress, TierFill
     from worker.engine.llm_engine import LLMEngine
-    from worker.runtime.job_trace import JobTrace
     from worker.runtime.loading import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -96,13 +92,9 @@ FILL_WAIT_MAX_S = 60.0
 # reports `stopped` (nobody is billed for it), for at most this long; SIGINT (the platform
 # shutting down) or a second signal cuts it short.
 FILL_ON_EXIT_MAX_S = 120.0
-# Claims (and, apart, reports) under way at once; the ones that wait meanwhile go together in
-# the next request (batching.py). Two, not one: a request retried through a control plane's
-# hiccup still leaves one for the rest.
-REQUESTS_IN_FLIGHT = 2
 
 
-class WorkerRuntime:
+class WorkerRuntime(JobFlow):
     def __init__(
         self,
         settings: WorkerSettings,
@@ -130,28 +122,8 @@ class WorkerRuntime:
         # serialises inflight changes with the BUSY / IDLE they imply
         self._state_lock = threading.Lock()
         self.engine: Any = None
-        # deliveries of the jobs in the engine (by id() of their Job), acked once stored
-        self._acks: dict[int, Delivery] = {}
-        # job id -> attempt of the jobs claimed and not yet reported (under _state_lock)
-        self._running: dict[str, int] = {}
         self.loop: Any = None
-        # claims and completion reports (HTTP with retries) run here, off the engine thread;
-        # sized by the assignment's concurrency
-        self._pool: ThreadPoolExecutor | None = None
-        # the pool's claims and reports, several in one request when they wait together
-        # (through `self.control` at each call: tests replace it)
-        self._claims: Combiner[str, dict[str, Any] | None] = Combiner(
-            lambda job_ids: self.control.claims(job_ids),
-            max_inflight=REQUESTS_IN_FLIGHT,
-            max_items=MAX_JOBS_PER_REQUEST,
-        )
-        self._reports: Combiner[Report, bool] = Combiner(
-            lambda reports: self.control.reports(reports),
-            max_inflight=REQUESTS_IN_FLIGHT,
-            max_items=MAX_JOBS_PER_REQUEST,
-        )
-        if assignment is not None:
-            self._open_job_pool(assignment)
+        self._init_jobs(assignment)  # (jobs.py)
         # weight bytes (done, total) while loading: sent with the heartbeat
         self._progress: tuple[int, int] | None = None
         self._progress_beat_at = 0.0
@@ -159,16 +131,6 @@ class WorkerRuntime:
         self.metrics = WorkerMetrics(process_started_at())
         self.metrics.combiners.update(claim=self._claims, report=self._reports)
         self.metrics_target: str | None = None
-
-    def _open_job_pool(self, assignment: Assignment) -> None:
-        self._pool = ThreadPoolExecutor(
-            max_workers=min(8, 2 + assignment.max_concurrency), thread_name_prefix="jobs"
-        )
-
-    @property
-    def jobs_pool(self) -> ThreadPoolExecutor:
-        assert self._pool is not None, "no assignment yet"
-        return self._pool
 
     # lifecycle ------------------------------------------------------------------------------
 
@@ -451,145 +413,6 @@ class WorkerRuntime:
         while engine.has_unfinished_requests():
             engine.step()
 
-    # jobs -----------------------------------------------------------------------------------
-
-    def _handle(self, delivery: Delivery) -> None:
-        """Consumer thread: start the job elsewhere (claiming is an HTTP call)."""
-        self.jobs_pool.submit(logs.bound(self._start_job, job_id=delivery.job_id), delivery)
-
-    # BUSY and IDLE follow the jobs: the control plane derives them from claims and job ends
-    # (`services/workers.follow_jobs`), so they are only noted here (state and heartbeat).
-
-    def _job_started(self) -> None:
-        with self._state_lock:
-            self.inflight += 1
-            if self.inflight == 1 and self.state is WorkerState.IDLE:
-                self._note_state(WorkerState.BUSY)
-
-    def _job_ended(self) -> None:
-        with self._state_lock:
-            self.inflight -= 1
-            if self.inflight == 0 and self.state is WorkerState.BUSY:
-                self._note_state(WorkerState.IDLE)
-
-    def _note_state(self, state: WorkerState) -> None:
-        self.state = state
-        self._beat()
-
-    def _start_job(self, delivery: Delivery) -> None:
-        from worker.engine.params import SamplingParams
-        from worker.runtime.engine_loop import Job
-
-        job_id = delivery.job_id
-        claim_started_ns = time.time_ns()
-        try:
-            claim = self._claims.call(job_id)
-        except Exception:
-            log.exception("claim of job %s failed", job_id)
-            delivery.ack()  # the reconciler re-dispatches it
-            return
-        if claim is None:
-            log.info("job %s not claimable (done, canceled or taken); skipping", job_id)
-            delivery.ack()
-            return
-        attempt = int(claim["attempt"])
-        # A claim hands a worker the attempt it already holds (so that a claim retried after
-        # a lost answer gets its job): a second delivery of that job must not run it twice.
-        with self._state_lock:
-            duplicate = self._running.get(job_id) == attempt
-            if not duplicate:
-                self._running[job_id] = attempt
-        if duplicate:
-            log.info("job %s attempt %d already runs here; skipping", job_id, attempt)
-            delivery.ack()
-            return
-        self._job_started()
-        dep_id = self.assignment.deployment_id if self.assignment else None
-        trace = job_trace.start(claim, self.worker_id, dep_id, claim_started_ns)  # None: off
-        if trace is not None:
-            logs.bind(**trace.log_ids())  # this job's lines name its trace
-        inp = claim["input"] or {}
-        try:
-            params = SamplingParams.from_input(inp)
-            prompt = inp.get("prompt")
-            if not isinstance(prompt, str):
-                raise ValueError(f"prompt: must be a string, got {type(prompt).__name__}")
-            prompt_ids = self.engine.encode(prompt)
-            self.engine.validate(prompt_ids, params)
-        except ValueError as exc:
-            self._report(job_id, attempt, delivery, "failed", trace=trace, error=_invalid(exc))
-            return
-        except Exception as exc:  # never leave a claimed job without an outcome
-            log.exception("could not start job %s", job_id)
-            error = {"type": "model_error", "message": f"{type(exc).__name__}: {exc}"}
-            self._report(job_id, attempt, delivery, "failed", trace=trace, error=error)
-            return
-        deadline = time.monotonic() + float(claim.get("execution_timeout_s") or 600)
-        job = Job(
-            job_id, attempt, prompt_ids, params, deadline, priority=delivery.priority, trace=trace
-        )
-        self._acks[id(job)] = delivery
-        self.loop.submit(job)
-
-    def _on_finished(self, job: Any, result: Any) -> None:
-        """Engine thread: report on the pool, never block the engine."""
-        delivery = self._acks.pop(id(job))
-        if job.trace is not None:
-            job.trace.engine(job, result)
-        self.jobs_pool.submit(
-            logs.bound(
-                self._report,
-                job_id=job.job_id,
-                **(job.trace.log_ids() if job.trace is not None else {}),
-            ),
-            job.job_id,
-            job.attempt,
-            delivery,
-            result.status,
-            trace=job.trace,
-            output=result.output,
-            error=result.error,
-            prompt_tokens=result.prompt_tokens,
-            generated_tokens=result.generated_tokens,
-        )
-
-    def _report(
-        self,
-        job_id: str,
-        attempt: int,
-        delivery: Delivery,
-        status: str,
-        *,
-        trace: JobTrace | None = None,
-        **fields: Any,
-    ) -> None:
-        """Store the outcome (retried for minutes), then IDLE if it was the last, then ack."""
-        try:
-            body = {k: v for k, v in fields.items() if v is not None}
-            with trace.reporting() if trace is not None else contextlib.nullcontext() as headers:
-                tp = (headers or {}).get(tracing.TRACEPARENT)
-                accepted = self._reports.call(Report(job_id, attempt, status, body, tp))
-            log.info(
-                "job %s attempt %d %s: %s prompt tokens, %s generated%s",
-                job_id,
-                attempt,
-                status,
-                fields.get("prompt_tokens"),
-                fields.get("generated_tokens"),
-                "" if accepted else " (report fenced off)",
-                extra={"attempt": attempt, "status": status},
-            )
-        except Exception:
-            log.exception("could not report job %s", job_id)
-        finally:
-            if trace is not None:
-                trace.end(status, fields.get("error"))
-            with self._state_lock:
-                if self._running.get(job_id) == attempt:
-                    del self._running[job_id]
-            self._job_ended()
-            delivery.ack()
-
 
 def redis_client(url: str) -> redis.Redis:
     """The worker's Redis client: bounded waits on a dead path (REDIS_TIMEOUT_S)."""
@@ -599,7 +422,3 @@ def redis_client(url: str) -> redis.Redis:
         socket_connect_timeout=REDIS_TIMEOUT_S,
         retry=Retry(NoBackoff(), 1),
     )
-
-
-def _invalid(exc: ValueError) -> dict[str, str]:
-    return {"type": "invalid_input", "message": str(exc)}
