@@ -138,14 +138,19 @@ class ClaimRequest(BaseModel):
     worker_id: str
 
 
-class CompleteRequest(BaseModel):
-    worker_id: str
+class JobOutcome(BaseModel):
+    """A job's outcome as its worker reports it (the fence: `attempt`)."""
+
     attempt: int
     status: str
     output: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     prompt_tokens: int | None = None
     generated_tokens: int | None = None
+
+
+class CompleteRequest(JobOutcome):
+    worker_id: str
 
 
 class ClaimManyRequest(BaseModel):
@@ -153,16 +158,10 @@ class ClaimManyRequest(BaseModel):
     job_ids: list[str] = Field(min_length=1, max_length=MAX_JOBS_PER_REQUEST)
 
 
-class JobReport(BaseModel):
+class JobReport(JobOutcome):
     """One job's outcome in a report of several."""
 
     job_id: str
-    attempt: int
-    status: str
-    output: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    prompt_tokens: int | None = None
-    generated_tokens: int | None = None
     traceparent: str | None = None  # the worker's report span: this job's request span joins it
 
 
