@@ -175,6 +175,9 @@ def test_the_watch_lists_again_after_410_gone_and_reports_what_ended_meanwhile(
     for w in ("wrk_g1", "wrk_g2"):
         provider.start(WorkerSpec(w, "cpu", None))
     wait_for(lambda: _watching(apiserver))
+    # the watch has seen both pods (a pod created after the first LIST arrives as an event:
+    # compacted away before that, it would be a pod the provider never saw, not one that ended)
+    wait_for(lambda: provider._tracker.alive() >= {"wrk_g1", "wrk_g2"})
     apiserver.compact(forget=(("pods", NAMESPACE, pod_name("wrk_g1")),))
     assert reaped(provider, "wrk_g1") == Exited("wrk_g1", -9)
     calls = [
