@@ -9,16 +9,18 @@ For each job it
        for a worker's report only for the current attempt: the fence), closes the running
        attempt for billing, and sets `webhook_status`;
     2. commits (the database is the truth before anyone hears of it: DESIGN §5);
-    3. counts it (`metrics.families.job_ended`), sets the cancel flag of a job a worker may
-       still hold, publishes the terminal event of its status, and enqueues `job.completed`
-       with a message id that is the same for every path (`webhooks.message_id`), so a
-       repeated announcement is one message to the receiver.
+    3. sets the cancel flag of a job a worker may still hold, publishes the terminal event of
+       its status, and enqueues `job.completed` with a message id that is the same for every
+       path (`webhooks.message_id`), so a repeated announcement is one message to the receiver;
+    4. then logs and counts it (`metrics.families.job_ended`): a sync caller waits for step 3
+       alone.
 
 A job already terminal (or past its attempt) is left alone and not announced again.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ from typing import Any
 
 import redis
 from celery import Celery
-from sqlalchemy import update
+from sqlalchemy import Update, bindparam, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -142,10 +144,11 @@ def finish(
         if result is not None:
             ended.append(result)
     session.commit()
+    _announce(outbox, ended)
+    # after the announcement: a sync caller waits for it, not for these
     for job, _ in ended:
         _log_end(job, now)
         families.job_ended(job)  # by status, and its latencies from its own timestamps
-    _announce(outbox, ended)
     return [job for job, _ in ended]
 
 
@@ -175,9 +178,6 @@ def _end(session: Session, job_id: str, ending: Ending, now: datetime) -> tuple[
     if job is None or job.status not in ending.only_from:
         return None
     was_running, attempt = job.status == JobStatus.RUNNING, job.attempt
-    conditions = [Job.id == job_id, Job.status.in_([s.value for s in ending.only_from])]
-    if ending.attempt is not None:
-        conditions.append(Job.attempt == ending.attempt)
     values: dict[str, Any] = {
         "status": ending.status.value,
         "completed_at": now,
@@ -194,10 +194,12 @@ def _end(session: Session, job_id: str, ending: Ending, now: datetime) -> tuple[
             prompt_tokens=ending.prompt_tokens,
             generated_tokens=ending.generated_tokens,
         )
-    res = session.execute(
-        update(Job).where(*conditions).values(**values),
-        execution_options={"synchronize_session": False},
-    )
+    statement = _end_statement(tuple(values), ending.only_from, ending.attempt is not None)
+    params = {f"b_{key}": value for key, value in values.items()}
+    params["b_id"] = job_id
+    if ending.attempt is not None:
+        params["b_attempt"] = ending.attempt
+    res = session.execute(statement, params)
     if res.rowcount == 0:  # type: ignore[attr-defined]
         return None  # another path ended it first, or the attempt is stale
     # The row now holds exactly these values (nothing is computed by the database): set them
@@ -220,6 +222,22 @@ def _end(session: Session, job_id: str, ending: Ending, now: datetime) -> tuple[
         )
     # A worker that reported the end itself holds nothing more; any other path may race it.
     return job, was_running and ending.attempt is None
+
+
+@functools.cache
+def _end_statement(
+    columns: tuple[str, ...], only_from: frozenset[JobStatus], fenced: bool
+) -> Update:
+    """The conditional UPDATE that ends a job, built once per shape (a handful: the columns an
+    ending sets, the states it ends from, fenced by attempt or not): a Core UPDATE of the table
+    with bound values. Built per call through the ORM it cost more than the rest of the job's
+    end (its construction, its cache key, an expanding IN)."""
+    jobs_table = Job.metadata.tables["jobs"]
+    states = ", ".join(f"'{s.value}'" for s in sorted(only_from))  # the domain's constants
+    where: list[Any] = [jobs_table.c.id == bindparam("b_id"), text(f"status IN ({states})")]
+    if fenced:
+        where.append(jobs_table.c.attempt == bindparam("b_attempt"))
+    return update(jobs_table).where(*where).values({c: bindparam(f"b_{c}") for c in columns})
 
 
 def _webhook_status(job: Job) -> str:

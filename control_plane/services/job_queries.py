@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from sqlalchemy import Integer, bindparam, func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Deployment, Job
@@ -146,16 +146,15 @@ def recent_execution_s(session: Session, deployment_id: str, limit: int = 20) ->
     return sum(spans) / len(spans) if spans else None
 
 
-# Built once: constructing (and cache-keying) this statement cost more than running it.
-_ACTIVE_OF_TENANT = select(func.count()).select_from(
-    select(Job.id)
-    .where(
-        Job.tenant_id == bindparam("tenant_id"),
-        Job.status.in_(_ACTIVE),
-        Job.dispatched_at.is_not(None) | (Job.status == JobStatus.RUNNING),
-    )
-    .limit(bindparam("upto", type_=Integer))
-    .subquery()
+# A quota check runs this on every admission. As text, not a select(): executed through the
+# ORM, the select's expanding IN and cache key cost ~4x the query itself (134 against 34 us
+# alone; 0.65 ms in a busy API process). The statuses are the domain's constants; the same
+# shape as the index ix_jobs_tenant_status serves.
+_ACTIVE_OF_TENANT = text(
+    "SELECT count(*) FROM (SELECT 1 FROM jobs WHERE tenant_id = :tenant_id"
+    f" AND status IN ({', '.join(repr(s) for s in sorted(_ACTIVE))})"
+    f" AND (dispatched_at IS NOT NULL OR status = '{JobStatus.RUNNING.value}')"
+    " LIMIT :upto) AS active"
 )
 
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, insert, select, update
+from sqlalchemy import bindparam, case, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.util import identity_key
 
 from control_plane.db.models import Job, JobAttempt
 from control_plane.domain.clock import iso
@@ -149,31 +150,69 @@ def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job |
         "started_at": job.started_at or now,
         "status_reason": None,
     }
-    res = session.execute(
-        update(Job)
-        # `attempt` as read: the values above are then exactly what the row gets
-        .where(
-            Job.id == job_id,
-            Job.status.in_([s.value for s in PENDING]),
-            Job.attempt == job.attempt,
-        )
-        .values(**values),
-        execution_options={"synchronize_session": False},
-    )
+    # `attempt` as read: the values above are then exactly what the row gets
+    params = {f"b_{key}": value for key, value in values.items()}
+    res = session.execute(_CLAIM, {**params, "b_id": job_id, "b_read_attempt": job.attempt})
     if res.rowcount == 0:  # type: ignore[attr-defined]
         return None
     for key, value in values.items():  # instead of reading the row back
         set_committed_value(job, key, value)
-    session.add(
-        JobAttempt(
-            job_id=job.id,
-            attempt=job.attempt,
-            worker_id=worker_id,
-            started_at=now,
-            boot_wait=waited_on_boot,
-        )
+    session.execute(
+        _INSERT_ATTEMPT,
+        {
+            "job_id": job.id,
+            "attempt": job.attempt,
+            "worker_id": worker_id,
+            "started_at": now,
+            "boot_wait": waited_on_boot,
+        },
     )
     return job
+
+
+# A claim's statements, built once (Core, on the tables): built per call through the ORM, the
+# UPDATE's construction, cache key and expanding IN, and the unit of work of the attempt's
+# INSERT, cost more than the statements themselves on every job's path.
+_jobs = Job.metadata.tables["jobs"]
+_PENDING_SQL = ", ".join(f"'{s.value}'" for s in sorted(PENDING))  # the domain's constants
+_CLAIM = (
+    update(_jobs)
+    .where(
+        _jobs.c.id == bindparam("b_id"),
+        text(f"status IN ({_PENDING_SQL})"),
+        _jobs.c.attempt == bindparam("b_read_attempt"),
+    )
+    .values(
+        {
+            c: bindparam(f"b_{c}")
+            for c in ("status", "attempt", "worker_id", "started_at", "status_reason")
+        }
+    )
+)
+_INSERT_ATTEMPT = insert(JobAttempt.metadata.tables["job_attempts"])
+
+# Closing an attempt (`end_attempt`), built once: a Core UPDATE of the table, RETURNING the
+# attempt's id. Through the ORM (an UPDATE of the class, synchronized by "fetch") the same
+# statement cost ~0.4 ms of CPU on every job's end, more than the rest of its transaction.
+_attempts = JobAttempt.metadata.tables["job_attempts"]
+_at = bindparam("b_at", type_=_attempts.c.started_at.type)
+_END_ATTEMPT = (
+    update(_attempts)
+    .where(
+        _attempts.c.job_id == bindparam("b_job_id"),
+        _attempts.c.attempt == bindparam("b_attempt"),
+        _attempts.c.ended_at.is_(None),
+    )
+    .values(
+        # never before it started (a clock behind the claim's)
+        ended_at=case((_attempts.c.started_at > _at, _attempts.c.started_at), else_=_at),
+        outcome=bindparam("b_outcome"),
+        prompt_tokens=bindparam("b_prompt_tokens"),
+        generated_tokens=bindparam("b_generated_tokens"),
+        cached_tokens=bindparam("b_cached_tokens"),
+    )
+    .returning(_attempts.c.id)
+)
 
 
 def end_attempt(
@@ -189,23 +228,23 @@ def end_attempt(
 ) -> None:
     """Close an attempt (first close wins: a later report cannot rewrite it), never before it
     started. One UPDATE: on every job's path, where reading the row first cost a statement."""
-    session.execute(
-        update(JobAttempt)
-        .where(
-            JobAttempt.job_id == job_id,
-            JobAttempt.attempt == attempt,
-            JobAttempt.ended_at.is_(None),
-        )
-        .values(
-            ended_at=case((JobAttempt.started_at > at, JobAttempt.started_at), else_=at),
-            outcome=outcome,
-            prompt_tokens=prompt_tokens,
-            generated_tokens=generated_tokens,
-            cached_tokens=cached_tokens,
-        ),
-        # a loaded attempt (the reconciler's billing reads them later in its tick) is refreshed
-        execution_options={"synchronize_session": "fetch"},
-    )
+    closed = session.execute(
+        _END_ATTEMPT,
+        {
+            "b_job_id": job_id,
+            "b_attempt": attempt,
+            "b_at": at,
+            "b_outcome": outcome,
+            "b_prompt_tokens": prompt_tokens,
+            "b_generated_tokens": generated_tokens,
+            "b_cached_tokens": cached_tokens,
+        },
+    ).scalar()
+    # An attempt this session holds (the reconciler's billing reads them later in its tick)
+    # reloads as written.
+    held = session.identity_map.get(identity_key(JobAttempt, closed)) if closed else None
+    if held is not None:
+        session.expire(held)
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ import statistics
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, func, select, update
+from sqlalchemy import CursorResult, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -194,6 +194,13 @@ def _count_startup_phase(session: Session, w: Worker, phase: str, at: datetime) 
     on_commit.after_commit(session, observe)
 
 
+# Built once, on the table (a claim's path): see `follow_jobs`.
+_workers = Worker.metadata.tables["workers"]
+_STATE_FOR_CLAIM = (
+    select(_workers.c.state).where(_workers.c.id == bindparam("worker_id")).with_for_update()
+)
+
+
 def follow_jobs(session: Session, settings: Settings, worker_id: str, at: datetime) -> None:
     """A claim makes an idle worker busy, in the claim's own transaction (not committed here).
 
@@ -205,7 +212,7 @@ def follow_jobs(session: Session, settings: Settings, worker_id: str, at: dateti
     # Its state alone: most claims find it busy already, and then need no Worker object.
     # Locked (PostgreSQL; SQLite's claim already holds the one write lock): `settle_idle` must
     # not make it idle between this read and the claim's commit.
-    state = session.scalar(select(Worker.state).where(Worker.id == worker_id).with_for_update())
+    state = session.scalar(_STATE_FOR_CLAIM, {"worker_id": worker_id})
     if state == WorkerState.IDLE:
         transition(session, settings, worker_id, WorkerState.BUSY, at, at)
 

@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 import redis
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
-from control_plane.db.models import Job
+from control_plane.db.models import Job, JobAttempt
 from control_plane.domain import webhook_resend
 from control_plane.reconcile.driver import Reconciler
+from control_plane.services import finish
 from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE, DELIVER_WEBHOOK_TASK
 from tests.integration.api_helpers import WORKER, deploy, h, submit
@@ -236,6 +238,25 @@ def test_every_terminal_path_ends_the_job_once(world: World, path: str) -> None:
     # the same message, under the same id.
     resent = world.clock() - job.completed_at > webhook_resend.GRACE
     assert world.completed_webhooks(job_id) == [f"msg_{job_id}_completed"] * (1 + resent)
+
+
+def test_an_attempt_loaded_in_the_session_reads_as_its_end_wrote_it(world: World) -> None:
+    """The attempt is closed by one UPDATE of the table: an attempt object the session already
+    holds (the reconciler's billing reads them later in its tick) is reloaded, not left open."""
+    job_id = world.submit(webhook=None)
+    world.tick()
+    attempt = world.claim(job_id, world.started_worker())
+    ctx = world.client.app.state.ctx  # type: ignore[attr-defined]
+    with ctx.sessions() as session:
+        held = session.scalars(
+            select(JobAttempt).where(JobAttempt.job_id == job_id, JobAttempt.attempt == attempt)
+        ).one()
+        assert held.ended_at is None and held.outcome is None
+        ended = finish.finish(
+            session, ctx.outbox, [(job_id, finish.canceled("test"))], world.clock()
+        )
+        assert [j.id for j in ended] == [job_id]
+        assert held.outcome == "canceled" and held.ended_at is not None
 
 
 def test_without_a_completed_subscription_no_webhook_and_status_none(world: World) -> None:
