@@ -21,12 +21,15 @@ logged and the admission goes on (the autoscaler then sees one arrival fewer).
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Any
 
 import redis
+from redis.client import Pipeline
 from redis.commands.core import Script
 
 from control_plane.domain.scaling.history import (
@@ -99,34 +102,54 @@ def record(r: redis.Redis, deployment_id: str, at: datetime, n: int = 1) -> bool
     """`n` arrivals for a deployment at `at`; False (logged) when Redis failed."""
     if n <= 0:
         return True
-    keys = [
-        arrival_buckets_key(deployment_id),
-        arrival_gaps_key(deployment_id),
-        last_arrival_key(deployment_id),
-        scale_decision_key(deployment_id),
-        RECONCILER_NUDGE_KEY,
-    ]
-    # repr: the shortest text that parses back to the same double (Lua's tonumber included)
-    args: list[str | int] = [
-        repr(at.timestamp()),
-        n,
-        repr(BUCKET_S),
-        MAX_BUCKETS,
-        MAX_GAPS,
-        ARRIVALS_TTL_S,
-    ]
     try:
-        _record_script(r)(keys=keys, args=args)
+        _record_script(r)(keys=_keys(deployment_id), args=_args(at, n))
     except redis.RedisError as exc:
         log.warning("arrival of deployment %s not recorded (Redis: %s)", deployment_id, exc)
         return False
     return True
 
 
+def record_to(pipe: Pipeline, deployment_id: str, at: datetime) -> None:
+    """One arrival, queued on `pipe` (an admission's wake-up: one round trip for both). The
+    script by its hash alone (a Script in a pipeline would first ask whether Redis has it, a
+    round trip of its own); `recorded` loads it when Redis had not (a restarted Redis)."""
+    pipe.evalsha(_RECORD_SHA, 5, *_keys(deployment_id), *_args(at, 1))
+
+
+def recorded(result: Any, r: redis.Redis, deployment_id: str, at: datetime) -> bool:
+    """The pipeline's answer to `record_to` (raise_on_error=False), recorded again through the
+    script when Redis did not know it; False (logged) when Redis failed."""
+    if isinstance(result, redis.exceptions.NoScriptError):
+        return record(r, deployment_id, at)
+    if isinstance(result, Exception):
+        log.warning("arrival of deployment %s not recorded (Redis: %s)", deployment_id, result)
+        return False
+    return True
+
+
+def _keys(deployment_id: str) -> list[str]:
+    return [
+        arrival_buckets_key(deployment_id),
+        arrival_gaps_key(deployment_id),
+        last_arrival_key(deployment_id),
+        scale_decision_key(deployment_id),
+        RECONCILER_NUDGE_KEY,
+    ]
+
+
+def _args(at: datetime, n: int) -> list[str | int]:
+    # repr: the shortest text that parses back to the same double (Lua's tonumber included)
+    return [repr(at.timestamp()), n, repr(BUCKET_S), MAX_BUCKETS, MAX_GAPS, ARRIVALS_TTL_S]
+
+
 @functools.cache
 def _record_script(r: redis.Redis) -> Script:
     """The script bound to a client, made once per client (admission is a hot path)."""
     return r.register_script(_RECORD_LUA)
+
+
+_RECORD_SHA = hashlib.sha1(_RECORD_LUA.encode()).hexdigest()  # what Redis knows it by
 
 
 # Nudged ticks are at least this far apart (a deployment that stays at zero, e.g. in a crash

@@ -6,13 +6,14 @@ import base64
 import json
 import logging
 import uuid
+from datetime import datetime
 from typing import Any
 
 import redis
 from celery import Celery
 
 from control_plane.domain.wakeups import Unacked, control_task_eta, job_of
-from control_plane.services import events
+from control_plane.services import arrivals, events
 from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE
 from worker.protocol import (
@@ -102,9 +103,12 @@ def wake(
     job_id: str,
     kind: str,
     event: dict[str, Any] | None = None,
+    *,
+    arrival: datetime | None = None,
 ) -> bool:
     """Announce a committed job on its event stream and send its wake-up (one round trip);
-    False if that failed.
+    False if that failed. With `arrival`, the admission's arrival is recorded in the same
+    round trip (`arrivals.record_to`; best effort, logged).
 
     Best effort by design: the row is already committed, and the loop's redispatch re-sends
     wake-ups for pending jobs whose queue is empty, so a broker outage loses nothing.
@@ -113,9 +117,19 @@ def wake(
         pipe = r.pipeline(transaction=False)
         events.publish_to(pipe, [job_id], EventType.QUEUED, event or {"job_id": job_id})
         pipe.lpush(*wakeup(deployment_id, job_id, kind))
-        pipe.execute()
-    except Exception:
+        if arrival is not None:
+            arrivals.record_to(pipe, deployment_id, arrival)
+        results = pipe.execute(raise_on_error=False)
+    except Exception as exc:
         log.exception("wake-up for job %s failed; left for the redispatch", job_id)
+        if arrival is not None:
+            log.warning("arrival of deployment %s not recorded (Redis: %s)", deployment_id, exc)
+        return False
+    if arrival is not None:
+        arrivals.recorded(results.pop(), r, deployment_id, arrival)
+    failed = next((res for res in results if isinstance(res, Exception)), None)
+    if failed is not None:
+        log.error("wake-up for job %s failed (%s); left for the redispatch", job_id, failed)
         return False
     return True
 

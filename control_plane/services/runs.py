@@ -25,7 +25,6 @@ from control_plane.context import AppContext
 from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest
 from control_plane.services import (
-    arrivals,
     events,
     finish,
     job_queries,
@@ -114,14 +113,12 @@ def create(
             span.add_event("stored", {"platform.job.created": created})
         logs.bind(job_id=public["id"], deployment_id=dep_id)  # the request's log line names them
         if created:
-            # The wake-up first: a warm worker starts on it while the arrival is recorded.
-            woken = wake(ctx.redis, dep_id, public["id"], kind)
+            # The arrival goes in the wake-up's round trip. Every admitted call passes here
+            # (run, stream, jobs, OpenAI); batch lines count when they are dispatched
+            # (`services/batches.py`). Best effort: never fails the call.
+            woken = wake(ctx.redis, dep_id, public["id"], kind, arrival=now)
             if span is not None:
                 span.add_event("woken", {"platform.wake.sent": woken})
-            # Every admitted call passes here (run, stream, jobs, OpenAI); batch lines count
-            # when they are dispatched (`services/batches.py`). Best effort: never fails the
-            # call.
-            arrivals.record(ctx.redis, dep_id, now)
     return public, tenant_id
 
 

@@ -33,7 +33,7 @@ from control_plane.domain.scaling.history import (
 )
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services import arrivals, scale_decisions
+from control_plane.services import arrivals, dispatch, scale_decisions
 from sdk.cli._common import CliState
 from sdk.cli.main import app as cli_app
 from tests.integration.api_helpers import WORKER, deploy, h, submit
@@ -373,6 +373,28 @@ def test_a_call_to_a_deployment_without_workers_wakes_the_reconciler_at_once(
     assert redis_client.llen(RECONCILER_NUDGE_KEY) == 1
 
 
+def test_an_arrival_goes_in_its_wake_ups_round_trip_even_when_redis_lost_the_script(
+    redis_client: Any,
+) -> None:
+    """An admission's arrival is sent by the script's hash in the wake-up's pipeline; a Redis
+    that does not know the script (restarted, flushed) still records it, and the wake-up is
+    sent either way."""
+    redis_client.script_flush()
+    first = datetime.now(UTC)
+    assert dispatch.wake(redis_client, "dep_x", "job_1", "async", arrival=first)
+    assert float(redis_client.get(last_arrival_key("dep_x"))) == first.timestamp()
+    later = first + timedelta(seconds=2.5)
+    assert dispatch.wake(redis_client, "dep_x", "job_2", "async", arrival=later)
+    stats = arrivals.read(redis_client, "dep_x", later)
+    history = ArrivalHistory()
+    history.record(first.timestamp(), 1)
+    history.record(later.timestamp(), 1)
+    assert stats == history.stats(later.timestamp())
+    queue, _ = dispatch.wakeup("dep_x", "job_1", "async")
+    woken = [json.loads(m) for m in redis_client.lrange(queue, 0, -1)]
+    assert len(woken) == 2
+
+
 def test_every_admission_records_an_arrival_on_the_apps_clock(fleet: Fleet) -> None:
     """A job, a run and each batch line (when dispatched) is an arrival at the API's clock."""
     deploy(fleet.client, fleet.key)
@@ -418,6 +440,7 @@ def test_a_redis_outage_does_not_fail_admission(
         raise redis.ConnectionError("Connection refused")
 
     monkeypatch.setattr(ctx.redis, "execute_command", down)
+    monkeypatch.setattr(redis.client.Pipeline, "execute", down)  # the wake-up's round trip
     job_id = fleet.submit()
     assert fleet.job(job_id).status == "queued", "committed and acknowledged"
     assert any("not recorded" in r.getMessage() for r in caplog.records)
