@@ -7,6 +7,13 @@ one generation number in Redis.
     dep = view.deployment(session, who.tenant_id, name)
     limits = view.limits(session, who.tenant_id)
 
+An admission spares the GET: `recent_view()` is the cache at the generation this process read
+last, unconfirmed, and the quota script that charges the call checks that generation in the
+same round trip (`Quotas.admit(..., generation=...)`). A call whose generation moved meanwhile
+is charged nothing and decided again on a `view()` (`services/runs.py`), and so is every call
+such a view refused: whatever was decided on an unconfirmed view is either confirmed before
+anything is written or decided again.
+
 Any commit that changes an API key, a deployment or a tenant bumps the generation
 (`install_invalidation`, a session hook: no call site can forget it), so the next request of
 every API process reads the database again: a revoked key is refused on the next request, a
@@ -79,6 +86,7 @@ class EdgeCache:
             "tenant": {},
         }
         self._lock = threading.Lock()
+        self._seen: int | None = None  # the generation last read (`recent_view`)
 
     def view(self) -> EdgeView:
         """The cache as of the current generation (None: Redis unreachable, read through)."""
@@ -87,7 +95,15 @@ class EdgeCache:
         except redis.RedisError:
             log.warning("edge cache: generation unreadable; reading the database")
             return EdgeView(self, None)
-        return EdgeView(self, int(raw or 0))
+        self._seen = int(raw or 0)
+        return EdgeView(self, self._seen)
+
+    def recent_view(self) -> EdgeView:
+        """The cache as of the generation this process read last, with no round trip; not
+        `fresh`: what it serves must be confirmed (see the module doc). Before any `view()`,
+        a `view()`."""
+        seen = self._seen
+        return self.view() if seen is None else EdgeView(self, seen, fresh=False)
 
     def _lookup(self, kind: str, key: Any, generation: int | None, load: Callable[[], T]) -> T:
         if generation is None:
@@ -112,6 +128,8 @@ class EdgeCache:
 class EdgeView:
     cache: EdgeCache
     generation: int | None
+    # read from Redis for this view; False: the generation last seen (`recent_view`)
+    fresh: bool = True
 
     def principal(self, session: Session, token: str) -> auth.Principal:
         # Keyed by a hash: the process keeps no usable secret in this cache.

@@ -15,15 +15,21 @@ from dataclasses import dataclass
 import redis
 
 from control_plane.errors import InvalidRequest, RateLimited, Unavailable
+from control_plane.services.edge_cache import GENERATION_KEY
 from worker.protocol import rate_limit_key
 
 log = logging.getLogger(__name__)
 
-# KEYS: request bucket, token bucket. ARGV: per-minute limits and costs of each.
+# KEYS: request bucket, token bucket, the edge cache's generation. ARGV: per-minute limits and
+# costs of each, then the generation the caller decided on ('' when it read it itself).
 # A bucket holds up to `limit` units and refills at limit/60 per second. Returns
-# {1, 0, 0} when both admit (and charges both), else {0, ms until both would admit, index of
-# the bucket that needs the longest wait (1 requests, 2 tokens)}.
+# {1, 0, 0} when both admit (and charges both), {-1, 0, 0} when the generation moved (charges
+# nothing), else {0, ms until both would admit, index of the bucket that needs the longest
+# wait (1 requests, 2 tokens)}.
 _BUCKETS_LUA = """
+if ARGV[5] ~= '' and (tonumber(redis.call('GET', KEYS[3])) or 0) ~= tonumber(ARGV[5]) then
+  return {-1, 0, 0}
+end
 local t = redis.call('TIME')
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local wait_ms = 0
@@ -55,6 +61,11 @@ return {1, 0, 0}
 """
 
 
+class StaleView(Exception):
+    """The edge cache's generation a call was decided on has moved (or could not be checked):
+    nothing was charged; the caller decides again on a fresh view. Never reaches a client."""
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     requests_per_min: int  # requests admitted per minute (bucket size and refill)
@@ -68,8 +79,19 @@ class Quotas:
         self._script = r.register_script(_BUCKETS_LUA)
         self._fail_open = fail_open
 
-    def admit(self, tenant_id: str, limits: Limits, tokens: int, in_flight: int) -> None:
-        """Charge one request and `tokens`; raise RateLimited (with retry_after_s) if over."""
+    def admit(
+        self,
+        tenant_id: str,
+        limits: Limits,
+        tokens: int,
+        in_flight: int,
+        generation: int | None = None,
+    ) -> None:
+        """Charge one request and `tokens`; raise RateLimited (with retry_after_s) if over.
+
+        `generation`: the edge cache's generation the caller decided on without reading it
+        (`EdgeCache.recent_view`), checked in the same script: StaleView, nothing charged, when
+        it moved or could not be checked."""
         if in_flight >= limits.max_in_flight:
             raise RateLimited(
                 f"{in_flight} jobs are queued or running; the limit is {limits.max_in_flight}",
@@ -85,15 +107,24 @@ class Quotas:
                 "or shorten the prompt",
                 limit=limits.tokens_per_min,
             )
-        keys = [rate_limit_key(tenant_id, "requests"), rate_limit_key(tenant_id, "tokens")]
-        args = [limits.requests_per_min, 1, limits.tokens_per_min, tokens]
+        keys = [
+            rate_limit_key(tenant_id, "requests"),
+            rate_limit_key(tenant_id, "tokens"),
+            GENERATION_KEY,
+        ]
+        expected = "" if generation is None else generation
+        args = [limits.requests_per_min, 1, limits.tokens_per_min, tokens, expected]
         try:
             ok, wait_ms, binding = self._script(keys=keys, args=args)
         except redis.RedisError as exc:
+            if generation is not None:  # unconfirmed: decided again, reading the database
+                raise StaleView from exc
             if self._fail_open:
                 log.warning("quota check skipped (Redis unavailable, fail-open): %s", exc)
                 return
             raise Unavailable("rate limiting is unavailable; try again shortly") from exc
+        if ok == -1:
+            raise StaleView
         if not ok:
             retry_after_s = max(1, math.ceil(int(wait_ms) / 1000))
             tokens_bind = int(binding) == 2

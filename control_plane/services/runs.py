@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from control_plane.context import AppContext
 from control_plane.domain.states import JobKind
-from control_plane.errors import InvalidRequest
+from control_plane.errors import ControlPlaneError, InvalidRequest
 from control_plane.services import (
     events,
     finish,
@@ -31,9 +31,10 @@ from control_plane.services import (
     jobs,
     webhooks,
 )
+from control_plane.services.auth import Principal
 from control_plane.services.dispatch import wake
-from control_plane.services.edge_cache import DeploymentRef, TenantLimits
-from control_plane.services.quotas import Limits
+from control_plane.services.edge_cache import DeploymentRef, EdgeView, TenantLimits
+from control_plane.services.quotas import Limits, StaleView
 from worker import logs, tracing
 from worker.protocol import TERMINAL_EVENTS, EventType
 
@@ -67,20 +68,24 @@ def create(
     Traced as `job.admit` (events `stored`, `woken`); the job stores that span's traceparent."""
     attributes = {tracing.GEN_AI_OPERATION: tracing.OPERATION, tracing.GEN_AI_MODEL: name}
     with tracing.span("job.admit", attributes=attributes) as span:
-        view = ctx.edge.view()
+        # The key, deployment and limits as of the generation last seen: the quota script
+        # confirms it (edge_cache.py), sparing a round trip on every call.
+        view = ctx.edge.recent_view()
         with ctx.sessions() as session:
-            who = view.principal(session, token)
-            who.require("run")
-            dep = view.deployment(session, who.tenant_id, name)
-            if webhook:
-                webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
-            resolved = job_input.resolved(dep.spec.defaults)
-            prompt_tokens = check_fits_context(ctx, dep, resolved)
-            if idempotency_key is None or not jobs.exists_for_key(
-                session, who.tenant_id, idempotency_key
-            ):
-                tokens = prompt_tokens + int(resolved["max_tokens"])
-                admit(ctx, session, who.tenant_id, tokens, view.limits(session, who.tenant_id))
+            try:
+                who, dep, resolved = _decide(
+                    ctx, session, view, token, name, job_input, webhook, idempotency_key
+                )
+            except (StaleView, ControlPlaneError):
+                if view.fresh:
+                    raise
+                # The generation moved, or the call was refused on it: decided again on the
+                # current one (nothing was charged or written).
+                session.rollback()
+                view = ctx.edge.view()
+                who, dep, resolved = _decide(
+                    ctx, session, view, token, name, job_input, webhook, idempotency_key
+                )
             now = ctx.clock()
             job, created = jobs.create(
                 session,
@@ -122,10 +127,43 @@ def create(
     return public, tenant_id
 
 
+def _decide(
+    ctx: AppContext,
+    session: Session,
+    view: EdgeView,
+    token: str,
+    name: str,
+    job_input: JobInput,
+    webhook: str | None,
+    idempotency_key: str | None,
+) -> tuple[Principal, DeploymentRef, dict[str, Any]]:
+    """Whether the call is admitted, charged to its tenant's quota: (caller, deployment, input
+    with the deployment's defaults). Reads only; the charge is the last step. On a view not
+    `fresh`, StaleView when its generation moved (nothing charged)."""
+    who = view.principal(session, token)
+    who.require("run")
+    dep = view.deployment(session, who.tenant_id, name)
+    if webhook:
+        webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
+    resolved = job_input.resolved(dep.spec.defaults)
+    prompt_tokens = check_fits_context(ctx, dep, resolved)
+    if idempotency_key is None or not jobs.exists_for_key(session, who.tenant_id, idempotency_key):
+        tokens = prompt_tokens + int(resolved["max_tokens"])
+        own = view.limits(session, who.tenant_id)
+        admit(ctx, session, who.tenant_id, tokens, own, None if view.fresh else view.generation)
+    return who, dep, resolved
+
+
 def admit(
-    ctx: AppContext, session: Session, tenant_id: str, tokens: int, own: TenantLimits
+    ctx: AppContext,
+    session: Session,
+    tenant_id: str,
+    tokens: int,
+    own: TenantLimits,
+    generation: int | None = None,
 ) -> None:
-    """Quota check of a new job (a replay of an idempotent request is not charged again)."""
+    """Quota check of a new job (a replay of an idempotent request is not charged again);
+    `generation`: see `Quotas.admit`."""
     s = ctx.settings
     limits = Limits(
         requests_per_min=own.requests_per_min or s.default_requests_per_min,
@@ -134,7 +172,7 @@ def admit(
     )
     # Counting stops at the limit: the answer needed is only whether the tenant is at it.
     in_flight = job_queries.active_count(session, tenant_id, limits.max_in_flight)
-    ctx.quotas.admit(tenant_id, limits, tokens, in_flight)
+    ctx.quotas.admit(tenant_id, limits, tokens, in_flight, generation)
 
 
 def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: dict[str, Any]) -> int:

@@ -8,12 +8,17 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
 from control_plane.api.app import create_app
+from control_plane.db.models import Tenant
+from control_plane.services import auth
+from control_plane.services.edge_cache import GENERATION_KEY
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, deploy, h
+from worker.protocol import rate_limit_key
 
 
 @pytest.fixture
@@ -101,3 +106,78 @@ def test_without_redis_every_call_reads_the_database(
     assert any("FROM api_keys" in s for s in seen), "the key was read from the database"
     assert client.delete(f"/v1/keys/{new['id']}", headers=h(keys["a"])).status_code == 204
     assert other.get("/v1/jobs", headers=h(new["key"])).status_code == 401
+
+
+def generation_reads(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """GETs of the generation the app behind `client` sends from now on."""
+    edge = client.app.state.ctx.edge  # type: ignore[attr-defined]
+    real, reads = edge._redis.get, []
+
+    def counting(key: str) -> Any:
+        reads.append(key)
+        return real(key)
+
+    monkeypatch.setattr(edge._redis, "get", counting)
+    return reads
+
+
+def bucket(redis_client: Any, tenant_id: str) -> dict[bytes, bytes]:
+    """The tenant's request bucket as stored: its level changes only when a call is charged."""
+    return dict(redis_client.hgetall(rate_limit_key(tenant_id, "requests")))
+
+
+def test_an_admission_confirms_the_generation_in_its_quota_script_instead_of_reading_it(
+    other: TestClient, client: TestClient, keys: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deploy(client, keys["a"])
+    assert submit(other, keys["a"]).status_code == 202  # cached, the generation seen
+    reads = generation_reads(other, monkeypatch)
+    assert submit(other, keys["a"]).status_code == 202
+    assert reads == [], "an admission spares the GET"
+    assert other.get("/v1/jobs", headers=h(keys["a"])).status_code == 200
+    assert reads == [GENERATION_KEY], "other calls read it"
+
+
+def test_a_call_decided_on_a_moved_generation_is_charged_nothing_and_decided_again(
+    other: TestClient,
+    client: TestClient,
+    keys: dict[str, str],
+    redis_client: Any,
+) -> None:
+    new = client.post("/v1/keys", json={"scopes": ["run", "read"]}, headers=h(keys["a"])).json()
+    deploy(client, keys["a"])
+    assert submit(other, new["key"]).status_code == 202  # cached by `other`
+    # the tenant's in-flight limit lowered to what it has, committed through the other API
+    # (its commit hook bumps the generation)
+    with client.app.state.ctx.sessions() as s:  # type: ignore[attr-defined]
+        tenant_id = auth.authenticate(s, new["key"]).tenant_id
+        t = s.get(Tenant, tenant_id)
+        assert t is not None
+        t.max_in_flight = 1
+        s.commit()
+    before = bucket(redis_client, tenant_id)
+    refused = submit(other, new["key"])
+    assert refused.status_code == 429 and refused.json()["limit"] == 1, "the new limit, at once"
+    assert bucket(redis_client, tenant_id) == before, "nothing charged"
+    assert client.delete(f"/v1/keys/{new['id']}", headers=h(keys["a"])).status_code == 204
+    assert submit(other, new["key"]).status_code == 401
+    assert bucket(redis_client, tenant_id) == before, "nothing charged"
+
+
+def test_a_revocation_holds_when_redis_fails_between_a_call_and_its_quota_script(
+    other: TestClient, client: TestClient, keys: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The generation last seen cannot be confirmed: the call is decided again on the database
+    (the generation unreadable, as in the test above), where the key is revoked."""
+    new = client.post("/v1/keys", json={"scopes": ["run"]}, headers=h(keys["a"])).json()
+    deploy(client, keys["a"])
+    assert submit(other, new["key"]).status_code == 202  # cached by `other`
+    assert client.delete(f"/v1/keys/{new['id']}", headers=h(keys["a"])).status_code == 204
+    ctx = other.app.state.ctx  # type: ignore[attr-defined]
+
+    def down(*_args: Any, **_kw: Any) -> Any:
+        raise redis.ConnectionError("Connection refused")
+
+    monkeypatch.setattr(ctx.quotas, "_script", down)
+    monkeypatch.setattr(ctx.edge._redis, "get", down)
+    assert submit(other, new["key"]).status_code == 401
