@@ -37,6 +37,7 @@ from control_plane.db.models import Job
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobKind, JobStatus
 from control_plane.metrics import families
 from control_plane.services import events, jobs, webhooks
+from control_plane.services.job_queries import states_sql
 from control_plane.tasks_api import enqueue_webhook
 from worker.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
 
@@ -233,8 +234,8 @@ def _end_statement(
     with bound values. Built per call through the ORM it cost more than the rest of the job's
     end (its construction, its cache key, an expanding IN)."""
     jobs_table = Job.metadata.tables["jobs"]
-    states = ", ".join(f"'{s.value}'" for s in sorted(only_from))  # the domain's constants
-    where: list[Any] = [jobs_table.c.id == bindparam("b_id"), text(f"status IN ({states})")]
+    states = text(f"status IN ({states_sql(only_from)})")
+    where: list[Any] = [jobs_table.c.id == bindparam("b_id"), states]
     if fenced:
         where.append(jobs_table.c.attempt == bindparam("b_attempt"))
     return update(jobs_table).where(*where).values({c: bindparam(f"b_{c}") for c in columns})

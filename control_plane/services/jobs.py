@@ -24,6 +24,7 @@ from control_plane.domain.ids import new_id
 from control_plane.domain.states import PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
 from control_plane.services.edge_cache import DeploymentRef
+from control_plane.services.job_queries import states_sql
 from control_plane.services.paging import tenant_page
 from worker import tracing
 
@@ -174,12 +175,11 @@ def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job |
 # UPDATE's construction, cache key and expanding IN, and the unit of work of the attempt's
 # INSERT, cost more than the statements themselves on every job's path.
 _jobs = Job.metadata.tables["jobs"]
-_PENDING_SQL = ", ".join(f"'{s.value}'" for s in sorted(PENDING))  # the domain's constants
 _CLAIM = (
     update(_jobs)
     .where(
         _jobs.c.id == bindparam("b_id"),
-        text(f"status IN ({_PENDING_SQL})"),
+        text(f"status IN ({states_sql(PENDING)})"),
         _jobs.c.attempt == bindparam("b_read_attempt"),
     )
     .values(
