@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from worker import tracing
 from worker.protocol import (
     CLAIMS_PATH,
@@ -22,6 +20,7 @@ from worker.protocol import (
     complete_path,
     worker_state_path,
 )
+from worker.runtime.json_http import TRANSPORT_ERRORS, Answer, JsonHttp
 
 log = logging.getLogger(__name__)
 # How long a claim is retried (the job is re-dispatched by the reconciler after that), and a
@@ -46,9 +45,7 @@ class Report:
 class ControlClient:
     def __init__(self, base_url: str, token: str, worker_id: str) -> None:
         self.worker_id = worker_id
-        self._http = httpx.Client(
-            base_url=base_url, headers={"Authorization": f"Bearer {token}"}, timeout=30.0
-        )
+        self._http = JsonHttp(base_url, {"Authorization": f"Bearer {token}"}, timeout_s=30.0)
 
     def close(self) -> None:
         self._http.close()
@@ -60,16 +57,16 @@ class ControlClient:
         *,
         deadline_s: float,
         headers: dict[str, str] | None = None,
-    ) -> httpx.Response:
+    ) -> Answer:
         delay = 0.2
         give_up = time.monotonic() + deadline_s
         while True:
             try:
-                resp = self._http.post(path, json=body, headers=headers)
+                resp = self._http.post(path, body, headers)
                 if resp.status_code < 500:
                     return resp
                 log.warning("control plane answered %d on %s", resp.status_code, path)
-            except httpx.TransportError as exc:
+            except TRANSPORT_ERRORS as exc:
                 log.warning("control plane unreachable on %s: %s", path, exc)
             if time.monotonic() + delay > give_up:
                 raise RuntimeError(f"control plane did not accept {path} within {deadline_s}s")
