@@ -53,6 +53,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.cpu_share import Sampler, Share
+
 CLIENTS = (1, 16, 64)
 # The tenant's quotas (600 requests/min by default) would measure the rate limiter instead.
 PLATFORM_ENV = {
@@ -71,15 +73,18 @@ def pct(values: list[float], q: float) -> float:
 
 def hammer(
     make_client: Callable[[], Any], call: Callable[[Any, int], Any], n: int, seconds: float
-) -> tuple[list[str], dict[int, int]]:
+) -> tuple[list[str], dict[int, int], Share]:
     """`n` threads calling `call(client, i)` (a response) back to back for `seconds`; the job
-    ids of the admitted calls (200 or 202) and the other answers by status."""
+    ids of the admitted calls (200 or 202), the other answers by status, and where the
+    machine's CPU went meanwhile."""
     ids: list[str] = []
     refused: dict[int, int] = {}
     lock = threading.Lock()
     window: list[float] = []  # the end of the window, set once every client is connected
+    sampler = Sampler()
 
     def start() -> None:
+        sampler.__enter__()
         window.append(time.monotonic() + seconds)
 
     barrier = threading.Barrier(n, action=start)
@@ -103,7 +108,8 @@ def hammer(
         t.start()
     for t in threads:
         t.join()
-    return ids, refused
+    sampler.__exit__()
+    return ids, refused, sampler.share
 
 
 def main() -> None:
@@ -128,6 +134,7 @@ def main() -> None:
             print("SQLite, the embedded default (`platform up`: 2 API processes):", flush=True)
             report = on_platform(work / "state", PLATFORM_ENV, demo, args, full=True)
             report["admissions_1_api"] = one["admissions"]
+            report["cpu_1_api"] = one["cpu"]
             report["admitted"] += one["admitted"]
             print(f"reconciler tick, {args.tick_deployments} deployments, {args.tick_jobs} jobs:")
             report["tick"] = reconciler_tick.measure(args.tick_deployments, args.tick_jobs, 6)
@@ -144,6 +151,7 @@ def main() -> None:
                     report = on_platform(work / "state-2", {**env, "PLATFORM_DATABASE_URL": url},
                                          demo, args, full=True)  # fmt: skip
                 report["admissions_1_api"] = one["admissions"]
+                report["cpu_1_api"] = one["cpu"]
                 report["admitted"] += one["admitted"]
                 print(f"reconciler tick on PostgreSQL, {args.tick_deployments} deployments, "
                       f"{args.tick_jobs} jobs:")  # fmt: skip
@@ -227,10 +235,11 @@ def measure(
         return c.post(f"/v1/deployments/{name}/run", json=body)
 
     admissions: dict[str, dict[int, float]] = {"async": {}, "sync": {}}
+    shares: dict[str, dict[int, Share]] = {"async": {}, "sync": {}}
     admitted: list[str] = []
     for kind, call in (("async", submit), ("sync", run)):
         for n in CLIENTS:
-            ids, refused = hammer(client, call, n, args.seconds)
+            ids, refused, share = hammer(client, call, n, args.seconds)
             admissions[kind][n] = len(ids) / args.seconds
             admitted += ids
             print(
@@ -238,19 +247,22 @@ def measure(
                 + (f" (refused: {refused})" if refused else ""),
                 flush=True,
             )
+            print(f"      {share.line()}", flush=True)
+            shares[kind][n] = share
             drain(plat, ids)
 
     lost = [j for j in admitted if plat.http.get(f"/v1/jobs/{j}").json()["status"] not in TERMINAL]
     if lost:
         raise SystemExit(f"{len(lost)} admitted jobs never finished, e.g. {lost[:3]}")
     if not full:
-        return {"admissions": admissions, "admitted": len(admitted)}
+        return {"admissions": admissions, "admitted": len(admitted), "cpu": shares}
     overhead, stages = warm_path(plat, name, body, args.runs)
     first_event, first_output = sse(base, key, name, body, args.runs, httpx, leave=False)
     left_event, left_output = sse(base, key, name, body, args.runs, httpx, leave=True)
     return {
         "admissions": admissions,
         "admitted": len(admitted),
+        "cpu": shares,
         "overhead_ms": overhead,
         "stages_ms": stages,
         "first_event_ms": first_event,
@@ -327,6 +339,21 @@ def sse(
     return first_event, first_output
 
 
+def print_cpu(r: dict[str, Any]) -> None:
+    """Where the cores went while 16 clients submitted async jobs: cores busy on average."""
+    runs = [("1 API process", r["cpu_1_api"])] if r.get("cpu_1_api") else []
+    runs.append(("2 API processes" if runs else "this platform", r["cpu"]))
+    kinds = sorted({k for _, cpu in runs for k in cpu["async"][16].by_kind})
+    kinds = [k for k in kinds if any(cpu["async"][16].by_kind.get(k, 0) >= 0.01 for _, cpu in runs)]
+    print(f"| async, 16 clients: cores (of {runs[0][1]['async'][16].cores}) | busy | "
+          + " | ".join(kinds) + " |")  # fmt: skip
+    print("|---|---:|" + "---:|" * len(kinds))
+    for label, cpu in runs:
+        share = cpu["async"][16]
+        row = " | ".join(f"{share.by_kind.get(k, 0.0):.2f}" for k in kinds)
+        print(f"| {label} | {share.busy_cores:.2f} | {row} |")
+
+
 def print_report(r: dict[str, Any]) -> None:
     print()
     print("| measure | 1 client | 16 clients | 64 clients |")
@@ -342,6 +369,8 @@ def print_report(r: dict[str, Any]) -> None:
     if one is not None:
         row = " | ".join(f"{r['admissions']['async'][n] / one['async'][n]:.2f}" for n in CLIENTS)
         print(f"| async, 2 API processes / 1 | {row} |")
+    print()
+    print_cpu(r)
     print()
     print("| warm path, ms | p50 | p99 |")
     print("|---|---:|---:|")
@@ -375,6 +404,7 @@ def print_report(r: dict[str, Any]) -> None:
         "sync_per_s_16": round(r["admissions"]["sync"][16], 1),
         "overhead_mean_ms": round(statistics.fmean(r["overhead_ms"]), 2),
         "first_event_left_p50_ms": round(pct(r["left_first_event_ms"], 0.5), 2),
+        "cores_busy_async_16": round(r["cpu"]["async"][16].busy_cores, 2),
     }
     print(json.dumps(line))
 
