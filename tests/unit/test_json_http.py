@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import socket
+import ssl
 import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -126,6 +131,10 @@ def test_a_connection_closed_while_idle_is_replaced_before_the_write(
     client: JsonHttp, server: _Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client.post("/hang-up", {})
+    # the server closes it just after its answer: wait until that reached this side
+    deadline = time.monotonic() + 5
+    while not all(c.stale() for c in client._idle) and time.monotonic() < deadline:
+        time.sleep(0.01)
     writes = 0
     exchange = JsonHttp._exchange
 
@@ -190,3 +199,63 @@ def test_concurrent_posts_each_get_their_own_answer(client: JsonHttp, server: _S
 def test_only_http_urls_are_taken() -> None:
     with pytest.raises(ValueError, match="not an http"):
         JsonHttp("redis://127.0.0.1:6379", {}, timeout_s=1)
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key, as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.now(UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(minutes=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_https_verifies_the_server_and_carries_the_post(
+    server: _Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cert, key = _self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    url = f"https://127.0.0.1:{server.server_address[1]}"
+
+    untrusted = JsonHttp(url, {}, timeout_s=5)
+    with pytest.raises(ssl.SSLCertVerificationError):
+        untrusted.post("/x", {})
+    untrusted.close()
+
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the default context's trust store
+    trusted = JsonHttp(url, {}, timeout_s=5)
+    assert trusted.post("/x", {"over": "tls"}).json()["echo"] == {"over": "tls"}
+    assert trusted.post("/x", {"again": 1}).status_code == 200
+    trusted.close()
+    # one kept-alive connection (the refused handshake failed inside the server's accept)
+    assert server.connections == 1
