@@ -20,7 +20,6 @@ transaction, so one concern's failure or slowness is visible on its own.
 
 from __future__ import annotations
 
-import gc
 import logging
 from datetime import datetime, timedelta
 
@@ -32,6 +31,7 @@ from control_plane.reconcile import jobs, pool, refresh, scale, tick_trace, webh
 from control_plane.reconcile.env import Env
 from control_plane.services import batches, billing, fence
 from control_plane.services import workers as worker_records
+from worker import heap
 from worker.protocol import WorkerState
 
 log = logging.getLogger(__name__)
@@ -49,9 +49,7 @@ GC_THRESHOLD = (10_000, 10, 10)
 def tune_gc() -> None:
     """For the reconciler process, once its imports are done: what exists now (modules,
     settings, mappers) is never collected, so collections only walk what ticks allocate."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLD)
+    heap.settle(threshold=GC_THRESHOLD)
 
 
 class Reconciler:

@@ -32,7 +32,6 @@ The worker is BUSY while it holds at least one claimed job, IDLE otherwise.
 from __future__ import annotations
 
 import functools
-import gc
 import json
 import logging
 import os
@@ -47,7 +46,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from worker import logs
+from worker import heap, logs
 from worker.protocol import (
     HEARTBEAT_HOST_FIELD,
     HEARTBEAT_HOST_TIER_FIELD,
@@ -280,12 +279,8 @@ class WorkerRuntime(JobFlow):
             torch.cuda.init()  # type: ignore[no-untyped-call]
             torch.empty(1, device="cuda")
         # NOTE: a full collection walks the runtime's ~200k objects (0.1 s on 2 cores), and the
-        # allocations of a load or a model build trigger one: it fell inside cold starts. They
-        # live as long as the process, so they go to the permanent generation, which
-        # collections skip.
-        if collect:
-            gc.collect()
-        gc.freeze()
+        # allocations of a load or a model build trigger one: it fell inside cold starts.
+        heap.settle(collect=collect)
 
     def _serve(self, assignment: Assignment) -> None:
         """Load, warm up, serve until asked to stop, drain, finish the cache-tier fill."""
