@@ -56,15 +56,7 @@ def _store(settings: Settings) -> None:
             raise
 
 
-# One client per endpoint, per process: building one costs tens of milliseconds.
-_clients: dict[tuple[str | None, str], Any] = {}
-
-
 def _store_client(settings: Settings) -> Any:
     """The platform's own client, with short timeouts and no retries: a probe answers within
-    its period."""
-    key = (settings.s3_endpoint_url, settings.s3_region)
-    if key not in _clients:
-        access = storage.platform_access(settings)
-        _clients[key] = storage.s3_client(access, timeout_s=PROBE_TIMEOUT_S)
-    return _clients[key]
+    its period (kept between probes: `storage.s3_client`)."""
+    return storage.s3_client(storage.platform_access(settings), timeout_s=PROBE_TIMEOUT_S)
