@@ -113,7 +113,7 @@ def alternate(
 ) -> dict[str, dict[str, list[float]]]:
     from bench.coldstart.phases import parse_iso
 
-    out = {label: {stage: [] for stage in STAGES} for label in plats}
+    out: dict[str, dict[str, list[float]]] = {k: {s: [] for s in STAGES} for k in plats}
     clients = {
         label: httpx.Client(
             base_url=plat.state["url"],
@@ -172,7 +172,7 @@ def admit(
             def submit(c: Any, _i: int, name: str = name) -> Any:
                 return c.post(f"/v1/deployments/{name}/jobs", json=BODY)
 
-            ids, refused = hammer(client, submit, args.clients, args.seconds)
+            ids, refused, _ = hammer(client, submit, args.clients, args.seconds)
             if refused:
                 raise SystemExit(f"{label}: refused {refused}")
             drain(plat, ids)

@@ -125,7 +125,9 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _run_engine(ckpt: Path, work: list[tuple[list[int], int]], opts: dict[str, Any]) -> dict:
+def _run_engine(
+    ckpt: Path, work: list[tuple[list[int], int]], opts: dict[str, Any]
+) -> dict[str, Any]:
     import torch
     from safetensors.torch import load_file
     from tokenizers import Tokenizer, models
@@ -208,7 +210,9 @@ def _hf_model(ckpt: Path, opts: dict[str, Any]) -> Any:
     return model.to(opts["device"]).eval()
 
 
-def _run_hf_generate(ckpt: Path, work: list[tuple[list[int], int]], opts: dict[str, Any]) -> dict:
+def _run_hf_generate(
+    ckpt: Path, work: list[tuple[list[int], int]], opts: dict[str, Any]
+) -> dict[str, Any]:
     import torch
 
     model = _hf_model(ckpt, opts)
@@ -257,7 +261,9 @@ def _run_hf_generate(ckpt: Path, work: list[tuple[list[int], int]], opts: dict[s
     return {"tokens": tokens, "times": times, "wall_s": end - start}
 
 
-def _run_hf_continuous(ckpt: Path, work: list[tuple[list[int], int]], opts: dict[str, Any]) -> dict:
+def _run_hf_continuous(
+    ckpt: Path, work: list[tuple[list[int], int]], opts: dict[str, Any]
+) -> dict[str, Any]:
     import torch
     import transformers
     from transformers.generation.configuration_utils import ContinuousBatchingConfig
@@ -271,7 +277,9 @@ def _run_hf_continuous(ckpt: Path, work: list[tuple[list[int], int]], opts: dict
         max_batch_tokens=opts["max_num_batched_tokens"],
         max_requests_per_batch=len(work),
     )
-    gen_config = transformers.GenerationConfig(do_sample=False, eos_token_id=-1, pad_token_id=0)
+    gen_config = transformers.GenerationConfig(  # type: ignore[no-untyped-call]
+        do_sample=False, eos_token_id=-1, pad_token_id=0
+    )
     manager = model.init_continuous_batching(
         generation_config=gen_config, continuous_batching_config=cb_config
     )
@@ -384,7 +392,7 @@ def _make_checkpoint(path: Path, size_name: str) -> int:
     import torch
     import transformers
 
-    size = {
+    size: dict[str, Any] = {
         "num_attention_heads": 8,
         "num_key_value_heads": 2,
         "vocab_size": 4096 if size_name == "quick" else 32000,

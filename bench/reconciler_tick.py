@@ -158,7 +158,7 @@ def measure(
             provider = RecordingProvider()
             tune_gc()  # as the reconciler process does after its start
             loop = Reconciler(
-                Env(settings, r, make_celery(settings), provider),  # type: ignore[arg-type]
+                Env(settings, r, make_celery(settings), provider),
                 make_sessionmaker(engine := make_engine(database_url)),
             )
             durations: list[float] = []
