@@ -22,6 +22,8 @@ concurrency 8) and measures, in this order:
   SDK does. Then `--runs` more that the client leaves at their first output: each leaves the
   platform a cancel (its client is gone) to run while the next one is admitted (the first
   versions of this bench measured only these).
+- deploys: `--deploys` new deployments of the demo model (`POST /v1/deployments`, min 0
+  workers: the model's check, no boot), one after another;
 - the reconciler's tick at `--tick-deployments` deployments (1,000) and `--tick-jobs` pending
   jobs (10,000), rows created directly, after the platform is stopped (`bench/reconciler_tick.py`,
   the median tick after the first).
@@ -121,6 +123,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seconds", type=float, default=4.0, help="per admission measurement")
     p.add_argument("--runs", type=int, default=200, help="sequential warm runs (and streams)")
+    p.add_argument("--deploys", type=int, default=20, help="deployments created, timed")
     p.add_argument("--tick-deployments", type=int, default=1000)
     p.add_argument("--tick-jobs", type=int, default=10_000)
     p.add_argument("--postgres", action="store_true", help="PostgreSQL; 1, then 2 API processes")
@@ -263,6 +266,7 @@ def measure(
         return {"admissions": admissions, "admitted": len(admitted), "cpu": shares}
     overhead, stages, lean = warm_path(plat, name, body, args.runs)
     first_event, first_output = sse(base, key, name, body, args.runs, httpx, leave=False)
+    deploys = deploy_times(plat, up.store_uri, args.deploys)
     left_event, left_output = sse(base, key, name, body, args.runs, httpx, leave=True)
     return {
         "admissions": admissions,
@@ -272,10 +276,24 @@ def measure(
         "stages_ms": stages,
         "overhead_stdlib_ms": lean,
         "first_event_ms": first_event,
+        "deploy_ms": deploys,
         "first_output_ms": first_output,
         "left_first_event_ms": left_event,
         "left_first_output_ms": left_output,
     }
+
+
+def deploy_times(plat: Any, model_uri: str, n: int) -> list[float]:
+    """`POST /v1/deployments` of `n` new deployments of the uploaded model (min 0 workers, so
+    nothing boots): what a deploy costs the control plane, its model check included."""
+    times: list[float] = []
+    for i in range(n):
+        spec = {"name": f"cp-{plat.token}-d{i}", "model": model_uri, "min_workers": 0,
+                "max_workers": 1, "accelerator": "cpu"}  # fmt: skip
+        t0 = time.perf_counter()
+        plat.http.post("/v1/deployments", json=spec).raise_for_status()
+        times.append((time.perf_counter() - t0) * 1000)
+    return times
 
 
 def drain(plat: Any, ids: list[str], timeout_s: float = 600.0) -> None:
@@ -412,6 +430,7 @@ def print_report(r: dict[str, Any]) -> None:
         ("SSE first event, streams left at their first output", r["left_first_event_ms"]),
         ("SSE first output, streams left at their first output", r["left_first_output_ms"]),
     ]
+    rows += [("deploy (`POST /v1/deployments`, min 0 workers)", r["deploy_ms"])]
     for label, values in rows:
         print(f"| {label} | {pct(values, 0.5):.1f} | {pct(values, 0.99):.1f} |")
     tick = r["tick"]
@@ -438,6 +457,7 @@ def print_report(r: dict[str, Any]) -> None:
         "cores_busy_async_16": round(r["cpu"]["async"][16].busy_cores, 2),
         "overhead_stdlib_p50_ms": round(pct(r["overhead_stdlib_ms"], 0.5), 2),
         "overhead_stdlib_p99_ms": round(pct(r["overhead_stdlib_ms"], 0.99), 2),
+        "deploy_p50_ms": round(pct(r["deploy_ms"], 0.5), 1),
     }
     print(json.dumps(line))
 
