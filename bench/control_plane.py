@@ -15,8 +15,8 @@ concurrency 8) and measures, in this order:
   own execution (`completed_at - started_at`), and where the platform's part goes from the job's
   own timestamps: accepted (`created_at`) -> claimed (`started_at`) -> completed. These are
   sent with httpx, the SDK's client; as many more, interleaved with them, are sent with the
-  standard library's `http.client`, whose own Python costs ~0.3 ms less per request each way:
-  the difference is the client's, not the platform's;
+  standard library's `http.client` (the worker's `JsonHttp`), whose own Python costs ~0.3 ms
+  less per request each way: the difference is the client's, not the platform's;
 - SSE: `--runs` sequential streamed runs (`stream=true`), request sent -> first event
   (`queued`/`running`) and -> first `output` event; each stream is read to its end, as the
   SDK does. Then `--runs` more that the client leaves at their first output: each leaves the
@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import http.client
 import json
 import shutil
 import statistics
@@ -53,7 +52,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -313,45 +311,34 @@ def warm_path(
 ) -> tuple[list[float], dict[str, list[float]], list[float]]:
     """Sequential 1-token sync runs: overhead (latency - execution) and the platform's stages,
     as httpx (the SDK's client) sees them; and, interleaved, the overhead as a client of the
-    standard library sees it (`http.client`, ~0.3 ms less of its own per request each way)."""
+    standard library sees it (the worker's `JsonHttp`: ~0.3 ms less of its own per request
+    each way)."""
     from bench.coldstart.phases import parse_iso
+    from worker.runtime.json_http import JsonHttp
 
+    lean_client = JsonHttp(
+        plat.state["url"], {"Authorization": f"Bearer {plat.state['api_key']}"}, 120.0
+    )
+    path = f"/v1/deployments/{name}/run"
+    clients = (lambda: plat.http.post(path, json=body), lambda: lean_client.post(path, body))
     overhead: list[float] = []
     lean: list[float] = []
     stages: dict[str, list[float]] = {"accept": [], "claim": [], "answer": []}
-    url = urllib.parse.urlsplit(plat.state["url"])
-    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port)
-    headers = {
-        "Authorization": f"Bearer {plat.state['api_key']}",
-        "Content-Type": "application/json",
-    }
-    payload = json.dumps(body).encode()
     for i in range(2 * runs):
         t0 = time.time()
-        if i % 2:
-            conn.request("POST", f"/v1/deployments/{name}/run", body=payload, headers=headers)
-            answer = conn.getresponse()
-            raw = answer.read()
-            t1 = time.time()
-            if answer.status != 200:
-                raise SystemExit(f"a warm run answered {answer.status}")
-            job = json.loads(raw)
-        else:
-            r = plat.http.post(f"/v1/deployments/{name}/run", json=body)
-            t1 = time.time()
-            r.raise_for_status()
-            job = r.json()
+        answer = clients[i % 2]()
+        t1 = time.time()
+        answer.raise_for_status()
+        job = answer.json()
         created, started, done = (
             parse_iso(job[k]) for k in ("created_at", "started_at", "completed_at")
         )
-        if i % 2:
-            lean.append((t1 - t0 - (done - started)) * 1000)
-            continue
-        overhead.append((t1 - t0 - (done - started)) * 1000)
-        stages["accept"].append((created - t0) * 1000)  # sent -> stored
-        stages["claim"].append((started - created) * 1000)  # stored -> a worker claimed it
-        stages["answer"].append((t1 - done) * 1000)  # completed -> the client has it
-    conn.close()
+        (lean if i % 2 else overhead).append((t1 - t0 - (done - started)) * 1000)
+        if i % 2 == 0:
+            stages["accept"].append((created - t0) * 1000)  # sent -> stored
+            stages["claim"].append((started - created) * 1000)  # stored -> a worker claimed it
+            stages["answer"].append((t1 - done) * 1000)  # completed -> the client has it
+    lean_client.close()
     return overhead, stages, lean
 
 
