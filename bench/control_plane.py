@@ -24,6 +24,8 @@ concurrency 8) and measures, in this order:
   versions of this bench measured only these).
 - deploys: `--deploys` new deployments of the demo model (`POST /v1/deployments`, min 0
   workers: the model's check, no boot), one after another;
+- a batch: `--batch-lines` 1-token lines (500), at most 8 in flight (the worker's slots), from
+  `POST /v1/batches` until every line has ended (`batch_lines_per_s`);
 - the reconciler's tick at `--tick-deployments` deployments (1,000) and `--tick-jobs` pending
   jobs (10,000), rows created directly, after the platform is stopped (`bench/reconciler_tick.py`,
   the median tick after the first).
@@ -122,6 +124,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=4.0, help="per admission measurement")
     p.add_argument("--runs", type=int, default=200, help="sequential warm runs (and streams)")
     p.add_argument("--deploys", type=int, default=20, help="deployments created, timed")
+    p.add_argument("--batch-lines", type=int, default=500, help="lines of the batch, timed")
     p.add_argument("--tick-deployments", type=int, default=1000)
     p.add_argument("--tick-jobs", type=int, default=10_000)
     p.add_argument("--postgres", action="store_true", help="PostgreSQL; 1, then 2 API processes")
@@ -265,6 +268,7 @@ def measure(
     overhead, stages, lean = warm_path(plat, name, body, args.runs)
     first_event, first_output = sse(base, key, name, body, args.runs, httpx, leave=False)
     deploys = deploy_times(plat, up.store_uri, args.deploys)
+    batch_s = batch_time(plat, name, body, args.batch_lines)
     left_event, left_output = sse(base, key, name, body, args.runs, httpx, leave=True)
     return {
         "admissions": admissions,
@@ -275,6 +279,7 @@ def measure(
         "overhead_stdlib_ms": lean,
         "first_event_ms": first_event,
         "deploy_ms": deploys,
+        "batch_lines_per_s": args.batch_lines / batch_s,
         "first_output_ms": first_output,
         "left_first_event_ms": left_event,
         "left_first_output_ms": left_output,
@@ -292,6 +297,26 @@ def deploy_times(plat: Any, model_uri: str, n: int) -> list[float]:
         plat.http.post("/v1/deployments", json=spec).raise_for_status()
         times.append((time.perf_counter() - t0) * 1000)
     return times
+
+
+def batch_time(plat: Any, name: str, body: dict[str, Any], lines: int) -> float:
+    """Seconds from `POST /v1/batches` (`lines` 1-token lines, at most 8 in flight: the
+    worker's slots) until every line has ended, polled every 20 ms."""
+    from bench.coldstart.driver import wait_for
+
+    batch = {"deployment": name, "inputs": [body["input"]] * lines, "max_in_flight": 8}
+    t0 = time.perf_counter()
+    created = plat.http.post("/v1/batches", json=batch)
+    created.raise_for_status()
+    path = f"/v1/batches/{created.json()['id']}"
+
+    def ended() -> bool | None:
+        counts = plat.http.get(path).json()["counts"]
+        waiting = sum(counts[k] for k in ("queued", "starting", "running"))
+        return True if waiting == 0 else None
+
+    wait_for("the batch's lines", ended, 600, every_s=0.02)
+    return time.perf_counter() - t0
 
 
 def drain(plat: Any, ids: list[str], timeout_s: float = 600.0) -> None:
@@ -420,6 +445,7 @@ def print_report(r: dict[str, Any]) -> None:
     rows += [("deploy (`POST /v1/deployments`, min 0 workers)", r["deploy_ms"])]
     for label, values in rows:
         print(f"| {label} | {pct(values, 0.5):.1f} | {pct(values, 0.99):.1f} |")
+    print(f"\na batch of 1-token lines, 8 in flight: {r['batch_lines_per_s']:.1f} lines/s")
     tick = r["tick"]
     print(
         f"\nreconciler tick ({tick['deployments']} deployments, {tick['jobs']} pending jobs):"
@@ -445,6 +471,7 @@ def print_report(r: dict[str, Any]) -> None:
         "overhead_stdlib_p50_ms": round(pct(r["overhead_stdlib_ms"], 0.5), 2),
         "overhead_stdlib_p99_ms": round(pct(r["overhead_stdlib_ms"], 0.99), 2),
         "deploy_p50_ms": round(pct(r["deploy_ms"], 0.5), 1),
+        "batch_lines_per_s": round(r["batch_lines_per_s"], 1),
     }
     print(json.dumps(line))
 

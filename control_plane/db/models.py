@@ -143,6 +143,10 @@ class DeploymentVersion(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+# The batch lines that wait for a slot (ix_jobs_batch_waiting; migration 0012).
+BATCH_WAITING = "batch_id IS NOT NULL AND dispatched_at IS NULL"
+
+
 class Job(Base):
     __tablename__ = "jobs"
     __table_args__ = (
@@ -167,6 +171,15 @@ class Job(Base):
             "worker_id",
             sqlite_where=text("status = 'running'"),
             postgresql_where=text("status = 'running'"),
+        ),
+        # A batch's next waiting lines, in input order, looked up at the end of each of its
+        # lines (services/batch_slots.py): only the lines that wait for a slot are in it.
+        Index(
+            "ix_jobs_batch_waiting",
+            "batch_id",
+            "batch_index",
+            sqlite_where=text(BATCH_WAITING),
+            postgresql_where=text(BATCH_WAITING),
         ),
         UniqueConstraint("tenant_id", "idempotency_key", name="uq_jobs_idempotency"),
     )

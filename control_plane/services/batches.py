@@ -3,7 +3,8 @@
     create   every line already validated → batch + one job per line in ONE transaction; the
              first `max_in_flight` jobs get `dispatched_at` in that same transaction
     pump     every loop tick: top up each running batch to `max_in_flight` jobs in flight (each
-             dispatched line is an arrival for the autoscaler: `wake_dispatched`); when
+             dispatched line is an arrival for the autoscaler: `batch_slots.wake_dispatched`;
+             a line that ends hands its slot on at once: `batch_slots.hand_over`); when
              all its jobs are terminal, write the results JSONL to object storage, mark the
              batch completed and send `batch.completed`
     cancel   pending jobs → canceled, running ones get a cancel flag, batch → canceled
@@ -31,8 +32,7 @@ from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import ACTIVE, PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
-from control_plane.services import arrivals, finish, object_store, webhooks
-from control_plane.services.dispatch import wake
+from control_plane.services import batch_slots, finish, object_store, webhooks
 from control_plane.services.paging import tenant_page
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_batch_webhook
@@ -284,33 +284,13 @@ def _pump_one(
     free = batch.max_in_flight - in_flight
     if free <= 0 or waiting == 0:
         return
-    next_ids = list(
-        session.scalars(
-            select(Job.id)
-            .where(Job.batch_id == batch_id, Job.status.in_(pending), Job.dispatched_at.is_(None))
-            .order_by(Job.batch_index)
-            .limit(free)
-        )
-    )
-    session.execute(
-        update(Job)
-        .where(Job.id.in_(next_ids), Job.dispatched_at.is_(None))
-        .values(dispatched_at=now)
-    )
+    next_ids = batch_slots.dispatch_next(session, batch_id, free, now)
     # NOTE: committed before the wake-ups: a lost wake-up is re-sent by the reconciler, while a
     # wake-up for an uncommitted slot could exceed max_in_flight.
     session.commit()
-    wake_dispatched(r, batch.deployment_id, next_ids, now)
-    log.info("batch %s: dispatched %d more jobs", batch_id, len(next_ids))
-
-
-def wake_dispatched(r: redis.Redis, deployment_id: str, job_ids: list[str], now: datetime) -> None:
-    """Batch jobs just given a slot (committed): they arrive at the deployment now (the
-    autoscaler's arrival history counts a batch line when it is dispatched, not when the batch
-    was created: `max_in_flight` bounds the work it adds), and each gets its wake-up."""
-    arrivals.record(r, deployment_id, now, len(job_ids))
-    for job_id in job_ids:
-        wake(r, deployment_id, job_id, "batch")
+    batch_slots.wake_dispatched(r, batch.deployment_id, next_ids, now)
+    if next_ids:
+        log.info("batch %s: dispatched %d more jobs", batch_id, len(next_ids))
 
 
 def _complete(

@@ -8,11 +8,14 @@ For each job it
     1. writes the row with a conditional UPDATE (only from the states the ending allows, and
        for a worker's report only for the current attempt: the fence), closes the running
        attempt for billing, and sets `webhook_status`;
-    2. commits (the database is the truth before anyone hears of it: DESIGN §5);
+    2. gives the slot of a batch line that held one to the batch's next waiting line
+       (`batch_slots.hand_over`), then commits (the database is the truth before anyone hears
+       of it: DESIGN §5);
     3. sets the cancel flag of a job a worker may still hold, publishes the terminal event of
        its status, and enqueues `job.completed` with a message id that is the same for every
        path (`webhooks.message_id`), so a repeated announcement is one message to the receiver;
-    4. then logs and counts it (`metrics.families.job_ended`): a sync caller waits for step 3
+    4. wakes the batch lines that got a slot;
+    5. then logs and counts it (`metrics.families.job_ended`): a sync caller waits for step 3
        alone.
 
 A job already terminal (or past its attempt) is left alone and not announced again.
@@ -36,7 +39,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from control_plane.db.models import Job
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobKind, JobStatus
 from control_plane.metrics import families
-from control_plane.services import events, jobs, webhooks
+from control_plane.services import batch_slots, events, jobs, webhooks
 from control_plane.services.job_queries import states_sql
 from control_plane.tasks_api import enqueue_webhook
 from worker.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
@@ -144,8 +147,11 @@ def finish(
         result = _end(session, job_id, ending, now)
         if result is not None:
             ended.append(result)
+    # a batch line that ended gives its slot to the batch's next line, in this transaction
+    dispatched = batch_slots.hand_over(session, (job for job, _ in ended), now)
     session.commit()
     _announce(outbox, ended)
+    batch_slots.wake(outbox.redis, dispatched, now)
     # after the announcement: a sync caller waits for it, not for these
     for job, _ in ended:
         _log_end(job, now)

@@ -21,7 +21,8 @@ from control_plane.api.routes import batches as batches_routes
 from control_plane.api.routes import webhooks as webhooks_routes
 from control_plane.db.models import Batch, Job
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services import auth, batches, object_store
+from control_plane.services import auth, batch_slots, batches, object_store
+from control_plane.services import finish as finish_
 from control_plane.services.dispatch import make_celery, queue_depth
 from control_plane.settings import Settings
 from tests.conftest import S3Server
@@ -144,14 +145,18 @@ def test_bounded_fan_out_then_results_in_object_storage(
 
     db.pump(redis_client)  # nothing is free yet
     assert queue_depth(db.celery, queue) == 2
+    # A line's end hands its slot to the next line at once, in input order: no pump between.
     finish(client, rows[0].id, "r0")
+    rows = db.jobs(batch["id"])
+    assert [j.dispatched_at is not None for j in rows] == [True, True, True, False, False]
+    assert queue_depth(db.celery, queue) == 3
     finish(client, rows[1].id, "r1", status="failed")
-    db.pump(redis_client)
     rows = db.jobs(batch["id"])
     assert [j.dispatched_at is not None for j in rows] == [True, True, True, True, False]
     assert queue_depth(db.celery, queue) == 4
+    db.pump(redis_client)  # both slots are taken: the pump adds nothing
+    assert queue_depth(db.celery, queue) == 4
     finish(client, rows[2].id, "r2")
-    db.pump(redis_client)
     assert queue_depth(db.celery, queue) == 5
     assert client.get(f"/v1/batches/{batch['id']}", headers=h(keys["a"])).json()["counts"] == {
         "queued": 2,
@@ -191,6 +196,69 @@ def test_bounded_fan_out_then_results_in_object_storage(
     assert r.content == stored
     db.pump(redis_client)  # a completed batch is left alone
     assert db.count(Batch) == 1
+
+
+def test_only_a_line_that_held_a_slot_hands_one_on(
+    client: TestClient, keys: dict[str, str], db: Db, redis_client: Any
+) -> None:
+    """A waiting line that ends (its ttl passed, canceled) held no slot: the batch's in-flight
+    count stays at max_in_flight; and lines ended together hand on as many slots as they
+    held, to the next lines in input order."""
+    dep = deploy(client, keys["a"])
+    inputs = [{"prompt": f"p{i}"} for i in range(6)]
+    bid = create(client, keys["a"], {"inputs": inputs, "max_in_flight": 2}).json()["id"]
+    rows = db.jobs(bid)
+    queue = deployment_queue(dep["id"])
+    assert queue_depth(db.celery, queue) == 2
+    outbox = finish_.Outbox(redis_client, db.celery)
+    now = datetime.now(UTC)
+    with db.sessions() as s:  # line 2 waits and ends: nothing is handed on
+        finish_.finish(s, outbox, [(rows[2].id, finish_.canceled("test"))], now)
+    assert [j.dispatched_at is not None for j in db.jobs(bid)] == [True, True] + [False] * 4
+    assert queue_depth(db.celery, queue) == 2
+    with db.sessions() as s:  # lines 0 and 1 end together: lines 3 and 4 get their slots
+        ending = finish_.canceled("test")
+        finish_.finish(s, outbox, [(rows[0].id, ending), (rows[1].id, ending)], now)
+    after = db.jobs(bid)
+    assert [j.dispatched_at is not None for j in after] == [True] * 2 + [False] + [True] * 2 + [
+        False
+    ]
+    assert [j.status for j in after][3:] == ["queued"] * 3
+    assert queue_depth(db.celery, queue) == 4
+
+
+def test_lines_ended_at_once_by_two_transactions_hand_on_distinct_slots(
+    client: TestClient, keys: dict[str, str], db: Db, redis_client: Any
+) -> None:
+    """Two transactions each end a line of one batch and hand its slot on while both are open
+    (two API processes): they give the slots to two different lines, never one line twice and
+    never more than were freed."""
+    deploy(client, keys["a"])
+    inputs = [{"prompt": f"p{i}"} for i in range(5)]
+    bid = create(client, keys["a"], {"inputs": inputs, "max_in_flight": 2}).json()["id"]
+    rows = db.jobs(bid)
+    now = datetime.now(UTC)
+    # SQLite has one writer at a time: there the second transaction begins once the first
+    # committed, and only PostgreSQL has both open at once
+    one_writer = db.settings.database_url.startswith("sqlite")
+    first, second = db.sessions(), db.sessions()
+    try:
+        taken = []
+        for session, row in ((first, rows[0]), (second, rows[1])):
+            if session is second and one_writer:
+                first.commit()
+            ended = session.get(Job, row.id)
+            assert ended is not None
+            ended.status = "canceled"  # written in this transaction, which stays open
+            session.flush()
+            taken += batch_slots.hand_over(session, [ended], now).get(rows[0].deployment_id, [])
+        first.commit()
+        second.commit()
+    finally:
+        first.close()
+        second.close()
+    assert sorted(taken) == sorted([rows[2].id, rows[3].id])
+    assert [j.dispatched_at is not None for j in db.jobs(bid)] == [True] * 4 + [False]
 
 
 def test_jsonl_text_and_s3_object_inputs(

@@ -21,7 +21,15 @@ from sqlalchemy.orm import Session
 from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.schemas import JobInput
 from control_plane.errors import InvalidRequest
-from control_plane.services import batches, deployments, object_store, runs, storage, webhooks
+from control_plane.services import (
+    batch_slots,
+    batches,
+    deployments,
+    object_store,
+    runs,
+    storage,
+    webhooks,
+)
 from control_plane.settings import Settings
 from worker import logs
 
@@ -205,7 +213,7 @@ def create_batch(
     session.commit()
     logs.bind(batch_id=batch.id, deployment_id=batch.deployment_id)  # the request's log line
     public = batches.to_public(session, batch)
-    batches.wake_dispatched(ctx.redis, batch.deployment_id, to_wake, at)
+    batch_slots.wake_dispatched(ctx.redis, batch.deployment_id, to_wake, at)
     return JSONResponse(public, status_code=201 if created else 200)
 
 
