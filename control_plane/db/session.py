@@ -4,14 +4,16 @@ SQLite has one writer at a time. Threads of one process that race for it do not 
 loser polls with SQLite's busy handler, sleeping 1, 2, 5, 10 … ms between tries, while the
 winner may sit without the GIL for a whole switch interval. Under concurrent requests that
 turned millisecond writes into tens of milliseconds. So within a process, a write transaction
-first takes a process-wide gate (a plain lock, handed over at once on commit); only writers of
-other processes still meet the busy handler.
+first takes a process-wide gate (a plain lock, handed over at once on commit); then it takes
+SQLite's write lock itself (BEGIN IMMEDIATE), trying again every millisecond at most while a
+writer of another process holds it, instead of meeting the busy handler's long sleeps.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
@@ -21,6 +23,10 @@ from sqlalchemy.orm import Session, sessionmaker
 # an overflow connection is closed on return, and each new one pays the PRAGMAs below.
 SQLITE_POOL_SIZE = 40
 GATE_TIMEOUT_S = 30.0  # = the busy timeout below
+# A write transaction's wait for another process's write: tries 0.1, 0.2, 0.4, 0.8, then every
+# 1 ms (SQLite's own handler: 1, 2, 5, 10, 15, 20, 25 ... ms).
+BEGIN_RETRY_MIN_S = 0.0001
+BEGIN_RETRY_MAX_S = 0.001
 _WRITES = ("INSERT", "UPDATE", "DELETE", "REPLACE")
 
 
@@ -39,6 +45,40 @@ class _GatedConnection(sqlite3.Connection):
         if not self.gate.acquire(timeout=GATE_TIMEOUT_S):
             raise sqlite3.OperationalError("database is locked (write gate)")
         self.holds_gate = True
+        try:
+            self._begin_writing()
+        except BaseException:
+            self._release_gate()
+            raise
+
+    def _begin_writing(self) -> None:
+        """Take SQLite's write lock now, trying again every millisecond at most while another
+        process holds it. SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25, 25 ... ms
+        between its tries: a writer that met another process's write of a few milliseconds
+        (the reconciler's tick, the other API process) waited 33, 53 or 78 ms for it, which
+        was the warm path's p99 (docs/benchmarks.md, session 21)."""
+        if self.in_transaction:
+            return
+        self.execute("PRAGMA busy_timeout=0")
+        try:
+            deadline = time.monotonic() + GATE_TIMEOUT_S
+            delay = BEGIN_RETRY_MIN_S
+            while True:
+                try:
+                    self.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as exc:
+                    # SQLITE_BUSY alone: another writer holds the lock. An extended busy code
+                    # (a stale snapshot, a recovery) does not clear by waiting: raised at once,
+                    # as SQLite's own handler would.
+                    if getattr(exc, "sqlite_errorcode", None) != sqlite3.SQLITE_BUSY:
+                        raise
+                    if time.monotonic() > deadline:
+                        raise
+                time.sleep(delay)
+                delay = min(BEGIN_RETRY_MAX_S, delay * 2)
+        finally:
+            self.execute(f"PRAGMA busy_timeout={int(GATE_TIMEOUT_S * 1000)}")
 
     def _release_gate(self) -> None:
         if self.holds_gate:
