@@ -11,7 +11,8 @@ PLATFORM_WORKER_S3_ENDPOINT_URL. The faults, in turn:
     s3-drop         replacement loads through the slowed S3 path): every connection reset
                     and the port refused for 1 s, or a black hole for DROP_S
 
-After each, a job picked up later must succeed (recovery); at the end the one checker
+After each, a sync call is made (the scenario's own jobs may all have ended during the
+fault), and a job picked up later must succeed (recovery); at the end the one checker
 (invariants.py, I1–I6) must find nothing, and no worker may have failed but those killed.
 
 The platform is this module's own (the workers' paths are set when it starts), without the
@@ -37,7 +38,7 @@ import pytest
 from sdk import Client
 from tests.e2e.conftest import build_demo_model, embedded_platform
 from tests.faults.conftest import FAULT_PLATFORM_ENV
-from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
+from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
 from tests.faults.invariants import assert_holds
 from tests.faults.tcp_proxy import FaultProxy
 from tests.faults.test_worker_kills import is_worker
@@ -96,7 +97,9 @@ class NetworkFaults:
     """The fault injector: the next kind of KINDS on each call (`run_scenario`'s `inject`)."""
 
     platform: NetworkPlatform
+    client: Client
     done: list[str] = field(default_factory=list)  # kinds injected, in order
+    probes: list[str] = field(default_factory=list)  # per fault: how the sync call after it went
     killed: set[str] = field(default_factory=set)  # workers SIGKILLed to force a cold start
     # per S3 fault: whether a replacement was seen loading when it struck
     hit_a_load: list[bool] = field(default_factory=list)
@@ -113,6 +116,9 @@ class NetworkFaults:
         fault_at = inject[kind](ledger, deployment)
         if fault_at is not None:  # else this kind comes again next time
             self.done.append(kind)
+            # NOTE: a job picked up after the fault by construction: the scenario's own can
+            # all end while a fault is under way (the S3 ones wait for a replacement's load)
+            self.probes.append(probe(self.client, deployment, kind))
         return fault_at
 
     def redis_reset(self, _ledger: Ledger, _deployment: str) -> datetime:
@@ -172,8 +178,10 @@ class NetworkFaults:
 
 
 @pytest.fixture(scope="module")
-def faults(net_platform: NetworkPlatform) -> NetworkFaults:
-    return NetworkFaults(net_platform)
+def faults(net_platform: NetworkPlatform) -> Iterator[NetworkFaults]:
+    state = net_platform.state
+    with Client(base_url=state["url"], api_key=state["api_key"], timeout=120) as client:
+        yield NetworkFaults(net_platform, client)
 
 
 @pytest.fixture(scope="module")
@@ -198,6 +206,7 @@ def test_every_fault_was_injected_and_recovered(run: FaultRun, faults: NetworkFa
         print([(k, round(r, 1)) for k, r in zip(faults.done, run.recoveries_s, strict=True)])
     assert run.faults == SIZES.network_faults, f"injected only {faults.done}"
     assert run.unrecovered == 0, "no job succeeded after a fault"
+    assert set(faults.probes) == {"ok"}, faults.probes
 
 
 def test_the_workers_traffic_went_through_the_proxies(

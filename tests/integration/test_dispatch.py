@@ -36,6 +36,32 @@ def test_sent_wake_ups_are_consumed_in_priority_order(redis_url: str, redis_clie
     assert queue_depth(app, queue) == 0
 
 
+def test_a_slot_freed_is_taken_again_at_once(redis_url: str, redis_client: Any) -> None:
+    """Every slot held: the consumer waits for an ack, not for its poll to run out. (kombu
+    sleeps out the poll when its prefetch is full: that once capped a worker at `prefetch`
+    jobs per poll.) The acks come from another thread, as a job's end does."""
+    queue = deployment_queue("dep_full")
+    for i in range(5):
+        dispatch_job(redis_client, "dep_full", f"job_{i}", "async")
+    delivered: list[float] = []
+    acked: list[float] = []
+
+    def handle(delivery: Delivery) -> None:
+        delivered.append(time.monotonic())
+
+        def finish() -> None:
+            acked.append(time.monotonic())
+            delivery.ack()
+
+        threading.Timer(0.02, finish).start()
+
+    # a poll far longer than an ack takes: each wait below is an ack's, not the poll's
+    consume(redis_url, queue, 1, handle, lambda: len(delivered) == 5, poll_s=5.0)
+    gaps = [d - a for a, d in zip(acked, delivered[1:], strict=False)]
+    assert len(gaps) == 4
+    assert max(gaps) < 0.5, f"a freed slot waited {max(gaps):.2f} s for the next delivery"
+
+
 def test_a_consumer_outlives_a_broker_restart(tmp_path: Path) -> None:
     """redis-server SIGKILLed under a consuming worker and started again on the same port (with
     its AOF): the consumer reconnects, the job in flight is acked, and new wake-ups arrive."""
