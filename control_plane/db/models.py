@@ -291,12 +291,23 @@ class Worker(Base):
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
+# The busy segments not yet split among their attempts (ix_billing_unallocated; migration 0013).
+BILLING_UNALLOCATED = "phase = 'busy' AND NOT allocated"
+
+
 class BillingRecord(Base):
     __tablename__ = "billing_records"
     __table_args__ = (
         # A segment can be written once: replays and redeliveries hit this constraint.
         UniqueConstraint("worker_id", "start", name="uq_billing_worker_start"),
         Index("ix_billing_tenant_start", "tenant_id", "start"),
+        # The reconciler's allocation reads only these, not every record ever written.
+        Index(
+            "ix_billing_unallocated",
+            "id",
+            sqlite_where=text(BILLING_UNALLOCATED),
+            postgresql_where=text(BILLING_UNALLOCATED),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -331,6 +342,8 @@ class JobAttempt(Base):
     __table_args__ = (
         UniqueConstraint("job_id", "attempt", name="uq_job_attempts"),
         Index("ix_job_attempts_worker", "worker_id", "started_at"),
+        # Billing's allocation: a worker's attempts that ended lately, or still run.
+        Index("ix_job_attempts_worker_ended", "worker_id", "ended_at"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

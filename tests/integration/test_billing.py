@@ -355,3 +355,47 @@ def test_busy_and_idle_follow_the_claims_and_job_ends(
     assert [r["phase"] for r in recs] == ["boot", "load", "warm", "idle", "busy", "idle", "busy"]
     busy = recs[4]
     assert busy["end"] == last_end, "idle from the last job's end, not from the tick"
+
+
+def test_a_busy_segment_waits_for_its_running_job_and_older_jobs_get_none_of_it(
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    redis_client: Any,
+    clock: SteppedClock,
+) -> None:
+    """A busy phase longer than a minute is closed (rolled) while its job runs: that segment
+    is split only once the job has ended, and only among the jobs it served, not the worker's
+    earlier ones (the tick reads a worker's recent attempts, not all of them)."""
+    key = keys["a"]
+    wid = start_worker(client, clock, key, loop, target_concurrency=2)
+    early = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
+    report(client, clock, wid, "busy")
+    complete(client, early, wid, claim(client, early, wid), prompt=50, gen=50)
+    report(client, clock, wid, "idle")
+    clock.advance(5)
+    long_job = submit(client, key)
+    report(client, clock, wid, "busy")
+    attempt = claim(client, long_job, wid)
+    clock.advance(90)
+    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": clock().timestamp()}), ex=30)
+    loop.tick(clock())  # rolls the open busy segment; its job still runs
+
+    def cost(job_id: str) -> Decimal:
+        usage = client.get("/v1/usage", headers=h(key)).json()["data"]
+        return Decimal(next(u["cost"] for u in usage if u["job_id"] == job_id) or 0)
+
+    busy = [r for r in records(client, key, worker_id=wid) if r["phase"] == "busy"]
+    assert len(busy) == 2 and busy[-1]["note"] == "rolled"
+    early_cost = cost(early)
+    assert early_cost == Decimal(busy[0]["amount"]) and cost(long_job) == 0
+
+    clock.advance(10)
+    complete(client, long_job, wid, attempt, prompt=1, gen=1)
+    report(client, clock, wid, "idle")
+    loop.tick(clock())
+    busy = [r for r in records(client, key, worker_id=wid) if r["phase"] == "busy"]
+    assert len(busy) == 3
+    assert cost(early) == early_cost, "an earlier job got none of the later segments"
+    assert cost(long_job) == sum(Decimal(r["amount"]) for r in busy[1:])
+    assert client.get("/v1/billing/check", headers=h(key)).json() == {"ok": True, "issues": []}
