@@ -25,7 +25,8 @@ concurrency 8) and measures, in this order:
 - deploys: `--deploys` new deployments of the demo model (`POST /v1/deployments`, min 0
   workers: the model's check, no boot), one after another;
 - a batch: `--batch-lines` 1-token lines (500), at most 8 in flight (the worker's slots), from
-  `POST /v1/batches` until every line has ended (`batch_lines_per_s`);
+  `POST /v1/batches` until every line has ended (`batch_lines_per_s`), and from then until
+  the batch is `completed` (`batch_completed_after_ms`: its results file written);
 - the reconciler's tick at `--tick-deployments` deployments (1,000) and `--tick-jobs` pending
   jobs (10,000), rows created directly, after the platform is stopped (`bench/reconciler_tick.py`,
   the median tick after the first).
@@ -268,7 +269,7 @@ def measure(
     overhead, stages, lean = warm_path(plat, name, body, args.runs)
     first_event, first_output = sse(base, key, name, body, args.runs, httpx, leave=False)
     deploys = deploy_times(plat, up.store_uri, args.deploys)
-    batch_s = batch_time(plat, name, body, args.batch_lines)
+    batch_s, batch_lag_s = batch_time(plat, name, body, args.batch_lines)
     left_event, left_output = sse(base, key, name, body, args.runs, httpx, leave=True)
     return {
         "admissions": admissions,
@@ -280,6 +281,7 @@ def measure(
         "first_event_ms": first_event,
         "deploy_ms": deploys,
         "batch_lines_per_s": args.batch_lines / batch_s,
+        "batch_completed_after_ms": batch_lag_s * 1000,
         "first_output_ms": first_output,
         "left_first_event_ms": left_event,
         "left_first_output_ms": left_output,
@@ -299,9 +301,10 @@ def deploy_times(plat: Any, model_uri: str, n: int) -> list[float]:
     return times
 
 
-def batch_time(plat: Any, name: str, body: dict[str, Any], lines: int) -> float:
+def batch_time(plat: Any, name: str, body: dict[str, Any], lines: int) -> tuple[float, float]:
     """Seconds from `POST /v1/batches` (`lines` 1-token lines, at most 8 in flight: the
-    worker's slots) until every line has ended, polled every 20 ms."""
+    worker's slots) until every line has ended, and from then until the batch is completed;
+    polled every 20 ms."""
     from bench.coldstart.driver import wait_for
 
     batch = {"deployment": name, "inputs": [body["input"]] * lines, "max_in_flight": 8}
@@ -316,7 +319,13 @@ def batch_time(plat: Any, name: str, body: dict[str, Any], lines: int) -> float:
         return True if waiting == 0 else None
 
     wait_for("the batch's lines", ended, 600, every_s=0.02)
-    return time.perf_counter() - t0
+    t_lines = time.perf_counter()
+
+    def completed() -> bool | None:
+        return True if plat.http.get(path).json()["status"] == "completed" else None
+
+    wait_for("the batch's completion", completed, 60, every_s=0.02)
+    return t_lines - t0, time.perf_counter() - t_lines
 
 
 def drain(plat: Any, ids: list[str], timeout_s: float = 600.0) -> None:
@@ -445,7 +454,10 @@ def print_report(r: dict[str, Any]) -> None:
     rows += [("deploy (`POST /v1/deployments`, min 0 workers)", r["deploy_ms"])]
     for label, values in rows:
         print(f"| {label} | {pct(values, 0.5):.1f} | {pct(values, 0.99):.1f} |")
-    print(f"\na batch of 1-token lines, 8 in flight: {r['batch_lines_per_s']:.1f} lines/s")
+    print(
+        f"\na batch of 1-token lines, 8 in flight: {r['batch_lines_per_s']:.1f} lines/s; "
+        f"completed {r['batch_completed_after_ms']:.0f} ms after its last line"
+    )
     tick = r["tick"]
     print(
         f"\nreconciler tick ({tick['deployments']} deployments, {tick['jobs']} pending jobs):"
@@ -472,6 +484,7 @@ def print_report(r: dict[str, Any]) -> None:
         "overhead_stdlib_p99_ms": round(pct(r["overhead_stdlib_ms"], 0.99), 2),
         "deploy_p50_ms": round(pct(r["deploy_ms"], 0.5), 1),
         "batch_lines_per_s": round(r["batch_lines_per_s"], 1),
+        "batch_completed_after_ms": round(r["batch_completed_after_ms"]),
     }
     print(json.dumps(line))
 

@@ -157,6 +157,16 @@ _RECORD_SHA = hashlib.sha1(_RECORD_LUA.encode()).hexdigest()  # what Redis knows
 MIN_NUDGED_GAP_S = 0.05
 
 
+def nudge_reconciler(r: redis.Redis) -> None:
+    """Ask the loop for a tick now (what the arrival script does for a call to a deployment
+    with no worker): at most one nudge waits, and it expires unheard after a minute."""
+    pipe = r.pipeline(transaction=False)
+    pipe.lpush(RECONCILER_NUDGE_KEY, "1")
+    pipe.ltrim(RECONCILER_NUDGE_KEY, 0, 0)
+    pipe.expire(RECONCILER_NUDGE_KEY, 60)
+    pipe.execute()
+
+
 def wait_for_work(r: redis.Redis, timeout_s: float, last_tick: float) -> bool:
     """The reconciler's pause between ticks: until a nudge (True) or `timeout_s` (False).
     `last_tick`: time.monotonic() of the previous tick. Without Redis, a plain sleep."""

@@ -9,15 +9,22 @@ its slot to the batch's next waiting line (`hand_over`, called by `finish.finish
 line is woken once it is committed (`wake`). The pump stays: it fills what a handover could
 not (a line ended while another transaction held the next one) and completes batches.
 
-    freed = hand_over(session, ended_jobs, now)   # before the commit that ends them
+A batch is completed by the pump (it writes the results file to object storage: no work for a
+worker's report to wait on). The transaction that ends a batch's last active line sees it
+drained, and `wake` then nudges the loop to tick at once, instead of the batch waiting up to a
+tick for its completion.
+
+    handover = hand_over(session, ended_jobs, now)   # before the commit that ends them
     session.commit()
-    wake(r, freed, now)                            # best effort, as every wake-up
+    wake(r, handover, now)                            # best effort, as every wake-up
 """
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import redis
@@ -25,11 +32,12 @@ from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Job
-from control_plane.domain.states import PENDING
+from control_plane.domain.states import ACTIVE, PENDING
 from control_plane.services import arrivals
 from control_plane.services.dispatch import wake as wake_job
 from control_plane.services.job_queries import states_sql
 
+log = logging.getLogger(__name__)
 _jobs = Job.metadata.tables["jobs"]
 # Built once (Core, on the table), as the other statements of a job's end (finish.py).
 # SKIP LOCKED: two transactions handing slots of one batch over at once (two API processes
@@ -52,6 +60,24 @@ _DISPATCH = (
     .values(dispatched_at=bindparam("now"))
     .returning(_jobs.c.id)
 )
+_ANY_ACTIVE = (
+    select(_jobs.c.id)
+    .where(
+        _jobs.c.batch_id == bindparam("batch_id"),
+        text(f"status IN ({states_sql(ACTIVE)})"),
+    )
+    .limit(1)
+)
+
+
+@dataclass(slots=True)
+class Handover:
+    """What the end of some batch lines changed, for `wake` once it is committed."""
+
+    # deployment id -> lines that just got a slot
+    woken: dict[str, list[str]] = field(default_factory=dict)
+    # batches with no line left to run or to wait: the pump completes them
+    drained: list[str] = field(default_factory=list)
 
 
 def dispatch_next(session: Session, batch_id: str, n: int, now: datetime) -> list[str]:
@@ -65,9 +91,9 @@ def dispatch_next(session: Session, batch_id: str, n: int, now: datetime) -> lis
     return list(session.scalars(_DISPATCH, {"ids": ids, "now": now}))
 
 
-def hand_over(session: Session, ended: Iterable[Job], now: datetime) -> dict[str, list[str]]:
+def hand_over(session: Session, ended: Iterable[Job], now: datetime) -> Handover:
     """The slots of the batch lines that just ended (written, not committed), each given to
-    its batch's next waiting line in the same transaction; {deployment id: lines to wake}.
+    its batch's next waiting line in the same transaction; and the batches this left drained.
 
     A line held a slot if it was dispatched; one that ended while it waited (canceled, its ttl
     passed) held none, and hands nothing on."""
@@ -76,18 +102,26 @@ def hand_over(session: Session, ended: Iterable[Job], now: datetime) -> dict[str
         for job in ended
         if job.batch_id is not None and job.dispatched_at is not None
     )
-    woken: dict[str, list[str]] = {}
+    out = Handover()
     for (batch_id, deployment_id), n in freed.items():
         ids = dispatch_next(session, batch_id, n, now)
         if ids:
-            woken.setdefault(deployment_id, []).extend(ids)
-    return woken
+            out.woken.setdefault(deployment_id, []).extend(ids)
+        elif session.scalar(_ANY_ACTIVE, {"batch_id": batch_id}) is None:
+            out.drained.append(batch_id)  # its last lines: nothing waits, nothing runs
+    return out
 
 
-def wake(r: redis.Redis, dispatched: dict[str, list[str]], now: datetime) -> None:
-    """After the commit: each deployment's newly dispatched lines."""
-    for deployment_id, job_ids in dispatched.items():
+def wake(r: redis.Redis, handover: Handover, now: datetime) -> None:
+    """After the commit: each deployment's newly dispatched lines; a tick of the loop now
+    when a batch was drained (its completion is the pump's)."""
+    for deployment_id, job_ids in handover.woken.items():
         wake_dispatched(r, deployment_id, job_ids, now)
+    if handover.drained:
+        try:
+            arrivals.nudge_reconciler(r)
+        except redis.RedisError as exc:  # the next tick completes it anyway
+            log.warning("could not nudge the loop for drained batches (Redis: %s)", exc)
 
 
 def wake_dispatched(r: redis.Redis, deployment_id: str, job_ids: list[str], now: datetime) -> None:

@@ -14,7 +14,8 @@ For each job it
     3. sets the cancel flag of a job a worker may still hold, publishes the terminal event of
        its status, and enqueues `job.completed` with a message id that is the same for every
        path (`webhooks.message_id`), so a repeated announcement is one message to the receiver;
-    4. wakes the batch lines that got a slot;
+    4. wakes the batch lines that got a slot, and the loop when a batch has no line left
+       (the loop's pump completes it);
     5. then logs and counts it (`metrics.families.job_ended`): a sync caller waits for step 3
        alone.
 
@@ -148,10 +149,10 @@ def finish(
         if result is not None:
             ended.append(result)
     # a batch line that ended gives its slot to the batch's next line, in this transaction
-    dispatched = batch_slots.hand_over(session, (job for job, _ in ended), now)
+    handover = batch_slots.hand_over(session, (job for job, _ in ended), now)
     session.commit()
     _announce(outbox, ended)
-    batch_slots.wake(outbox.redis, dispatched, now)
+    batch_slots.wake(outbox.redis, handover, now)
     # after the announcement: a sync caller waits for it, not for these
     for job, _ in ended:
         _log_end(job, now)

@@ -27,7 +27,7 @@ from control_plane.services.dispatch import make_celery, queue_depth
 from control_plane.settings import Settings
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER, WORKER_TOKEN, deploy, h
-from worker.protocol import deployment_queue, job_cancel_key
+from worker.protocol import RECONCILER_NUDGE_KEY, deployment_queue, job_cancel_key
 
 RESULTS_BUCKET = "results-test"
 
@@ -227,6 +227,26 @@ def test_only_a_line_that_held_a_slot_hands_one_on(
     assert queue_depth(db.celery, queue) == 4
 
 
+def test_the_end_of_a_batch_s_last_line_nudges_the_loop_to_complete_it(
+    client: TestClient, keys: dict[str, str], db: Db, redis_client: Any
+) -> None:
+    """The pump completes a batch (it writes the results file); the report that ends its last
+    running line, with none waiting, nudges the loop to tick now instead of a tick later.
+    No line before the last nudges it."""
+    deploy(client, keys["a"])
+    bid = create(client, keys["a"], {"inputs": [{"prompt": "a"}, {"prompt": "b"}, {"prompt": "c"}],
+                                     "max_in_flight": 2}).json()["id"]  # fmt: skip
+    rows = db.jobs(bid)
+    finish(client, rows[0].id, "r0")  # hands its slot to line 2
+    redis_client.delete(RECONCILER_NUDGE_KEY)  # (line 2's arrival at a deployment at zero)
+    finish(client, rows[1].id, "r1")  # line 2 still runs
+    assert redis_client.llen(RECONCILER_NUDGE_KEY) == 0
+    finish(client, rows[2].id, "r2")
+    assert redis_client.lrange(RECONCILER_NUDGE_KEY, 0, -1) == [b"1"]
+    db.pump(redis_client)
+    assert client.get(f"/v1/batches/{bid}", headers=h(keys["a"])).json()["status"] == "completed"
+
+
 def test_lines_ended_at_once_by_two_transactions_hand_on_distinct_slots(
     client: TestClient, keys: dict[str, str], db: Db, redis_client: Any
 ) -> None:
@@ -251,7 +271,8 @@ def test_lines_ended_at_once_by_two_transactions_hand_on_distinct_slots(
             assert ended is not None
             ended.status = "canceled"  # written in this transaction, which stays open
             session.flush()
-            taken += batch_slots.hand_over(session, [ended], now).get(rows[0].deployment_id, [])
+            handover = batch_slots.hand_over(session, [ended], now)
+            taken += handover.woken.get(rows[0].deployment_id, [])
         first.commit()
         second.commit()
     finally:
