@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import autoscale_sim
+from bench.autoscale import bound
 from bench.autoscale.experiment import POLICIES, RunSpec, Settings, run_one
 from bench.autoscale.metrics import RunResult
 from bench.autoscale.oracle import Oracle
@@ -149,6 +150,30 @@ def test_oracle_is_never_cold_and_cheapest() -> None:
     )
     for policy in (KeepAlive(), KPA(), Ours()):
         assert oracle.provisioned_s < Sim(w, policy, 30.0, 8).run().provisioned_s
+
+
+def test_the_boot_budget_bound_closes_the_largest_gaps_first() -> None:
+    """Two levels; gaps of 90 and 20 s on the first, 495 s on the second; boots of 30 s."""
+    levels = [[(0.0, 10.0), (100.0, 110.0), (130.0, 140.0)], [(0.0, 5.0), (500.0, 505.0)]]
+    paid = bound.bounds(levels, 30.0, [1, 2, 3, 4, 10])
+    # kept throughout: 140 + 505 s, and each level's first boot; a closed gap saves gap - boot
+    assert paid[0] is None  # two levels need two boots
+    assert [(b.boots, b.gpu_s) for b in paid[1:] if b] == [
+        (2, 705.0), (3, 705.0 - 465.0), (4, 705.0 - 465.0 - 60.0), (4, 180.0)
+    ]  # fmt: skip
+    free = bound.bounds(levels, 30.0, [3, 5], pay_boot=False)
+    assert [b.gpu_s for b in free if b] == [645.0 - 495.0, 645.0 - 495.0 - 90.0 - 20.0]
+    assert bound.boots_for(levels, 30.0, 240.0) == 3
+    assert bound.boots_for(levels, 30.0, 100.0) is None  # 180 s at best
+
+
+def test_the_oracle_never_beats_the_bound_for_its_own_boots() -> None:
+    """The oracle makes no request wait, so it is one of the schedules the bound covers."""
+    w = bursty(period_s=300, burst=60, duration_s=1800)
+    oracle = Sim(w, Oracle(), 30.0, 8).run()
+    (least,) = bound.bounds(bound.levels_of(w.deployments[0], 8), 30.0, [oracle.boots])
+    assert least is not None and least.boots <= oracle.boots
+    assert least.gpu_s <= oracle.provisioned_s <= 1.05 * least.gpu_s
 
 
 # ours ----------------------------------------------------------------------------------------

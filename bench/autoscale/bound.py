@@ -1,0 +1,140 @@
+"""How few GPU-seconds a boot budget allows: a lower bound no policy beats without queueing.
+
+Issue 12 asks for both ≤ 0.75 × keep-alive's GPU-seconds and ≤ 0.25 × KPA's boots. This module
+tells whether any policy can meet both on a workload while it makes no request wait for a
+free slot.
+
+With no request waiting, a deployment needs n(t) = ceil(requests in service / slots) workers,
+and worker level k is needed on the intervals where n(t) ≥ k (`oracle.need_intervals`).
+Workers are interchangeable, so any schedule can be read level by level.
+- A level is provisioned at least from its first need to its last: its span.
+- Each gap between two of its intervals is either kept, which costs the gap, or closed,
+  which costs one more boot.
+- A closed gap saves the gap minus the boot's own provisioned seconds when the worker must be
+  ready in time (`pay_boot`).
+- If boots could overlap the need they serve (every request of the level's next interval
+  waiting out the boot), a closed gap would save the whole gap. The bound is then lower
+  still, and holds for any policy that keeps each level's intervals as they are.
+Gaps are independent choices that each cost one boot, so the best use of a budget closes
+the largest savings first. Every level needs one boot of its own to exist at all.
+
+A policy can only go lower by changing n(t) itself: running fewer workers than in-service
+requests need, which makes requests wait for slots.
+
+    .venv/bin/python -m bench.autoscale.bound            # both traces, T_cold = 30 s (~1 min)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+from bench.autoscale.oracle import need_intervals
+from bench.autoscale.workloads import Deployment
+
+Intervals = list[tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """The least provisioned worker-seconds of one deployment for a number of boots."""
+
+    boots: int
+    gpu_s: float
+
+
+def levels_of(dep: Deployment, slots: int) -> list[Intervals]:
+    """Per worker level, the intervals it is needed on (no request waiting)."""
+    return need_intervals(SimpleNamespace(spec=dep), slots)  # type: ignore[arg-type]
+
+
+def bounds(
+    levels: list[Intervals], t_cold_s: float, budgets: list[int], pay_boot: bool = True
+) -> list[Bound | None]:
+    """The least GPU-seconds for each boot budget (None: fewer boots than levels).
+
+    `pay_boot`: each boot is provisioned for `t_cold_s` before its worker is needed (no
+    request waits for it). Without it, a boot costs nothing, an optimistic bound."""
+    n, span, savings = _plan(levels, t_cold_s, pay_boot)
+    out: list[Bound | None] = []
+    for budget in budgets:
+        extra = budget - n
+        if extra < 0:
+            out.append(None)
+            continue
+        out.append(Bound(n + min(extra, len(savings)), span - sum(savings[:extra])))
+    return out
+
+
+def boots_for(levels: list[Intervals], t_cold_s: float, gpu_s: float) -> int | None:
+    """The fewest boots whose bound (ready in time) is at most `gpu_s`; None: none is."""
+    n, cost, savings = _plan(levels, t_cold_s, pay_boot=True)
+    for extra in range(len(savings) + 1):
+        if cost <= gpu_s:
+            return n + extra
+        if extra < len(savings):
+            cost -= savings[extra]
+    return None
+
+
+def _plan(
+    levels: list[Intervals], t_cold_s: float, pay_boot: bool
+) -> tuple[int, float, list[float]]:
+    """(levels, GPU-seconds with every gap kept, each closable gap's saving, largest first)."""
+    levels = [iv for iv in levels if iv]
+    boot_cost = t_cold_s if pay_boot else 0.0
+    span = sum(iv[-1][1] - iv[0][0] for iv in levels) + boot_cost * len(levels)
+    gaps = (b[0] - a[1] for iv in levels for a, b in itertools.pairwise(iv))
+    return len(levels), span, sorted((g - boot_cost for g in gaps if g > boot_cost), reverse=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.autoscale.experiment import RunSpec, Settings, run_one
+    from bench.autoscale.workloads import ServiceModel, trace_workload
+    from bench.autoscale_sim import TRACES
+    from bench.traces import WORKLOADS
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--t-cold", type=float, default=30.0)
+    p.add_argument("--boots-vs-kpa", type=float, default=0.25, help="the boot budget")
+    p.add_argument("--trace", action="append", help="a trace file (default: the two given)")
+    args = p.parse_args(argv)
+    settings = Settings()
+    paths = [Path(t) for t in args.trace] if args.trace else [WORKLOADS / t for t in TRACES]
+    print(f"T_cold {args.t_cold:g} s, {settings.slots} slots per worker")
+    print("| workload | levels | KPA boots | budget | keep-alive GPU-s | least GPU-s, ready in "
+          "time | least GPU-s, boots free | boots for 0.75×, ready in time |")  # fmt: skip
+    print("|---|--:|--:|--:|--:|--:|--:|--:|")
+    for path in paths:
+        w = trace_workload(path, settings.service or ServiceModel(), settings.seed, None)
+        if len(w.deployments) != 1:
+            print(f"# skipped {w.name}: one deployment per trace only", file=sys.stderr)
+            continue
+        runs = {
+            name: run_one(RunSpec(w.name, name, knob, args.t_cold), w, settings).result
+            for name, knob in (("keepalive", (600.0,)), ("kpa", (60.0,)))
+        }
+        keep_gpu, kpa_boots = runs["keepalive"].gpu_s, runs["kpa"].boots
+        levels = levels_of(w.deployments[0], settings.slots)
+        budget = math.floor(args.boots_vs_kpa * kpa_boots)
+        paid, free = (bounds(levels, args.t_cold, [budget], pay) for pay in (True, False))
+        needed = boots_for(levels, args.t_cold, 0.75 * keep_gpu)
+        print(
+            f"| {w.name} | {len(levels)} | {kpa_boots} | {budget} | {keep_gpu:,.0f} | "
+            f"{_ratio(paid[0], keep_gpu)} | {_ratio(free[0], keep_gpu)} | "
+            f"{needed if needed is not None else 'none'} |"
+        )
+    return 0
+
+
+def _ratio(b: Bound | None, keep_gpu: float) -> str:
+    return "no schedule" if b is None else f"{b.gpu_s:,.0f} ({b.gpu_s / keep_gpu:.3f}×)"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
