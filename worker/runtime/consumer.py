@@ -192,7 +192,10 @@ def _serve(
             # Nothing to take (stopping, or every slot held): wait for a finished job. With
             # its slots full kombu sends no BRPOP, and `drain_events` only sleeps out its
             # timeout, so a slot freed meanwhile stayed empty until then: that capped a
-            # worker at `prefetch` jobs per `poll_s` (80 short jobs/s at 8 slots).
+            # worker at `prefetch` jobs per `poll_s` (80 short jobs/s at 8 slots). Nothing
+            # needs the drain meanwhile: a connection that died is found by the next ack (it
+            # raises, and `consume` reconnects), and the unacked wake-ups of dead workers are
+            # the control plane's to forget (`forget_stale_wakeups`).
             with contextlib.suppress(queue.Empty):
                 held.done.put(held.done.get(timeout=poll_s))
         else:
