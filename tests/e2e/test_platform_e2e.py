@@ -434,9 +434,12 @@ def test_a_worker_scaled_down_during_its_first_jobs_still_fills_the_host_tier(
 def test_jobs_that_start_and_end_together_share_their_claims_and_reports(
     platform: dict[str, Any], demo_model: Path
 ) -> None:
-    """A burst queued behind a cold start: the worker's claims of the jobs it takes at once go
-    in fewer requests than jobs (and its reports of the jobs one step ends), each job still
-    ending once with its own output."""
+    """A burst queued behind a cold start: what the worker sends the control plane while other
+    requests of the same kind are under way goes together, in fewer requests than jobs, each
+    job still ending once with its own output. Its reports of the jobs one engine step ends go
+    together; its claims go together only when deliveries come faster than claims are
+    answered. The consumer takes a wake-up as soon as a slot frees, one at a time, so on a
+    loopback control plane that happens in some runs and not in others."""
     from prometheus_client.parser import text_string_to_metric_families
 
     client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
@@ -460,6 +463,8 @@ def test_jobs_that_start_and_end_together_share_their_claims_and_reports(
     for call in ("claim", "report"):
         jobs_sent = sent[("platform_worker_control_jobs_total", call)]
         requests = sent[("platform_worker_control_requests_total", call)]
-        assert jobs_sent >= 24, (call, sent)
-        assert requests < jobs_sent, f"no {call}s went together: {sent}"
+        assert jobs_sent >= 24 and requests <= jobs_sent, (call, sent)
+    requests = sum(v for (name, _), v in sent.items() if "_requests_" in name)
+    jobs_sent = sum(v for (name, _), v in sent.items() if "_jobs_" in name)
+    assert requests < jobs_sent, f"nothing went together: {sent}"
     client.deployments.delete("together")
