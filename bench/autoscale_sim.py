@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.autoscale import report
+from bench.autoscale import bound, report
 from bench.autoscale.experiment import (
     POLICIES,
     Outcome,
@@ -121,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n## {name}: {workloads[name].description}\n")
         for line in report.table([r for r in main_results if r.workload == name]):
             print(line)
+    print()
+    for line in bound.report_lines(workloads, main_results, _json_t_cold(t_colds), args.slots):
+        print(line)
 
     if pareto and plot is not None:
         sweeps = {
@@ -144,9 +147,13 @@ def main(argv: list[str] | None = None) -> int:
         "1,000; fastest of 3 timings per tick)"
     )
     print(f"# total wall time {time.perf_counter() - started:.0f} s")
-    json_t_cold = PARETO_T_COLD_S if PARETO_T_COLD_S in t_colds else t_colds[0]
+    json_t_cold = _json_t_cold(t_colds)
     print(json.dumps(report.summary(main_results, json_t_cold, decide_ms)))
     return 0
+
+
+def _json_t_cold(t_colds: list[float]) -> float:
+    return PARETO_T_COLD_S if PARETO_T_COLD_S in t_colds else t_colds[0]
 
 
 def _workloads(args: argparse.Namespace, service: ServiceModel, quick: bool) -> dict[str, Workload]:

@@ -30,14 +30,22 @@ import argparse
 import itertools
 import math
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from bench.autoscale.oracle import need_intervals
 from bench.autoscale.workloads import Deployment
 
+if TYPE_CHECKING:
+    from bench.autoscale.metrics import RunResult
+    from bench.autoscale.workloads import Workload
+
 Intervals = list[tuple[float, float]]
+# Issue 12's boot target: at most this share of the KPA baseline's boots.
+BOOTS_VS_KPA = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,33 @@ def _plan(
     return len(levels), span, sorted((g - boot_cost for g in gaps if g > boot_cost), reverse=True)
 
 
+def report_lines(
+    workloads: dict[str, Workload], results: Sequence[RunResult], t_cold_s: float, slots: int
+) -> list[str]:
+    """For `bench/autoscale_sim.py`: per one-deployment workload, the least GPU-seconds
+    (against keep-alive's in `results`) that KPA's boots × BOOTS_VS_KPA allow with no
+    request waiting."""
+    out = []
+    for name, w in workloads.items():
+        runs = {r.policy: r for r in results if r.workload == name and r.t_cold_s == t_cold_s}
+        if len(w.deployments) != 1 or not {"kpa", "keepalive"} <= set(runs):
+            continue
+        budget = math.floor(BOOTS_VS_KPA * runs["kpa"].boots)
+        levels = levels_of(w.deployments[0], slots)
+        (least,) = bounds(levels, t_cold_s, [budget])
+        said = (
+            f"are fewer than the {len(levels)} workers its requests need at once"
+            if least is None
+            else f"allow at least {least.gpu_s / runs['keepalive'].gpu_s:.3f}× keep-alive's "
+            "GPU-seconds"
+        )
+        out.append(
+            f"# {name}, T_cold={t_cold_s:g}: with no request waiting, {budget} boots "
+            f"({BOOTS_VS_KPA:g}× KPA's) {said} (bench/autoscale/bound.py)"
+        )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench.autoscale.experiment import RunSpec, Settings, run_one
     from bench.autoscale.workloads import ServiceModel, trace_workload
@@ -101,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--t-cold", type=float, default=30.0)
-    p.add_argument("--boots-vs-kpa", type=float, default=0.25, help="the boot budget")
+    p.add_argument("--boots-vs-kpa", type=float, default=BOOTS_VS_KPA, help="the boot budget")
     p.add_argument("--trace", action="append", help="a trace file (default: the two given)")
     args = p.parse_args(argv)
     settings = Settings()

@@ -251,6 +251,8 @@ def test_trace_reading_both_formats_and_the_cli_on_them(
     assert set(summary["workloads"]) == {"azure_mini", "mooncake_mini"}
     assert summary["workloads"]["azure_mini"]["t_cold_s"] == 30
     assert "how lengths were scaled" in "\n".join(out)
+    bounds_said = [line for line in out if "with no request waiting" in line]
+    assert [line.split(",")[0] for line in bounds_said] == ["# azure_mini", "# mooncake_mini"]
 
 
 @pytest.mark.parametrize("name", ["azure_llm_2023_conv.csv", "mooncake_conversation.jsonl"])
