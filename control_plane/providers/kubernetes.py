@@ -20,6 +20,7 @@ the worker-token Secret); `start` raises the client's ApiException on what the A
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -283,7 +284,11 @@ class KubernetesProvider:
         self._closed.set()
         response = self._response
         if response is not None:
-            response.shutdown()  # unblocks the watch's read
+            # Unblocks the watch's read. The watch may have ended its response meanwhile
+            # (its socket closed or back in the pool): then there is no read left to unblock,
+            # and urllib3 raises for it (OSError EBADF, ValueError, RuntimeError).
+            with contextlib.suppress(OSError, ValueError, RuntimeError):
+                response.shutdown()
         self._thread.join(timeout=5)
         self._api.close()
 

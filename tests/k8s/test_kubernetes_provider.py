@@ -3,6 +3,7 @@ test kubelet running the stub worker image (the real worker CLI, no runtime)."""
 
 from __future__ import annotations
 
+import errno
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -219,6 +220,25 @@ def test_delete_all_drains_every_worker_pod_of_the_platform(
     for w in ("wrk_x1", "wrk_x2"):
         (delete, *_) = apiserver.deletes("pods", pod_name(w))
         assert delete.grace_s() == k8s_settings.kubernetes_drain_grace_s
+
+
+def test_closing_while_the_watch_ends_its_own_response_does_not_raise(
+    apiserver: ApiServer, k8s_settings: Settings
+) -> None:
+    """`close` shuts the watch's response down to unblock its read; when the watch has just
+    ended that response itself, the shutdown meets a closed socket (EBADF, seen once in a
+    full run) and `close` goes on."""
+    provider = KubernetesProvider.from_settings(k8s_settings, WORKER_ENV)
+    response = wait_for(lambda: provider._response)
+    real_shutdown = type(response).shutdown
+
+    def shutdown_of_a_closed_socket() -> None:
+        real_shutdown(response)  # the read ends, as when the watch closes it first
+        raise OSError(errno.EBADF, "Bad file descriptor")
+
+    response.shutdown = shutdown_of_a_closed_socket
+    provider.close()
+    assert not provider._thread.is_alive()
 
 
 @pytest.mark.parametrize(
