@@ -21,7 +21,7 @@ the largest savings first. Every level needs one boot of its own to exist at all
 A policy can only go lower by changing n(t) itself: running fewer workers than in-service
 requests need, which makes requests wait for slots.
 
-    .venv/bin/python -m bench.autoscale.bound            # both traces, T_cold = 30 s (~1 min)
+    .venv/bin/python -m bench.autoscale.bound     # both traces, T_cold = 30 s: under a second
 """
 
 from __future__ import annotations
@@ -33,11 +33,9 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from bench.autoscale.oracle import need_intervals
-from bench.autoscale.workloads import Deployment
 
 if TYPE_CHECKING:
     from bench.autoscale.metrics import RunResult
@@ -54,11 +52,6 @@ class Bound:
 
     boots: int
     gpu_s: float
-
-
-def levels_of(dep: Deployment, slots: int) -> list[Intervals]:
-    """Per worker level, the intervals it is needed on (no request waiting)."""
-    return need_intervals(SimpleNamespace(spec=dep), slots)  # type: ignore[arg-type]
 
 
 def bounds(
@@ -113,7 +106,7 @@ def report_lines(
         if len(w.deployments) != 1 or not {"kpa", "keepalive"} <= set(runs):
             continue
         budget = math.floor(BOOTS_VS_KPA * runs["kpa"].boots)
-        levels = levels_of(w.deployments[0], slots)
+        levels = need_intervals(w.deployments[0], slots)
         (least,) = bounds(levels, t_cold_s, [budget])
         said = (
             f"are fewer than the {len(levels)} workers its requests need at once"
@@ -130,7 +123,7 @@ def report_lines(
 
 def main(argv: list[str] | None = None) -> int:
     from bench.autoscale.experiment import RunSpec, Settings, run_one
-    from bench.autoscale.workloads import ServiceModel, trace_workload
+    from bench.autoscale.workloads import trace_workload
     from bench.autoscale_sim import TRACES
     from bench.traces import WORKLOADS
 
@@ -146,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
           "time | least GPU-s, boots free | boots for 0.75×, ready in time |")  # fmt: skip
     print("|---|--:|--:|--:|--:|--:|--:|--:|")
     for path in paths:
-        w = trace_workload(path, settings.service or ServiceModel(), settings.seed, None)
+        w = trace_workload(path, settings.service, settings.seed, None)
         if len(w.deployments) != 1:
             print(f"# skipped {w.name}: one deployment per trace only", file=sys.stderr)
             continue
@@ -155,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             for name, knob in (("keepalive", (600.0,)), ("kpa", (60.0,)))
         }
         keep_gpu, kpa_boots = runs["keepalive"].gpu_s, runs["kpa"].boots
-        levels = levels_of(w.deployments[0], settings.slots)
+        levels = need_intervals(w.deployments[0], settings.slots)
         budget = math.floor(args.boots_vs_kpa * kpa_boots)
         paid, free = (bounds(levels, args.t_cold, [budget], pay) for pay in (True, False))
         needed = boots_for(levels, args.t_cold, 0.75 * keep_gpu)

@@ -18,6 +18,7 @@ from bench.autoscale.policies import Policy, workers_for
 
 if TYPE_CHECKING:
     from bench.autoscale.sim import DeploymentRuntime
+    from bench.autoscale.workloads import Deployment
 
 
 class Oracle(Policy):
@@ -25,18 +26,18 @@ class Oracle(Policy):
 
     def schedule(self, dep: DeploymentRuntime) -> list[tuple[float, int]]:
         out: list[tuple[float, int]] = []
-        for intervals in need_intervals(dep, self.slots):
+        for intervals in need_intervals(dep.spec, self.slots):
             for start, end in merge_gaps(intervals, self.t_cold_s):
                 out += [(start, +1), (end, -1)]
         return out
 
 
-def need_intervals(dep: DeploymentRuntime, slots: int) -> list[list[tuple[float, float]]]:
+def need_intervals(dep: Deployment, slots: int) -> list[list[tuple[float, float]]]:
     """Per worker level k (index k - 1): the intervals on which n(t) ≥ k, in time order."""
     # +1 at arrival, -1 at completion; at equal times completions go first, as in the sim
     edges = sorted(
-        [(r.arrival_s, 1) for r in dep.spec.requests]
-        + [(r.arrival_s + r.service_s, -1) for r in dep.spec.requests]
+        [(r.arrival_s, 1) for r in dep.requests]
+        + [(r.arrival_s + r.service_s, -1) for r in dep.requests]
     )
     levels: list[list[tuple[float, float]]] = []
     opened: list[float] = []  # [k - 1]: when level k last opened

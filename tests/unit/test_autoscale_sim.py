@@ -14,7 +14,7 @@ from bench import autoscale_sim
 from bench.autoscale import bound
 from bench.autoscale.experiment import POLICIES, RunSpec, Settings, run_one
 from bench.autoscale.metrics import RunResult
-from bench.autoscale.oracle import Oracle
+from bench.autoscale.oracle import Oracle, need_intervals
 from bench.autoscale.ours import Ours
 from bench.autoscale.policies import KPA, KeepAlive, Policy
 from bench.autoscale.sim import TICK_S, DeploymentRuntime, Sim
@@ -171,7 +171,7 @@ def test_the_oracle_never_beats_the_bound_for_its_own_boots() -> None:
     """The oracle makes no request wait, so it is one of the schedules the bound covers."""
     w = bursty(period_s=300, burst=60, duration_s=1800)
     oracle = Sim(w, Oracle(), 30.0, 8).run()
-    (least,) = bound.bounds(bound.levels_of(w.deployments[0], 8), 30.0, [oracle.boots])
+    (least,) = bound.bounds(need_intervals(w.deployments[0], 8), 30.0, [oracle.boots])
     assert least is not None and least.boots <= oracle.boots
     assert least.gpu_s <= oracle.provisioned_s <= 1.05 * least.gpu_s
 
