@@ -40,6 +40,7 @@ from bench.autoscale.experiment import (
 from bench.autoscale.sim import TICK_S
 from bench.autoscale.workloads import ServiceModel, Workload, synthetic_workload, trace_workload
 from bench.traces import WORKLOADS
+from control_plane.domain.scaling import ScalingPolicy
 
 TRACES = ("azure_llm_2023_conv.csv", "mooncake_conversation.jsonl")
 DEFAULT_WORKLOADS = ("azure_llm_2023_conv", "mooncake_conversation", "synthetic")
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         service=service,
         refit_s=args.refit_s,
         refresh_quiet=args.refresh_quiet,
+        queue_wait_s=args.queue_wait_s,
         jobs=args.jobs,
     )
     workloads = _workloads(args, service, quick)
@@ -236,6 +238,13 @@ def _parser() -> argparse.ArgumentParser:
         help="seconds per output token per request (the engine benchmark's ITL p50)",
     )
     p.add_argument("--refit-s", type=float, default=10.0, help="ours: refit period (simulated)")
+    p.add_argument(
+        "--queue-wait-s",
+        type=float,
+        default=ScalingPolicy().queue_wait_s,
+        help="ours: how long a job may wait for a ready worker's slot instead of a new worker "
+        "(the deployment setting queue_wait_s; 0: a worker for every job that waits)",
+    )
     p.add_argument(
         "--refresh-quiet",
         action=argparse.BooleanOptionalAction,

@@ -111,6 +111,7 @@ SPEC_FIELDS = (
     "scaledown_window_s",
     "max_boot_s",
     "cold_penalty_s",
+    "queue_wait_s",
     "execution_timeout_s",
     "defaults",
 )

@@ -38,6 +38,7 @@ class Settings:
     service: ServiceModel = field(default_factory=ServiceModel)
     refit_s: float = 10.0  # ours: period of the off-path refit event
     refresh_quiet: bool = True  # ours: refit a quiet deployment before its models expire
+    queue_wait_s: float = ScalingPolicy().queue_wait_s  # ours: the deployment setting
     jobs: int = 1  # processes running simulations
 
 
@@ -61,7 +62,12 @@ POLICIES: dict[str, PolicySpec] = {
             "cold_penalty_s",
             (_PENALTY_S,),
             tuple((v,) for v in sorted({0.0, 30.0, 100.0, 300.0, 1000.0, _PENALTY_S})),
-            lambda k, s: Ours(k[0], refit_s=s.refit_s, refresh_quiet=s.refresh_quiet),
+            lambda k, s: Ours(
+                k[0],
+                refit_s=s.refit_s,
+                refresh_quiet=s.refresh_quiet,
+                queue_wait_s=s.queue_wait_s,
+            ),
         ),
         PolicySpec(
             "keepalive",

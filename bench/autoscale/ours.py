@@ -64,11 +64,13 @@ class Ours(Policy):
         refit_s: float = 10.0,
         refresh_quiet: bool = True,
         record_every: int = 0,
+        queue_wait_s: float = ScalingPolicy().queue_wait_s,
     ) -> None:
         self.cold_penalty_s = cold_penalty_s
         self.scaledown_window_s = scaledown_window_s
         self.refit_s = refit_s
         self.refresh_quiet = refresh_quiet
+        self.queue_wait_s = queue_wait_s
         # every `record_every`-th tick, keep all deployments' states (for timing decide)
         self.record_every = record_every
         self.recorded: list[tuple[float, list[DeploymentState]]] = []
@@ -83,6 +85,7 @@ class Ours(Policy):
             target_concurrency=sim.slots,
             scaledown_window_s=self.scaledown_window_s,
             cold_penalty_s=self.cold_penalty_s,
+            queue_wait_s=self.queue_wait_s,
         )
         self._deps = [_Scaling() for _ in sim.deployments]
         self._runtimes = sim.deployments

@@ -51,6 +51,7 @@ class DeploymentSpec(BaseModel):
     scaledown_window_s: float = Field(default_of("scaledown_window_s"), ge=0, le=86_400)
     max_boot_s: float = Field(default_of("max_boot_s"), gt=0, le=3_600)
     cold_penalty_s: float = Field(default_of("cold_penalty_s"), ge=0, le=86_400)
+    queue_wait_s: float = Field(default_of("queue_wait_s"), ge=0, le=3_600)
     execution_timeout_s: float = Field(default_of("execution_timeout_s"), gt=0, le=86_400)
     defaults: SamplingDefaults = Field(default_factory=SamplingDefaults)
 
@@ -233,6 +234,11 @@ class ScalingStatus(BaseModel):
     running: int = Field(description="jobs a worker holds")
     boot_s: float = Field(description="measured start → ready seconds (a prior until measured)")
     service_s: float = Field(description="mean seconds a job holds a worker slot")
+    may_wait: float = Field(
+        0.0,
+        description="jobs the ready workers start within the deployment's queue_wait_s: so many "
+        "may wait for them before another worker is asked for",
+    )
     idle_windows: ScalingIdleWindows
     forecast: ScalingForecast | None = Field(description="null: too little history to forecast")
     models_fitted_at: str | None = Field(description="when the models were last refit")

@@ -36,6 +36,10 @@ class Spec:
     # less idle time than the cold starts it spares. Higher: warmer. Its default is the
     # autoscaler's own (domain/scaling/policy.py), so the simulator and the platform agree.
     cold_penalty_s: float = _POLICY.cold_penalty_s
+    # How long a job may wait for a slot of a busy worker that is already ready, instead of a
+    # new worker being started for it (seconds). Higher: fewer workers, longer waits at spikes;
+    # 0 turns it off (a worker for every job that waits). The autoscaler's default too.
+    queue_wait_s: float = _POLICY.queue_wait_s
     execution_timeout_s: float = 600.0  # a job's limit unless the job sets its own
     # Sampling defaults of the deployment (max_tokens, temperature, top_p, stop); None = unset.
     defaults: dict[str, Any] = field(default_factory=dict)
@@ -56,6 +60,7 @@ class Spec:
             scaledown_window_s=float(spec.scaledown_window_s),
             max_boot_s=float(spec.max_boot_s),
             cold_penalty_s=float(spec.cold_penalty_s),
+            queue_wait_s=float(spec.queue_wait_s),
             execution_timeout_s=float(spec.execution_timeout_s),
             defaults=dict(spec.defaults or {}),
         )
@@ -72,6 +77,7 @@ class Spec:
             scaledown_window_s=self.scaledown_window_s,
             max_boot_s=self.max_boot_s,
             cold_penalty_s=self.cold_penalty_s,
+            queue_wait_s=self.queue_wait_s,
         )
 
 

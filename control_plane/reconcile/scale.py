@@ -41,7 +41,12 @@ from control_plane.domain.scaling.decide import (
 )
 from control_plane.domain.scaling.history import ConcurrencyWindow
 from control_plane.domain.scaling.models import NONE
-from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S, counted_boot_s
+from control_plane.domain.scaling.policy import (
+    DEFAULT_BOOT_S,
+    DEFAULT_SERVICE_S,
+    counted_boot_s,
+    waits_allowed,
+)
 from control_plane.errors import InvalidRequest
 from control_plane.metrics import families, on_commit
 from control_plane.providers.base import WorkerSpec
@@ -300,6 +305,7 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
     # (`models_fitted_at` shows their age).
     models = state.models
     idle = models.idle
+    boot_s = counted_boot_s(state.policy, state.boot_s)
     forecast = None
     if models.forecast is not None:
         mean, sd = models.forecast.rate(now.timestamp())
@@ -316,13 +322,11 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
         "running": state.running,
         "boot_s": round(state.boot_s, 3),
         "service_s": round(state.service_s, 3),
+        "may_wait": round(waits_allowed(state.policy, state.ready, boot_s, state.service_s), 3),
         "idle_windows": {
             "representative": idle.representative,
             "prewarm_s": None if idle.prewarm_s is None else round(idle.prewarm_s, 3),
-            "keepalive_s": round(
-                keepalive_window(idle, state.policy, counted_boot_s(state.policy, state.boot_s)),
-                3,
-            ),
+            "keepalive_s": round(keepalive_window(idle, state.policy, boot_s), 3),
         },
         "forecast": forecast,
         "models_fitted_at": _iso_s(models.fitted_at) if models is not NONE else None,

@@ -31,6 +31,7 @@ _FLAG_FIELDS = {
     "--scaledown-window": "scaledown_window_s",
     "--max-boot": "max_boot_s",
     "--cold-penalty": "cold_penalty_s",
+    "--queue-wait": "queue_wait_s",
     "--execution-timeout": "execution_timeout_s",
 }
 
@@ -60,6 +61,12 @@ def deploy(
         float | None,
         typer.Option(
             help="Idle worker-seconds one cold start is worth sparing a caller (higher: warmer)."
+        ),
+    ] = None,
+    queue_wait: Annotated[
+        float | None,
+        typer.Option(
+            help="Seconds a job may wait for a busy worker before another starts (0: never)."
         ),
     ] = None,
     execution_timeout: Annotated[
@@ -109,6 +116,7 @@ def deploy(
         "--scaledown-window": scaledown_window,
         "--max-boot": max_boot,
         "--cold-penalty": cold_penalty,
+        "--queue-wait": queue_wait,
         "--execution-timeout": execution_timeout,
     }
     given, where = _given_spec(manifest, flags)

@@ -39,6 +39,7 @@ SPEC_TYPES: dict[str, str] = {
     "scaledown_window_s": _NUMBER,
     "max_boot_s": _NUMBER,
     "cold_penalty_s": _NUMBER,
+    "queue_wait_s": _NUMBER,
     "execution_timeout_s": _NUMBER,
     "defaults": _MAP,
 }
@@ -50,8 +51,9 @@ DEFAULTS_TYPES: dict[str, str] = {
     "stop": "a list of strings",
 }
 MODEL_SCHEMES = ("store://", "s3://", "file://", "hf://")
-# Seconds fields where 0 is meaningful (no keep-alive, no price on a cold start); others > 0.
-_MAY_BE_ZERO = frozenset({"scaledown_window_s", "cold_penalty_s"})
+# Seconds fields where 0 is meaningful (no keep-alive, no price on a cold start, no queueing
+# for a busy worker); others > 0.
+_MAY_BE_ZERO = frozenset({"scaledown_window_s", "cold_penalty_s", "queue_wait_s"})
 # A deployment name, as the platform accepts it: lowercase letters, digits and '-'.
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 

@@ -31,7 +31,7 @@ from control_plane.domain.scaling.history import (
     MAX_GAPS,
     ArrivalHistory,
 )
-from control_plane.domain.scaling.policy import DEFAULT_BOOT_S
+from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, ScalingPolicy
 from control_plane.reconcile.driver import Reconciler
 from control_plane.services import arrivals, dispatch, scale_decisions
 from sdk.cli._common import CliState
@@ -203,6 +203,7 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
     found_warm: list[bool] = []
     zero_between: list[bool] = []
     prewarm_seen: list[str] = []
+    may_wait: list[tuple[int, float]] = []
     for burst in range(BURSTS):
         arrival = fleet.clock()
         found_warm.append(fleet.idle_worker() is not None)
@@ -218,6 +219,7 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
             fleet.tick(TICK_S)
             decision = fleet.scaling()
             idle_seen |= not fleet.live() and decision["desired"] == 0
+            may_wait.append((decision["ready"], decision["may_wait"]))
             if decision["reason"] == "prewarm":
                 prewarm_seen.append(decision["decided_at"])
                 assert decision["desired"] == 1 and burst >= 10
@@ -238,6 +240,11 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
         "keepalive_s": pytest.approx(PERIOD_S * 1.1),
     }
     assert decision["boot_s"] == BOOT_S and decision["service_s"] == TICK_S
+    # the ready workers' slots free up at 1 / service_s each: jobs they start within the wait
+    wait_s = min(ScalingPolicy().queue_wait_s, BOOT_S)
+    assert {ready for ready, _ in may_wait} == {0, 1}
+    for ready, jobs in may_wait:
+        assert jobs == pytest.approx(wait_s * ready / TICK_S)
     # one pre-warm decision per expected call, one boot ahead of it
     assert len(prewarm_seen) >= BURSTS - 11
     logged = [m for m in messages if "reason prewarm" in m]

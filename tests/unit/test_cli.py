@@ -114,6 +114,8 @@ def test_unknown_field_is_named_with_its_line(tmp_path: Path) -> None:
         ("max_workers: true", "max_workers: must be an integer, got true"),
         ("scaledown_window_s: -5", "scaledown_window_s: must be >= 0 seconds"),
         ("cold_penalty_s: -1", "cold_penalty_s: must be >= 0 seconds"),
+        ("queue_wait_s: -1", "queue_wait_s: must be >= 0 seconds"),
+        ("queue_wait_s: soon", "queue_wait_s: must be a number, got 'soon'"),
         ("max_boot_s: 0", "max_boot_s: must be > 0 seconds"),
         ("defaults:\n  max_tokens: 1.5", "defaults.max_tokens: must be an integer"),
         ("defaults:\n  temprature: 1", "defaults.temprature: unknown field"),
@@ -277,6 +279,40 @@ def test_deploy_without_changes_sends_nothing() -> None:
     assert result.exit_code == 0
     assert "is up to date (version 3)" in result.stdout
     assert routes.called() == ["GET /v1/deployments/demo"]
+
+
+def test_queue_wait_is_set_by_flag_or_manifest_and_zero_is_accepted(tmp_path: Path) -> None:
+    routes = Routes(
+        {
+            "GET /v1/deployments/demo": httpx.Response(200, json=DEPLOYMENT),
+            "PUT /v1/deployments/demo": httpx.Response(200, json={**DEPLOYMENT, "version": 4}),
+        }
+    )
+    result = invoke(["deploy", "--name", "demo", "--queue-wait", "0"], routes)
+    assert result.exit_code == 0, result.output
+    assert "+ queue_wait_s: 0.0" in result.stdout
+    assert routes.body("PUT /v1/deployments/demo")["queue_wait_s"] == 0
+
+    current = {**DEPLOYMENT, "queue_wait_s": 2.0}
+    routes = Routes(
+        {
+            "GET /v1/deployments/demo": httpx.Response(200, json=current),
+            "PUT /v1/deployments/demo": httpx.Response(200, json={**current, "version": 4}),
+        }
+    )
+    manifest = write(tmp_path, "name: demo\nqueue_wait_s: 5\n")
+    result = invoke(["deploy", str(manifest)], routes)
+    assert result.exit_code == 0, result.output
+    assert "~ queue_wait_s: 2.0 -> 5" in result.stdout
+    assert routes.body("PUT /v1/deployments/demo")["queue_wait_s"] == 5
+
+
+def test_a_negative_queue_wait_flag_is_refused_before_anything_is_sent() -> None:
+    routes = Routes({})
+    result = invoke(["deploy", "--name", "demo", "--queue-wait", "-1"], routes)
+    assert result.exit_code == 1
+    assert "--queue-wait: queue_wait_s: must be >= 0 seconds, got -1.0" in result.stderr
+    assert routes.requests == []
 
 
 def test_diff_lines() -> None:

@@ -19,10 +19,14 @@ from control_plane.domain.scaling import (
 )
 from control_plane.domain.scaling.decide import REASONS
 from control_plane.domain.scaling.models import NONE, Models
-from control_plane.domain.scaling.policy import hold_s
+from control_plane.domain.scaling.policy import hold_s, waits_allowed
 
 T0 = 1_000_000.0
-POLICY = ScalingPolicy(min_workers=0, max_workers=8, target_concurrency=4, scaledown_window_s=600)
+# Each part on its own: no job may wait for a ready worker here (the wait has its own tests).
+POLICY = ScalingPolicy(
+    min_workers=0, max_workers=8, target_concurrency=4, scaledown_window_s=600, queue_wait_s=0
+)
+WAITING = dataclasses.replace(POLICY, queue_wait_s=2.0)
 
 
 def state(**kw: object) -> DeploymentState:
@@ -88,6 +92,55 @@ def test_panic_scales_up_and_never_down_while_it_lasts() -> None:
 def test_stable_window_adds_workers_above_the_first() -> None:
     d = run(state(ready=2, running=8, stable_concurrency=10, panic_concurrency=10), T0)
     assert (d.desired, d.reason) == (3, "stable_window")
+
+
+def test_a_short_queue_waits_for_the_ready_workers_instead_of_a_new_one() -> None:
+    # one ready worker frees 4 slots per 5 s job: 1.6 jobs start within the 2 s wait
+    assert waits_allowed(WAITING, ready=1, boot_s=30.0, service_s=5.0) == pytest.approx(1.6)
+    full = state(policy=WAITING, ready=1, running=4, queued=1, last_arrival_at=T0)
+    d = run(full, T0)
+    assert (d.desired, d.start) == (1, 0)
+    # without the wait the same job boots a worker
+    assert run(dataclasses.replace(full, policy=POLICY), T0).start == 1
+    # more than the ready worker starts within the wait: a worker for the rest
+    d = run(dataclasses.replace(full, queued=2), T0)
+    assert (d.desired, d.start, d.reason) == (2, 1, "demand")
+
+
+def test_only_ready_workers_take_waiting_jobs() -> None:
+    # from zero, and while the only worker boots, every waiting job counts in full
+    d = run(state(policy=WAITING, queued=1, last_arrival_at=T0), T0)
+    assert (d.desired, d.reason) == (1, "scale_from_zero")
+    booting = state(policy=WAITING, queued=5, booting_since=(T0 - 5,), last_arrival_at=T0)
+    assert run(booting, T0).start == 1  # ceil(5 / 4) = 2, one already booting
+
+
+def test_a_job_waiting_for_the_only_ready_worker_keeps_it() -> None:
+    # just arrived, not claimed yet: the worker it waits for stays, whatever the idle windows say
+    s = state(policy=WAITING, queued=1, ready=1, last_arrival_at=T0, service_s=0.1)
+    d = run(s, T0)
+    assert (d.desired, d.reason) == (1, "demand")
+
+
+def test_the_wait_is_never_longer_than_a_boot() -> None:
+    slow = dataclasses.replace(WAITING, queue_wait_s=10.0)
+    # a worker started now would be ready in 3 s: nobody is left to wait longer than that
+    assert waits_allowed(slow, ready=2, boot_s=3.0, service_s=6.0) == pytest.approx(4.0)
+
+
+def test_the_windows_and_the_forecast_leave_out_what_may_wait() -> None:
+    # 2 ready workers start 3.2 jobs within 2 s: a 60 s mean of 10 no longer asks for a third
+    busy = state(ready=2, running=8, stable_concurrency=10, panic_concurrency=10)
+    assert run(busy, T0).desired == 3
+    d = run(dataclasses.replace(busy, policy=WAITING), T0)
+    assert (d.desired, d.reason) == (2, "demand")
+    # a panic window of 9 on one worker asks for 3 without the wait, 2 with it
+    spike = state(ready=1, running=4, stable_concurrency=4, panic_concurrency=9)
+    assert run(spike, T0).desired == 3
+    assert run(dataclasses.replace(spike, policy=WAITING), T0).desired == 2
+    # the forecast's concurrency too (the ramp below): fewer workers asked for ahead of it
+    ramp = forecast_state()
+    assert run(dataclasses.replace(ramp, policy=WAITING), T0).desired < run(ramp, T0).desired
 
 
 def test_min_and_max_workers_bound_the_count() -> None:
@@ -189,18 +242,21 @@ def test_forecast_provisions_ahead_of_a_rising_ramp() -> None:
     mean_later, _ = models.forecast.rate(T0 + 30)
     assert mean_later > mean_now > 5  # per second
     # demand right now fits in the ready workers; the forecast asks for more before it arrives
-    running = 4 * 3
-    s = state(
+    d = run(forecast_state(), T0)
+    assert d.reason == "forecast" and d.desired > 3
+
+
+def forecast_state() -> DeploymentState:
+    """Three full workers ahead of a rising ramp."""
+    return state(
         ready=3,
-        running=running,
+        running=4 * 3,
         stable_concurrency=12,
         panic_concurrency=12,
         last_arrival_at=T0,
         service_s=2.0,
-        models=models,
+        models=ramp_models(T0),
     )
-    d = run(s, T0)
-    assert d.reason == "forecast" and d.desired > 3
 
 
 def test_crash_loop_gates_starts_and_fails_waiting_jobs() -> None:

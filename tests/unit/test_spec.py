@@ -8,6 +8,8 @@ from pydantic import ValidationError
 from control_plane.api.schemas import DeploymentSpec
 from control_plane.domain.scaling.policy import ScalingPolicy
 from control_plane.domain.spec import Spec, default_of
+from sdk._models import SPEC_FIELDS
+from sdk.cli.manifest import SPEC_TYPES
 
 
 def test_missing_keys_take_the_defaults_and_unknown_keys_are_ignored() -> None:
@@ -35,6 +37,7 @@ def test_scaling_policy_comes_from_the_spec() -> None:
     assert (policy.min_workers, policy.max_workers, policy.target_concurrency) == (0, 4, 1)
     assert (policy.scaledown_window_s, policy.max_boot_s) == (60, 600)
     assert policy.cold_penalty_s == ScalingPolicy().cold_penalty_s, "the autoscaler's default"
+    assert policy.queue_wait_s == ScalingPolicy().queue_wait_s, "the autoscaler's default"
     doc = {
         "name": "d",
         "model": "m",
@@ -44,6 +47,7 @@ def test_scaling_policy_comes_from_the_spec() -> None:
         "scaledown_window_s": 120,
         "max_boot_s": 90,
         "cold_penalty_s": 5,
+        "queue_wait_s": 7,
     }
     assert Spec.from_doc(doc).scaling_policy() == ScalingPolicy(
         min_workers=1,
@@ -52,6 +56,7 @@ def test_scaling_policy_comes_from_the_spec() -> None:
         scaledown_window_s=120.0,
         max_boot_s=90.0,
         cold_penalty_s=5.0,
+        queue_wait_s=7.0,
     )
 
 
@@ -62,3 +67,26 @@ def test_cold_penalty_is_a_non_negative_number_of_seconds() -> None:
         DeploymentSpec(name="d", model="store://m/", cold_penalty_s=-1)
     spec = Spec.from_doc({"name": "d", "model": "m", "cold_penalty_s": 30})
     assert spec.cold_penalty_s == 30.0 and isinstance(spec.cold_penalty_s, float)
+
+
+def test_queue_wait_is_a_non_negative_number_of_seconds() -> None:
+    assert default_of("queue_wait_s") == ScalingPolicy().queue_wait_s
+    assert DeploymentSpec(name="d", model="store://m/").queue_wait_s == ScalingPolicy().queue_wait_s
+    assert DeploymentSpec(name="d", model="store://m/", queue_wait_s=0).queue_wait_s == 0
+    assert DeploymentSpec(name="d", model="store://m/", queue_wait_s=3_600).queue_wait_s == 3_600
+    for bad in (-1, 3_601):
+        with pytest.raises(ValidationError, match="queue_wait_s"):
+            DeploymentSpec(name="d", model="store://m/", queue_wait_s=bad)
+    spec = Spec.from_doc({"name": "d", "model": "m", "queue_wait_s": 5})
+    assert spec.queue_wait_s == 5.0 and isinstance(spec.queue_wait_s, float)
+    assert spec.scaling_policy().queue_wait_s == 5.0
+    off = Spec.from_doc({"name": "d", "model": "m", "queue_wait_s": 0})
+    assert off.scaling_policy().queue_wait_s == 0.0, "0 is kept, not taken for unset"
+    # a document written before the field existed takes the default
+    assert Spec.from_doc({"name": "d", "model": "m"}).queue_wait_s == ScalingPolicy().queue_wait_s
+
+
+def test_the_sdk_and_the_cli_know_every_spec_field() -> None:
+    fields = set(DeploymentSpec.model_fields)
+    assert set(SPEC_FIELDS) == fields, "sdk/_models.py::SPEC_FIELDS"
+    assert set(SPEC_TYPES) == fields, "sdk/cli/manifest.py::SPEC_TYPES"

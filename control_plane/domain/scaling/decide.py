@@ -12,9 +12,11 @@ The parts, each a worker count:
   Little's law and into workers at the demand quantile the cost rule picks (`policy.py`);
 - idle windows (sparse traffic): keep-alive and pre-warm from the gap histogram (`idle.py`),
   or the plain ski-rental window while the histogram is not representative.
-The last worker is the idle windows' to keep or release: the windows and KPA only add workers
-above it. Workers above what is needed are held for the ski-rental time, then released at most
-half at a time (Knative's max scale-down rate); the reconciler drains what it releases.
+Each part counts only the work that cannot wait `queue_wait_s` for a worker already ready
+(`policy.waits_allowed`). The last worker is the idle windows' to keep or release: the windows
+and KPA only add workers above it. Workers above what is needed are held for the ski-rental
+time, then released at most half at a time (Knative's max scale-down rate); the reconciler
+drains what it releases.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from control_plane.domain.scaling.policy import (
     counted_boot_s,
     hold_s,
     under_quantile,
+    waits_allowed,
 )
 
 # Above this mean concurrency the Poisson quantile is taken from its normal approximation
@@ -129,18 +132,29 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     fc = models.forecast if recent else None
     idle = models.idle if recent or current else NONE.idle
 
+    # Each part below asks for workers for the work present or expected, less what may wait
+    # for the ready workers (`queue_wait_s`): a short spike queues briefly instead of booting a
+    # worker that would be held long after it.
+    waits = waits_allowed(p, state.ready, boot_s, state.service_s)
+
+    def workers_for(concurrency: float) -> int:
+        return math.ceil(max(concurrency - waits, 0.0) / target)
+
     parts: list[tuple[int, str]] = []
     demand = state.queued + state.running
-    parts.append((math.ceil(demand / target), "scale_from_zero" if capacity == 0 else "demand"))
+    # Running jobs hold their slots: only queued ones can wait, and they wait for a worker that
+    # stays (a job queued on an idle worker, not claimed yet, keeps it).
+    at_once = max(demand - waits, state.running, min(demand, 1))
+    parts.append((math.ceil(at_once / target), "scale_from_zero" if capacity == 0 else "demand"))
 
-    panic_workers = math.ceil(state.panic_concurrency / target)
+    panic_workers = workers_for(state.panic_concurrency)
     panic_until = mem.panic_until
     if panic_workers >= PANIC_THRESHOLD * max(state.ready, 1) and panic_workers > state.ready:
         panic_until = now + STABLE_WINDOW_S
     if now < panic_until:
         parts.append((max(panic_workers, capacity), "panic"))
     else:
-        stable_workers = math.ceil(state.stable_concurrency / target)
+        stable_workers = workers_for(state.stable_concurrency)
         if stable_workers >= 2:  # the last worker is the idle windows' (see module doc)
             parts.append((stable_workers, "stable_window"))
 
@@ -154,7 +168,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             mean, sd = fc.rate(t)
             # Little's law; the rate's own uncertainty is added at the same quantile
             concurrency = _poisson_quantile((mean + z * sd) * state.service_s, quantile, z)
-            worst = max(worst, math.ceil(concurrency / target))
+            worst = max(worst, workers_for(concurrency))
         parts.append((worst, "forecast"))
 
     # A pre-warm counts from the last arrival (the gaps are between arrivals); a keep-alive

@@ -32,6 +32,14 @@ class ScalingPolicy:
     # caller spared a boot is worth a minute of an idle worker. Higher prices buy fewer cold
     # starts with more idle time; `bench/autoscale_sim.py` sweeps it (the Pareto plot).
     cold_penalty_s: float = 60.0
+    # How long a job may wait for a slot of a worker that is already ready before the autoscaler
+    # asks for another worker for it. A new worker serves it no sooner than a boot (tens of
+    # seconds) and is then held for the ski-rental time; a short wait on a worker that is there
+    # costs neither. Every part sizes for the work the ready workers will not start within this
+    # wait. 2 s: about what a caller of a chat completion takes as the time to its first token
+    # before it feels slow (the serving literature's TTFT objectives are 1-5 s), and a small
+    # share of a boot. 0: a worker for every job that waits.
+    queue_wait_s: float = 2.0
 
 
 def counted_boot_s(policy: ScalingPolicy, boot_s: float) -> float:
@@ -50,6 +58,14 @@ def hold_s(policy: ScalingPolicy, boot_s: float) -> float:
     start costs is the ski-rental rule: never more than twice the cost of the best choice made
     in hindsight, whatever comes next. The scale-down window caps it."""
     return min(cold_cost_s(policy, boot_s), policy.scaledown_window_s)
+
+
+def waits_allowed(policy: ScalingPolicy, ready: int, boot_s: float, service_s: float) -> float:
+    """Jobs the `ready` workers start within `queue_wait_s`, at the rate their slots free up
+    (target / service_s each): so many may wait for them instead of for a new worker. Never
+    longer than a boot: past that, a worker started now would serve a job sooner."""
+    wait_s = min(policy.queue_wait_s, boot_s)
+    return wait_s * ready * max(policy.target_concurrency, 1) / max(service_s, 1e-3)
 
 
 def under_quantile(policy: ScalingPolicy, boot_s: float) -> float:
