@@ -76,6 +76,14 @@ def test_idle_windows_need_enough_gaps() -> None:
     assert fit_idle_windows([900.0] * (MIN_GAPS - 1), 30, 300, 600) == PLAIN
 
 
+def test_one_burst_of_arrivals_is_not_a_history_of_idle_times() -> None:
+    # 24 calls 10 ms apart: many gaps, but 0.23 s of them, against windows of up to 60 s
+    burst = [0.01] * 23
+    assert fit_idle_windows(burst, 7.5, 60, 60) == PLAIN
+    # the same count spread over more than the window is one
+    assert fit_idle_windows([3.0] * 23, 7.5, 60, 60).representative
+
+
 def test_periodic_gaps_prewarm_just_before_the_period() -> None:
     rng = random.Random(2)
     gaps = [900 + rng.uniform(-15, 15) for _ in range(100)]

@@ -52,7 +52,11 @@ def fit_idle_windows(
       the boot: any wait is a cold start); g − s if a ≤ g < b; b − s + C after.
     """
     n = len(gaps)
-    if n < MIN_GAPS:
+    # Enough gaps, and enough time: the windows reach out to `max_keepalive_s`, and gaps that
+    # span less than that (one burst's arrivals, a second apart) say nothing about whether a
+    # caller comes back within it. Fitted on a burst, the windows released the worker the
+    # moment its work ended. (The paper's histogram cannot do that: its bins are a minute.)
+    if n < MIN_GAPS or sum(gaps) < max_keepalive_s:
         return PLAIN
     g = np.sort(np.asarray(gaps, dtype=np.float64))
     prefix = np.concatenate(([0.0], np.cumsum(g)))
