@@ -36,9 +36,10 @@ class ScalingPolicy:
     # asks for another worker for it. A new worker serves it no sooner than a boot (tens of
     # seconds) and is then held for the ski-rental time; a short wait on a worker that is there
     # costs neither. Every part sizes for the work the ready workers will not start within this
-    # wait. 2 s: about what a caller of a chat completion takes as the time to its first token
-    # before it feels slow (the serving literature's TTFT objectives are 1-5 s), and a small
-    # share of a boot. 0: a worker for every job that waits.
+    # wait. 2 s: short against a boot (tens of seconds) and against a chat completion's own
+    # time (a few hundred tokens at tens of tokens per second: DEFAULT_SERVICE_S below), so
+    # the caller sees a slower first token, not a cold start. 0: a worker for every job that
+    # waits.
     queue_wait_s: float = 2.0
 
 
@@ -65,6 +66,7 @@ def waits_allowed(policy: ScalingPolicy, ready: int, boot_s: float, service_s: f
     (target / service_s each): so many may wait for them instead of for a new worker. Never
     longer than a boot: past that, a worker started now would serve a job sooner."""
     wait_s = min(policy.queue_wait_s, boot_s)
+    # a measured mean of 0 (jobs that end at once) counts as 1 ms: finite, and still many jobs
     return wait_s * ready * max(policy.target_concurrency, 1) / max(service_s, 1e-3)
 
 
