@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 
 import pytest
@@ -138,9 +139,16 @@ def test_the_windows_and_the_forecast_leave_out_what_may_wait() -> None:
     spike = state(ready=1, running=4, stable_concurrency=4, panic_concurrency=9)
     assert run(spike, T0).desired == 3
     assert run(dataclasses.replace(spike, policy=WAITING), T0).desired == 2
-    # the forecast's concurrency too (the ramp below): fewer workers asked for ahead of it
+    # the forecast's concurrency too (the ramp below), but only its swings above the mean
+    # load at the end of the boot: a queue cannot absorb a load that lasts
     ramp = forecast_state()
-    assert run(dataclasses.replace(ramp, policy=WAITING), T0).desired < run(ramp, T0).desired
+    waiting = run(dataclasses.replace(ramp, policy=WAITING), T0)
+    assert waiting.desired <= run(ramp, T0).desired
+    assert ramp.models.forecast is not None
+    load = ramp.models.forecast.rate(T0 + ramp.boot_s)[0] * ramp.service_s
+    assert waiting.desired * WAITING.target_concurrency >= load
+    much_longer = dataclasses.replace(WAITING, queue_wait_s=30.0)
+    assert run(dataclasses.replace(ramp, policy=much_longer), T0).desired == math.ceil(load / 4)
 
 
 def test_min_and_max_workers_bound_the_count() -> None:

@@ -168,7 +168,10 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             mean, sd = fc.rate(t)
             # Little's law; the rate's own uncertainty is added at the same quantile
             concurrency = _poisson_quantile((mean + z * sd) * state.service_s, quantile, z)
-            worst = max(worst, workers_for(concurrency))
+            # Waiting absorbs the swings above the mean load, never the load itself: with fewer
+            # slots than that the queue grows for as long as the load lasts (a ramp of traffic).
+            load = mean * state.service_s
+            worst = max(worst, math.ceil(max(concurrency - waits, load) / target))
         parts.append((worst, "forecast"))
 
     # A pre-warm counts from the last arrival (the gaps are between arrivals); a keep-alive
