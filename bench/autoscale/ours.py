@@ -29,6 +29,7 @@ from control_plane.domain.scaling import (
 )
 from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE
 from control_plane.domain.scaling.policy import DEFAULT_SERVICE_S
+from control_plane.domain.scaling.service import mean_service_s
 
 if TYPE_CHECKING:
     from bench.autoscale.sim import DeploymentRuntime, Sim
@@ -125,9 +126,7 @@ class Ours(Policy):
             panic_concurrency=panic,
             last_arrival_at=s.history.last_arrival_at,
             boot_s=mean_boot_s(dep),
-            service_s=(
-                dep.service_sum_s / dep.service_count if dep.service_count else DEFAULT_SERVICE_S
-            ),
+            service_s=_service_s(dep, now),
             models=s.models,
             memory=s.memory,
         )
@@ -148,3 +147,9 @@ class Ours(Policy):
                 self.recorded.append((now, []))
         if self._tick_index % self.record_every == 0:
             self.recorded[-1][1].append(state)
+
+
+def _service_s(dep: DeploymentRuntime, now: float) -> float:
+    """As the live refresher measures it (`scaling.service`), on the simulated completions."""
+    measured = mean_service_s(reversed(dep.ended), now)
+    return DEFAULT_SERVICE_S if measured is None else measured

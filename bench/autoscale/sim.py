@@ -31,6 +31,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from control_plane.domain.scaling.service import MAX_SAMPLES
+
 if TYPE_CHECKING:
     from bench.autoscale.policies import Policy
     from bench.autoscale.workloads import Deployment, Workload
@@ -68,8 +70,9 @@ class DeploymentRuntime:
     booting: int = 0  # started, not ready, not stopped
     boot_sum_s: float = 0.0  # start → ready of every completed boot
     boot_count: int = 0
-    service_sum_s: float = 0.0  # slot-holding time of every completed request
-    service_count: int = 0
+    # (completed at, slot-holding seconds) of the latest completed requests, oldest first: as
+    # many as the live autoscaler reads back from SQL (`scaling.service`)
+    ended: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
     idle_since: float | None = None  # when queued + running last went to 0 (None: never)
 
     @property
@@ -241,8 +244,7 @@ class Sim:
         dep = self._worker_dep[worker_id]
         w.running -= 1
         dep.running -= 1
-        dep.service_sum_s += self.service_s[req]
-        dep.service_count += 1
+        dep.ended.append((self.now, self.service_s[req]))
         self._remaining -= 1
         if w.running == 0:
             w.used_s += self.now - w.busy_since

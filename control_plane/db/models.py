@@ -156,6 +156,10 @@ class Job(Base):
         # reads all its history; with it, only index entries (dispatched_at is in it too).
         Index("ix_jobs_tenant_status", "tenant_id", "status", "dispatched_at"),
         Index("ix_jobs_batch_status", "batch_id", "status"),
+        # The autoscaler's refresher reads a deployment's latest finished jobs every few seconds
+        # (`job_queries.recent_executions`): by this index, a walk back from the newest end, not
+        # a sort of every job the deployment ever ran.
+        Index("ix_jobs_deployment_completed", "deployment_id", "completed_at"),
         # The reconciler looks for completed webhooks that were lost (reconcile/webhooks.py):
         # only the few jobs whose webhook is still pending are in it.
         Index(

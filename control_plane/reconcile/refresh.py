@@ -28,6 +28,7 @@ from control_plane.domain.clock import Clock
 from control_plane.domain.cold_start import PhaseTimes
 from control_plane.domain.scaling.models import Models, refit
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S
+from control_plane.domain.scaling.service import mean_service_s
 from control_plane.reconcile.env import Env
 from control_plane.services import arrivals, deployments, job_queries, workers
 
@@ -43,7 +44,7 @@ class Measured:
     at: datetime  # when they were measured
     version: int  # the deployment version boot_s was measured for
     boot_s: float  # median start → ready of the version's recent workers (a prior when none)
-    service_s: float  # mean execution seconds of recent jobs (a prior when none)
+    service_s: float  # mean execution seconds of recent jobs (`scaling.service`; a prior when none)
     models: Models  # forecast and idle windows fitted on the arrival history at `at`
     # median boot, load and warm seconds of the version's recent workers (cold-start ETAs)
     phase_times: PhaseTimes = field(default_factory=PhaseTimes)
@@ -114,7 +115,7 @@ def measure(session: Session, env: Env, dep: Deployment, now: datetime) -> Measu
     """Boot and service times from SQL, arrivals from Redis, and the models fitted on them."""
     policy = dep.spec.scaling_policy()
     boot_s = workers.recent_boot_s(session, dep.id, dep.version)
-    service_s = job_queries.recent_execution_s(session, dep.id)
+    service_s = mean_service_s(job_queries.recent_executions(session, dep.id, now), now.timestamp())
     boot_s = DEFAULT_BOOT_S if boot_s is None else boot_s
     models = refit(arrivals.read(env.redis, dep.id, now), policy, boot_s)
     phases = workers.recent_phase_s(session, dep.id, dep.version)

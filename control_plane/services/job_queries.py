@@ -13,6 +13,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Deployment, Job
+from control_plane.domain.scaling.service import MAX_SAMPLES, MIN_SAMPLES, SERVICE_WINDOW_S
 from control_plane.domain.states import ACTIVE, PENDING, JobStatus
 from worker.protocol import PRIORITY_OF_KIND
 
@@ -133,7 +134,28 @@ def queue_position(session: Session, job: Job) -> int | None:
 
 def recent_execution_s(session: Session, deployment_id: str, limit: int = 20) -> float | None:
     """Mean execution time of the deployment's latest finished jobs (None: no history)."""
-    rows = session.execute(
+    spans = [seconds for _, seconds in _executions(session, deployment_id, limit)]
+    return sum(spans) / len(spans) if spans else None
+
+
+def recent_executions(
+    session: Session, deployment_id: str, now: datetime
+) -> list[tuple[float, float]]:
+    """(completed at, execution seconds) of the deployment's latest finished jobs, newest first:
+    those that ended within `scaling.service.SERVICE_WINDOW_S` of `now`, and at least the last
+    `MIN_SAMPLES`, at most `MAX_SAMPLES` (what `scaling.service.mean_service_s` reads). Both
+    reads walk `ix_jobs_deployment_completed` back from the newest end."""
+    since = now - timedelta(seconds=SERVICE_WINDOW_S)
+    rows = _executions(session, deployment_id, MAX_SAMPLES, since)
+    if len(rows) < MIN_SAMPLES:
+        rows = _executions(session, deployment_id, MIN_SAMPLES)
+    return rows
+
+
+def _executions(
+    session: Session, deployment_id: str, limit: int, since: datetime | None = None
+) -> list[tuple[float, float]]:
+    query = (
         select(Job.started_at, Job.completed_at)
         .where(
             Job.deployment_id == deployment_id,
@@ -142,9 +164,14 @@ def recent_execution_s(session: Session, deployment_id: str, limit: int = 20) ->
         )
         .order_by(Job.completed_at.desc())
         .limit(limit)
-    ).all()
-    spans = [(c - s).total_seconds() for s, c in rows if s is not None and c is not None]
-    return sum(spans) / len(spans) if spans else None
+    )
+    if since is not None:
+        query = query.where(Job.completed_at >= since)
+    return [
+        (c.timestamp(), (c - s).total_seconds())
+        for s, c in session.execute(query).all()
+        if s is not None and c is not None
+    ]
 
 
 def states_sql(states: Iterable[str]) -> str:

@@ -32,6 +32,7 @@ from control_plane.domain.scaling.history import (
     ArrivalHistory,
 )
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, ScalingPolicy
+from control_plane.domain.scaling.service import SERVICE_WINDOW_S
 from control_plane.reconcile.driver import Reconciler
 from control_plane.services import arrivals, dispatch, scale_decisions
 from sdk.cli._common import CliState
@@ -292,6 +293,47 @@ def test_scale_down_with_long_jobs_in_flight_drains_and_kills_none(fleet: Fleet)
     assert [(j.status, j.attempt) for j in jobs] == [("succeeded", 1)] * 4
     assert fleet.workers()[victim].state == "stopped"
     assert p.killed == []
+
+
+def test_the_service_time_is_the_last_minute_s_mean_or_the_last_20_jobs_when_fewer(
+    fleet: Fleet,
+) -> None:
+    """decide()'s service time (`scaling.service`) as the refresher reads it from SQL: the mean
+    execution time of the jobs that ended within the last five minutes, or of the latest 20 when
+    fewer ended in them; never of the deployment's whole history. One worker, kept throughout
+    (a hold of 900 s), runs every job."""
+    deploy(
+        fleet.client,
+        fleet.key,
+        target_concurrency=40,
+        scaledown_window_s=900,
+        cold_penalty_s=900,
+    )
+    held_by: list[str] = []  # the one worker, once it is up
+
+    def run(n: int, hold_s: float) -> None:
+        job_ids = [fleet.submit() for _ in range(n)]
+        fleet.tick()
+        while not held_by:
+            fleet.tick(TICK_S)
+            held_by.extend(filter(None, [fleet.idle_worker()]))
+        for job_id in job_ids:
+            fleet.claim(job_id, held_by[0])
+        fleet.clock.advance(hold_s)
+        for job_id in job_ids:
+            fleet.complete(job_id)
+
+    run(20, hold_s=10.0)  # older than five minutes by the time of the reads below
+    fleet.tick(SERVICE_WINDOW_S + 10)
+    assert fleet.scaling()["service_s"] == 10.0, "none in the window: the last 20"
+    run(15, hold_s=4.0)
+    run(15, hold_s=2.0)
+    fleet.tick(TICK_S)
+    assert fleet.scaling()["service_s"] == 3.0, "30 jobs in the window: their mean"
+    fleet.tick(SERVICE_WINDOW_S + 10)
+    last_20 = (15 * 2.0 + 5 * 4.0) / 20
+    assert fleet.scaling()["service_s"] == last_20, "none in the window: the last 20"
+    assert [w.id for w in fleet.live()] == held_by, "one worker ran them all"
 
 
 def test_the_refresher_thread_refits_off_the_tick(fleet: Fleet) -> None:

@@ -1,4 +1,5 @@
-"""The autoscaler's slow half: arrival history, the forecaster and the idle windows."""
+"""The autoscaler's slow half: arrival history, the forecaster, the idle windows and the
+measured service time."""
 
 from __future__ import annotations
 
@@ -15,6 +16,12 @@ from control_plane.domain.scaling.history import (
     stats_of,
 )
 from control_plane.domain.scaling.idle import MIN_GAPS, PLAIN, fit_idle_windows
+from control_plane.domain.scaling.service import (
+    MAX_SAMPLES,
+    MIN_SAMPLES,
+    SERVICE_WINDOW_S,
+    mean_service_s,
+)
 
 T0 = 1_000_000.0
 
@@ -118,3 +125,20 @@ def test_the_keepalive_never_passes_the_scaledown_window() -> None:
     assert w.prewarm_s is not None or w.keepalive_s <= 120
     if w.prewarm_s is not None:
         assert w.keepalive_s - (w.prewarm_s - 30) <= 120
+
+
+def test_the_service_time_is_the_last_minute_s_mean_at_least_min_samples_at_most_max() -> None:
+    assert mean_service_s([], T0) is None
+    # newest first: 30 jobs of 2 s in the last minute, then a long history of 10 s jobs
+    recent = [(T0 - i, 2.0) for i in range(30)]
+    old = [(T0 - SERVICE_WINDOW_S - 1 - i, 10.0) for i in range(500)]
+    assert mean_service_s(recent + old, T0) == 2.0
+    # fewer than MIN_SAMPLES in the window: the latest MIN_SAMPLES, reaching back
+    few = recent[:5]
+    assert mean_service_s(few + old, T0) == pytest.approx(
+        (5 * 2.0 + (MIN_SAMPLES - 5) * 10.0) / MIN_SAMPLES
+    )
+    assert mean_service_s(few, T0) == 2.0, "all there is"
+    # a deployment ending more than MAX_SAMPLES jobs a minute: the newest MAX_SAMPLES
+    dense = [(T0 - i * 0.01, 1.0) for i in range(MAX_SAMPLES)] + [(T0 - 30, 50.0)] * 100
+    assert mean_service_s(dense, T0) == 1.0
