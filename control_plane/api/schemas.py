@@ -203,6 +203,11 @@ class ScalingIdleWindows(BaseModel):
         description="be ready this long after the last arrival (null: keep from the arrival)"
     )
     keepalive_s: float = Field(description="keep a worker until this long after it")
+    wake_requests: float = Field(
+        1.0,
+        description="callers a cold start of the last worker makes wait, on average (arrivals "
+        "within a boot of each wake): the cold start is priced at boot_s + this × cold_penalty_s",
+    )
 
 
 class ScalingForecast(BaseModel):

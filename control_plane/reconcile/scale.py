@@ -327,6 +327,7 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
             "representative": idle.representative,
             "prewarm_s": None if idle.prewarm_s is None else round(idle.prewarm_s, 3),
             "keepalive_s": round(keepalive_window(idle, state.policy, boot_s), 3),
+            "wake_requests": round(idle.wake_requests, 3),
         },
         "forecast": forecast,
         "models_fitted_at": _iso_s(models.fitted_at) if models is not NONE else None,

@@ -239,6 +239,7 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
         "representative": True,
         "prewarm_s": PERIOD_S,
         "keepalive_s": pytest.approx(PERIOD_S * 1.1),
+        "wake_requests": 1.0,  # each call comes alone
     }
     assert decision["boot_s"] == BOOT_S and decision["service_s"] == TICK_S
     # the ready workers' slots free up at 1 / service_s each: jobs they start within the wait

@@ -177,6 +177,22 @@ def test_last_worker_follows_the_plain_window_until_the_histogram_is_representat
     assert run(s, T0 + hold + 1).desired == 0
 
 
+def test_the_plain_window_prices_a_cold_start_for_every_caller_it_makes_wait() -> None:
+    # a deployment called in bursts: three callers come within a boot of each wake (too few
+    # gaps yet for the idle windows)
+    history = ArrivalHistory()
+    for burst in range(3):
+        for i in range(3):
+            history.record(T0 - 3000 + burst * 900 + i)
+    models = refit(history.stats(T0), POLICY, 30.0)
+    assert not models.idle.representative and models.idle.wake_requests == 3.0
+    hold = hold_s(POLICY, 30.0, cold_requests=3.0)
+    assert hold == 30 + 3 * 60 > hold_s(POLICY, 30.0)
+    s = state(ready=1, last_arrival_at=T0, models=dataclasses.replace(models, fitted_at=T0))
+    assert run(s, T0 + hold - 1).reason == "keepalive"
+    assert run(s, T0 + hold + 1).desired == 0
+
+
 def periodic_models(
     period_s: float, jitter_s: float, n: int, boot_s: float
 ) -> tuple[Models, float]:

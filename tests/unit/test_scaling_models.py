@@ -15,7 +15,7 @@ from control_plane.domain.scaling.history import (
     ArrivalHistory,
     stats_of,
 )
-from control_plane.domain.scaling.idle import MIN_GAPS, PLAIN, fit_idle_windows
+from control_plane.domain.scaling.idle import MIN_GAPS, PLAIN, fit_idle_windows, wake_requests
 from control_plane.domain.scaling.service import (
     MAX_SAMPLES,
     MIN_SAMPLES,
@@ -125,6 +125,36 @@ def test_the_keepalive_never_passes_the_scaledown_window() -> None:
     assert w.prewarm_s is not None or w.keepalive_s <= 120
     if w.prewarm_s is not None:
         assert w.keepalive_s - (w.prewarm_s - 30) <= 120
+
+
+def test_a_wake_catches_one_caller_of_a_sparse_deployment_and_a_boot_s_worth_of_a_burst() -> None:
+    # 30 s boots cover 3 buckets; wakes are buckets with arrivals after 3 empty ones
+    sparse = [0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0]
+    assert wake_requests(sparse, 30) == 1.0
+    # bursts of 20 calls a bucket: each wake catches the 3 buckets a boot covers, 60 callers
+    bursty = ([0] * 30 + [20] * 12) * 3
+    assert wake_requests(bursty, 30) == 60.0
+    # a burst still going on at the end of the history counts as far as it has come
+    assert wake_requests([0] * 5 + [20] * 12 + [0] * 5 + [20], 30) == (60 + 20) / 2
+    # a stream that never paused for a boot: every bucket with arrivals stands for a wake
+    assert wake_requests([4.0] * 100, 30) == pytest.approx(12.0, rel=0.02)
+    assert wake_requests([], 30) == 1.0 and wake_requests([0.0] * 10, 30) == 1.0
+
+
+def test_a_cold_start_that_catches_many_callers_keeps_the_worker_longer() -> None:
+    rng = random.Random(5)
+    gaps = [rng.expovariate(1 / 300) for _ in range(200)]
+    # one caller per cold start: a 90 s cold start is cheaper than keeping through 300 s gaps
+    alone = fit_idle_windows(gaps, 30, 60, 600)
+    assert alone.wake_requests == 1.0
+    released = alone.prewarm_s is not None and alone.prewarm_s > 1000  # (a far-tail pre-warm)
+    assert released or alone.keepalive_s < 300
+    # 50 callers wait through each: kept through nearly every gap, up to the scale-down window
+    burst = fit_idle_windows(gaps, 30, 60, 600, wake=50.0)
+    assert burst.prewarm_s is None and burst.keepalive_s >= 0.99 * 600
+    # not representative yet: the plain window prices the cold start the same way
+    few = fit_idle_windows(gaps[:5], 30, 60, 600, wake=50.0)
+    assert not few.representative and few.wake_requests == 50.0
 
 
 def test_the_service_time_is_the_last_minute_s_mean_at_least_min_samples_at_most_max() -> None:

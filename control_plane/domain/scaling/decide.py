@@ -107,8 +107,11 @@ _Z: dict[float, float] = {}
 
 def keepalive_window(idle: IdleWindows, policy: ScalingPolicy, boot_s: float) -> float:
     """How long the last worker is kept after its work: the idle windows' keep-alive, or the
-    plain ski-rental window while they are not representative."""
-    return idle.keepalive_s if idle.representative else hold_s(policy, boot_s)
+    plain ski-rental window while they are not representative (its cold start priced for the
+    callers it makes wait)."""
+    if idle.representative:
+        return idle.keepalive_s
+    return hold_s(policy, boot_s, idle.wake_requests)
 
 
 def counts_as_capacity(booting_since: float, now: float, policy: ScalingPolicy) -> bool:

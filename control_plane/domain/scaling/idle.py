@@ -14,10 +14,13 @@ Fitting is vectorised over at most a few hundred candidates; it runs off the hot
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from control_plane.domain.scaling.history import BUCKET_S
 
 # Below this many gaps the distribution says little about the next one: the plain window.
 MIN_GAPS = 10
@@ -35,29 +38,62 @@ class IdleWindows:
     keepalive_s: float
     representative: bool  # False: too few gaps; the caller's plain window applies
     expected_cost_s: float = 0.0  # worker-seconds per gap, for the decision log
+    # Callers a cold start of the last worker makes wait, on average (`wake_requests`): the
+    # price of releasing it is a boot plus this many penalties, whether or not the windows are
+    # representative.
+    wake_requests: float = 1.0
 
 
 PLAIN = IdleWindows(None, 0.0, representative=False)
 
 
-def fit_idle_windows(
-    gaps: Sequence[float], boot_s: float, penalty_s: float, max_keepalive_s: float
-) -> IdleWindows:
-    """The cheapest (pre-warm, keep-alive) pair over these gaps.
+def wake_requests(counts: Sequence[float], boot_s: float) -> float:
+    """How many callers a cold start of the last worker makes wait, from arrivals per bucket
+    (oldest first): over the buckets with arrivals after a boot's worth of empty ones (wakes: a
+    released worker would be booting for them), the mean number of arrivals within a boot's
+    worth of buckets from each. With no wake in the history (a stream that never paused for a
+    boot), every bucket with arrivals stands for one. 1 with no arrival at all.
 
-    Costs per gap g, in worker-seconds, with boot T and cold start C = T + penalty:
+    One caller for a sparse deployment; for one called in bursts, the burst's rate times the
+    boot: 24 calls that come together all wait through the boot one of them starts. A burst
+    still going on at the end of the history is counted as far as it has come."""
+    span = max(math.ceil(boot_s / BUCKET_S), 1)  # buckets a boot covers
+    c = np.asarray(counts, dtype=np.float64)
+    i = np.flatnonzero(c)
+    if not i.size:
+        return 1.0
+    empty = np.concatenate(([0], np.cumsum(c == 0)))  # [n + 1]: empty buckets before each
+    woken = (i >= span) & (empty[i] - empty[np.maximum(i - span, 0)] == span)
+    starts = i[woken] if woken.any() else i
+    window = np.concatenate(([0.0], np.cumsum(c)))
+    return float((window[np.minimum(starts + span, c.size)] - window[starts]).mean())
+
+
+def fit_idle_windows(
+    gaps: Sequence[float],
+    boot_s: float,
+    penalty_s: float,
+    max_keepalive_s: float,
+    wake: float = 1.0,
+) -> IdleWindows:
+    """The cheapest (pre-warm, keep-alive) pair over these gaps. `penalty_s` is the price of one
+    caller's wait; a cold start makes `wake` callers wait (`wake_requests`).
+
+    Costs per gap g, in worker-seconds, with boot T and cold start C = T + penalty (the price of
+    every caller a cold start makes wait):
     - kept from the arrival until b: g if g < b, else b + C;
     - released, booted at s = a − T, ready at a, kept until b (b − s ≤ the scale-down
       window): C if g < s; g − s + penalty if s ≤ g < a (the caller waits for the rest of
       the boot: any wait is a cold start); g − s if a ≤ g < b; b − s + C after.
     """
     n = len(gaps)
+    penalty_s *= wake
     # Enough gaps, and enough time: the windows reach out to `max_keepalive_s`, and gaps that
     # span less than that (one burst's arrivals, a second apart) say nothing about whether a
     # caller comes back within it. Fitted on a burst, the windows released the worker the
     # moment its work ended. (The paper's histogram cannot do that: its bins are a minute.)
     if n < MIN_GAPS or sum(gaps) < max_keepalive_s:
-        return PLAIN
+        return IdleWindows(None, 0.0, False, wake_requests=wake)
     g = np.sort(np.asarray(gaps, dtype=np.float64))
     prefix = np.concatenate(([0.0], np.cumsum(g)))
     cold = boot_s + penalty_s
@@ -100,8 +136,4 @@ def fit_idle_windows(
         r, c = np.unravel_index(int(np.argmin(cost)), cost.shape)
         if cost[r, c] < best.expected_cost_s:
             best = IdleWindows(float(starts[r]), float(ends2[c]), True, float(cost[r, c]))
-    return _per_gap(best, n)
-
-
-def _per_gap(best: IdleWindows, n: int) -> IdleWindows:
-    return IdleWindows(best.prewarm_s, best.keepalive_s, True, best.expected_cost_s / n)
+    return IdleWindows(best.prewarm_s, best.keepalive_s, True, best.expected_cost_s / n, wake)

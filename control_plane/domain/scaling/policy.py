@@ -48,17 +48,18 @@ def counted_boot_s(policy: ScalingPolicy, boot_s: float) -> float:
     return min(boot_s, policy.max_boot_s)
 
 
-def cold_cost_s(policy: ScalingPolicy, boot_s: float) -> float:
-    """Worker-seconds one cold start costs: its boot plus the caller's wait, priced."""
-    return boot_s + policy.cold_penalty_s
+def cold_cost_s(policy: ScalingPolicy, boot_s: float, cold_requests: float = 1.0) -> float:
+    """Worker-seconds one cold start costs: its boot plus the wait of each of the
+    `cold_requests` callers it makes wait, priced."""
+    return boot_s + policy.cold_penalty_s * cold_requests
 
 
-def hold_s(policy: ScalingPolicy, boot_s: float) -> float:
+def hold_s(policy: ScalingPolicy, boot_s: float, cold_requests: float = 1.0) -> float:
     """How long an unneeded worker is kept. Keeping it costs one worker-second per second;
     letting it go and needing it again costs a cold start. Keeping it exactly as long as a cold
     start costs is the ski-rental rule: never more than twice the cost of the best choice made
     in hindsight, whatever comes next. The scale-down window caps it."""
-    return min(cold_cost_s(policy, boot_s), policy.scaledown_window_s)
+    return min(cold_cost_s(policy, boot_s, cold_requests), policy.scaledown_window_s)
 
 
 def waits_allowed(policy: ScalingPolicy, ready: int, boot_s: float, service_s: float) -> float:
