@@ -296,7 +296,7 @@ def test_scale_down_with_long_jobs_in_flight_drains_and_kills_none(fleet: Fleet)
     assert p.killed == []
 
 
-def test_the_service_time_is_the_last_minute_s_mean_or_the_last_20_jobs_when_fewer(
+def test_the_service_time_is_the_last_five_minutes_mean_or_the_last_20_jobs_when_fewer(
     fleet: Fleet,
 ) -> None:
     """decide()'s service time (`scaling.service`) as the refresher reads it from SQL: the mean

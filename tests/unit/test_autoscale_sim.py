@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import autoscale_sim
-from bench.autoscale import bound
+from bench.autoscale import bound, heldout
 from bench.autoscale.experiment import POLICIES, RunSpec, Settings, run_one
 from bench.autoscale.metrics import RunResult
 from bench.autoscale.oracle import Oracle, need_intervals
@@ -29,7 +29,7 @@ from bench.autoscale.workloads import (
     synthetic_workload,
     trace_workload,
 )
-from bench.traces import WORKLOADS
+from bench.traces import WORKLOADS, TraceRequest
 from control_plane.domain import scaling
 
 
@@ -265,3 +265,14 @@ def test_real_traces_replay_under_every_policy(name: str) -> None:
         spec = RunSpec(w.name, policy, POLICIES[policy].default, 30.0)
         r = run_one(spec, w, Settings()).result
         assert r.requests == 400 and r.gpu_s >= r.used_gpu_s > 0
+
+
+def test_held_out_traces_tile_a_trace_and_burst_far_above_poisson() -> None:
+    base = [TraceRequest(t, 10, 5) for t in (0.0, 2.0, 5.0)]
+    tiles = heldout.tiled(base, tiles=3)
+    assert [t for t, _, _ in tiles] == [0.0, 2.0, 5.0, 6.0, 8.0, 11.0, 12.0, 14.0, 17.0]
+    rows = heldout.bursty(100, base)
+    times = [t for t, _, _ in rows]
+    assert times == sorted(times) and times[-1] > heldout.BURSTY_SPAN_S * 0.5
+    assert interarrival_cv(times) > MIN_BURSTY_CV
+    assert heldout.bursty(100, base) == rows, "seeded"

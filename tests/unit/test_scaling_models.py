@@ -157,7 +157,7 @@ def test_a_cold_start_that_catches_many_callers_keeps_the_worker_longer() -> Non
     assert not few.representative and few.wake_requests == 50.0
 
 
-def test_the_service_time_is_the_last_minute_s_mean_at_least_min_samples_at_most_max() -> None:
+def test_the_service_time_is_the_recent_mean_of_at_least_min_samples_at_most_max() -> None:
     assert mean_service_s([], T0) is None
     # newest first: 30 jobs of 2 s in the last minute, then a long history of 10 s jobs
     recent = [(T0 - i, 2.0) for i in range(30)]
