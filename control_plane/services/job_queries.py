@@ -155,18 +155,21 @@ def recent_executions(
 def _executions(
     session: Session, deployment_id: str, limit: int, since: datetime | None = None
 ) -> list[tuple[float, float]]:
+    """(completed at, execution seconds) of the latest `limit` succeeded jobs, newest first;
+    only those that ended at `since` or later when it is given."""
+    where = [
+        Job.deployment_id == deployment_id,
+        Job.status == JobStatus.SUCCEEDED,
+        Job.started_at.is_not(None),
+    ]
+    if since is not None:
+        where.append(Job.completed_at >= since)
     query = (
         select(Job.started_at, Job.completed_at)
-        .where(
-            Job.deployment_id == deployment_id,
-            Job.status == JobStatus.SUCCEEDED,
-            Job.started_at.is_not(None),
-        )
+        .where(*where)
         .order_by(Job.completed_at.desc())
         .limit(limit)
     )
-    if since is not None:
-        query = query.where(Job.completed_at >= since)
     return [
         (c.timestamp(), (c - s).total_seconds())
         for s, c in session.execute(query).all()
