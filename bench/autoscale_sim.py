@@ -124,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         for line in report.table([r for r in main_results if r.workload == name]):
             print(line)
     print()
-    for line in bound.report_lines(workloads, main_results, _json_t_cold(t_colds), args.slots):
+    json_t_cold = _json_t_cold(t_colds)
+    for line in bound.report_lines(workloads, main_results, t_colds, json_t_cold, args.slots):
         print(line)
 
     if pareto and plot is not None:
@@ -149,8 +150,11 @@ def main(argv: list[str] | None = None) -> int:
         "1,000; fastest of 3 timings per tick)"
     )
     print(f"# total wall time {time.perf_counter() - started:.0f} s")
-    json_t_cold = _json_t_cold(t_colds)
-    print(json.dumps(report.summary(main_results, json_t_cold, decide_ms)))
+    floors = {
+        name: bound.cold_floor(w, json_t_cold) / max(w.num_requests, 1)
+        for name, w in workloads.items()
+    }
+    print(json.dumps(report.summary(main_results, json_t_cold, decide_ms, floors)))
     return 0
 
 

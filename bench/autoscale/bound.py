@@ -19,7 +19,12 @@ Gaps are independent choices that each cost one boot, so the best use of a budge
 the largest savings first. Every level needs one boot of its own to exist at all.
 
 A policy can only go lower by changing n(t) itself: running fewer workers than in-service
-requests need, which makes requests wait for slots.
+requests need, which makes requests wait for slots. Over a fleet, each deployment's levels are
+more levels of the same kind: the bound for a fleet-wide budget closes the largest gaps of all.
+
+The cold-start floor (`cold_floor`) is a bound of another kind, on every scale-to-zero policy,
+the oracle excepted: nothing runs for a deployment before its first call, so no worker can be
+ready before the first call + T_cold, and every call that arrives in between waits for a boot.
 
     .venv/bin/python -m bench.autoscale.bound     # both traces, T_cold = 30 s: under a second
 """
@@ -27,6 +32,7 @@ requests need, which makes requests wait for slots.
 from __future__ import annotations
 
 import argparse
+import bisect
 import itertools
 import math
 import sys
@@ -94,22 +100,47 @@ def _plan(
     return len(levels), span, sorted((g - boot_cost for g in gaps if g > boot_cost), reverse=True)
 
 
+def cold_floor(workload: Workload, t_cold_s: float) -> int:
+    """Calls that arrive within `t_cold_s` of their deployment's first call (that one
+    included): cold under any policy that starts no worker for a deployment before it is
+    called."""
+    floor = 0
+    for d in workload.deployments:
+        times = [r.arrival_s for r in d.requests]  # in time order
+        if times:
+            floor += bisect.bisect_left(times, times[0] + t_cold_s)
+    return floor
+
+
 def report_lines(
-    workloads: dict[str, Workload], results: Sequence[RunResult], t_cold_s: float, slots: int
+    workloads: dict[str, Workload],
+    results: Sequence[RunResult],
+    t_colds: Sequence[float],
+    t_cold_s: float,
+    slots: int,
 ) -> list[str]:
-    """For `bench/autoscale_sim.py`: per one-deployment workload, the least GPU-seconds
-    (against keep-alive's in `results`) that KPA's boots × BOOTS_VS_KPA allow with no
-    request waiting."""
+    """For `bench/autoscale_sim.py`, per workload: its cold-start floor at each of `t_colds`,
+    and at `t_cold_s` the least GPU-seconds (against keep-alive's in `results`) that KPA's
+    boots × BOOTS_VS_KPA allow with no request waiting (a fleet's deployments share the
+    budget)."""
     out = []
     for name, w in workloads.items():
+        floors = ", ".join(
+            f"{100 * cold_floor(w, t) / max(w.num_requests, 1):.2f} % at T_cold={t:g}"
+            for t in t_colds
+        )
+        out.append(
+            f"# {name}: cold-start floor of a scale-to-zero policy (the calls within T_cold "
+            f"of their deployment's first): {floors}"
+        )
         runs = {r.policy: r for r in results if r.workload == name and r.t_cold_s == t_cold_s}
-        if len(w.deployments) != 1 or not {"kpa", "keepalive"} <= set(runs):
+        if not {"kpa", "keepalive"} <= set(runs):
             continue
         budget = math.floor(BOOTS_VS_KPA * runs["kpa"].boots)
-        levels = need_intervals(w.deployments[0], slots)
+        levels = [iv for d in w.deployments for iv in need_intervals(d, slots)]
         (least,) = bounds(levels, t_cold_s, [budget])
         said = (
-            f"are fewer than the {len(levels)} workers its requests need at once"
+            f"are fewer than the {len(levels)} worker levels its requests need"
             if least is None
             else f"allow at least {least.gpu_s / runs['keepalive'].gpu_s:.3f}× keep-alive's "
             "GPU-seconds"

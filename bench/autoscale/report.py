@@ -55,8 +55,15 @@ def table(results: Sequence[RunResult]) -> list[str]:
     return rows
 
 
-def summary(results: Iterable[RunResult], t_cold_s: float, decide_p99_ms: float) -> dict[str, Any]:
-    """The final JSON object: ``ours`` against keep-alive and KPA at `t_cold_s`, per workload."""
+def summary(
+    results: Iterable[RunResult],
+    t_cold_s: float,
+    decide_p99_ms: float,
+    cold_floors: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """The final JSON object: ``ours`` against keep-alive and KPA at `t_cold_s`, per workload;
+    `cold_floors`: each workload's cold-start floor at `t_cold_s` (`bound.cold_floor`, as a
+    share of its requests)."""
     at: dict[str, dict[str, RunResult]] = {}
     for r in results:
         if r.t_cold_s == t_cold_s:
@@ -73,6 +80,8 @@ def summary(results: Iterable[RunResult], t_cold_s: float, decide_p99_ms: float)
             "cold_start_rate": _round(ours.cold_rate, 4),
             "boots_vs_kpa": _round(ours.boots / kpa.boots if kpa.boots else math.nan, 3),
         }
+        if cold_floors and name in cold_floors:
+            workloads[name]["cold_start_floor"] = _round(cold_floors[name], 4)
     return {
         "bench": "autoscale",
         "workloads": workloads,

@@ -176,6 +176,30 @@ def test_the_oracle_never_beats_the_bound_for_its_own_boots() -> None:
     assert least.gpu_s <= oracle.provisioned_s <= 1.05 * least.gpu_s
 
 
+def test_the_cold_floor_counts_the_calls_within_a_boot_of_each_deployments_first() -> None:
+    """Two deployments, first calls at 10 s and 100 s; T_cold 30 s: 3 + 1 calls inside it
+    (the call at 40 s exactly is not: a worker booted at 10 s is ready then)."""
+    first = (Request(t, 1.0, True) for t in (10.0, 20.0, 39.0, 40.0, 500.0))
+    second = (Request(t, 1.0, True) for t in (100.0, 131.0))
+    w = Workload(
+        "two",
+        (Deployment("a", "trace", tuple(first)), Deployment("b", "trace", tuple(second))),
+        600.0,
+        "",
+    )
+    assert bound.cold_floor(w, 30.0) == 4
+    assert bound.cold_floor(w, 0.0) == 0
+
+
+def test_no_scale_to_zero_policy_goes_below_the_cold_floor() -> None:
+    w = synthetic_workload(3, num_deployments=12)
+    floor = bound.cold_floor(w, 30.0)
+    assert floor > 0
+    for policy in (KeepAlive(), KPA(), Ours()):
+        assert sum(Sim(w, policy, 30.0, 8).run().cold) >= floor
+    assert not any(Sim(w, Oracle(), 30.0, 8).run().cold)  # it knows the calls ahead
+
+
 # ours ----------------------------------------------------------------------------------------
 
 
