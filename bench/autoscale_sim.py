@@ -139,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
             ]
             for name in names
         }
-        report.plot_pareto(sweeps, PARETO_T_COLD_S, plot, f"seed {args.seed}")
+        floors = bound.cold_floor_shares(workloads, PARETO_T_COLD_S)
+        report.plot_pareto(sweeps, PARETO_T_COLD_S, plot, f"seed {args.seed}", floors)
         print(f"\n# Pareto plot: {plot}")
 
     states = [s for o in outcomes if o.spec.record_states for s in o.states]
@@ -150,10 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         "1,000; fastest of 3 timings per tick)"
     )
     print(f"# total wall time {time.perf_counter() - started:.0f} s")
-    floors = {
-        name: bound.cold_floor(w, json_t_cold) / max(w.num_requests, 1)
-        for name, w in workloads.items()
-    }
+    floors = bound.cold_floor_shares(workloads, json_t_cold)
     print(json.dumps(report.summary(main_results, json_t_cold, decide_ms, floors)))
     return 0
 

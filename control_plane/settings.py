@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from control_plane.domain.scaling.decide import MAX_TICK_S
 from worker.logs import LogSettings
 from worker.tracing import TraceSettings
 
@@ -77,8 +78,9 @@ class Settings(LogSettings, TraceSettings):
     webhook_retry_schedule_s: tuple[float, ...] = (5, 30, 120, 600, 1800, 3600, 7200, 14400)
     webhook_timeout_s: float = Field(10.0, gt=0)
 
-    # The reconciler's tick. At most 2 s: the autoscaler's panic window is 6 s of samples.
-    autoscaler_interval_s: float = Field(0.5, gt=0, le=2.0)
+    # The reconciler's tick. At most 2 s: the autoscaler's panic window is 6 s of samples, and
+    # its pre-warms start one such tick early (`scaling.decide.MAX_TICK_S`).
+    autoscaler_interval_s: float = Field(0.5, gt=0, le=MAX_TICK_S)
     # Each deployment's autoscaling models are refit this often, off the tick, by the
     # reconciler's background thread (reconcile/refresh.py).
     autoscaler_refit_interval_s: float = Field(5.0, gt=0, le=60.0)

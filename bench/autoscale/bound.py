@@ -112,6 +112,11 @@ def cold_floor(workload: Workload, t_cold_s: float) -> int:
     return floor
 
 
+def cold_floor_shares(workloads: dict[str, Workload], t_cold_s: float) -> dict[str, float]:
+    """Each workload's `cold_floor` as a share of its calls."""
+    return {n: cold_floor(w, t_cold_s) / max(w.num_requests, 1) for n, w in workloads.items()}
+
+
 def report_lines(
     workloads: dict[str, Workload],
     results: Sequence[RunResult],
@@ -126,8 +131,7 @@ def report_lines(
     out = []
     for name, w in workloads.items():
         floors = ", ".join(
-            f"{100 * cold_floor(w, t) / max(w.num_requests, 1):.2f} % at T_cold={t:g}"
-            for t in t_colds
+            f"{100 * cold_floor_shares({name: w}, t)[name]:.2f} % at T_cold={t:g}" for t in t_colds
         )
         out.append(
             f"# {name}: cold-start floor of a scale-to-zero policy (the calls within T_cold "

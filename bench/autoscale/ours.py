@@ -108,7 +108,9 @@ class Ours(Policy):
                 and s.history.last_arrival_at is not None
             )
             if s.arrived or stale:
-                s.models = scaling.refit(s.history.stats(now), self.policy, mean_boot_s(dep))
+                s.models = scaling.refit(
+                    s.history.stats(now), self.policy, mean_boot_s(dep), _service_s(dep, now)
+                )
                 s.arrived = False
                 self.refits += 1
 

@@ -90,11 +90,16 @@ def summary(
 
 
 def plot_pareto(
-    sweeps: dict[str, list[RunResult]], t_cold_s: float, path: Path, subtitle: str
+    sweeps: dict[str, list[RunResult]],
+    t_cold_s: float,
+    path: Path,
+    subtitle: str,
+    cold_floors: dict[str, float] | None = None,
 ) -> None:
     """GPU-hours against sync p99 delay (top row) and against the cold-start rate (bottom row:
     where p99 saturates at T_cold because > 1 % of requests are cold), one column per workload,
-    one line per policy through its knob's values (labelled), the oracle as a star."""
+    one line per policy through its knob's values (labelled), the oracle as a star;
+    `cold_floors` (share of requests, per workload) drawn as a dashed line under the rates."""
     try:
         import matplotlib
     except ImportError as e:  # an optional dependency (the `bench` extra)
@@ -116,10 +121,15 @@ def plot_pareto(
         for row, (label, metric) in enumerate(rows):
             ax = axes[row][col]
             _draw(ax, sweeps[name], metric)
+            if row == 1 and cold_floors and name in cold_floors:
+                ax.axhline(
+                    100 * cold_floors[name], color="0.4", ls="--", lw=1, label="scale-to-zero floor"
+                )
             ax.set_title(name)
             ax.set_xlabel("GPU-hours provisioned")
             ax.set_ylabel(label)
             ax.set_yscale("symlog", linthresh=1.0)
+            ax.set_ylim(bottom=-0.25)  # never below 0: just enough room for the oracle at 0
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize=7, loc="best")
     fig.suptitle(f"T_cold = {t_cold_s:g} s, each policy's main knob swept; {subtitle}", fontsize=9)

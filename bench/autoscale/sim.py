@@ -31,13 +31,14 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from control_plane.domain.scaling.decide import MAX_TICK_S
 from control_plane.domain.scaling.service import MAX_SAMPLES
 
 if TYPE_CHECKING:
     from bench.autoscale.policies import Policy
     from bench.autoscale.workloads import Deployment, Workload
 
-TICK_S = 2.0  # the reconciler's period
+TICK_S = MAX_TICK_S  # the reconciler's period: the longest the live one may have
 # Event kinds, in the order they resolve at equal times.
 READY, DONE, STOP, ARRIVAL, START, REFIT, TICK = range(7)
 # A run that has not served everything this long after the last arrival has a broken policy.

@@ -117,13 +117,14 @@ def measure(session: Session, env: Env, dep: Deployment, now: datetime) -> Measu
     boot_s = workers.recent_boot_s(session, dep.id, dep.version)
     service_s = mean_service_s(job_queries.recent_executions(session, dep.id, now), now.timestamp())
     boot_s = DEFAULT_BOOT_S if boot_s is None else boot_s
-    models = refit(arrivals.read(env.redis, dep.id, now), policy, boot_s)
+    service_s = DEFAULT_SERVICE_S if service_s is None else service_s
+    models = refit(arrivals.read(env.redis, dep.id, now), policy, boot_s, service_s)
     phases = workers.recent_phase_s(session, dep.id, dep.version)
     return Measured(
         at=now,
         version=dep.version,
         boot_s=boot_s,
-        service_s=DEFAULT_SERVICE_S if service_s is None else service_s,
+        service_s=service_s,
         models=models,
         phase_times=PhaseTimes(phases.get("boot"), phases.get("load"), phases.get("warm")),
     )

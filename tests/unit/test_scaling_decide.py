@@ -18,7 +18,7 @@ from control_plane.domain.scaling import (
     decide,
     refit,
 )
-from control_plane.domain.scaling.decide import REASONS
+from control_plane.domain.scaling.decide import MAX_TICK_S, REASONS
 from control_plane.domain.scaling.models import NONE, Models
 from control_plane.domain.scaling.policy import hold_s, waits_allowed
 
@@ -28,6 +28,7 @@ POLICY = ScalingPolicy(
     min_workers=0, max_workers=8, target_concurrency=4, scaledown_window_s=600, queue_wait_s=0
 )
 WAITING = dataclasses.replace(POLICY, queue_wait_s=2.0)
+SERVICE_S = 5.0  # what a job holds its slot, as the states below say
 
 
 def state(**kw: object) -> DeploymentState:
@@ -41,7 +42,7 @@ def state(**kw: object) -> DeploymentState:
         panic_concurrency=0.0,
         last_arrival_at=None,
         boot_s=30.0,
-        service_s=5.0,
+        service_s=SERVICE_S,
     )
     return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
 
@@ -184,7 +185,7 @@ def test_the_plain_window_prices_a_cold_start_for_every_caller_it_makes_wait() -
     for burst in range(3):
         for i in range(3):
             history.record(T0 - 3000 + burst * 900 + i)
-    models = refit(history.stats(T0), POLICY, 30.0)
+    models = refit(history.stats(T0), POLICY, 30.0, SERVICE_S)
     assert not models.idle.representative and models.idle.wake_requests == 3.0
     hold = hold_s(POLICY, 30.0, cold_requests=3.0)
     assert hold == 30 + 3 * 60 > hold_s(POLICY, 30.0)
@@ -201,7 +202,7 @@ def periodic_models(
     for _ in range(n):
         t += period_s + rng.uniform(-jitter_s, jitter_s)
         history.record(t)
-    return refit(history.stats(t + 1), POLICY, boot_s), t
+    return refit(history.stats(t + 1), POLICY, boot_s, SERVICE_S), t
 
 
 def test_prewarm_before_a_predicted_periodic_arrival_and_zero_between() -> None:
@@ -210,10 +211,11 @@ def test_prewarm_before_a_predicted_periodic_arrival_and_zero_between() -> None:
     s = state(last_arrival_at=last, models=dataclasses.replace(models, fitted_at=last + 400))
     between = run(s, last + 400)
     assert (between.desired, between.reason) == (0, "idle")
-    boot_at = last + models.idle.prewarm_s - 30
+    boot_at = last + models.idle.prewarm_s - 30 - MAX_TICK_S
     assert between.next_prewarm_at == pytest.approx(boot_at)
-    # the worker is started a boot before the next arrival is expected (every 900 ± 15 s)
-    assert 800 < boot_at - last <= 900 - 30
+    # the worker is started a boot (and a tick) before the next arrival is expected (every
+    # 900 ± 15 s)
+    assert 800 < boot_at - last <= 900 - 30 - MAX_TICK_S
     warm = run(
         dataclasses.replace(s, models=dataclasses.replace(models, fitted_at=boot_at)), boot_at
     )
@@ -232,7 +234,7 @@ def test_keepalive_from_the_histogram_for_short_gaps() -> None:
     for _ in range(200):
         t += rng.uniform(20, 55)  # a caller every 20–55 s: keep the worker through the gaps
         history.record(t)
-    models = refit(history.stats(t + 1), POLICY, 30.0)
+    models = refit(history.stats(t + 1), POLICY, 30.0, SERVICE_S)
     longest = max(history.stats(t + 1).gaps)
     assert models.idle.prewarm_s is None and models.idle.keepalive_s > longest
     s = state(ready=1, last_arrival_at=t, models=models)
@@ -244,7 +246,7 @@ def test_keepalive_from_the_histogram_for_short_gaps() -> None:
 def test_stale_models_are_ignored() -> None:
     models, last = periodic_models(900, 15, 40, 30)
     old = dataclasses.replace(models, fitted_at=last - 10_000)
-    boot_at = last + (models.idle.prewarm_s or 0) - 30
+    boot_at = last + (models.idle.prewarm_s or 0) - 30 - MAX_TICK_S
     assert run(state(last_arrival_at=last, models=old), boot_at).desired == 0
 
 
@@ -256,7 +258,7 @@ def ramp_models(now: float) -> Models:
         n = 2 + b
         for i in range(n):
             history.record(start + 10 * i / n)
-    return refit(history.stats(now), POLICY, 30.0)
+    return refit(history.stats(now), POLICY, 30.0, SERVICE_S)
 
 
 def test_forecast_provisions_ahead_of_a_rising_ramp() -> None:

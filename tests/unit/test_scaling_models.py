@@ -101,6 +101,24 @@ def test_periodic_gaps_prewarm_just_before_the_period() -> None:
     assert w.keepalive_s - (w.prewarm_s - 30) <= 600  # a pre-warmed worker lives ≤ the window
 
 
+def test_calls_that_come_together_do_not_hide_the_period() -> None:
+    """A cron job firing three calls 0.2 s apart every four minutes: its short gaps come while
+    the worker still serves the first call, so they cost no cold start even if the worker is
+    released between firings, and the period gets its pre-warm."""
+    rng = random.Random(6)
+    gaps: list[float] = []
+    for _ in range(12):
+        gaps += [0.2, 0.2, 240 + rng.uniform(-12, 12)]
+    w = fit_idle_windows(gaps, 30, 60, 600, wake=3.0, busy_s=3.5)
+    assert w.representative and w.prewarm_s is not None
+    first = min(g for g in gaps if g > 1)  # the shortest period
+    assert 0.85 * first <= w.prewarm_s <= first < w.keepalive_s  # ready for each firing
+    # counted as if each short gap released the worker, keeping for 0.2 s looked cheapest:
+    # every firing cold
+    blind = fit_idle_windows(gaps, 30, 60, 600, wake=3.0)
+    assert blind.prewarm_s is None and blind.keepalive_s < 1
+
+
 def test_memoryless_long_gaps_release_at_once() -> None:
     rng = random.Random(3)
     gaps = [rng.expovariate(1 / 3600) for _ in range(200)]

@@ -38,6 +38,12 @@ from control_plane.domain.scaling.policy import (
     waits_allowed,
 )
 
+# The reconciler calls decide() at least this often (`autoscaler_interval_s` is capped at it;
+# the simulator ticks at it). A pre-warm falls due between two ticks, so it is started this much
+# early: whatever the phase of the ticks, its worker is ready when the call is expected. (Started
+# at the first tick after it was due, it was up to a tick late, and the calls that came at the
+# shortest gap seen, where the fit puts the pre-warm, found it still booting.)
+MAX_TICK_S = 2.0
 # Above this mean concurrency the Poisson quantile is taken from its normal approximation
 # (error well under one job), which keeps decide() a few microseconds at any load.
 POISSON_EXACT_MAX = 50.0
@@ -185,7 +191,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     idle_for = arrived if busy_at is None else min(arrived, now - busy_at)
     next_prewarm_at = None
     if idle.representative and idle.prewarm_s is not None:
-        boot_at = idle.prewarm_s - boot_s
+        boot_at = idle.prewarm_s - boot_s - MAX_TICK_S
         if arrived < boot_at:
             next_prewarm_at = now + boot_at - arrived
         if boot_at <= arrived and idle_for < idle.keepalive_s:

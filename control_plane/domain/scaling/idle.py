@@ -75,16 +75,22 @@ def fit_idle_windows(
     penalty_s: float,
     max_keepalive_s: float,
     wake: float = 1.0,
+    busy_s: float = 0.0,
 ) -> IdleWindows:
     """The cheapest (pre-warm, keep-alive) pair over these gaps. `penalty_s` is the price of one
-    caller's wait; a cold start makes `wake` callers wait (`wake_requests`).
+    caller's wait; a cold start makes `wake` callers wait (`wake_requests`); `busy_s`: how long
+    a worker serves an arrival (the mean service time).
 
     Costs per gap g, in worker-seconds, with boot T and cold start C = T + penalty (the price of
     every caller a cold start makes wait):
     - kept from the arrival until b: g if g < b, else b + C;
     - released, booted at s = a − T, ready at a, kept until b (b − s ≤ the scale-down
-      window): C if g < s; g − s + penalty if s ≤ g < a (the caller waits for the rest of
-      the boot: any wait is a cold start); g − s if a ≤ g < b; b − s + C after.
+      window): g if g < busy_s (the worker is still serving the last arrival: it is released
+      only when its work ends), C if g < s; g − s + penalty if s ≤ g < a (the caller waits for
+      the rest of the boot: any wait is a cold start); g − s if a ≤ g < b; b − s + C after.
+    Without the first case, the calls that come together (a cron job's three requests 0.2 s
+    apart) each counted as a cold start of a released worker, and a deployment called every
+    four minutes was fitted no pre-warm at all: every call of it was cold.
     """
     n = len(gaps)
     penalty_s *= wake
@@ -121,7 +127,8 @@ def fit_idle_windows(
         w_s, g_s = below(s)
         w_a, g_a = below(starts)
         w_boot, g_boot = w_a - w_s, g_a - g_s
-        head = w_s * cold + (g_boot - s * w_boot) + penalty_s * w_boot
+        w_busy, g_busy = below(np.minimum(busy_s, s))  # served by the worker still up
+        head = g_busy + (w_s - w_busy) * cold + (g_boot - s * w_boot) + penalty_s * w_boot
         ends2 = np.unique(np.concatenate((g, g * LATE_MARGIN)))
         w_e, g_e = below(ends2)
         # rows: pre-warm points, columns: ends; the worker lives from s to the end

@@ -32,7 +32,9 @@ class Models:
 NONE = Models(0.0, None, PLAIN)
 
 
-def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float) -> Models:
+def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float, service_s: float) -> Models:
+    """The forecast (dense traffic only) and the idle windows, from the arrival history and the
+    deployment's measured boot and service times (priors where none were measured)."""
     boot_s = counted_boot_s(policy, boot_s)
     dense = _dense(stats, boot_s)
     return Models(
@@ -44,6 +46,7 @@ def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float) -> Models:
             policy.cold_penalty_s,
             policy.scaledown_window_s,
             wake_requests(stats.counts, boot_s),
+            service_s,
         ),
     )
 
