@@ -107,7 +107,11 @@ class Ours(Policy):
                 and now - s.models.fitted_at >= expires
                 and s.history.last_arrival_at is not None
             )
-            if s.arrived or stale:
+            # A forecast extrapolates from its fit: one fitted at a burst's end and kept
+            # through the silence after it asked for more workers as its trend ran on. The live
+            # refresher refits every deployment every few seconds, silence included.
+            forecasting = s.models.forecast is not None
+            if s.arrived or stale or forecasting:
                 s.models = scaling.refit(
                     s.history.stats(now), self.policy, mean_boot_s(dep), _service_s(dep, now)
                 )

@@ -18,7 +18,8 @@ from control_plane.domain.scaling import (
     decide,
     refit,
 )
-from control_plane.domain.scaling.decide import MAX_TICK_S, REASONS
+from control_plane.domain.scaling.decide import MAX_TICK_S, REASONS, wake_levels
+from control_plane.domain.scaling.idle import IdleWindows
 from control_plane.domain.scaling.models import NONE, Models
 from control_plane.domain.scaling.policy import hold_s, waits_allowed
 
@@ -326,3 +327,29 @@ def test_keepalive_counts_from_the_end_of_a_long_job() -> None:
     done = state(ready=1, last_arrival_at=T0 - 5 * hold, memory=running.memory)
     assert run(done, T0 + hold - 1).reason == "keepalive"
     assert run(done, T0 + hold + 1).desired == 0
+
+
+def test_a_quiet_deployment_called_in_bursts_keeps_the_workers_its_next_wake_wants() -> None:
+    """A wake brings 120 callers within a boot. A ready worker starts 4 at once and 4 more
+    every 5 s, 28 over a 30 s boot: the wake wants 5 workers, the fifth for 8 callers."""
+    idle = IdleWindows(None, 0.0, representative=False, wake_requests=120.0)
+    window = hold_s(POLICY, 30.0, 120.0)  # the last worker's: capped by the scale-down window
+    levels = wake_levels(idle, POLICY, 30.0, SERVICE_S, window)
+    assert levels == [window] * 4 + [hold_s(POLICY, 30.0, 8.0)]
+    assert hold_s(POLICY, 30.0, 8.0) < window  # 30 + 8 × 60 s
+    # a sparse deployment's wake brings one caller: one worker, as the plain window keeps
+    one = dataclasses.replace(idle, wake_requests=1.0)
+    assert wake_levels(one, POLICY, 30.0, SERVICE_S, 90.0) == [90.0]
+
+    models = Models(T0, None, idle)
+    quiet = state(ready=8, last_arrival_at=T0, models=models, memory=Memory(busy_at=T0))
+    # the burst is over: from 8 workers down to the 5 the next wake wants
+    assert (run(quiet, T0 + 100).desired, run(quiet, T0 + 100).reason) == (5, "scale_down")
+    kept = run(dataclasses.replace(quiet, ready=5), T0 + 100)
+    assert (kept.desired, kept.reason) == (5, "keepalive")
+    # the fifth goes when its own window ends, the other four with the last one's
+    assert run(quiet, T0 + hold_s(POLICY, 30.0, 8.0) + 1).needed == 4
+    assert run(quiet, T0 + window + 1).needed == 0
+    # while work runs, the other parts size the workers: the keep-alive asks for one
+    busy = dataclasses.replace(quiet, ready=1, running=1)
+    assert run(busy, T0 + 100).desired == 1

@@ -120,6 +120,26 @@ def keepalive_window(idle: IdleWindows, policy: ScalingPolicy, boot_s: float) ->
     return hold_s(policy, boot_s, idle.wake_requests)
 
 
+def wake_levels(
+    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float, window_s: float
+) -> list[float]:
+    """How long each worker is kept after the deployment went quiet, for the next wake: [0] is
+    the last worker's `window_s`; one more per worker a wake needs, each kept for the
+    ski-rental time of the callers it would serve while a replacement boots (never longer
+    than the last one). A worker ready when a wake comes starts its slots at once, then each
+    again every service time: `target × (1 + boot / service)` callers over a boot; the callers
+    of a wake (`idle.wake_requests`) beyond that many per worker wait for the next level. A
+    sparse deployment's wakes bring one caller: one level, as before."""
+    target = max(policy.target_concurrency, 1)
+    per_worker = target * (1.0 + boot_s / max(service_s, 1e-3))
+    levels = [window_s]
+    rest = idle.wake_requests - per_worker
+    while rest > 0 and len(levels) < policy.max_workers:
+        levels.append(min(hold_s(policy, boot_s, min(rest, per_worker)), window_s))
+        rest -= per_worker
+    return levels
+
+
 def counts_as_capacity(booting_since: float, now: float, policy: ScalingPolicy) -> bool:
     """A booting worker counts until `max_boot_s`; past it a replacement is started (and the
     liveness check fails the overdue one)."""
@@ -196,8 +216,13 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             next_prewarm_at = now + boot_at - arrived
         if boot_at <= arrived and idle_for < idle.keepalive_s:
             parts.append((1, "prewarm"))
-    elif idle_for < keepalive_window(idle, p, boot_s):
-        parts.append((1, "keepalive"))
+    else:
+        window = keepalive_window(idle, p, boot_s)
+        if idle_for < window:
+            # While work runs, the parts above size the workers; once it is quiet, as many are
+            # kept as the next wake will want, each for its own price.
+            levels = wake_levels(idle, p, boot_s, state.service_s, window) if demand == 0 else []
+            parts.append((max(sum(1 for w in levels if idle_for < w), 1), "keepalive"))
     parts.append((p.min_workers, "min_workers"))
 
     needed, reason = max(parts, key=lambda part: part[0])
