@@ -31,6 +31,7 @@ from control_plane.domain.scaling.history import (
     MAX_GAPS,
     ArrivalHistory,
 )
+from control_plane.domain.scaling.idle import MIN_PERIOD_GAPS
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, ScalingPolicy
 from control_plane.domain.scaling.service import SERVICE_WINDOW_S
 from control_plane.reconcile.driver import Reconciler
@@ -195,10 +196,10 @@ BURSTS = 14
 def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
     fleet: Fleet, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A call every PERIOD_S: once 10 gaps are known (11 calls), the idle windows expect the
-    next call at PERIOD_S and boot a worker one boot before it (`prewarm`); the call finds it
-    ready. Between calls the deployment runs no worker (first after the plain ski-rental hold
-    of boot + cold_penalty_s, then right after each call)."""
+    """A call every PERIOD_S: once 3 gaps are known (4 calls) and agree, the idle windows
+    expect the next call at PERIOD_S and boot a worker one boot before it (`prewarm`); the
+    call finds it ready. Between calls the deployment runs no worker (first after the plain
+    ski-rental hold of boot + cold_penalty_s, then right after each call)."""
     caplog.set_level(logging.INFO, logger="control_plane.reconcile.scale")
     deploy(fleet.client, fleet.key, cold_penalty_s=10, scaledown_window_s=60)
     found_warm: list[bool] = []
@@ -223,17 +224,18 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
             may_wait.append((decision["ready"], decision["may_wait"]))
             if decision["reason"] == "prewarm":
                 prewarm_seen.append(decision["decided_at"])
-                assert decision["desired"] == 1 and burst >= 10
+                assert decision["desired"] == 1 and burst >= MIN_PERIOD_GAPS
         zero_between.append(idle_seen)
 
     assert zero_between == [True] * BURSTS, "no worker runs between two calls"
-    # Calls 1–11: cold (no histogram yet: the plain hold of 2 + 10 s is shorter than the gap).
-    # From call 12 on, the worker was booted ahead of the call and is ready when it arrives.
-    assert found_warm == [False] * 11 + [True] * (BURSTS - 11)
+    # Calls 1–4: cold (no period yet: the plain hold of 2 + 10 s is shorter than the gap).
+    # From call 5 on, the worker was booted ahead of the call and is ready when it arrives.
+    cold = MIN_PERIOD_GAPS + 1
+    assert found_warm == [False] * cold + [True] * (BURSTS - cold)
     messages = [r.getMessage() for r in caplog.records]
     started = [m.endswith("(prewarm)") for m in messages if m.startswith("started worker")]
     # one worker per call, the last one booted for a call still to come
-    assert started == [False] * 11 + [True] * (BURSTS - 11 + 1)
+    assert started == [False] * cold + [True] * (BURSTS - cold + 1)
     decision = fleet.scaling()
     assert decision["idle_windows"] == {
         "representative": True,
@@ -248,9 +250,9 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
     for ready, jobs in may_wait:
         assert jobs == pytest.approx(wait_s * ready / TICK_S)
     # one pre-warm decision per expected call, one boot ahead of it
-    assert len(prewarm_seen) >= BURSTS - 11
+    assert len(prewarm_seen) >= BURSTS - cold
     logged = [m for m in messages if "reason prewarm" in m]
-    assert len(logged) == BURSTS - 11 + 1 and "demo" in logged[0] and "desired 1" in logged[0]
+    assert len(logged) == BURSTS - cold + 1 and "demo" in logged[0] and "desired 1" in logged[0]
     idle_logs = [m for m in messages if "reason idle" in m]
     assert any("next pre-warm 20" in m for m in idle_logs), "idle decisions name the pre-warm"
 
@@ -344,13 +346,13 @@ def test_the_refresher_thread_refits_off_the_tick(fleet: Fleet) -> None:
     deploy(fleet.client, fleet.key, cold_penalty_s=10)
     for _ in range(12):
         fleet.submit()
-        fleet.clock.advance(5)
+        fleet.clock.advance(15)  # idle gaps: longer than the prior service time (none ran)
     fitted_at = fleet.clock()
     fleet.loop.refresher.refresh(fitted_at)
     fleet.loop.tick(fleet.clock())
     first = fleet.scaling()
     assert first["models_fitted_at"] is not None
-    assert first["idle_windows"]["representative"], "11 gaps of 5 s"
+    assert first["idle_windows"]["representative"], "11 gaps of 15 s"
     fleet.loop.tick(fleet.clock.advance(TICK_S))
     assert fleet.scaling()["models_fitted_at"] == first["models_fitted_at"], "no refit in a tick"
 

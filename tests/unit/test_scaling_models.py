@@ -3,6 +3,7 @@ measured service time."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -80,7 +81,25 @@ def test_forecast_follows_a_step_and_a_ramp() -> None:
 
 
 def test_idle_windows_need_enough_gaps() -> None:
-    assert fit_idle_windows([900.0] * (MIN_GAPS - 1), 30, 300, 600) == PLAIN
+    rng = random.Random(1)
+    irregular = [rng.expovariate(1 / 900) + 60 for _ in range(MIN_GAPS - 1)]
+    assert fit_idle_windows(irregular, 30, 300, 600) == PLAIN
+    assert fit_idle_windows([*irregular, 900.0], 30, 300, 600).representative
+
+
+def test_a_few_gaps_that_agree_within_the_margins_are_a_period() -> None:
+    assert fit_idle_windows([900.0, 930.0, 880.0], 30, 300, 600).representative
+    assert fit_idle_windows([900.0, 930.0], 30, 300, 600) == PLAIN  # two agree too often
+    assert fit_idle_windows([700.0, 930.0, 880.0], 30, 300, 600) == PLAIN  # 930 > 700 × 1.1 / 0.9
+
+
+def test_only_idle_gaps_count() -> None:
+    """A burst's 250 calls a second apart, then one pause of 9 minutes: the calls came while
+    the worker served the last one, so there is one idle gap, too few to fit a pre-warm on."""
+    gaps = [1.0] * 250 + [540.0]
+    assert fit_idle_windows(gaps, 30, 60, 600, wake=60.0, busy_s=4.0) == dataclasses.replace(
+        PLAIN, wake_requests=60.0
+    )
 
 
 def test_one_burst_of_arrivals_is_not_a_history_of_idle_times() -> None:

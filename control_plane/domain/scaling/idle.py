@@ -22,11 +22,16 @@ import numpy as np
 
 from control_plane.domain.scaling.history import BUCKET_S
 
-# Below this many gaps the distribution says little about the next one: the plain window.
+# Below this many idle gaps (gaps a worker could sit idle through: longer than the service
+# time) the distribution says little about the next one: the plain window.
 MIN_GAPS = 10
 # The paper's margins: be ready 10 % before the earliest gap planned for, keep 10 % past one.
 EARLY_MARGIN = 0.9
 LATE_MARGIN = 1.1
+# ... unless the idle gaps so far all lie within those margins of each other: a period (a cron
+# job). Three is the fewest that can show it: two gaps agree by chance far more often (two
+# exponential gaps lie within the margins of each other one time in ten, three one in 110).
+MIN_PERIOD_GAPS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +103,14 @@ def fit_idle_windows(
     # span less than that (one burst's arrivals, a second apart) say nothing about whether a
     # caller comes back within it. Fitted on a burst, the windows released the worker the
     # moment its work ended. (The paper's histogram cannot do that: its bins are a minute.)
-    if n < MIN_GAPS or sum(gaps) < max_keepalive_s:
-        return IdleWindows(None, 0.0, False, wake_requests=wake)
+    # Only idle gaps count: a call that comes while the last is served says nothing about how
+    # long a worker would wait idle. Counted, a burst's hundreds of short gaps made one long gap
+    # "representative", and a pre-warm was fitted on that one sample.
     g = np.sort(np.asarray(gaps, dtype=np.float64))
+    idle = g[g >= busy_s]
+    periodic = idle.size >= MIN_PERIOD_GAPS and idle[-1] * EARLY_MARGIN <= idle[0] * LATE_MARGIN
+    if (idle.size < MIN_GAPS and not periodic) or g.sum() < max_keepalive_s:
+        return IdleWindows(None, 0.0, False, wake_requests=wake)
     prefix = np.concatenate(([0.0], np.cumsum(g)))
     cold = boot_s + penalty_s
 
