@@ -257,6 +257,49 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
     assert any("next pre-warm 20" in m for m in idle_logs), "idle decisions name the pre-warm"
 
 
+def test_a_deployment_called_in_a_burst_keeps_the_workers_its_next_wake_wants(
+    fleet: Fleet,
+) -> None:
+    """12 calls at once, 2 slots per worker, 2 s jobs and 2 s boots: a worker ready at a wake
+    starts 2 × (1 + 2 / 2) = 4 of its callers during a boot, so the next wake of 12 wants 3.
+    Once the burst is served, the keep-alive keeps 3 workers: the two above the last for the
+    ski-rental time of their 4 callers each (2 + 4 × 30 s), the last for its 12 callers'
+    (2 + 12 × 30 s), then none."""
+    deploy(
+        fleet.client,
+        fleet.key,
+        target_concurrency=2,
+        max_workers=8,
+        cold_penalty_s=30,
+        scaledown_window_s=600,
+    )
+    job_ids = [fleet.submit() for _ in range(12)]
+    fleet.tick()
+    fleet.tick(TICK_S)
+    for pair in range(0, 12, 2):
+        wid = fleet.idle_worker()
+        assert wid is not None, "one worker per two calls"
+        for job_id in job_ids[pair : pair + 2]:
+            fleet.claim(job_id, wid)
+    fleet.clock.advance(2.0)
+    for job_id in job_ids:
+        fleet.complete(job_id)
+    quiet_at = fleet.clock()
+    seen: list[tuple[float, int, str]] = []  # (seconds quiet, desired, reason)
+    while (quiet := (fleet.clock() - quiet_at).total_seconds()) < 400:
+        fleet.tick(TICK_S)
+        decision = fleet.scaling()
+        seen.append((quiet, decision["desired"], decision["reason"]))
+    assert fleet.scaling()["idle_windows"]["wake_requests"] == 12.0
+    kept = [(q, d) for q, d, reason in seen if reason == "keepalive"]
+    upper = 2 + 4 * 30.0  # the two workers above the last
+    last = 2 + 12 * 30.0
+    assert {d for q, d in kept if q < upper - TICK_S} == {3}, seen
+    assert {d for q, d in kept if upper + TICK_S < q < last - TICK_S} == {1}, seen
+    assert all(d == 0 for q, d, _ in seen if q > last + TICK_S), seen
+    assert len(fleet.live()) == 0
+
+
 def test_scale_down_with_long_jobs_in_flight_drains_and_kills_none(fleet: Fleet) -> None:
     """Four long jobs on two workers (two each); two end. Two jobs need one worker: after the
     hold, one busy worker is asked to stop — a drain: it takes no new work, finishes its job,
