@@ -197,7 +197,8 @@ class ScalingIdleWindows(BaseModel):
     next call and how long one is kept."""
 
     representative: bool = Field(
-        description="false: fewer than 10 gaps between arrivals; the plain keep-alive applies"
+        description="false: fewer than 10 idle gaps between arrivals (longer than service_s), "
+        "and not 3 that agree as a period; the plain keep-alive applies"
     )
     prewarm_s: float | None = Field(
         description="be ready this long after the last arrival (null: keep from the arrival)"
@@ -207,6 +208,12 @@ class ScalingIdleWindows(BaseModel):
         1.0,
         description="callers a cold start of the last worker makes wait, on average (arrivals "
         "within a boot of each wake): the cold start is priced at boot_s + this × cold_penalty_s",
+    )
+    keepalive_levels_s: list[float] = Field(
+        default_factory=list,
+        description="once no work is left, how long each worker is kept (counted as "
+        "keepalive_s is): the last worker's keepalive_s first, then one per further worker "
+        "the next wake wants, each for the ski-rental time of the callers it would serve",
     )
 
 

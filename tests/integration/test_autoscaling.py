@@ -242,6 +242,7 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
         "prewarm_s": PERIOD_S,
         "keepalive_s": pytest.approx(PERIOD_S * 1.1),
         "wake_requests": 1.0,  # each call comes alone
+        "keepalive_levels_s": [pytest.approx(PERIOD_S * 1.1)],  # one worker, pre-warmed
     }
     assert decision["boot_s"] == BOOT_S and decision["service_s"] == TICK_S
     # the ready workers' slots free up at 1 / service_s each: jobs they start within the wait
@@ -290,10 +291,12 @@ def test_a_deployment_called_in_a_burst_keeps_the_workers_its_next_wake_wants(
         fleet.tick(TICK_S)
         decision = fleet.scaling()
         seen.append((quiet, decision["desired"], decision["reason"]))
-    assert fleet.scaling()["idle_windows"]["wake_requests"] == 12.0
-    kept = [(q, d) for q, d, reason in seen if reason == "keepalive"]
     upper = 2 + 4 * 30.0  # the two workers above the last
     last = 2 + 12 * 30.0
+    idle = fleet.scaling()["idle_windows"]
+    assert idle["wake_requests"] == 12.0
+    assert idle["keepalive_levels_s"] == [last, upper, upper]  # as the API shows them
+    kept = [(q, d) for q, d, reason in seen if reason == "keepalive"]
     assert {d for q, d in kept if q < upper - TICK_S} == {3}, seen
     assert {d for q, d in kept if upper + TICK_S < q < last - TICK_S} == {1}, seen
     assert all(d == 0 for q, d, _ in seen if q > last + TICK_S), seen
