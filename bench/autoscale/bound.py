@@ -112,9 +112,13 @@ def cold_floor(workload: Workload, t_cold_s: float) -> int:
     return floor
 
 
+def cold_floor_share(workload: Workload, t_cold_s: float) -> float:
+    """`cold_floor` as a share of the workload's calls."""
+    return cold_floor(workload, t_cold_s) / max(workload.num_requests, 1)
+
+
 def cold_floor_shares(workloads: dict[str, Workload], t_cold_s: float) -> dict[str, float]:
-    """Each workload's `cold_floor` as a share of its calls."""
-    return {n: cold_floor(w, t_cold_s) / max(w.num_requests, 1) for n, w in workloads.items()}
+    return {name: cold_floor_share(w, t_cold_s) for name, w in workloads.items()}
 
 
 def report_lines(
@@ -130,9 +134,7 @@ def report_lines(
     budget)."""
     out = []
     for name, w in workloads.items():
-        floors = ", ".join(
-            f"{100 * cold_floor_shares({name: w}, t)[name]:.2f} % at T_cold={t:g}" for t in t_colds
-        )
+        floors = ", ".join(f"{100 * cold_floor_share(w, t):.2f} % at T_cold={t:g}" for t in t_colds)
         out.append(
             f"# {name}: cold-start floor of a scale-to-zero policy (the calls within T_cold "
             f"of their deployment's first): {floors}"

@@ -37,8 +37,7 @@ from control_plane.domain.scaling.decide import (
     ScaleDecision,
     counts_as_capacity,
     decide,
-    keepalive_window,
-    wake_levels,
+    keepalive_levels,
 )
 from control_plane.domain.scaling.history import ConcurrencyWindow
 from control_plane.domain.scaling.models import NONE
@@ -311,12 +310,7 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
     if models.forecast is not None:
         mean, sd = models.forecast.rate(now.timestamp())
         forecast = {"rate_per_s": round(mean, 6), "rate_sd_per_s": round(sd, 6)}
-    window = keepalive_window(idle, state.policy, boot_s)
-    # decide() keeps these only on the keep-alive plan; a pre-warm plan releases the worker
-    prewarming = idle.representative and idle.prewarm_s is not None
-    levels = (
-        [window] if prewarming else wake_levels(idle, state.policy, boot_s, state.service_s, window)
-    )
+    levels = keepalive_levels(idle, state.policy, boot_s, state.service_s)
     return {
         "desired": d.desired,
         "actual": d.capacity,
@@ -333,7 +327,7 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
         "idle_windows": {
             "representative": idle.representative,
             "prewarm_s": None if idle.prewarm_s is None else round(idle.prewarm_s, 3),
-            "keepalive_s": round(window, 3),
+            "keepalive_s": round(levels[0], 3),
             "wake_requests": round(idle.wake_requests, 3),
             "keepalive_levels_s": [round(w, 3) for w in levels],
         },

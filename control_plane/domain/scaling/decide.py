@@ -140,6 +140,16 @@ def wake_levels(
     return levels
 
 
+def keepalive_levels(
+    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
+) -> list[float]:
+    """How long each worker is kept once no work is left, the last one first: on the pre-warm
+    plan, the one pre-warmed worker's window; on the keep-alive plan, `wake_levels`."""
+    if idle.prewarms:
+        return [idle.keepalive_s]
+    return wake_levels(idle, policy, boot_s, service_s, keepalive_window(idle, policy, boot_s))
+
+
 def counts_as_capacity(booting_since: float, now: float, policy: ScalingPolicy) -> bool:
     """A booting worker counts until `max_boot_s`; past it a replacement is started (and the
     liveness check fails the overdue one)."""
@@ -210,7 +220,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     arrived = math.inf if state.last_arrival_at is None else now - state.last_arrival_at
     idle_for = arrived if busy_at is None else min(arrived, now - busy_at)
     next_prewarm_at = None
-    if idle.representative and idle.prewarm_s is not None:
+    if idle.prewarms:
+        assert idle.prewarm_s is not None
         boot_at = idle.prewarm_s - boot_s - MAX_TICK_S
         if arrived < boot_at:
             next_prewarm_at = now + boot_at - arrived
@@ -221,8 +232,10 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         if idle_for < window:
             # While work runs, the parts above size the workers; once it is quiet, as many are
             # kept as the next wake will want, each for its own price.
-            levels = wake_levels(idle, p, boot_s, state.service_s, window) if demand == 0 else []
-            parts.append((max(sum(1 for w in levels if idle_for < w), 1), "keepalive"))
+            levels = (
+                wake_levels(idle, p, boot_s, state.service_s, window) if demand == 0 else [window]
+            )
+            parts.append((sum(1 for w in levels if idle_for < w), "keepalive"))
     parts.append((p.min_workers, "min_workers"))
 
     needed, reason = max(parts, key=lambda part: part[0])

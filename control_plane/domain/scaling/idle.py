@@ -48,6 +48,12 @@ class IdleWindows:
     # representative.
     wake_requests: float = 1.0
 
+    @property
+    def prewarms(self) -> bool:
+        """The pre-warm plan: release the worker after its work, boot one ahead of the next
+        call (else the keep-alive plan: keep it)."""
+        return self.representative and self.prewarm_s is not None
+
 
 PLAIN = IdleWindows(None, 0.0, representative=False)
 
