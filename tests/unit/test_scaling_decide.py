@@ -20,6 +20,7 @@ from control_plane.domain.scaling import (
 )
 from control_plane.domain.scaling.decide import MAX_TICK_S, REASONS, wake_levels
 from control_plane.domain.scaling.idle import IdleWindows
+from control_plane.domain.scaling.levels import Levels
 from control_plane.domain.scaling.models import NONE, Models
 from control_plane.domain.scaling.policy import hold_s, waits_allowed
 
@@ -305,7 +306,7 @@ def test_decide_is_pure() -> None:
         panic_concurrency=9,
         last_arrival_at=T0,
         models=ramp_models(T0),
-        memory=Memory((T0 - 5,) * 3, 0.0),
+        memory=Memory(Levels((T0 - 5,) * 3), 0.0),
     )
     assert decide(s, T0 + 1) == decide(s, T0 + 1)
 

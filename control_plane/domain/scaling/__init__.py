@@ -3,6 +3,7 @@
 - `policy.py`: the policy and the prices (idle worker-second vs cold start);
 - `history.py`: arrival counts, gap histogram and concurrency windows, as plain data;
 - `forecast.py`, `idle.py`, `models.py`: the models refit off the hot path;
+- `levels.py`: how long each worker above the last is held, from that count's own past;
 - `decide.py`: `decide(state, now) -> ScaleDecision`, called every tick by the reconciler and
   by the simulator alike.
 """

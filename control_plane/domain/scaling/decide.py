@@ -15,8 +15,9 @@ The parts, each a worker count:
 Each part counts only the work that cannot wait `queue_wait_s` for a worker already ready
 (`policy.waits_allowed`). The last worker is the idle windows' to keep or release: the windows
 and KPA only add workers above it. Workers above what is needed are held for the ski-rental
-time, then released at most half at a time (Knative's max scale-down rate); the reconciler
-drains what it releases.
+time, or longer where that count of workers keeps being needed again just after it
+(`levels.py`), then released at most half at a time (Knative's max scale-down rate); the
+reconciler drains what it releases.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from control_plane.domain.scaling.idle import IdleWindows
+from control_plane.domain.scaling.levels import NO_LEVELS, Levels, update_levels
 from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE, Models
 from control_plane.domain.scaling.policy import (
     MAX_SCALE_DOWN_RATE,
@@ -53,7 +55,7 @@ POISSON_EXACT_MAX = 50.0
 class Memory:
     """What one decision hands to the next (the caller stores it per deployment)."""
 
-    needed_at: tuple[float, ...] = ()  # [k - 1]: last time k workers were needed
+    levels: Levels = NO_LEVELS  # when each count of workers was last needed; their holds
     panic_until: float = 0.0  # panic mode lasts a stable window after it was last triggered
     busy_at: float | None = None  # last time work was present (queued or running)
 
@@ -101,7 +103,7 @@ REASONS = (
     "keepalive",  # the idle windows keep the worker
     "min_workers",
     "max_workers",
-    "hold",  # a worker no longer needed is kept for the ski-rental time
+    "hold",  # a worker no longer needed is kept for its level's hold (`levels.py`)
     "scale_down",  # fewer workers needed; drained, at most half per tick
     "idle",  # nothing to run, nothing expected: zero workers
     "crash_backoff",  # more workers wanted, but the last ones failed: waiting before a retry
@@ -232,25 +234,20 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         if idle_for < window:
             # While work runs, the parts above size the workers; once it is quiet, as many are
             # kept as the next wake will want, each for its own price.
-            levels = (
+            windows = (
                 wake_levels(idle, p, boot_s, state.service_s, window) if demand == 0 else [window]
             )
-            parts.append((sum(1 for w in levels if idle_for < w), "keepalive"))
+            parts.append((sum(1 for w in windows if idle_for < w), "keepalive"))
     parts.append((p.min_workers, "min_workers"))
 
     needed, reason = max(parts, key=lambda part: part[0])
     if needed > p.max_workers:
         needed, reason = p.max_workers, "max_workers"
 
-    # remember when each count above one was last needed; hold those for the ski-rental time
-    hold = hold_s(p, boot_s)
-    needed_at = [t for t in mem.needed_at if now - t < hold]
-    needed_at += [now] * max(needed - len(needed_at), 0)
-    for k in range(needed):
-        needed_at[k] = now
-    memory = Memory(tuple(needed_at), panic_until, busy_at)
-    held = max(needed, len(needed_at) if len(needed_at) >= 2 else 0)
-    desired = min(held, p.max_workers)
+    # each worker above the last is held once no longer needed, for its level's hold
+    held_levels, held = update_levels(mem.levels, needed, now, boot_s, p)
+    memory = Memory(held_levels, panic_until, busy_at)
+    desired = min(max(needed, held), p.max_workers)
     if desired > needed:
         reason = "hold"
     if desired < capacity:
