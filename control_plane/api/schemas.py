@@ -251,6 +251,13 @@ class ScalingStatus(BaseModel):
         description="jobs the ready workers start within the deployment's queue_wait_s: so many "
         "may wait for them before another worker is asked for",
     )
+    holds_s: list[float] = Field(
+        default_factory=list,
+        description="once no longer needed, how long each worker above the last is kept: [0] "
+        "the second worker, [1] the third, ...: the ski-rental time, min(boot_s + "
+        "cold_penalty_s, scaledown_window_s), or longer where that count of workers was needed "
+        "again after gaps that cost less to hold through than to boot again",
+    )
     idle_windows: ScalingIdleWindows
     forecast: ScalingForecast | None = Field(description="null: too little history to forecast")
     models_fitted_at: str | None = Field(description="when the models were last refit")

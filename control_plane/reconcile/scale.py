@@ -40,6 +40,7 @@ from control_plane.domain.scaling.decide import (
     keepalive_levels,
 )
 from control_plane.domain.scaling.history import ConcurrencyWindow
+from control_plane.domain.scaling.levels import hold_levels_s
 from control_plane.domain.scaling.models import NONE
 from control_plane.domain.scaling.policy import (
     DEFAULT_BOOT_S,
@@ -324,6 +325,7 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
         "boot_s": round(state.boot_s, 3),
         "service_s": round(state.service_s, 3),
         "may_wait": round(waits_allowed(state.policy, state.ready, boot_s, state.service_s), 3),
+        "holds_s": [round(h, 3) for h in hold_levels_s(d.memory.levels, boot_s, state.policy)],
         "idle_windows": {
             "representative": idle.representative,
             "prewarm_s": None if idle.prewarm_s is None else round(idle.prewarm_s, 3),

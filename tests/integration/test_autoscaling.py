@@ -296,6 +296,9 @@ def test_a_deployment_called_in_a_burst_keeps_the_workers_its_next_wake_wants(
     idle = fleet.scaling()["idle_windows"]
     assert idle["wake_requests"] == 12.0
     assert idle["keepalive_levels_s"] == [last, upper, upper]  # as the API shows them
+    # the burst's first tick asked for 6 workers; the five above the last have no past of
+    # being needed again, so each is held for the ski-rental time: a 2 s boot + 30 s
+    assert fleet.scaling()["holds_s"] == [2 + 30.0] * 5
     kept = [(q, d) for q, d, reason in seen if reason == "keepalive"]
     assert {d for q, d in kept if q < upper - TICK_S} == {3}, seen
     assert {d for q, d in kept if upper + TICK_S < q < last - TICK_S} == {1}, seen

@@ -12,6 +12,7 @@ from control_plane.domain.scaling.levels import (
     NOT_AGAIN,
     Levels,
     best_hold_s,
+    hold_levels_s,
     update_levels,
 )
 from control_plane.domain.scaling.policy import cold_cost_s, hold_s
@@ -129,3 +130,13 @@ def test_decide_holds_a_third_worker_through_the_swings_it_has_seen() -> None:
     assert (d.desired, d.reason) == (3, "hold")  # past the 90 s ski-rental time
     d = decide(dataclasses.replace(calm, last_arrival_at=last, memory=memory), last + gap + 1)
     assert (d.desired, d.reason) == (2, "scale_down")
+
+
+def test_the_holds_as_the_api_shows_them() -> None:
+    assert hold_levels_s(NO_LEVELS, BOOT_S, POLICY) == []
+    levels = NO_LEVELS
+    for tick in range(4 * 60 + 1):  # every 2 s: two workers needed, three every 120 s
+        levels, _ = update_levels(levels, 3 if tick % 60 == 0 else 2, T0 + 2 * tick, 30.0, POLICY)
+    # the second worker was needed throughout; the third again after gaps of 120 s
+    assert levels.fits[2].gaps == (120.0,) * 4
+    assert hold_levels_s(levels, BOOT_S, POLICY) == [DEFAULT, 120.0]

@@ -85,12 +85,23 @@ def update_levels(
             fits[k] = _with_gap(fits[k], NOT_AGAIN, default, policy, boot_s)
             needed_at[k] = None
             refit = True
-        elif k > 0 and now - last < (fits[k].hold_s or default):
+        elif k > 0 and now - last < _hold_s(fits[k], default):
             held = k + 1
     if needed >= 2:
         held = max(held, needed)
     kept = tuple(fits) if refit or n > len(levels.fits) else levels.fits
     return Levels(tuple(needed_at), kept), held
+
+
+def hold_levels_s(levels: Levels, boot_s: float, policy: ScalingPolicy) -> list[float]:
+    """How long each level from 2 up that has been needed is held once no longer needed:
+    [0] the second worker's hold, [1] the third's, ..."""
+    default = hold_s(policy, boot_s)
+    return [_hold_s(fit, default) for fit in levels.fits[1:]]
+
+
+def _hold_s(fit: LevelFit, default: float) -> float:
+    return fit.hold_s or default  # no gap seen yet: the ski-rental time
 
 
 def best_hold_s(gaps: Sequence[float], floor_s: float, cold_s: float, cap: float) -> float:
