@@ -173,6 +173,23 @@ def test_unneeded_workers_are_held_for_the_ski_rental_time_then_halved() -> None
     assert (d.desired, d.reason) == (2, "scale_down")
 
 
+def test_a_worker_needed_again_at_each_swing_is_held_through_the_swings() -> None:
+    # three workers' slots full every 120 s, two workers' worth between: past the 90 s
+    # ski-rental time, the third worker is held once it has seen the swings (`levels.py`)
+    swing = state(ready=3, running=12)
+    calm = state(ready=3, running=8)
+    gap = 120.0
+    memory = swing.memory
+    for i in range(4):
+        at = T0 + i * gap
+        memory = run(dataclasses.replace(swing, last_arrival_at=at, memory=memory), at).memory
+    last = T0 + 3 * gap
+    calm = dataclasses.replace(calm, last_arrival_at=last, memory=memory)
+    assert run(calm, last + hold_s(POLICY, 30.0) + 10).reason == "hold"
+    d = run(calm, last + gap + 1)
+    assert (d.desired, d.reason) == (2, "scale_down")
+
+
 def test_last_worker_follows_the_plain_window_until_the_histogram_is_representative() -> None:
     hold = hold_s(POLICY, 30.0)
     s = state(ready=1, last_arrival_at=T0)

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
-from control_plane.domain.scaling import DeploymentState, ScalingPolicy, decide
+from control_plane.domain.scaling import ScalingPolicy
 from control_plane.domain.scaling.levels import (
     GAPS_KEPT,
     NO_LEVELS,
@@ -103,33 +102,6 @@ def test_best_hold_weighs_idle_seconds_against_cold_starts() -> None:
     # never beyond the scale-down window
     assert best_hold_s([700.0] * 4, DEFAULT, COLD, 600) == DEFAULT
     assert math.isinf(NOT_AGAIN)
-
-
-def test_decide_holds_a_third_worker_through_the_swings_it_has_seen() -> None:
-    base = DeploymentState(
-        policy=POLICY,
-        queued=0,
-        running=0,
-        ready=3,
-        booting_since=(),
-        stable_concurrency=0.0,
-        panic_concurrency=0.0,
-        last_arrival_at=None,
-        boot_s=BOOT_S,
-        service_s=5.0,
-    )
-    swing = dataclasses.replace(base, running=12)  # three workers' slots full
-    calm = dataclasses.replace(base, running=8)  # two workers' worth
-    gap = 120.0
-    memory = base.memory
-    for i in range(4):
-        at = T0 + i * gap
-        memory = decide(dataclasses.replace(swing, last_arrival_at=at, memory=memory), at).memory
-    last = T0 + 3 * gap
-    d = decide(dataclasses.replace(calm, last_arrival_at=last, memory=memory), last + 100)
-    assert (d.desired, d.reason) == (3, "hold")  # past the 90 s ski-rental time
-    d = decide(dataclasses.replace(calm, last_arrival_at=last, memory=memory), last + gap + 1)
-    assert (d.desired, d.reason) == (2, "scale_down")
 
 
 def test_the_holds_as_the_api_shows_them() -> None:
