@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from control_plane.domain.scaling import ScalingPolicy
@@ -112,3 +113,15 @@ def test_the_holds_as_the_api_shows_them() -> None:
     # the second worker was needed throughout; the third again after gaps of 120 s
     assert levels.fits[2].gaps == (120.0,) * 4
     assert hold_levels_s(levels, BOOT_S, POLICY) == [DEFAULT, 120.0]
+
+
+def test_a_hold_fitted_before_follows_the_prices_and_window_of_now() -> None:
+    levels = NO_LEVELS
+    for tick in range(4 * 60 + 1):  # the third worker needed again every 120 s
+        levels, _ = update_levels(levels, 3 if tick % 60 == 0 else 2, T0 + 2 * tick, 30.0, POLICY)
+    assert hold_levels_s(levels, BOOT_S, POLICY)[1] == 120.0
+    # boots measured longer since: the ski-rental time (100 + 60 s) is above the fitted hold
+    assert hold_levels_s(levels, 100.0, POLICY)[1] == 160.0
+    # a scale-down window shortened since caps it
+    shorter = dataclasses.replace(POLICY, scaledown_window_s=100.0)
+    assert hold_levels_s(levels, BOOT_S, shorter)[1] == 100.0

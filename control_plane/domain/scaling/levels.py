@@ -17,9 +17,9 @@ again.
 
 The learned hold only lengthens the ski-rental time, never shortens it. Under load, a level
 needed again makes wait every caller that queues while it boots, not one: the one-caller price
-is a floor. Let shorten on that price (simulator, Mooncake trace, T_cold 30 s), the holds fell
-to the shortest gaps seen, boots went from 19 to 26 and the p99 from keep-alive's + 0.98 s to
-+ 2.37 s.
+is a floor. Allowed to shorten on that price (simulator, Mooncake trace, T_cold 30 s), the
+holds fell to the shortest gaps seen, boots went from 19 to 26 and the p99 from keep-alive's
++ 0.98 s to + 2.37 s.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def update_levels(
             fits[k] = _with_gap(fits[k], NOT_AGAIN, default, policy, boot_s)
             needed_at[k] = None
             refit = True
-        elif k > 0 and now - last < _hold_s(fits[k], default):
+        elif k > 0 and now - last < _hold_s(fits[k], default, cap):
             held = k + 1
     if needed >= 2:
         held = max(held, needed)
@@ -97,11 +97,13 @@ def hold_levels_s(levels: Levels, boot_s: float, policy: ScalingPolicy) -> list[
     """How long each level from 2 up that has been needed is held once no longer needed:
     [0] the second worker's hold, [1] the third's, ..."""
     default = hold_s(policy, boot_s)
-    return [_hold_s(fit, default) for fit in levels.fits[1:]]
+    return [_hold_s(fit, default, policy.scaledown_window_s) for fit in levels.fits[1:]]
 
 
-def _hold_s(fit: LevelFit, default: float) -> float:
-    return fit.hold_s or default  # no gap seen yet: the ski-rental time
+def _hold_s(fit: LevelFit, default: float, cap: float) -> float:
+    # Fitted against the prices and window of its time: the boot measured since, or a policy
+    # changed since, may have moved the ski-rental time or the window past it.
+    return min(max(fit.hold_s, default), cap)
 
 
 def best_hold_s(gaps: Sequence[float], floor_s: float, cold_s: float, cap: float) -> float:
