@@ -8,6 +8,9 @@ formats (Azure CSV) so that ``bench/autoscale_sim.py --trace`` runs them like an
   "far burstier" traces): off periods exponential with a mean drawn from 2, 10 or 30 minutes,
   bursts of lognormal size (median 150 requests) at 2-20 req/s, lengths drawn from the Azure
   trace.
+- ``cron<k>.csv``: a scheduled batch job, three hours: every 10 or 20 minutes (jitter up to
+  2 % of the period) a batch of lognormal size (median 100 requests) submitted at 50 req/s.
+  Its next batch is predictable, and bigger than one worker serves during a boot.
 
     .venv/bin/python -m bench.autoscale.heldout /tmp/heldout
     .venv/bin/python -m bench.autoscale_sim --trace /tmp/heldout/bursty0.csv --no-pareto
@@ -29,6 +32,7 @@ GIVEN = ("azure_llm_2023_conv.csv", "mooncake_conversation.jsonl")
 TILES = 3
 BURSTY_SPAN_S = 3 * 3600.0
 OFF_MEANS_S = (120.0, 600.0, 1800.0)
+CRON_PERIODS_S = (600.0, 1200.0)
 
 
 def write_csv(path: Path, rows: Iterable[tuple[float, int, int]]) -> None:
@@ -63,6 +67,20 @@ def bursty(seed: int, lengths: list[TraceRequest]) -> list[tuple[float, int, int
     return rows
 
 
+def cron(seed: int, period_s: float, lengths: list[TraceRequest]) -> list[tuple[float, int, int]]:
+    rng = random.Random(seed)
+    rows: list[tuple[float, int, int]] = []
+    at = 0.0
+    while at < BURSTY_SPAN_S:
+        t = at + rng.uniform(0.0, 0.02 * period_s)
+        for _ in range(int(rng.lognormvariate(math.log(100), 0.5))):
+            t += rng.expovariate(50.0)
+            r = rng.choice(lengths)
+            rows.append((t, r.prompt_tokens, r.output_tokens))
+        at += period_s
+    return rows
+
+
 def write_all(out: Path, num_bursty: int = 3) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
@@ -76,6 +94,10 @@ def write_all(out: Path, num_bursty: int = 3) -> list[Path]:
         assert interarrival_cv([t for t, _, _ in rows]) > MIN_BURSTY_CV
         path = out / f"bursty{k}.csv"
         write_csv(path, rows)
+        paths.append(path)
+    for k, period_s in enumerate(CRON_PERIODS_S):
+        path = out / f"cron{k}.csv"
+        write_csv(path, cron(200 + k, period_s, lengths))
         paths.append(path)
     return paths
 

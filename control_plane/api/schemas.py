@@ -213,7 +213,9 @@ class ScalingIdleWindows(BaseModel):
         default_factory=list,
         description="once no work is left, how long each worker is kept (counted as "
         "keepalive_s is): the last worker's keepalive_s first, then one per further worker "
-        "the next wake wants, each for the ski-rental time of the callers it would serve",
+        "the next wake wants, each for the ski-rental time of the callers it would serve; on "
+        "the pre-warm plan (prewarm_s set), the workers booted ahead of the next wake, each "
+        "kept until keepalive_s",
     )
 
 

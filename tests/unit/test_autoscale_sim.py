@@ -300,3 +300,16 @@ def test_held_out_traces_tile_a_trace_and_burst_far_above_poisson() -> None:
     assert times == sorted(times) and times[-1] > heldout.BURSTY_SPAN_S * 0.5
     assert interarrival_cv(times) > MIN_BURSTY_CV
     assert heldout.bursty(100, base) == rows, "seeded"
+
+
+def test_held_out_cron_batches_come_on_their_schedule() -> None:
+    base = [TraceRequest(0.0, 10, 5)]
+    rows = heldout.cron(200, 600.0, base)
+    times = [t for t, _, _ in rows]
+    assert times == sorted(times)
+    starts = [t for prev, t in zip([-1e9, *times], times, strict=False) if t - prev > 60]
+    assert len(starts) == heldout.BURSTY_SPAN_S // 600  # one batch per period
+    # jitter up to 2 % of the period, then the first call of the batch (at 50 req/s)
+    assert all(0 <= t - k * 600 <= 0.02 * 600 + 1 for k, t in enumerate(starts))
+    assert len(rows) / len(starts) > 50  # batches, not single calls
+    assert heldout.cron(200, 600.0, base) == rows, "seeded"

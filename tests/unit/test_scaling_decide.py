@@ -18,7 +18,7 @@ from control_plane.domain.scaling import (
     decide,
     refit,
 )
-from control_plane.domain.scaling.decide import MAX_TICK_S, REASONS, wake_levels
+from control_plane.domain.scaling.decide import MAX_TICK_S, REASONS, keepalive_levels, wake_levels
 from control_plane.domain.scaling.idle import IdleWindows
 from control_plane.domain.scaling.levels import Levels
 from control_plane.domain.scaling.models import NONE, Models
@@ -245,6 +245,36 @@ def test_prewarm_before_a_predicted_periodic_arrival_and_zero_between() -> None:
         dataclasses.replace(s, ready=1, models=dataclasses.replace(models, fitted_at=end)), end + 1
     )
     assert gone.desired == 0
+
+
+def test_a_batch_on_a_schedule_gets_the_workers_it_wants_prewarmed() -> None:
+    """A job that submits 40 calls at once every 10 minutes (10 ms apart): a worker ready at a
+    wake starts 4 × (1 + 30 / 5) = 28 of them during a boot, so the batch wants a second worker
+    for its 12 others; their wait through a boot, priced, is worth more than that worker's
+    idle time from the pre-warm to the keep-alive. A cron job firing one call gets one."""
+    rng = random.Random(11)
+
+    def prewarmed(calls: int) -> ScaleDecision:
+        history, t = ArrivalHistory(), T0
+        for _ in range(6):  # fewer than the 256 gaps the history keeps: 5 idle gaps in it
+            t += 600 + rng.uniform(-6, 6)
+            for i in range(calls):
+                history.record(t + i * 0.01)
+        last = t + (calls - 1) * 0.01
+        models = refit(history.stats(last + 1), POLICY, 30.0, SERVICE_S)
+        assert models.idle.prewarms
+        assert models.idle.wake_requests == calls
+        boot_at = last + models.idle.prewarm_s - 30 - MAX_TICK_S
+        fitted = dataclasses.replace(models, fitted_at=boot_at)
+        return run(state(last_arrival_at=last, models=fitted), boot_at)
+
+    batch = prewarmed(40)
+    assert (batch.desired, batch.reason) == (2, "prewarm")
+    idle = dataclasses.replace(NONE.idle, prewarm_s=570.0, keepalive_s=612.0, wake_requests=40.0)
+    idle = dataclasses.replace(idle, representative=True)
+    assert keepalive_levels(idle, POLICY, 30.0, SERVICE_S) == [612.0, 612.0]
+    single = prewarmed(1)
+    assert (single.desired, single.reason) == (1, "prewarm")
 
 
 def test_keepalive_from_the_histogram_for_short_gaps() -> None:

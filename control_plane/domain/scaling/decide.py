@@ -126,29 +126,54 @@ def wake_levels(
     idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float, window_s: float
 ) -> list[float]:
     """How long each worker is kept after the deployment went quiet, for the next wake: [0] is
-    the last worker's `window_s`; one more per worker a wake needs, each kept for the
-    ski-rental time of the callers it would serve while a replacement boots (never longer
-    than the last one). A worker ready when a wake comes starts its slots at once, then each
-    again every service time: `target × (1 + boot / service)` callers over a boot; the callers
-    of a wake (`idle.wake_requests`) beyond that many per worker wait for the next level. A
-    sparse deployment's wakes bring one caller: one level, as before."""
+    the last worker's `window_s`; one more per worker a wake needs (`wake_callers`), each kept
+    for the ski-rental time of the callers it would serve while a replacement boots (never
+    longer than the last one). A sparse deployment's wakes bring one caller: one level."""
+    callers = wake_callers(idle, policy, boot_s, service_s)
+    return [window_s] + [min(hold_s(policy, boot_s, c), window_s) for c in callers]
+
+
+def prewarm_levels(
+    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
+) -> list[float]:
+    """On the pre-warm plan, the workers booted ahead of the next wake, each kept until the
+    plan's `keepalive_s`: [0] the plan's own worker; then one per further worker the wake needs
+    (`wake_callers`) whose callers' wait through a boot, priced, costs more than the time a
+    worker pre-warmed for them may sit idle: from the pre-warm to the keep-alive, and the tick
+    it starts early (its boot is paid either way, ahead of the wake or at it). A cron job that
+    fires a few calls at a time gets one worker, as before; one that fires a batch gets the
+    workers its batch wants, ready when it comes."""
+    assert idle.prewarm_s is not None
+    idles_s = idle.keepalive_s - idle.prewarm_s + MAX_TICK_S  # besides the boot, paid either way
+    callers = wake_callers(idle, policy, boot_s, service_s)
+    return [idle.keepalive_s] * (1 + sum(1 for c in callers if policy.cold_penalty_s * c > idles_s))
+
+
+def wake_callers(
+    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
+) -> list[float]:
+    """The callers of a wake (`idle.wake_requests`) each worker after the first would serve: a
+    worker ready when a wake comes starts its slots at once, then each again every service
+    time, so `target × (1 + boot / service)` callers over a boot; those beyond that many per
+    worker wait for the next one (a replacement would take a boot)."""
     target = max(policy.target_concurrency, 1)
     per_worker = target * (1.0 + boot_s / max(service_s, 1e-3))
-    levels = [window_s]
+    callers: list[float] = []
     rest = idle.wake_requests - per_worker
-    while rest > 0 and len(levels) < policy.max_workers:
-        levels.append(min(hold_s(policy, boot_s, min(rest, per_worker)), window_s))
+    while rest > 0 and len(callers) + 1 < policy.max_workers:
+        callers.append(min(rest, per_worker))
         rest -= per_worker
-    return levels
+    return callers
 
 
 def keepalive_levels(
     idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
 ) -> list[float]:
     """How long each worker is kept once no work is left, the last one first: on the pre-warm
-    plan, the one pre-warmed worker's window; on the keep-alive plan, `wake_levels`."""
+    plan, the pre-warmed workers' window (`prewarm_levels`); on the keep-alive plan,
+    `wake_levels`."""
     if idle.prewarms:
-        return [idle.keepalive_s]
+        return prewarm_levels(idle, policy, boot_s, service_s)
     return wake_levels(idle, policy, boot_s, service_s, keepalive_window(idle, policy, boot_s))
 
 
@@ -228,7 +253,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         if arrived < boot_at:
             next_prewarm_at = now + boot_at - arrived
         if boot_at <= arrived and idle_for < idle.keepalive_s:
-            parts.append((1, "prewarm"))
+            parts.append((len(prewarm_levels(idle, p, boot_s, state.service_s)), "prewarm"))
     else:
         window = keepalive_window(idle, p, boot_s)
         if idle_for < window:
