@@ -266,7 +266,7 @@ def test_a_batch_on_a_schedule_gets_the_workers_it_wants_prewarmed() -> None:
         assert models.idle.wake_requests == calls
         boot_at = last + models.idle.prewarm_s - 30 - MAX_TICK_S
         fitted = dataclasses.replace(models, fitted_at=boot_at)
-        return run(state(last_arrival_at=last, models=fitted), boot_at)
+        return run(state(last_arrival_at=last, models=fitted), boot_at + 1)  # the next tick
 
     batch = prewarmed(40)
     assert (batch.desired, batch.reason) == (2, "prewarm")
