@@ -209,3 +209,15 @@ def test_the_service_time_is_the_recent_mean_of_at_least_min_samples_at_most_max
     # a deployment ending more than MAX_SAMPLES jobs a minute: the newest MAX_SAMPLES
     dense = [(T0 - i * 0.01, 1.0) for i in range(MAX_SAMPLES)] + [(T0 - 30, 50.0)] * 100
     assert mean_service_s(dense, T0) == 1.0
+
+
+def test_the_next_gap_may_come_sooner_than_any_seen() -> None:
+    """Five gaps of a scheduled job, 590-605 s. When a miss makes 100 callers wait, the worker
+    is ready before the shortest gap seen, with the margin: the next gap is the shortest of six
+    one time in six. When it makes one caller wait, being ready 60 s sooner at each gap costs
+    more than that, and the pre-warm stays at the shortest gap seen."""
+    gaps = [600.0, 598.0, 602.0, 590.0, 605.0]
+    batch = fit_idle_windows(gaps, 30, 60, 900, wake=100.0, busy_s=5.0)
+    assert batch.prewarms and batch.prewarm_s <= 590 * 0.9
+    single = fit_idle_windows(gaps, 30, 60, 900, wake=1.0, busy_s=5.0)
+    assert single.prewarms and 590 * 0.9 < single.prewarm_s <= 590
