@@ -272,7 +272,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # each worker above the last is held once no longer needed, for its level's hold
     held_levels, held = update_levels(mem.levels, needed, now, boot_s, p)
     memory = Memory(held_levels, panic_until, busy_at)
-    desired = min(max(needed, held), p.max_workers)
+    desired = min(held, p.max_workers)
     if desired > needed:
         reason = "hold"
     if desired < capacity:

@@ -62,15 +62,15 @@ NO_LEVELS = Levels()
 def update_levels(
     levels: Levels, needed: int, now: float, boot_s: float, policy: ScalingPolicy
 ) -> tuple[Levels, int]:
-    """The levels after a tick where `needed` workers are asked for, and how many workers their
-    holds keep: the highest level from 2 up whose hold has not run out (0: none)."""
+    """The levels after a tick where `needed` workers are asked for, and how many workers to
+    keep: the `needed`, or more up to the highest level from 2 up whose hold has not run out."""
     cap = policy.scaledown_window_s
     default = hold_s(policy, boot_s)
     n = max(len(levels.needed_at), needed)
     needed_at = list(levels.needed_at) + [None] * (n - len(levels.needed_at))
     fits = list(levels.fits) + [NO_FIT] * (n - len(levels.fits))
     refit = False
-    held = 0
+    held = needed
     for k in range(n):
         last = needed_at[k]
         if k < needed:
@@ -87,8 +87,6 @@ def update_levels(
             refit = True
         elif k > 0 and now - last < _hold_s(fits[k], default, cap):
             held = k + 1
-    if needed >= 2:
-        held = max(held, needed)
     kept = tuple(fits) if refit or n > len(levels.fits) else levels.fits
     return Levels(tuple(needed_at), kept), held
 
