@@ -190,6 +190,12 @@ def arrival_gaps_key(deployment_id: str) -> str:
     return f"{KEY_PREFIX}:deployment:{deployment_id}:arrivals:gaps"
 
 
+def arrival_idle_gaps_key(deployment_id: str) -> str:
+    """List: the latest gaps between arrivals of at least `IDLE_GAP_S`, oldest first (bounded;
+    they outlast the gaps list in a deployment called in batches)."""
+    return f"{KEY_PREFIX}:deployment:{deployment_id}:arrivals:idle_gaps"
+
+
 def last_arrival_key(deployment_id: str) -> str:
     """String: the time of the latest arrival (seconds since the epoch)."""
     return f"{KEY_PREFIX}:deployment:{deployment_id}:arrivals:last"

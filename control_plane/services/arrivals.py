@@ -6,9 +6,10 @@
     read           the history as `domain.scaling.history.ArrivalStats` (the refresher thread)
     last_arrivals  the latest arrival of many deployments in one round trip (every tick)
 
-Per deployment, three keys (`worker/protocol.py`), the same bins as the simulator's
+Per deployment, four keys (`worker/protocol.py`), the same bins as the simulator's
 `ArrivalHistory`: arrivals per `BUCKET_S` bucket (at most `MAX_BUCKETS` fields), the last
-`MAX_GAPS` gaps between arrivals, and the time of the latest one. Memory is bounded whatever the
+`MAX_GAPS` gaps between arrivals, the last `MAX_IDLE_GAPS` of those at least `IDLE_GAP_S`
+long, and the time of the latest arrival. Memory is bounded whatever the
 traffic; every write renews a TTL, so a deleted (or long silent) deployment's keys expire.
 
 Times come from the caller's clock (the API's `AppContext.clock`, the reconciler's `now`), never
@@ -34,8 +35,10 @@ from redis.commands.core import Script
 
 from control_plane.domain.scaling.history import (
     BUCKET_S,
+    IDLE_GAP_S,
     MAX_BUCKETS,
     MAX_GAPS,
+    MAX_IDLE_GAPS,
     ArrivalStats,
     stats_of,
 )
@@ -43,6 +46,7 @@ from worker.protocol import (
     RECONCILER_NUDGE_KEY,
     arrival_buckets_key,
     arrival_gaps_key,
+    arrival_idle_gaps_key,
     last_arrival_key,
     scale_decision_key,
 )
@@ -53,11 +57,12 @@ log = logging.getLogger(__name__)
 # than `scaledown_window_s` ≤ one day, the forecast one hour).
 ARRIVALS_TTL_S = 7 * 24 * 3600
 
-# KEYS: buckets (hash), gaps (list), last arrival (string), the deployment's latest scaling
-# decision (read), the reconciler's nudge (a list of at most one entry).
+# KEYS: buckets (hash), gaps (list), last arrival (string), idle gaps (list), the deployment's
+# latest scaling decision (read), the reconciler's nudge (a list of at most one entry).
 # ARGV: now (seconds since the epoch), arrivals at that time, BUCKET_S, MAX_BUCKETS, MAX_GAPS,
-# TTL. The gap to the previous arrival is pushed, then one 0 per further arrival at `now`
-# (as `ArrivalHistory.record` does); an arrival older than the latest (another API process's
+# TTL, IDLE_GAP_S, MAX_IDLE_GAPS. The gap to the previous arrival is pushed (to the idle gaps
+# too when it is one), then one 0 per further arrival at `now` (as `ArrivalHistory.record`
+# does); an arrival older than the latest (another API process's
 # clock) counts in its bucket but moves neither the last arrival back nor a gap below 0.
 _RECORD_LUA = """
 local now = tonumber(ARGV[1])
@@ -77,22 +82,26 @@ if last then
   local gap = now - tonumber(last)
   if gap < 0 then gap = 0 end
   redis.call('RPUSH', KEYS[2], string.format('%.17g', gap))
+  if gap >= tonumber(ARGV[7]) then
+    redis.call('RPUSH', KEYS[4], string.format('%.17g', gap))
+    redis.call('LTRIM', KEYS[4], -tonumber(ARGV[8]), -1)
+  end
 end
 for _ = 2, math.min(n, max_gaps + 1) do redis.call('RPUSH', KEYS[2], '0') end
 redis.call('LTRIM', KEYS[2], -max_gaps, -1)
 if (not last) or tonumber(last) < now then redis.call('SET', KEYS[3], ARGV[1]) end
-for i = 1, 3 do redis.call('EXPIRE', KEYS[i], ARGV[6]) end
+for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[6]) end
 -- a call to a deployment with no worker (per its latest decision) wakes the reconciler now
-local decision = redis.call('GET', KEYS[4])
+local decision = redis.call('GET', KEYS[5])
 local workers = 0
 if decision then
   local ok, doc = pcall(cjson.decode, decision)
   if ok and type(doc) == 'table' then workers = tonumber(doc['actual']) or 0 end
 end
 if workers == 0 then
-  redis.call('LPUSH', KEYS[5], '1')
-  redis.call('LTRIM', KEYS[5], 0, 0)
-  redis.call('EXPIRE', KEYS[5], 60)
+  redis.call('LPUSH', KEYS[6], '1')
+  redis.call('LTRIM', KEYS[6], 0, 0)
+  redis.call('EXPIRE', KEYS[6], 60)
 end
 return 1
 """
@@ -114,7 +123,8 @@ def record_to(pipe: Pipeline, deployment_id: str, at: datetime) -> None:
     """One arrival, queued on `pipe` (an admission's wake-up: one round trip for both). The
     script by its hash alone (a Script in a pipeline would first ask whether Redis has it, a
     round trip of its own); `recorded` loads it when Redis had not (a restarted Redis)."""
-    pipe.evalsha(_RECORD_SHA, 5, *_keys(deployment_id), *_args(at, 1))
+    keys = _keys(deployment_id)
+    pipe.evalsha(_RECORD_SHA, len(keys), *keys, *_args(at, 1))
 
 
 def recorded(result: Any, r: redis.Redis, deployment_id: str, at: datetime) -> bool:
@@ -133,6 +143,7 @@ def _keys(deployment_id: str) -> list[str]:
         arrival_buckets_key(deployment_id),
         arrival_gaps_key(deployment_id),
         last_arrival_key(deployment_id),
+        arrival_idle_gaps_key(deployment_id),
         scale_decision_key(deployment_id),
         RECONCILER_NUDGE_KEY,
     ]
@@ -140,7 +151,16 @@ def _keys(deployment_id: str) -> list[str]:
 
 def _args(at: datetime, n: int) -> list[str | int]:
     # repr: the shortest text that parses back to the same double (Lua's tonumber included)
-    return [repr(at.timestamp()), n, repr(BUCKET_S), MAX_BUCKETS, MAX_GAPS, ARRIVALS_TTL_S]
+    return [
+        repr(at.timestamp()),
+        n,
+        repr(BUCKET_S),
+        MAX_BUCKETS,
+        MAX_GAPS,
+        ARRIVALS_TTL_S,
+        repr(IDLE_GAP_S),
+        MAX_IDLE_GAPS,
+    ]
 
 
 @functools.cache
@@ -183,14 +203,16 @@ def wait_for_work(r: redis.Redis, timeout_s: float, last_tick: float) -> bool:
 
 def read(r: redis.Redis, deployment_id: str, now: datetime) -> ArrivalStats:
     """The deployment's arrival history at `now` (raises on a Redis failure)."""
-    pipe = r.pipeline(transaction=True)  # one consistent snapshot of the three keys
+    pipe = r.pipeline(transaction=True)  # one consistent snapshot of the four keys
     pipe.hgetall(arrival_buckets_key(deployment_id))
     pipe.lrange(arrival_gaps_key(deployment_id), 0, -1)
+    pipe.lrange(arrival_idle_gaps_key(deployment_id), 0, -1)
     pipe.get(last_arrival_key(deployment_id))
-    buckets, gaps, last = pipe.execute()
+    buckets, gaps, idle_gaps, last = pipe.execute()
     return stats_of(
         {int(k): int(v) for k, v in buckets.items()},
         tuple(float(g) for g in gaps),
+        tuple(float(g) for g in idle_gaps),
         float(last) if last is not None else None,
         now.timestamp(),
     )

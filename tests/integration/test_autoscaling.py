@@ -29,6 +29,7 @@ from control_plane.domain.scaling.history import (
     BUCKET_S,
     MAX_BUCKETS,
     MAX_GAPS,
+    MAX_IDLE_GAPS,
     ArrivalHistory,
 )
 from control_plane.domain.scaling.idle import MIN_PERIOD_GAPS
@@ -45,6 +46,7 @@ from worker.protocol import (
     RECONCILER_NUDGE_KEY,
     arrival_buckets_key,
     arrival_gaps_key,
+    arrival_idle_gaps_key,
     last_arrival_key,
     worker_heartbeat_key,
 )
@@ -237,10 +239,10 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
     # one worker per call, the last one booted for a call still to come
     assert started == [False] * cold + [True] * (BURSTS - cold + 1)
     decision = fleet.scaling()
-    # kept past the longest gap the next one may be (the longest seen with the late margin),
-    # with the late margin again; ready at the period: being ready 10 % sooner for the one
+    # kept until the longest the next gap may be (the longest seen with the late margin: the
+    # next falls anywhere up to it); ready at the period: being ready 10 % sooner for the one
     # call in n + 1 that may come that early costs more idle time than its cold start
-    keep_s = PERIOD_S * 1.1 * 1.1
+    keep_s = PERIOD_S * 1.1
     assert decision["idle_windows"] == {
         "representative": True,
         "prewarm_s": PERIOD_S,
@@ -428,8 +430,8 @@ def test_the_refresher_thread_refits_off_the_tick(fleet: Fleet) -> None:
 
 def test_arrivals_are_bounded_and_read_back_as_the_simulators_history(redis_client: Any) -> None:
     """Redis keeps the same bins as `ArrivalHistory` (the simulator's): the snapshots agree
-    exactly, and memory stays bounded — at most MAX_BUCKETS buckets and MAX_GAPS gaps — with
-    a TTL on every key."""
+    exactly (the pauses from before the last gaps included), and memory stays bounded — at most
+    MAX_BUCKETS buckets, MAX_GAPS gaps and MAX_IDLE_GAPS pauses — with a TTL on every key."""
     rng = random.Random(7)
     history = ArrivalHistory()
     start = t = 1_700_000_000.123
@@ -447,7 +449,8 @@ def test_arrivals_are_bounded_and_read_back_as_the_simulators_history(redis_clie
         assert arrivals.read(redis_client, "dep_x", now) == history.stats(now.timestamp())
     assert redis_client.hlen(arrival_buckets_key("dep_x")) <= MAX_BUCKETS
     assert redis_client.llen(arrival_gaps_key("dep_x")) == MAX_GAPS
-    for key in (arrival_buckets_key, arrival_gaps_key, last_arrival_key):
+    assert redis_client.llen(arrival_idle_gaps_key("dep_x")) == MAX_IDLE_GAPS
+    for key in (arrival_buckets_key, arrival_gaps_key, arrival_idle_gaps_key, last_arrival_key):
         assert 0 < redis_client.ttl(key("dep_x")) <= arrivals.ARRIVALS_TTL_S
     assert arrivals.last_arrivals(redis_client, ["dep_x", "dep_none"]) == {
         "dep_x": t,

@@ -11,9 +11,12 @@ import pytest
 from control_plane.domain.scaling.forecast import MIN_BUCKETS, fit_forecast
 from control_plane.domain.scaling.history import (
     BUCKET_S,
+    IDLE_GAP_S,
     MAX_BUCKETS,
     MAX_GAPS,
+    MAX_IDLE_GAPS,
     ArrivalHistory,
+    merged_gaps,
     stats_of,
 )
 from control_plane.domain.scaling.idle import MIN_GAPS, PLAIN, fit_idle_windows, wake_requests
@@ -48,7 +51,7 @@ def test_simultaneous_arrivals_are_gaps_of_zero() -> None:
 
 
 def test_stats_of_fills_empty_buckets_with_zero() -> None:
-    stats = stats_of({100: 4, 103: 1}, (1.0, 2.0), 1035.0, now=104 * BUCKET_S + 3)
+    stats = stats_of({100: 4, 103: 1}, (1.0, 2.0), (), 1035.0, now=104 * BUCKET_S + 3)
     assert stats.counts == (4.0, 0.0, 0.0, 1.0)
     assert stats.last_arrival_at == 1035.0
 
@@ -221,3 +224,51 @@ def test_the_next_gap_may_come_sooner_than_any_seen() -> None:
     assert batch.prewarms and batch.prewarm_s <= 590 * 0.9
     single = fit_idle_windows(gaps, 30, 60, 900, wake=1.0, busy_s=5.0)
     assert single.prewarms and 590 * 0.9 < single.prewarm_s <= 590
+
+
+def test_the_pauses_between_batches_outlast_the_last_gaps() -> None:
+    """A job that sends 100 calls every 20 minutes: the last MAX_GAPS gaps hold two of its
+    pauses, too few for the idle windows; the pauses from before them are read back too, and
+    the windows pre-warm a worker ahead of the next batch."""
+    h = ArrivalHistory()
+    period, t = 1200.0, T0
+    for _ in range(6):
+        for i in range(100):
+            h.record(t + i * 0.02)
+        t += period
+    stats = h.stats(t - period + 60)
+    pauses = [g for g in stats.gaps if g >= IDLE_GAP_S]
+    assert len(pauses) == 5 and min(pauses) == pytest.approx(period - 99 * 0.02)
+    assert stats.gaps[-MAX_GAPS:] == tuple(h._gaps)  # the last gaps as they were, at the end
+    # the last gaps alone are not representative; with the pauses before them, a period
+    assert not fit_idle_windows(stats.gaps[-MAX_GAPS:], 30, 60, 600, wake=100, busy_s=10).prewarms
+    windows = fit_idle_windows(stats.gaps, 30, 60, 600, wake=100, busy_s=10)
+    assert windows.prewarms and windows.prewarm_s < period - 99 * 0.02
+
+
+def test_the_pauses_are_bounded_and_not_counted_twice() -> None:
+    """At most MAX_IDLE_GAPS pauses are kept; those among the last gaps appear once."""
+    last = (1.0, 50.0, 2.0, 60.0)
+    pauses = (10.0, 20.0, 30.0, 50.0, 60.0)  # the last two are the ones in `last`
+    assert merged_gaps(last, pauses) == (10.0, 20.0, 30.0, *last)
+    assert merged_gaps(last, (50.0, 60.0)) == last
+    h = ArrivalHistory()
+    for i in range(3 * MAX_IDLE_GAPS):
+        h.record(T0 + i * 15.0)  # every gap is a pause
+    gaps = h.stats(T0 + 10_000).gaps
+    assert gaps == (15.0,) * min(3 * MAX_IDLE_GAPS - 1, MAX_GAPS)
+
+
+def test_a_pause_may_end_between_two_seen() -> None:
+    """A bursty deployment's pauses: five of 64-240 s, five of 648 s or more, and a wake costs
+    65 callers a boot. None seen ends between 240 and 648 s, but the next may: one in eleven
+    falls in that span. The worker is kept through the scale-down window (600 s), not released
+    just past the pauses seen (at 264 s: what the fit gave when the gaps were points)."""
+    pauses = [64.0, 116.0, 135.0, 156.0, 240.0, 648.0, 711.0, 868.0, 1171.0, 1833.0]
+    burst = [0.5] * 200  # the calls of the bursts themselves: served by the worker up
+    windows = fit_idle_windows(burst + pauses, 30, 60, 600, wake=65.5, busy_s=5.9)
+    assert windows.representative and not windows.prewarms
+    assert windows.keepalive_s == 600
+    # a cold start of one caller is worth less than that idle time: released when its work ends
+    single = fit_idle_windows(burst + pauses, 30, 60, 600, wake=1.0, busy_s=5.9)
+    assert single.prewarms and single.prewarm_s > 600

@@ -1,7 +1,8 @@
 """What the autoscaler remembers about a deployment's traffic, as plain data.
 
 - `ArrivalStats`: arrivals counted per `BUCKET_S` (the forecaster's input), the recent gaps
-  between consecutive arrivals (the idle windows' input) and the last arrival. The simulator
+  between consecutive arrivals, with the longer pauses of further back (the idle windows'
+  input), and the last arrival. The simulator
   builds it with `ArrivalHistory`; the live platform keeps the same counts in Redis
   (`services/arrivals.py`) and reads them back into the same shape.
 - `ConcurrencyWindow`: demand (queued + running) sampled every tick, averaged over the stable
@@ -25,6 +26,18 @@ MAX_BUCKETS = 360
 # tails (1 % is 2–3 gaps), few enough that a deployment whose pattern changes is followed
 # within a few hundred arrivals, and small enough to keep per deployment in Redis.
 MAX_GAPS = 256
+# ... but 256 gaps are counted in calls, not in time: a deployment whose pauses come between
+# batches of a hundred calls (a job every 20 minutes) holds two of its pauses there, too few
+# for the idle windows ever to learn them. So the pauses (gaps of IDLE_GAP_S or more) are also
+# kept on their own, the last MAX_IDLE_GAPS of them, and those older than the last MAX_GAPS
+# gaps are read back with them. 10 s, a bucket: a burst's gaps are shorter (the forecaster sees
+# its calls as one stream), and a worker kept through a shorter gap costs less than one of its
+# jobs. 64: the idle windows' 10 gaps several times over, and a day of a 20-minute schedule.
+# The older gaps under 10 s are not kept: read back, the past gets a few more long pauses and
+# none of its short ones; those cost a kept worker little, and a worker released for them is
+# priced by the short gaps of the last MAX_GAPS, which stay.
+IDLE_GAP_S = 10.0
+MAX_IDLE_GAPS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +47,9 @@ class ArrivalStats:
     at: float  # when the snapshot was taken (seconds since the epoch)
     buckets_end_at: float  # end of the newest complete bucket in `counts`
     counts: tuple[float, ...]  # arrivals per complete bucket, oldest first (≤ MAX_BUCKETS)
-    gaps: tuple[float, ...]  # the last MAX_GAPS gaps between arrivals, oldest first
+    # gaps between arrivals, oldest first: the idle gaps (≥ IDLE_GAP_S) from before the last
+    # MAX_GAPS, then the last MAX_GAPS gaps (`merged_gaps`)
+    gaps: tuple[float, ...]
     last_arrival_at: float | None  # None: never called
 
 
@@ -48,6 +63,7 @@ class ArrivalHistory:
     def __init__(self) -> None:
         self._buckets: deque[tuple[int, int]] = deque()  # (bucket index, count), ascending
         self._gaps: deque[float] = deque(maxlen=MAX_GAPS)
+        self._idle_gaps: deque[float] = deque(maxlen=MAX_IDLE_GAPS)
         self.last_arrival_at: float | None = None
 
     def record(self, t: float, n: int = 1) -> None:
@@ -60,27 +76,46 @@ class ArrivalHistory:
             while self._buckets and self._buckets[0][0] <= index - MAX_BUCKETS:
                 self._buckets.popleft()
         if self.last_arrival_at is not None:
-            self._gaps.append(t - self.last_arrival_at)
+            gap = t - self.last_arrival_at
+            self._gaps.append(gap)
+            if gap >= IDLE_GAP_S:
+                self._idle_gaps.append(gap)
         self._gaps.extend([0.0] * (n - 1))
         self.last_arrival_at = t
 
     def stats(self, now: float) -> ArrivalStats:
-        return stats_of(dict(self._buckets), tuple(self._gaps), self.last_arrival_at, now)
+        return stats_of(
+            dict(self._buckets),
+            tuple(self._gaps),
+            tuple(self._idle_gaps),
+            self.last_arrival_at,
+            now,
+        )
+
+
+def merged_gaps(gaps: tuple[float, ...], idle_gaps: tuple[float, ...]) -> tuple[float, ...]:
+    """The last gaps, after the idle gaps from before them. Both lists were written by the same
+    arrivals, so the newest idle gaps are the ones among `gaps`: those are skipped."""
+    recent = sum(1 for g in gaps if g >= IDLE_GAP_S)
+    return idle_gaps[: max(len(idle_gaps) - recent, 0)] + gaps
 
 
 def stats_of(
     bucket_counts: dict[int, int],
     gaps: tuple[float, ...],
+    idle_gaps: tuple[float, ...],
     last_arrival_at: float | None,
     now: float,
 ) -> ArrivalStats:
-    """Counts keyed by bucket index → the snapshot, complete buckets only."""
+    """Counts keyed by bucket index → the snapshot, complete buckets only; the last MAX_GAPS
+    `gaps` after the idle ones from before them (`merged_gaps`)."""
     current = int(now // BUCKET_S)
     first = current - MAX_BUCKETS
     known = [i for i in bucket_counts if first <= i < current]
     start = min(known) if known else current
     counts = tuple(float(bucket_counts.get(i, 0)) for i in range(start, current))
-    return ArrivalStats(now, current * BUCKET_S, counts, tuple(gaps)[-MAX_GAPS:], last_arrival_at)
+    gaps = merged_gaps(tuple(gaps)[-MAX_GAPS:], tuple(idle_gaps)[-MAX_IDLE_GAPS:])
+    return ArrivalStats(now, current * BUCKET_S, counts, gaps, last_arrival_at)
 
 
 class ConcurrencyWindow:

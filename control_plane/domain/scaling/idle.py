@@ -3,9 +3,10 @@
 After each arrival the autoscaler may keep its worker for a while, or let it go and boot one
 again shortly before the next arrival is likely. "Serverless in the Wild" (ATC'20) sets these
 windows at the 5th and 99th percentiles of an idle-time histogram, with 10 % margins. Here the
-histogram is the empirical distribution of the last `history.MAX_GAPS` gaps (exact, no bin
-rounding: a 25 % bin at 15 min is wider than a boot), and both windows are chosen to minimise
-the expected cost over it: idle worker-seconds plus cold starts, priced as in `policy.py`.
+histogram is the deployment's recent gaps (`history.ArrivalStats.gaps`), each idle one spread
+to its neighbours (no fixed bins: a 25 % bin at 15 min is wider than a boot), and both windows
+are chosen to minimise the expected cost over it: idle worker-seconds plus cold starts, priced
+as in `policy.py`.
 Percentile rules fall out as special cases (a sharp period gives a pre-warm just before it; a
 flat distribution gives keep-or-release), and nothing is tuned to a trace.
 
@@ -103,7 +104,6 @@ def fit_idle_windows(
     apart) each counted as a cold start of a released worker, and a deployment called every
     four minutes was fitted no pre-warm at all: every call of it was cold.
     """
-    n = len(gaps)
     penalty_s *= wake
     # Enough gaps, and enough time: the windows reach out to `max_keepalive_s`, and gaps that
     # span less than that (one burst's arrivals, a second apart) say nothing about whether a
@@ -123,15 +123,19 @@ def fit_idle_windows(
     # misses the next that comes earlier, and with few gaps and callers priced per wake that
     # miss can cost more than being ready a little sooner. (A scheduled batch of 100 calls was
     # pre-warmed for its earliest gap seen, 592 s, and missed the batches that came at 586 s.)
-    g = np.sort(np.concatenate((g, (idle[0] * EARLY_MARGIN, idle[-1] * LATE_MARGIN))))
-    n = g.size
-    prefix = np.concatenate(([0.0], np.cumsum(g)))
+    # Nor does it come exactly at one of them: it falls between each two neighbours one time in
+    # n + 1, anywhere between them. So the idle gaps seen are not points but the bounds of the
+    # spans the next may fall in, each span as likely, spread evenly (`_Spread`). As points, a
+    # bursty deployment's ten pauses, five of 64-240 s and five of 648 s or more, said that no
+    # pause ends between 240 and 648 s: its workers, whose wake costs 65 callers a boot, were
+    # released 264 s after each burst, where the scale-down window (600 s) was cheaper. (Gaps
+    # shorter than a job are served by the worker still at it: those stay points.)
+    knots = np.concatenate(([idle[0] * EARLY_MARGIN], idle, [idle[-1] * LATE_MARGIN]))
+    busy = g[g < busy_s]
+    below = _Spread(busy, knots)
+    n = below.total
+    g = np.concatenate((busy, knots))  # the candidates, as before: the gaps and the two beyond
     cold = boot_s + penalty_s
-
-    def below(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(count, sum) of gaps < x."""
-        i = np.searchsorted(g, x, side="left")
-        return i.astype(np.float64), prefix[i]
 
     # candidate ends: no keeping, each gap and each gap with the late margin, the window
     ends = np.unique(
@@ -168,3 +172,33 @@ def fit_idle_windows(
         if cost[r, c] < best.expected_cost_s:
             best = IdleWindows(float(starts[r]), float(ends2[c]), True, float(cost[r, c]))
     return IdleWindows(best.prewarm_s, best.keepalive_s, True, best.expected_cost_s / n, wake)
+
+
+class _Spread:
+    """The gaps as `fit_idle_windows` counts them: each gap shorter than a job where it is; the
+    rest spread between neighbouring `knots` (sorted: the idle gaps and the two beyond them),
+    each of their spans holding the same share, knots + 1 gaps' worth in all."""
+
+    def __init__(self, points: np.ndarray, knots: np.ndarray) -> None:
+        self.points = np.sort(points)
+        self.point_sums = np.concatenate(([0.0], np.cumsum(self.points)))
+        self.knots = knots
+        self.share = knots.size / (knots.size - 1)  # each span's
+        mids = (knots[:-1] + knots[1:]) / 2
+        self.span_sums = np.concatenate(([0.0], np.cumsum(self.share * mids)))
+        self.total = float(self.points.size + knots.size)
+
+    def __call__(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(count, sum) of the gaps below each x."""
+        i = np.searchsorted(self.points, x, side="left")
+        count, total = i.astype(np.float64), self.point_sums[i]
+        k = self.knots
+        spans = k.size - 1
+        # the span x falls in (or the last one, beyond them all), and how far into it
+        j = np.clip(np.searchsorted(k, x, side="left") - 1, 0, spans - 1)
+        lo, width = k[j], k[j + 1] - k[j]
+        inside = np.where(width > 0, (x - lo) / np.where(width > 0, width, 1.0), x > lo)
+        frac = np.clip(inside, 0.0, 1.0)
+        count = count + self.share * (j + frac)
+        total = total + self.span_sums[j] + self.share * frac * (lo + frac * width / 2)
+        return count, total
