@@ -33,9 +33,9 @@ MAX_GAPS = 256
 # gaps are read back with them. 10 s, a bucket: a burst's gaps are shorter (the forecaster sees
 # its calls as one stream), and a worker kept through a shorter gap costs less than one of its
 # jobs. 64: the idle windows' 10 gaps several times over, and a day of a 20-minute schedule.
-# The older gaps under 10 s are not kept: read back, the past gets a few more long pauses and
-# none of its short ones; those cost a kept worker little, and a worker released for them is
-# priced by the short gaps of the last MAX_GAPS, which stay.
+# The older gaps under 10 s are not kept, so the past as read back holds its long pauses and
+# not its short ones: keeping a worker through a short gap costs little either way, and the
+# recent short gaps (in the last MAX_GAPS) still weigh against releasing it.
 IDLE_GAP_S = 10.0
 MAX_IDLE_GAPS = 64
 
