@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import numpy as np
 import pytest
 
 from control_plane.domain.scaling.forecast import MIN_BUCKETS, fit_forecast
@@ -19,7 +20,13 @@ from control_plane.domain.scaling.history import (
     merged_gaps,
     stats_of,
 )
-from control_plane.domain.scaling.idle import MIN_GAPS, PLAIN, fit_idle_windows, wake_requests
+from control_plane.domain.scaling.idle import (
+    MIN_GAPS,
+    PLAIN,
+    _Spread,
+    fit_idle_windows,
+    wake_requests,
+)
 from control_plane.domain.scaling.service import (
     MAX_SAMPLES,
     MIN_SAMPLES,
@@ -272,3 +279,25 @@ def test_a_pause_may_end_between_two_seen() -> None:
     # a cold start of one caller is worth less than that idle time: released when its work ends
     single = fit_idle_windows(burst + pauses, 30, 60, 600, wake=1.0, busy_s=5.9)
     assert single.prewarms and single.prewarm_s > 600
+
+
+def test_the_spread_gaps_count_what_a_dense_sample_of_them_counts() -> None:
+    """`_Spread`, the distribution the idle windows are fitted on, against a sample of it:
+    each gap shorter than a job as it is, each span between knots (a zero-width one included:
+    two equal gaps) drawn as 20,000 evenly placed gaps of an equal share."""
+    points = np.array([0.5, 1.0, 4.0])
+    knots = np.array([27.0, 30.0, 30.0, 33.0, 50.0])
+    spread = _Spread(points, knots)
+    m = 20_000
+    frac = (np.arange(m) + 0.5) / m
+    inner = (knots[:-1, None] + np.diff(knots)[:, None] * frac[None, :]).ravel()
+    share = knots.size / (knots.size - 1) / m
+    sample = np.concatenate((points, inner))
+    weight = np.concatenate((np.ones(points.size), np.full(inner.size, share)))
+    assert spread.total == pytest.approx(weight.sum())
+    xs = np.array([0.0, 0.7, 10.0, 27.0, 28.5, 30.0, 30.5, 33.0, 41.0, 50.0, 80.0])
+    count, total = spread(xs)
+    for x, c, t in zip(xs, count, total, strict=True):
+        below = sample < x
+        assert c == pytest.approx(weight[below].sum(), abs=1e-3)
+        assert t == pytest.approx((weight * sample)[below].sum(), abs=1e-2)
