@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from control_plane.domain.clock import Clock, utc_now
 from control_plane.services.edge_cache import EdgeCache
 from control_plane.services.finish import Outbox
+from control_plane.services.local_ends import LocalEnds
 from control_plane.services.model_meta import ModelMetaCache
 from control_plane.services.quotas import Quotas
 from control_plane.settings import Settings
@@ -29,8 +30,9 @@ class AppContext:
     model_meta: ModelMetaCache  # context length, tokenizer, chat template per deployment version
     quotas: Quotas  # per-tenant rate and in-flight limits
     clock: Clock = field(default=utc_now)  # the time every route and service here uses
+    ends: LocalEnds = field(default_factory=LocalEnds)  # sync callers waiting in this process
 
     @property
     def outbox(self) -> Outbox:
         """Where finished jobs are announced (event streams, webhooks)."""
-        return Outbox(self.redis, self.celery)
+        return Outbox(self.redis, self.celery, self.ends)

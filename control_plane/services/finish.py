@@ -11,8 +11,9 @@ For each job it
     2. gives the slot of a batch line that held one to the batch's next waiting line
        (`batch_slots.hand_over`), then commits (the database is the truth before anyone hears
        of it: DESIGN §5);
-    3. sets the cancel flag of a job a worker may still hold, publishes the terminal event of
-       its status, and enqueues `job.completed` with a message id that is the same for every
+    3. hands a sync job's end to its caller if it waits in this process (`local_ends.py`),
+       then sets the cancel flag of a job a worker may still hold, publishes the terminal event
+       of its status, and enqueues `job.completed` with a message id that is the same for every
        path (`webhooks.message_id`), so a repeated announcement is one message to the receiver;
     4. wakes the batch lines that got a slot, and the loop when a batch has no line left
        (the loop's pump completes it);
@@ -42,6 +43,7 @@ from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobKind, JobS
 from control_plane.metrics import families
 from control_plane.services import batch_slots, events, jobs, webhooks
 from control_plane.services.job_queries import states_sql
+from control_plane.services.local_ends import LocalEnds
 from control_plane.tasks_api import enqueue_webhook
 from worker.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
 
@@ -64,6 +66,7 @@ class Outbox:
 
     redis: redis.Redis  # job event streams and cancel flags
     celery: Celery  # webhook delivery tasks
+    local: LocalEnds | None = None  # sync callers waiting in this process (the API's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,11 +261,15 @@ def _announce(outbox: Outbox, ended: list[tuple[Job, bool]]) -> None:
     if not ended:
         return
     try:
+        ends = [(EVENT_OF_STATUS[JobStatus(job.status)], jobs.to_public(job)) for job, _ in ended]
+        if outbox.local is not None:  # a caller waiting here answers during the round trip
+            for (job, _), end in zip(ended, ends, strict=True):
+                if job.kind == JobKind.SYNC:
+                    outbox.local.deliver(job.id, end)
         pipe = outbox.redis.pipeline(transaction=False)
-        for job, was_running in ended:
+        for (job, was_running), (event, public) in zip(ended, ends, strict=True):
             if was_running:  # a worker may still hold it
                 pipe.set(job_cancel_key(job.id), "1", ex=CANCEL_FLAG_TTL_S)
-            event, public = EVENT_OF_STATUS[JobStatus(job.status)], jobs.to_public(job)
             # a sync job's caller waits for its end alone (`events.wait_end`)
             events.end_to(pipe, job.id, event, public, waited_on=job.kind == JobKind.SYNC)
         pipe.execute()

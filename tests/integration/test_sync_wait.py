@@ -1,8 +1,11 @@
-"""A sync call waits for its job's end alone (`events.wait_end`), against a real Redis."""
+"""A sync call waits for its job's end alone (`events.wait_end`), against a real Redis, or has
+it handed over in its own API process (`LocalEnds`)."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import socket
 import threading
 import time
 from typing import Any
@@ -93,3 +96,32 @@ def test_a_sync_call_answers_with_its_job_as_it_ended(
     assert time.monotonic() - started < 10, "an ended job is answered without waiting"
     assert replay.status_code == 200
     assert replay.json()["id"] == jid and replay.json()["output"]["text"] == "yes"
+
+
+def _unreachable_redis() -> aioredis.Redis:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nobody listens once closed
+    return aioredis.Redis.from_url(f"redis://127.0.0.1:{port}/0", socket_connect_timeout=0.2)
+
+
+def test_a_call_waiting_in_the_process_that_ended_its_job_is_answered_from_there(
+    client: TestClient, keys: dict[str, str]
+) -> None:
+    """The end is handed over in the process (`LocalEnds`), not read back from Redis: with
+    every read of ends failing (a Redis the route cannot reach), the call still answers at
+    its end, not at its `wait_s` (when it would read the job from the database)."""
+    deploy(client, keys["a"])
+    ctx = client.app.state.ctx  # type: ignore[attr-defined]
+    client.app.state.ctx = dataclasses.replace(ctx, aredis=_unreachable_redis())  # type: ignore[attr-defined]
+    try:
+        worker = finish_when_queued(client, keys["a"], "from here")
+        started = time.monotonic()
+        body = {"input": {"prompt": "hi"}, "wait_s": 30}
+        answer = client.post("/v1/deployments/demo/run", json=body, headers=h(keys["a"]))
+        worker.join()
+    finally:
+        client.app.state.ctx = ctx  # type: ignore[attr-defined]
+    assert time.monotonic() - started < 10, "answered at its end"
+    assert answer.status_code == 200 and answer.json()["output"]["text"] == "from here"
+    assert answer.json()["status"] == "succeeded"
