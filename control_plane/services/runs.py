@@ -5,6 +5,7 @@
                   the model's context and the tenant's quota, commit the job, then record its
                   arrival (the autoscaler's history) and wake a worker
     read / cancel a job of the caller's tenant (cancel ends it through `services.finish`)
+    end_of        a sync job as it ended, for a caller that waits for the end alone
     follow_or_cancel  a job's events until its end; a consumer that goes away cancels it
 
 `create` runs in a worker thread of the API (it does blocking SQL and Redis calls).
@@ -16,7 +17,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
@@ -34,6 +35,7 @@ from control_plane.services import (
 from control_plane.services.auth import Principal
 from control_plane.services.dispatch import wake
 from control_plane.services.edge_cache import DeploymentRef, EdgeView, TenantLimits
+from control_plane.services.local_ends import End
 from control_plane.services.quotas import Limits, StaleView
 from worker import logs, tracing
 from worker.protocol import TERMINAL_EVENTS, EventType
@@ -223,6 +225,67 @@ def cancel_quietly(ctx: AppContext, job_id: str, tenant_id: str) -> None:
         cancel(ctx, job_id, tenant_id)
     except Exception:
         log.exception("cancel after disconnect failed for job %s", job_id)
+
+
+class CallerGone(Exception):
+    """The caller of a sync job went away while it waited; the job was canceled."""
+
+
+async def end_of(
+    ctx: AppContext,
+    job_id: str,
+    tenant_id: str,
+    wait_s: float,
+    disconnected: Callable[[], Awaitable[bool]],
+) -> dict[str, Any] | None:
+    """A sync job as it ended, once it ends within `wait_s`; None when it did not (it runs on).
+
+    Its end comes handed over in this process (`LocalEnds`: the worker's report reached it) or
+    read from Redis (`events.wait_end`), whichever comes first; both carry the job as
+    committed. Between reads (every half second) a caller that went away (`disconnected()`)
+    cancels the job, so its worker frees the slot: CallerGone.
+    """
+    local = ctx.ends.expect(job_id)
+    try:
+        async with asyncio.timeout(wait_s):
+            while True:
+                end = await _end_from_either(ctx, job_id, local)
+                if end is not None:
+                    _event, job = end
+                    if job.get("id") == job_id:
+                        return job
+                    return await asyncio.to_thread(read, ctx, job_id, tenant_id)
+                if await disconnected():
+                    await asyncio.to_thread(cancel_quietly, ctx, job_id, tenant_id)
+                    raise CallerGone(job_id)
+    except TimeoutError:
+        return None
+    finally:
+        ctx.ends.forget(job_id, local)
+
+
+async def _end_from_either(ctx: AppContext, job_id: str, local: asyncio.Future[End]) -> End | None:
+    """The end handed over (`local`) or read from Redis, whichever first; None after the
+    read's block."""
+    if local.done():
+        return local.result()
+    remote = asyncio.ensure_future(events.wait_end(ctx.aredis, job_id, block_s=0.5))
+    try:
+        await asyncio.wait((local, remote), return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        remote.cancel()
+        raise
+    if local.done():
+        # The read ends within its block (the end it waits for is on its way); it consumes
+        # nothing (`wait_end` rotates the list).
+        remote.add_done_callback(_retrieved)
+        return local.result()
+    return remote.result()
+
+
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: no "exception never retrieved" warning
 
 
 async def follow_or_cancel(

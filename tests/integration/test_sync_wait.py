@@ -13,7 +13,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 
+from control_plane.api.app import create_app
 from control_plane.services import events
+from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h
 from worker.protocol import JOB_EVENTS_ENDED_TTL_S, EventType, job_end_key, job_events_key
 
@@ -125,3 +127,28 @@ def test_a_call_waiting_in_the_process_that_ended_its_job_is_answered_from_there
     assert time.monotonic() - started < 10, "answered at its end"
     assert answer.status_code == 200 and answer.json()["output"]["text"] == "from here"
     assert answer.json()["status"] == "succeeded"
+
+
+def test_an_openai_call_waits_for_its_end_alone_and_leaves_a_late_job_running(
+    settings: Settings, clock: Any, keys: dict[str, str]
+) -> None:
+    """`/v1/chat/completions` waits as `/run` does (`runs.end_of`): answered at its job's end;
+    past the wait, 504 with the job, which runs on for the caller to poll (not canceled)."""
+    short = settings.model_copy(update={"sync_wait_max_s": 0.5})
+    with TestClient(create_app(short, clock=clock)) as client:
+        deploy(client, keys["a"])
+        chat = {"model": "demo", "messages": [{"role": "user", "content": "hi"}]}
+        late = client.post("/v1/chat/completions", json=chat, headers=h(keys["a"]))
+        assert late.status_code == 504, late.text
+        job_id = late.headers["X-Job-Id"]
+        assert f"/v1/jobs/{job_id}" in late.json()["error"]["message"]  # OpenAI's error shape
+        polled = client.get(f"/v1/jobs/{job_id}", headers=h(keys["a"])).json()
+        assert polled["status"] == "queued", "left running for the caller to poll"
+        client.delete(f"/v1/jobs/{job_id}", headers=h(keys["a"]))
+    with TestClient(create_app(settings, clock=clock)) as client:
+        deploy(client, keys["b"])  # a tenant of its own: its first job is this call's
+        worker = finish_when_queued(client, keys["b"], "hello")
+        answer = client.post("/v1/chat/completions", json=chat, headers=h(keys["b"]))
+        worker.join()
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["message"]["content"] == "hello"

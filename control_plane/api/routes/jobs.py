@@ -24,14 +24,12 @@ from control_plane.domain.eta import estimate_wait_s
 from control_plane.domain.states import JobKind, is_terminal
 from control_plane.services import (
     cold_starts,
-    events,
     job_queries,
     jobs,
     runs,
     timeline,
     workers,
 )
-from control_plane.services.local_ends import End
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
@@ -91,54 +89,15 @@ async def run(
     if is_terminal(job["status"]):  # a replay of a call whose job has ended
         return JSONResponse(job, status_code=200, headers=headers)
     wait_s = min(body.wait_s or ctx.settings.sync_wait_default_s, ctx.settings.sync_wait_max_s)
-    final: dict[str, Any] | None = None
-    local = ctx.ends.expect(job_id)
     try:
-        async with asyncio.timeout(wait_s):
-            while True:
-                end = await _end_of(ctx, job_id, local)
-                if end is not None:
-                    # The terminal event carries the job as committed (`finish._announce`):
-                    # no need to read it back.
-                    final = end[1] if end[1].get("id") == job_id else None
-                    break
-                if await request.is_disconnected():
-                    # Nobody waits for this answer any more: free the worker's slot.
-                    await asyncio.to_thread(runs.cancel_quietly, ctx, job_id, tenant_id)
-                    return Response(status_code=499, headers=headers)
-    except TimeoutError:
-        pass
-    finally:
-        ctx.ends.forget(job_id, local)
-    if final is None:
+        final = await runs.end_of(ctx, job_id, tenant_id, wait_s, request.is_disconnected)
+    except runs.CallerGone:
+        return Response(status_code=499, headers=headers)
+    if final is None:  # still running: the job as it stands
         final = await asyncio.to_thread(runs.read, ctx, job_id, tenant_id)
     return JSONResponse(
         final, status_code=200 if is_terminal(final["status"]) else 202, headers=headers
     )
-
-
-async def _end_of(ctx: AppContext, job_id: str, local: asyncio.Future[End]) -> End | None:
-    """The job's end from whichever way brings it first: handed over in this process
-    (`LocalEnds`) or read from Redis (`events.wait_end`); None after the read's block."""
-    if local.done():
-        return local.result()
-    remote = asyncio.ensure_future(events.wait_end(ctx.aredis, job_id, block_s=0.5))
-    try:
-        await asyncio.wait((local, remote), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        remote.cancel()
-        raise
-    if local.done():
-        # The read ends within its block (the end it waits for is on its way); it consumes
-        # nothing (`wait_end` rotates the list).
-        remote.add_done_callback(_ignore)
-        return local.result()
-    return remote.result()
-
-
-def _ignore(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved: no "exception never retrieved" warning
 
 
 async def _sse(ctx: AppContext, job_id: str, tenant_id: str) -> AsyncIterator[str]:

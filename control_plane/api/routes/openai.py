@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -164,19 +164,23 @@ async def _run(
     )
 
 
-async def _wait(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
+async def _wait(
+    ctx: AppContext, job_id: str, tenant_id: str, request: Request
+) -> dict[str, Any] | None:
+    """The job as it ended (None: its caller went away, and the job was canceled)."""
     try:
-        async with asyncio.timeout(ctx.settings.sync_wait_max_s):
-            async for event, _ in runs.follow_or_cancel(ctx, job_id, tenant_id):
-                if event in TERMINAL_EVENTS:
-                    break
-    except TimeoutError:
+        final = await runs.end_of(
+            ctx, job_id, tenant_id, ctx.settings.sync_wait_max_s, request.is_disconnected
+        )
+    except runs.CallerGone:
+        return None
+    if final is None:  # it runs on: the caller may poll it
         raise JobStillRunning(
             f"the job did not finish within {ctx.settings.sync_wait_max_s:g} s; "
             f"poll GET /v1/jobs/{job_id}",
             job_id=job_id,
-        ) from None
-    return await asyncio.to_thread(runs.read, ctx, job_id, tenant_id)
+        )
+    return final
 
 
 def _sse(obj: dict[str, Any]) -> str:
@@ -232,6 +236,7 @@ def list_models(session: Db, who: Principal) -> Any:
 async def chat_completions(
     body: ChatCompletionRequest,
     ctx: Ctx,
+    request: Request,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Any:
     prompt = await asyncio.to_thread(_render, ctx, bearer_token(authorization), body)
@@ -256,7 +261,9 @@ async def chat_completions(
             _stream(ctx, job, tenant_id, chunk, include), media_type="text/event-stream",
             headers=headers,
         )  # fmt: skip
-    final = await _wait(ctx, job["id"], tenant_id)
+    final = await _wait(ctx, job["id"], tenant_id, request)
+    if final is None:
+        return Response(status_code=499, headers=headers)  # nobody reads it
     _raise_for_job(final)
     text = (final.get("output") or {}).get("text", "")
     return JSONResponse(
@@ -283,6 +290,7 @@ async def chat_completions(
 async def completions(
     body: CompletionRequest,
     ctx: Ctx,
+    request: Request,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Any:
     job, tenant_id = await _run(
@@ -305,7 +313,9 @@ async def completions(
             _stream(ctx, job, tenant_id, chunk, include), media_type="text/event-stream",
             headers=headers,
         )  # fmt: skip
-    final = await _wait(ctx, job["id"], tenant_id)
+    final = await _wait(ctx, job["id"], tenant_id, request)
+    if final is None:
+        return Response(status_code=499, headers=headers)  # nobody reads it
     _raise_for_job(final)
     return JSONResponse(
         {
