@@ -277,13 +277,19 @@ async def _end_from_either(ctx: AppContext, job_id: str, local: asyncio.Future[E
         raise
     if local.done():
         # The read ends within its block (the end it waits for is on its way); it consumes
-        # nothing (`wait_end` rotates the list).
-        remote.add_done_callback(_retrieved)
+        # nothing (`wait_end` rotates the list). Held until then: the loop keeps only a weak
+        # reference to a task.
+        _reads_left.add(remote)
+        remote.add_done_callback(_left_read_done)
         return local.result()
     return remote.result()
 
 
-def _retrieved(task: asyncio.Future[Any]) -> None:
+_reads_left: set[asyncio.Future[Any]] = set()  # reads of ends handed over meanwhile
+
+
+def _left_read_done(task: asyncio.Future[Any]) -> None:
+    _reads_left.discard(task)
     if not task.cancelled():
         task.exception()  # retrieved: no "exception never retrieved" warning
 
