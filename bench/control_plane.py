@@ -75,7 +75,9 @@ TERMINAL = {"succeeded", "failed", "canceled", "expired", "timed_out"}
 
 
 def pct(values: list[float], q: float) -> float:
-    """The q-quantile (0 < q < 1) of at least two values, interpolated."""
+    """The q-quantile (0 < q < 1) of the values, interpolated (one value: itself)."""
+    if len(values) == 1:
+        return values[0]
     return statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1]
 
 

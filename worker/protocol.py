@@ -55,7 +55,25 @@ PRIORITY_OF_KIND = {"sync": 0, "async": 3, "batch": 6}
 
 # Broker transport options both producer and consumer must share: Redis has no native
 # priorities, so kombu keeps one list per priority step and polls them in order.
-BROKER_TRANSPORT_OPTIONS = {"priority_steps": list(range(10)), "queue_order_strategy": "priority"}
+PRIORITY_STEPS = list(range(10))
+BROKER_TRANSPORT_OPTIONS = {"priority_steps": PRIORITY_STEPS, "queue_order_strategy": "priority"}
+# kombu's Redis transport: a queue's list for priority step p > 0 is "<queue>\x06\x16<p>"; a
+# delivered message waits for its ack in the hash UNACKED_KEY (delivery tag → [payload,
+# exchange, routing key]) and the sorted set UNACKED_INDEX_KEY (delivery tag → delivered at).
+KOMBU_PRIORITY_SEP = "\x06\x16"
+UNACKED_KEY = "unacked"
+UNACKED_INDEX_KEY = "unacked_index"
+
+
+def priority_key(queue: str, priority: int) -> str:
+    """The Redis list of `queue`'s wake-ups of broker priority `priority` (a step)."""
+    return f"{queue}{KOMBU_PRIORITY_SEP}{priority}" if priority else queue
+
+
+def queue_keys(queue: str) -> list[str]:
+    """`queue`'s lists, the first served first."""
+    return [priority_key(queue, p) for p in PRIORITY_STEPS]
+
 
 # How long a job's event stream is kept after its last write while the job is active, and
 # after its terminal event: its readers (a stream's client, the output-webhook follower) are

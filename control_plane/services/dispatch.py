@@ -11,6 +11,7 @@ from typing import Any
 
 import redis
 from celery import Celery
+from kombu.exceptions import ChannelError
 
 from control_plane.domain.wakeups import Unacked, control_task_eta, job_of
 from control_plane.services import arrivals, events
@@ -20,10 +21,12 @@ from worker.protocol import (
     BROKER_TRANSPORT_OPTIONS,
     PRIORITY_OF_KIND,
     RUN_JOB_TASK,
+    UNACKED_INDEX_KEY,
+    UNACKED_KEY,
     EventType,
     deployment_queue,
+    priority_key,
 )
-from worker.runtime import consumer
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +57,9 @@ def dispatch_job(r: redis.Redis, deployment_id: str, job_id: str, kind: str) -> 
 def wakeup(deployment_id: str, job_id: str, kind: str) -> tuple[str, bytes]:
     """(Redis list, message) of a job's wake-up: a Celery protocol-v2 task message for
     RUN_JOB_TASK in kombu's Redis envelope, exactly what `Celery.send_task` writes there
-    (the worker consumes it with kombu). Built here because Celery's producer spends ~1 ms of
-    CPU per message, on every admission, and takes a round trip of its own."""
+    (the worker reads it as kombu would: `worker/runtime/consumer.py`). Built here because
+    Celery's producer spends ~1 ms of CPU per message, on every admission, and takes a round
+    trip of its own."""
     queue = deployment_queue(deployment_id)
     priority = PRIORITY_OF_KIND.get(kind, PRIORITY_OF_KIND["async"])
     task_id = str(uuid.uuid4())
@@ -86,15 +90,17 @@ def wakeup(deployment_id: str, job_id: str, kind: str) -> tuple[str, bytes]:
             "delivery_tag": str(uuid.uuid4()),
         },
     }
-    # kombu's Redis transport keeps one list per priority step: "<queue>\x06\x16<step>" (0: bare)
-    key = f"{queue}{KOMBU_PRIORITY_SEP}{priority}" if priority else queue
-    return key, json.dumps(message).encode()
+    return priority_key(queue, priority), json.dumps(message).encode()
 
 
 def queue_depth(app: Celery, queue: str) -> int:
-    """Messages waiting in a broker queue (0 when the queue does not exist yet)."""
+    """Messages waiting in a broker queue, every priority (0 when it does not exist yet)."""
     with app.connection_for_read() as conn:
-        return consumer.queue_depth(conn, queue)
+        try:
+            declared = conn.default_channel.queue_declare(queue=queue, passive=True)
+        except ChannelError:
+            return 0
+        return int(declared.message_count)
 
 
 def wake(
@@ -134,10 +140,6 @@ def wake(
     return True
 
 
-KOMBU_PRIORITY_SEP = "\x06\x16"  # kombu.transport.redis: between a queue and its priority
-# kombu's Redis transport keeps delivered, unacked messages here (its default key names).
-UNACKED_KEY = "unacked"
-UNACKED_INDEX_KEY = "unacked_index"
 _PAGE = 1000
 
 

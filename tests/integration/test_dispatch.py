@@ -1,4 +1,4 @@
-"""Wake-ups go through the real broker: Celery sends, a kombu consumer (the worker's) receives."""
+"""Wake-ups go through the real broker: the control plane sends, the worker's consumer receives."""
 
 import os
 import signal
@@ -11,9 +11,14 @@ from typing import Any
 import redis
 
 from control_plane.embedded.processes import free_port, start_redis
-from control_plane.services.dispatch import dispatch_job, make_celery, queue_depth
+from control_plane.services.dispatch import (
+    dispatch_job,
+    make_celery,
+    queue_depth,
+    unacked_wakeups,
+)
 from control_plane.settings import Settings
-from worker.protocol import deployment_queue
+from worker.protocol import UNACKED_INDEX_KEY, UNACKED_KEY, deployment_queue
 from worker.runtime.consumer import Delivery, consume, jobs_waiting
 
 
@@ -86,6 +91,44 @@ def test_a_consumer_outlives_a_broker_restart(tmp_path: Path) -> None:
         assert not thread.is_alive(), "the consumer did not drain and return"
     finally:
         server.stop()
+
+
+def test_a_delivery_is_noted_until_its_job_is_acked(redis_url: str, redis_client: Any) -> None:
+    """While a job is held, its wake-up is noted as delivered in kombu's keys (the
+    reconciler's sweep reads them); its ack removes the note."""
+    queue = deployment_queue("dep_note")
+    dispatch_job(redis_client, "dep_note", "job_noted", "async")
+    thread, seen, held = holding_consumer(redis_url, queue, until=1)
+    thread.start()
+    wait_for(lambda: seen == ["job_noted"])
+    wait_for(lambda: [u.job_id for u in unacked_wakeups(redis_client, time.time() + 1)] != [])
+    assert [u.job_id for u in unacked_wakeups(redis_client, time.time() + 1)] == ["job_noted"]
+    held[0].ack()
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "the consumer did not drain and return"
+    assert redis_client.hlen(UNACKED_KEY) == 0 and redis_client.zcard(UNACKED_INDEX_KEY) == 0
+
+
+def test_a_stopping_consumer_leaves_new_wake_ups_for_others(
+    redis_url: str, redis_client: Any
+) -> None:
+    """Asked to stop while it waits on the queue, a consumer hands out nothing more: a wake-up
+    that reaches it then goes back to the head of its list, for another worker."""
+    queue = deployment_queue("dep_stop")
+    seen: list[str] = []
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=consume, args=(redis_url, queue, 1, lambda d: seen.append(d.job_id), stop.is_set)
+    )
+    thread.start()
+    time.sleep(0.3)  # its BRPOP waits on the empty queue
+    stop.set()
+    dispatch_job(redis_client, "dep_stop", "job_for_another", "sync")
+    thread.join(timeout=20)
+    assert not thread.is_alive(), "the consumer did not return"
+    assert seen == []
+    assert redis_client.llen(queue) == 1, "the wake-up waits for another worker"
+    assert redis_client.hlen(UNACKED_KEY) == 0
 
 
 def holding_consumer(

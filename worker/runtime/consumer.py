@@ -1,50 +1,66 @@
-"""Queue consumer: Celery protocol-v2 messages on a deployment queue, acknowledged late.
+"""Queue consumer: a deployment queue's wake-ups, acknowledged late.
+
+A wake-up is a Celery protocol-v2 task message for RUN_JOB_TASK in kombu's Redis envelope (the
+control plane writes it: `services/dispatch.wakeup`). The worker reads it the way kombu's Redis
+transport does, on two connections of its own: a BRPOP over the queue's priority lists (the
+first non-empty list, highest priority, is served first), then the message noted as delivered
+and not acknowledged (`unacked` / `unacked_index`, kombu's bookkeeping, which the control plane
+sweeps: `reconcile.jobs.forget_stale_wakeups`), and the note removed once the job's outcome is
+stored. It held kombu's own consumer until it was measured: kombu spent ~0.6 ms of Python per
+job on this thread (a client object built for every command, its message objects), and noted
+the delivery (a round trip) before handing the job on. Here the note is sent, the job handed to
+its claim, and only then is the note's answer read: the round trip overlaps the claim.
 
 The worker does not run a Celery worker: it needs its own lifecycle (load before consuming,
-drain on SIGTERM) and many jobs in flight inside one engine. kombu gives exactly the broker
-part: prefetch = jobs the worker may hold, ack only after the job's result is stored.
+drain on SIGTERM) and many jobs in flight inside one engine. Prefetch = jobs the worker may
+hold; a job is acknowledged only after its result is stored. At-least-once does not rest on
+the note: the database is the truth, and the reconciler re-sends the wake-ups of jobs that
+wait while their queue is empty and requeues the jobs of dead workers (DESIGN §5).
 
-NOTE: kombu connections are not thread-safe. Jobs finish on other threads, so a ``Delivery``'s
-``ack()`` only queues the message; the consumer's own thread acknowledges it on its next turn.
+Not thread-safe: jobs finish on other threads, so a ``Delivery``'s ``ack()`` only queues the
+tag; this thread removes the notes on its next turn.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import contextlib
+import json
 import logging
 import queue
-import socket
 import time
-from collections import deque
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
-from kombu import Connection, Exchange, Message, Queue
-from kombu.exceptions import ChannelError, OperationalError
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from worker.protocol import BROKER_TRANSPORT_OPTIONS, RUN_JOB_TASK
+from worker.protocol import (
+    RUN_JOB_TASK,
+    UNACKED_INDEX_KEY,
+    UNACKED_KEY,
+    queue_keys,
+)
 
 log = logging.getLogger(__name__)
 # Backoff between attempts to re-open a lost broker connection.
 RECONNECT_MIN_S = 0.2
 RECONNECT_MAX_S = 5.0
 # A broker connection that stops answering without closing (a partition, a lost NAT entry, a
-# failed-over Redis) gets no RST. kombu's Redis transport waits forever on it by default: a
-# synchronous command (an ack, its periodic restore of unacked messages) then hangs the
-# consumer for good, while the worker, heartbeating on its own connection, looks idle to the
-# reconciler and is never replaced. So every command times out (the connection is then
-# re-opened by `consume`), and kombu (5.7+) drops a BRPOP whose answer is overdue by
-# BROKER_HEALTH_CHECK_S (its server-side timeout is 1 s), instead of after 25 s; a BRPOP
-# whose answer has arrived is never dropped, so a slow worker loses no wake-up to it.
+# failed-over Redis) gets no RST: every command times out (the connections are then re-opened
+# by `consume`), and a BRPOP whose answer is overdue by BROKER_HEALTH_CHECK_S past its
+# server-side timeout is given up. A BRPOP whose answer has arrived is always read, so a slow
+# worker loses no wake-up to it.
 BROKER_SOCKET_TIMEOUT_S = 3.0
 BROKER_HEALTH_CHECK_S = 2
-CONSUMER_TRANSPORT_OPTIONS = {
-    **BROKER_TRANSPORT_OPTIONS,
-    "socket_timeout": BROKER_SOCKET_TIMEOUT_S,
-    "socket_connect_timeout": BROKER_SOCKET_TIMEOUT_S,
-    "health_check_interval": BROKER_HEALTH_CHECK_S,
-}
+# The server-side wait of one BRPOP (kombu's): an idle worker sends one a second.
+BRPOP_TIMEOUT_S = 1
+# What a lost broker connection raises.
+LOST = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
 def job_id_of(body: Any, headers: dict[str, Any]) -> str | None:
@@ -66,30 +82,34 @@ def priority_of(properties: dict[str, Any]) -> int:
 
 
 def preload() -> None:
-    """Import kombu's Redis transport (~0.08 s, paid by the first connection otherwise), so a
-    warm-pool worker does not pay it between its load and its first job."""
-    import kombu.transport.redis  # noqa: F401
+    """Import what the first connection would (redis-py's parser), so a warm-pool worker does
+    not pay it between its load and its first job."""
+    import redis.connection  # noqa: F401
 
 
-def queue_depth(conn: Connection, queue_name: str) -> int:
-    """Messages waiting in a broker queue, every priority (0 when it does not exist yet)."""
-    try:
-        declared = conn.default_channel.queue_declare(queue=queue_name, passive=True)
-    except ChannelError:
-        return 0
-    return int(declared.message_count)
+def _pool(broker_url: str) -> redis.ConnectionPool:
+    # no retries inside a command: a lost connection is `consume`'s to re-open, with backoff
+    return redis.ConnectionPool.from_url(
+        broker_url,
+        socket_timeout=BROKER_SOCKET_TIMEOUT_S,
+        socket_connect_timeout=BROKER_SOCKET_TIMEOUT_S,
+        retry=Retry(NoBackoff(), 0),
+    )
 
 
 def jobs_waiting(broker_url: str, queue_name: str) -> bool:
     """Whether wake-ups wait in `queue_name`; False when the broker cannot say."""
-    # no reconnect attempts: a broker that is down answers at once (kombu would retry ~6 s)
-    options = {**CONSUMER_TRANSPORT_OPTIONS, "max_retries": 0}
+    client = redis.Redis(connection_pool=_pool(broker_url))
     try:
-        with Connection(broker_url, transport_options=options) as conn:
-            return queue_depth(conn, queue_name) > 0
+        pipe = client.pipeline(transaction=False)
+        for key in queue_keys(queue_name):
+            pipe.llen(key)
+        return sum(int(n) for n in pipe.execute()) > 0
     except Exception as exc:  # a hint only: the caller does the safe thing without it
         log.warning("queue %s unreadable: %s", queue_name, exc)
         return False
+    finally:
+        client.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +128,8 @@ class Delivery:
 class _Held:
     """What the worker holds across broker connections."""
 
-    received: deque[Message] = field(default_factory=deque)  # delivered, not yet handed out
-    done: queue.SimpleQueue[Message] = field(default_factory=queue.SimpleQueue)  # to ack
+    done: queue.SimpleQueue[str]  # delivery tags of finished jobs, to acknowledge
+    tags: list[str]  # acknowledged jobs whose notes are still to remove
     outstanding: int = 0  # handed out, not yet acknowledged
     stopping: bool = False
 
@@ -126,123 +146,204 @@ def consume(
 
     ``handle`` returns at once (the job runs elsewhere) and calls ``delivery.ack()`` later,
     from any thread. At most ``prefetch`` deliveries are unacknowledged at a time. Once
-    ``should_stop()`` is true no new work is taken (messages that arrive are requeued for
-    other workers) and this returns when every delivery handed out has been acknowledged.
+    ``should_stop()`` is true no new work is taken (a message that arrives is put back at the
+    head of its list, for another worker) and this returns when every delivery handed out has
+    been acknowledged. ``should_stop`` and the acks are looked at every ``poll_s``.
 
     A lost broker connection (Redis restarting) is re-opened with backoff; the jobs in flight
-    go on meanwhile. An ack that cannot reach the broker is dropped: the database holds the
-    job's outcome, and the control plane forgets wake-ups nothing needs (`jobs.forget_stale_
-    wakeups`), so a restart of the broker never stops a warm worker.
+    go on meanwhile. An ack that cannot reach the broker is kept for the next connection, and
+    dropped if the worker stops first: the database holds the job's outcome, and the control
+    plane forgets wake-ups nothing needs, so a restart of the broker never stops a warm worker.
     """
-    broker_queue = Queue(queue_name, Exchange(queue_name, "direct"), routing_key=queue_name)
-    held = _Held()
-    probe = Connection(broker_url)  # not connected: only its transport's error types
-    lost = (*probe.connection_errors, *probe.channel_errors, OperationalError, OSError)
+    held = _Held(queue.SimpleQueue(), [])
+    pool = _pool(broker_url)
     delay = RECONNECT_MIN_S
-    while True:
-        try:
-            with (
-                Connection(broker_url, transport_options=CONSUMER_TRANSPORT_OPTIONS) as conn,
-                conn.Consumer(
-                    [broker_queue],
-                    callbacks=[lambda _body, message: held.received.append(message)],
-                    prefetch_count=prefetch,
-                    accept=["json"],
-                ) as consumer,
-            ):
+    try:
+        while True:
+            broker: _Broker | None = None
+            try:
+                broker = _Broker(pool, queue_name)
                 delay = RECONNECT_MIN_S
-                if _serve(conn, consumer, held, queue_name, prefetch, handle, should_stop, poll_s):
+                if _serve(broker, held, prefetch, handle, should_stop, poll_s):
                     return
-        except lost as exc:
-            _ack_done(held)  # acks of jobs that finished meanwhile: tried, else dropped
-            if held.stopping and held.outstanding == 0:
-                return
-            log.warning(
-                "broker connection lost on %s (%s); reconnecting in %.1f s",
-                queue_name,
-                type(exc).__name__,
-                delay,
-            )
-            time.sleep(delay)
-            delay = min(RECONNECT_MAX_S, delay * 2)
+            except LOST as exc:
+                _count_done(held)  # their notes are removed on the next connection
+                held.stopping = held.stopping or should_stop()
+                if held.stopping and held.outstanding == 0:
+                    return
+                log.warning(
+                    "broker connection lost on %s (%s); reconnecting in %.1f s",
+                    queue_name,
+                    type(exc).__name__,
+                    delay,
+                )
+                time.sleep(delay)
+                delay = min(RECONNECT_MAX_S, delay * 2)
+            finally:
+                if broker is not None:
+                    broker.close()
+    finally:
+        pool.disconnect()
+
+
+class _Broker:
+    """The consumer's two connections: one waits in BRPOP, the other notes and acks."""
+
+    def __init__(self, pool: redis.ConnectionPool, queue_name: str) -> None:
+        self.keys = queue_keys(queue_name)
+        # redis-py's connections are not typed
+        self.waiting: Any = cast(Any, pool.make_connection())
+        self.notes: Any = cast(Any, pool.make_connection())
+        self.brpop_sent_at: float | None = None
+        try:
+            for conn in (self.waiting, self.notes):
+                conn.connect()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        for conn in (self.waiting, self.notes):
+            conn.disconnect()
+
+    def ask(self) -> None:
+        """Send a BRPOP; its answer is read by `answer`."""
+        self.waiting.send_command("BRPOP", *self.keys, BRPOP_TIMEOUT_S)
+        self.brpop_sent_at = time.monotonic()
+
+    def answer(self, wait_s: float) -> tuple[bytes, bytes] | None:
+        """The BRPOP's (list, message) once it came within `wait_s`, else None (also when the
+        server's wait ran out: `brpop_sent_at` says which). Raises when it is overdue."""
+        assert self.brpop_sent_at is not None
+        if not self.waiting.can_read(timeout=wait_s):
+            if time.monotonic() - self.brpop_sent_at > BRPOP_TIMEOUT_S + BROKER_HEALTH_CHECK_S:
+                raise redis.TimeoutError("the broker's BRPOP answer is overdue")
+            return None
+        self.brpop_sent_at = None
+        reply = self.waiting.read_response()
+        if not reply:
+            return None
+        key, message = reply
+        return key, message
+
+    def note(self, tag: str, payload: dict[str, Any]) -> None:
+        """Send the delivery's note (kombu's: `[payload, exchange, routing key]` by tag, and
+        when); its answer is read by `noted`."""
+        info = (payload.get("properties") or {}).get("delivery_info") or {}
+        raw = json.dumps([payload, info.get("exchange", ""), info.get("routing_key", "")])
+        commands = [
+            ("MULTI",),
+            ("ZADD", UNACKED_INDEX_KEY, time.time(), tag),
+            ("HSET", UNACKED_KEY, tag, raw),
+            ("EXEC",),
+        ]
+        self.notes.send_packed_command(self.notes.pack_commands(commands))
+
+    def noted(self) -> None:
+        for _ in range(4):
+            self.notes.read_response()
+
+    def unnote(self, tags: list[str]) -> None:
+        """Remove the notes of acknowledged deliveries, in one transaction."""
+        commands = [
+            ("MULTI",),
+            ("ZREM", UNACKED_INDEX_KEY, *tags),
+            ("HDEL", UNACKED_KEY, *tags),
+            ("EXEC",),
+        ]
+        self.notes.send_packed_command(self.notes.pack_commands(commands))
+        for _ in range(4):
+            self.notes.read_response()
+
+    def put_back(self, key: bytes, message: bytes) -> None:
+        """At the head of its list (BRPOP takes from the right): served next, by another."""
+        self.notes.send_command("RPUSH", key, message)
+        self.notes.read_response()
 
 
 def _serve(
-    conn: Connection,
-    consumer: Any,
+    broker: _Broker,
     held: _Held,
-    queue_name: str,
     prefetch: int,
     handle: Callable[[Delivery], None],
     should_stop: Callable[[], bool],
     poll_s: float,
 ) -> bool:
     """One connection's loop; True once stopped and drained."""
-    if held.stopping:
-        with contextlib.suppress(Exception):
-            consumer.cancel()  # reconnected while draining: still no new deliveries
     while True:
+        _ack_done(broker, held)
         if not held.stopping and should_stop():
-            held.stopping = True
-            with contextlib.suppress(Exception):
-                consumer.cancel()  # no new deliveries
-        if held.stopping and held.outstanding == 0 and not held.received:
+            held.stopping = True  # no new deliveries
+        if broker.brpop_sent_at is not None:  # a BRPOP is out: its answer first
+            got = broker.answer(poll_s)
+            if got is not None:
+                held.stopping = held.stopping or should_stop()  # asked while it waited
+                _deliver(broker, held, got, handle)
+            continue
+        if held.stopping and held.outstanding == 0:
             return True
         if held.stopping or held.outstanding >= prefetch:
-            # Nothing to take (stopping, or every slot held): wait for a finished job. With
-            # its slots full kombu sends no BRPOP, and `drain_events` only sleeps out its
-            # timeout, so a slot freed meanwhile stayed empty until then: that capped a
-            # worker at `prefetch` jobs per `poll_s` (80 short jobs/s at 8 slots). Nothing
-            # needs the drain meanwhile: a connection that died is found by the next ack (it
-            # raises, and `consume` reconnects), and the unacked wake-ups of dead workers are
-            # the control plane's to forget (`forget_stale_wakeups`).
+            # Nothing to take (stopping, or every slot held): wait for a finished job, and
+            # take the next wake-up as soon as a slot is free, not after the poll.
             with contextlib.suppress(queue.Empty):
                 held.done.put(held.done.get(timeout=poll_s))
-        else:
-            with contextlib.suppress(TimeoutError, socket.timeout):
-                conn.drain_events(timeout=poll_s)
-        while held.received:
-            message = held.received.popleft()
-            job_id = job_id_of(message.decode(), message.headers or {})
-            if held.stopping:
-                message.requeue()  # not ours to start any more: back for another worker
-            elif job_id is None:
-                log.warning("dropping unknown message on %s", queue_name)
-                message.ack()
-            else:
-                held.outstanding += 1
-                priority = priority_of(message.properties or {})
-                _handle(handle, Delivery(job_id, priority, _acker(held.done, message)))
-        _ack_done(held, strict=True)
+            continue
+        broker.ask()
 
 
-def _ack_done(held: _Held, strict: bool = False) -> None:
-    """Ack every finished job's message (after its outcome was stored: the handler said so).
-    `strict`: a broker error propagates (the connection is re-opened); else it is dropped."""
+def _deliver(
+    broker: _Broker, held: _Held, got: tuple[bytes, bytes], handle: Callable[[Delivery], None]
+) -> None:
+    key, message = got
+    if held.stopping:
+        broker.put_back(key, message)  # not ours to start any more
+        return
+    try:
+        payload = json.loads(message)
+        properties = payload.get("properties") or {}
+        body = payload.get("body")
+        if properties.get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        job_id = job_id_of(json.loads(body), payload.get("headers") or {})
+    except (ValueError, TypeError, AttributeError, binascii.Error):
+        job_id = None
+    if job_id is None:
+        log.warning("dropping unknown message on %s", key.decode(errors="replace"))
+        return
+    tag = str(properties.get("delivery_tag") or uuid.uuid4())
+    held.outstanding += 1
+    broker.note(tag, payload)
+    _handle(handle, Delivery(job_id, priority_of(properties), _acker(held.done, tag)))
+    broker.noted()
+
+
+def _count_done(held: _Held) -> None:
+    """Free the slots of finished jobs; their tags wait for a connection to remove notes."""
     while True:
         try:
-            message = held.done.get_nowait()
+            tag = held.done.get_nowait()
         except queue.Empty:
             return
         held.outstanding -= 1
-        try:
-            message.ack()
-        except Exception:
-            if strict:
-                held.done.put(message)  # acked on the next connection, or dropped then
-                held.outstanding += 1
-                raise
-            log.info("ack of a finished job dropped (broker connection lost)")
+        held.tags.append(tag)
 
 
-def _acker(done: queue.SimpleQueue[Message], message: Message) -> Callable[[], None]:
+def _ack_done(broker: _Broker, held: _Held) -> None:
+    """Remove the notes of every finished job (its outcome is stored: the handler said so)."""
+    _count_done(held)
+    if held.tags:
+        broker.unnote(held.tags)
+        held.tags.clear()
+
+
+def _acker(done: queue.SimpleQueue[str], tag: str) -> Callable[[], None]:
     acked = False
 
     def ack() -> None:
         nonlocal acked
         if not acked:
             acked = True
-            done.put(message)
+            done.put(tag)
 
     return ack
 

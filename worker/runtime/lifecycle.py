@@ -16,7 +16,7 @@ next worker's hit), exit 0. SIGINT, or a second signal, is the same without the 
 
 Serving holds up to ``max_concurrency`` jobs at once in one continuous-batching engine:
 
-    consumer thread (kombu)    claim pool (HTTP)          engine thread
+    consumer thread (Redis)    claim pool (HTTP)          engine thread
     ───────────────────────    ─────────────────          ─────────────
     delivery ──────────────▶  claim, parse, validate ──▶  engine.add_request, step,
                                (invalid: report failed)    XADD deltas, cancel/timeouts
