@@ -99,9 +99,9 @@ def _pool(broker_url: str) -> redis.ConnectionPool:
 
 def jobs_waiting(broker_url: str, queue_name: str) -> bool:
     """Whether wake-ups wait in `queue_name`; False when the broker cannot say."""
-    client = redis.Redis(connection_pool=_pool(broker_url))
+    pool = _pool(broker_url)
     try:
-        pipe = client.pipeline(transaction=False)
+        pipe = redis.Redis(connection_pool=pool).pipeline(transaction=False)
         for key in queue_keys(queue_name):
             pipe.llen(key)
         return sum(int(n) for n in pipe.execute()) > 0
@@ -109,7 +109,7 @@ def jobs_waiting(broker_url: str, queue_name: str) -> bool:
         log.warning("queue %s unreadable: %s", queue_name, exc)
         return False
     finally:
-        client.close()
+        pool.disconnect()
 
 
 @dataclass(frozen=True, slots=True)
