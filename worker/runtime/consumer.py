@@ -81,12 +81,6 @@ def priority_of(properties: dict[str, Any]) -> int:
         return 0
 
 
-def preload() -> None:
-    """Import what the first connection would (redis-py's parser), so a warm-pool worker does
-    not pay it between its load and its first job."""
-    import redis.connection  # noqa: F401
-
-
 def _pool(broker_url: str) -> redis.ConnectionPool:
     # no retries inside a command: a lost connection is `consume`'s to re-open, with backoff
     return redis.ConnectionPool.from_url(

@@ -271,10 +271,8 @@ class WorkerRuntime(JobFlow):
         import worker.model.llama
         import worker.runtime.engine_loop
         import worker.runtime.loading  # noqa: F401
-        from worker.runtime import consumer
 
         loader.preload()  # the S3 client's imports
-        consumer.preload()  # the broker's
         if self.accelerator != "cpu":
             torch.cuda.init()  # type: ignore[no-untyped-call]
             torch.empty(1, device="cuda")
