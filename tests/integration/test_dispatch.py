@@ -131,6 +131,30 @@ def test_a_stopping_consumer_leaves_new_wake_ups_for_others(
     assert redis_client.hlen(UNACKED_KEY) == 0
 
 
+def test_a_broker_that_refuses_the_note_still_delivers(redis_url: str, redis_client: Any) -> None:
+    """Redis out of memory refuses the delivery's note (ZADD, HSET) but not the BRPOP: the job
+    is handed out all the same, its ack goes through, and the consumer stays in step."""
+    queue = deployment_queue("dep_oom")
+    dispatch_job(redis_client, "dep_oom", "job_oom_1", "async")
+    dispatch_job(redis_client, "dep_oom", "job_oom_2", "async")
+    policy = redis_client.config_get("maxmemory-policy")["maxmemory-policy"]
+    redis_client.config_set("maxmemory-policy", "noeviction")
+    redis_client.config_set("maxmemory", 1)
+    try:
+        thread, seen, held = holding_consumer(redis_url, queue, until=2)
+        thread.start()
+        wait_for(lambda: len(seen) == 2)
+        for delivery in held:
+            delivery.ack()
+        thread.join(timeout=20)
+        assert not thread.is_alive(), "the consumer did not drain and return"
+    finally:
+        redis_client.config_set("maxmemory", 0)
+        redis_client.config_set("maxmemory-policy", policy)
+    assert sorted(seen) == ["job_oom_1", "job_oom_2"]
+    assert redis_client.hlen(UNACKED_KEY) == 0
+
+
 def holding_consumer(
     url: str, queue: str, until: int
 ) -> tuple[threading.Thread, list[str], list[Delivery]]:

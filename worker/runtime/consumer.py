@@ -234,8 +234,8 @@ class _Broker:
         self.notes.send_packed_command(self.notes.pack_commands(commands))
 
     def noted(self) -> None:
-        for _ in range(4):
-            self.notes.read_response()
+        if (failed := _replies(self.notes, 4)) is not None:
+            log.warning("a delivery was not noted (%s); its job runs on", failed)
 
     def unnote(self, tags: list[str]) -> None:
         """Remove the notes of acknowledged deliveries, in one transaction."""
@@ -246,13 +246,31 @@ class _Broker:
             ("EXEC",),
         ]
         self.notes.send_packed_command(self.notes.pack_commands(commands))
-        for _ in range(4):
-            self.notes.read_response()
+        if (failed := _replies(self.notes, 4)) is not None:
+            # left for the control plane's sweep of wake-ups nothing needs
+            log.warning("the notes of %d acked deliveries stay (%s)", len(tags), failed)
 
     def put_back(self, key: bytes, message: bytes) -> None:
         """At the head of its list (BRPOP takes from the right): served next, by another."""
         self.notes.send_command("RPUSH", key, message)
-        self.notes.read_response()
+        if (failed := _replies(self.notes, 1)) is not None:
+            # its job waits in the database; the reconciler re-sends its wake-up
+            log.warning("a wake-up could not be put back (%s)", failed)
+
+
+def _replies(conn: Any, n: int) -> Exception | None:
+    """Read `n` replies (an error reply is read whole, so the connection stays in step); the
+    last error among them (an EXEC's own included), or None."""
+    failed: Exception | None = None
+    for _ in range(n):
+        try:
+            reply = conn.read_response()
+        except redis.ResponseError as exc:  # the server refused (out of memory, say)
+            failed = exc
+            continue
+        if isinstance(reply, list):
+            failed = next((r for r in reply if isinstance(r, Exception)), failed)
+    return failed
 
 
 def _serve(
