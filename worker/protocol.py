@@ -20,9 +20,12 @@ Claims (and reports) that wait at the same time travel together: CLAIMS_PATH, RE
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
+from typing import Any
 
 KEY_PREFIX = "platform"
 
@@ -73,6 +76,32 @@ def priority_key(queue: str, priority: int) -> str:
 def queue_keys(queue: str) -> list[str]:
     """`queue`'s lists, the first served first."""
     return [priority_key(queue, p) for p in PRIORITY_STEPS]
+
+
+def job_id_of(body: Any, headers: dict[str, Any]) -> str | None:
+    """Job id of a Celery protocol-v2 body `[args, kwargs, embed]` for RUN_JOB_TASK."""
+    if headers.get("task") != RUN_JOB_TASK:
+        return None
+    if isinstance(body, list | tuple) and len(body) >= 2 and isinstance(body[1], dict):
+        job_id = body[1].get("job_id")
+        return job_id if isinstance(job_id, str) and job_id else None
+    return None
+
+
+def job_of_message(payload: Any) -> str | None:
+    """The job id of a job's wake-up as kombu's Redis transport keeps it (headers, properties,
+    a body base64-encoded or not), as the worker reads it from its queue and the control plane
+    from the `unacked` notes; None for any other message, or a malformed one."""
+    try:
+        headers = payload.get("headers") or {}
+        if headers.get("task") != RUN_JOB_TASK:
+            return None
+        body = payload.get("body")
+        if (payload.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        return job_id_of(json.loads(body), headers)
+    except (ValueError, TypeError, AttributeError, binascii.Error):
+        return None
 
 
 # How long a job's event stream is kept after its last write while the job is active, and

@@ -26,15 +26,13 @@ Pure: the reconciler gathers the entries and the jobs' states (`reconcile.jobs`)
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from control_plane.domain.states import TERMINAL, JobStatus
-from worker.protocol import RUN_JOB_TASK
+from worker.protocol import RUN_JOB_TASK, job_of_message
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +56,9 @@ def job_of(raw: bytes | str) -> str | None:
     job's wake-up (task RUN_JOB_TASK, Celery protocol v2); None for anything else."""
     try:
         payload = json.loads(raw)[0]
-        if (payload.get("headers") or {}).get("task") != RUN_JOB_TASK:
-            return None
-        body = payload.get("body")
-        if (payload.get("properties") or {}).get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        decoded = json.loads(body)
-        job_id = decoded[1].get("job_id")
-    except (ValueError, TypeError, KeyError, IndexError, AttributeError, binascii.Error):
+    except (ValueError, TypeError, KeyError, IndexError):
         return None
-    return job_id if isinstance(job_id, str) and job_id else None
+    return job_of_message(payload)
 
 
 def control_task_eta(raw: bytes | str) -> float | None:

@@ -1,5 +1,4 @@
-from worker.protocol import RUN_JOB_TASK
-from worker.runtime.consumer import job_id_of
+from worker.protocol import RUN_JOB_TASK, job_id_of
 
 
 def test_job_id_from_celery_protocol_v2_body() -> None:

@@ -23,8 +23,6 @@ tag; this thread removes the notes on its next turn.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import json
 import logging
@@ -39,12 +37,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from worker.protocol import (
-    RUN_JOB_TASK,
-    UNACKED_INDEX_KEY,
-    UNACKED_KEY,
-    queue_keys,
-)
+from worker.protocol import UNACKED_INDEX_KEY, UNACKED_KEY, job_of_message, queue_keys
 
 log = logging.getLogger(__name__)
 # Backoff between attempts to re-open a lost broker connection.
@@ -61,16 +54,6 @@ BROKER_HEALTH_CHECK_S = 2
 BRPOP_TIMEOUT_S = 1
 # What a lost broker connection raises.
 LOST = (redis.ConnectionError, redis.TimeoutError, OSError)
-
-
-def job_id_of(body: Any, headers: dict[str, Any]) -> str | None:
-    """Job id of a Celery protocol-v2 message `[args, kwargs, embed]` for RUN_JOB_TASK."""
-    if headers.get("task") != RUN_JOB_TASK:
-        return None
-    if isinstance(body, list | tuple) and len(body) >= 2 and isinstance(body[1], dict):
-        job_id = body[1].get("job_id")
-        return str(job_id) if job_id else None
-    return None
 
 
 def priority_of(properties: dict[str, Any]) -> int:
@@ -312,16 +295,13 @@ def _deliver(
         return
     try:
         payload = json.loads(message)
-        properties = payload.get("properties") or {}
-        body = payload.get("body")
-        if properties.get("body_encoding") == "base64":
-            body = base64.b64decode(body)
-        job_id = job_id_of(json.loads(body), payload.get("headers") or {})
-    except (ValueError, TypeError, AttributeError, binascii.Error):
-        job_id = None
+    except ValueError:
+        payload = None
+    job_id = job_of_message(payload)
     if job_id is None:
         log.warning("dropping unknown message on %s", key.decode(errors="replace"))
         return
+    properties = payload.get("properties") or {}  # a wake-up's: a dict (`job_of_message`)
     tag = str(properties.get("delivery_tag") or uuid.uuid4())
     held.outstanding += 1
     broker.note(tag, payload)
