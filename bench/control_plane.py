@@ -36,6 +36,9 @@ default (`platform up` as it comes: two API processes on a machine with two core
 one port shared with SO_REUSEPORT), where the rest is measured too. With `--postgres`, a
 PostgreSQL server (Debian's binaries, as the tests use) is the database of both (a fresh one
 each; the second with `PLATFORM_API_PROCESSES=2`), and the tick runs on PostgreSQL as well.
+`--client-processes N` spreads the admission clients over N forked processes: one Python
+process's threads make about one core's worth of requests, which on a machine with many cores
+is less than two API processes can admit.
 
 The last line is `{"bench": "control_plane", "admissions_per_s": …, "overhead_p50_ms": …,
 "overhead_p99_ms": …, "first_event_p50_ms": …, "tick_ms_1000_deployments": …,
@@ -49,6 +52,7 @@ import argparse
 import contextlib
 import functools
 import json
+import multiprocessing
 import shutil
 import statistics
 import sys
@@ -82,28 +86,113 @@ def pct(values: list[float], q: float) -> float:
 
 
 def hammer(
-    make_client: Callable[[], Any], call: Callable[[Any, int], Any], n: int, seconds: float
+    make_client: Callable[[], Any],
+    call: Callable[[Any, int], Any],
+    n: int,
+    seconds: float,
+    processes: int = 1,
 ) -> tuple[list[str], dict[int, int], Share]:
-    """`n` threads calling `call(client, i)` (a response) back to back for `seconds`; the job
-    ids of the admitted calls (200 or 202), the other answers by status, and where the
-    machine's CPU went meanwhile."""
+    """`n` client threads calling `call(client, i)` back to back for `seconds`, spread over
+    `processes` forked processes; the job ids of the admitted calls (200 or 202), the other
+    answers by status, and where the machine's CPU went meanwhile. One process's GIL caps the
+    load its threads make (about one core): on a machine with many cores the bench client,
+    not the platform, would be what is measured."""
+    processes = max(1, min(processes, n))
+    if processes == 1:
+        barrier: Any = threading.Barrier(n + 1)
+        out: list[tuple[list[str], dict[int, int]]] = []
+        t = threading.Thread(
+            target=lambda: out.append(clients_loop(make_client, call, range(n), seconds, barrier))
+        )
+        t.start()
+        with start_last(barrier, n) as sampler:
+            t.join()
+        return *out[0], sampler.share
+    # fork: the callables are closures over this process's clients and names, not picklable
+    ctx = multiprocessing.get_context("fork")
+    barrier = ctx.Barrier(n + 1)
+    pipes, procs = [], []
+    for p in range(processes):
+        recv, send = ctx.Pipe(duplex=False)
+        ks = range(p, n, processes)
+        procs.append(
+            ctx.Process(target=client_process, args=(make_client, call, ks, seconds, barrier, send))
+        )
+        procs[-1].start()
+        send.close()
+        pipes.append(recv)
+    ids: list[str] = []
+    refused: dict[int, int] = {}
+    forked_cpu = 0.0
+    with start_last(barrier, n) as sampler:
+        for recv in pipes:
+            got, no, cpu = recv.recv()  # EOFError if a client process failed
+            ids += got
+            forked_cpu += cpu
+            for status, count in no.items():
+                refused[status] = refused.get(status, 0) + count
+        for proc in procs:
+            proc.join()
+    # the load processes are gone from /proc by the sampler's last reading: they report
+    # their own CPU from the barrier on
+    return ids, refused, sampler.share.plus("bench client", forked_cpu)
+
+
+@contextlib.contextmanager
+def start_last(barrier: Any, n: int) -> Iterator[Sampler]:
+    """Once the `n` clients wait at `barrier`, sample the machine's CPU and let them go: the
+    window holds all of their calls and none of their setting up."""
+    while barrier.n_waiting < n:
+        time.sleep(0.002)
+    with Sampler() as sampler:
+        barrier.wait()
+        yield sampler
+
+
+def client_process(
+    make_client: Callable[[], Any],
+    call: Callable[[Any, int], Any],
+    ks: range,
+    seconds: float,
+    barrier: Any,
+    conn: Any,
+) -> None:
+    """One forked load process: its clients' results and its CPU seconds from the barrier on
+    (its clients' set-up excluded, as the sampler excludes it) sent back over `conn`."""
+    at_start: list[float] = []
+    ids, refused = clients_loop(
+        make_client, call, ks, seconds, barrier, lambda: at_start.append(time.process_time())
+    )
+    conn.send((ids, refused, time.process_time() - at_start[0]))
+    conn.close()
+
+
+def clients_loop(
+    make_client: Callable[[], Any],
+    call: Callable[[Any, int], Any],
+    ks: range,
+    seconds: float,
+    barrier: Any,
+    started: Callable[[], None] = lambda: None,
+) -> tuple[list[str], dict[int, int]]:
+    """A thread per client k in `ks`: each connects, waits at `barrier` for every client
+    (of every process) and the sampler, then calls for `seconds`; `started` is called once,
+    by the first thread past the barrier."""
     ids: list[str] = []
     refused: dict[int, int] = {}
     lock = threading.Lock()
-    window: list[float] = []  # the end of the window, set once every client is connected
-    sampler = Sampler()
-
-    def start() -> None:
-        sampler.__enter__()
-        window.append(time.monotonic() + seconds)
-
-    barrier = threading.Barrier(n, action=start)
+    first = [True]
 
     def loop(k: int) -> None:
         client = make_client()
         barrier.wait()
+        with lock:
+            if first[0]:
+                first[0] = False
+                started()
+        end = time.monotonic() + seconds
         i = 0
-        while time.monotonic() < window[0]:
+        while time.monotonic() < end:
             r = call(client, k * 1_000_000 + i)
             i += 1
             with lock:
@@ -113,13 +202,12 @@ def hammer(
                     refused[r.status_code] = refused.get(r.status_code, 0) + 1
         client.close()
 
-    threads = [threading.Thread(target=loop, args=(k,)) for k in range(n)]
+    threads = [threading.Thread(target=loop, args=(k,)) for k in ks]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    sampler.__exit__()
-    return ids, refused, sampler.share
+    return ids, refused
 
 
 def main() -> None:
@@ -131,6 +219,12 @@ def main() -> None:
     p.add_argument("--tick-deployments", type=int, default=1000)
     p.add_argument("--tick-jobs", type=int, default=10_000)
     p.add_argument("--postgres", action="store_true", help="PostgreSQL; 1, then 2 API processes")
+    p.add_argument(
+        "--client-processes",
+        type=int,
+        default=1,
+        help="processes the admission clients are spread over (a machine with many cores)",
+    )
     args = p.parse_args()
 
     from bench import reconciler_tick
@@ -172,6 +266,7 @@ def main() -> None:
                         args.tick_deployments, args.tick_jobs, 6, database_url=url
                     )
     report["database"] = "postgresql" if args.postgres else "sqlite"
+    report["client_processes"] = args.client_processes
     print_report(report)
 
 
@@ -251,7 +346,7 @@ def measure(
     admitted: list[str] = []
     for kind, call in (("async", submit), ("sync", run)):
         for n in CLIENTS:
-            ids, refused, share = hammer(client, call, n, args.seconds)
+            ids, refused, share = hammer(client, call, n, args.seconds, args.client_processes)
             admissions[kind][n] = len(ids) / args.seconds
             admitted += ids
             print(
@@ -487,6 +582,8 @@ def print_report(r: dict[str, Any]) -> None:
         "deploy_p50_ms": round(pct(r["deploy_ms"], 0.5), 1),
         "batch_lines_per_s": round(r["batch_lines_per_s"], 1),
         "batch_completed_after_ms": round(r["batch_completed_after_ms"]),
+        "cores": r["cpu"]["async"][16].cores,
+        "client_processes": r["client_processes"],
     }
     print(json.dumps(line))
 

@@ -9,7 +9,7 @@ threads take their share of the same cores. `Sampler` reads every process's CPU 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # A process's kind, by the first of these found in its command line (in this order: the
@@ -70,6 +70,12 @@ class Share:
     cores: int
     busy_cores: float  # the machine's, on average
     by_kind: dict[str, float]  # cores on average, per kind of process
+
+    def plus(self, kind: str, cpu_seconds: float) -> Share:
+        """This share with `cpu_seconds` more for `kind`: a process that had ended before
+        the sampler's last reading (a bench's own forked load processes)."""
+        by_kind = {**self.by_kind, kind: self.by_kind.get(kind, 0.0) + cpu_seconds / self.seconds}
+        return replace(self, by_kind=by_kind)
 
     def line(self) -> str:
         kinds = ", ".join(

@@ -29,3 +29,43 @@ def test_a_busy_loop_shows_as_this_process_and_as_machine_time() -> None:
     assert 0.25 <= used <= share.seconds * share.cores
     assert share.busy_cores * share.seconds >= used * 0.9
     assert "bench client" in share.line()
+
+
+class _Answer:
+    def __init__(self, status_code: int, job: str) -> None:
+        self.status_code = status_code
+        self._job = job
+
+    def json(self) -> dict[str, str]:
+        return {"id": self._job}
+
+
+class _Client:
+    """Answers every third call 429, the others 202; spends CPU on each (a client's own)."""
+
+    def close(self) -> None:
+        pass
+
+
+def _call(_client: _Client, i: int) -> _Answer:
+    end = time.thread_time() + 0.002
+    while time.thread_time() < end:
+        pass
+    return _Answer(429 if i % 3 == 2 else 202, f"job_{i}")
+
+
+def test_load_spread_over_forked_processes_is_all_counted() -> None:
+    """bench/control_plane.hammer with client processes: every process's answers come back,
+    each call once, and the processes' CPU counts as the bench client's though they are gone
+    from /proc when the sampler reads it last."""
+    from bench.control_plane import hammer
+
+    for processes in (1, 3):
+        ids, refused, share = hammer(_Client, _call, 6, 0.3, processes)
+        assert ids and len(ids) == len(set(ids))
+        assert refused and set(refused) == {429}
+        calls = len(ids) + refused[429]
+        # each call spent 2 ms of its thread's CPU: at least that much is counted
+        assert share.by_kind["bench client"] * share.seconds >= 0.9 * calls * 0.002
+        # clients k = 0..5 each made calls k * 1_000_000 + 0, 1, 2, ...
+        assert {int(j.removeprefix("job_")) // 1_000_000 for j in ids} == set(range(6))
