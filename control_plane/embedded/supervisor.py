@@ -50,6 +50,7 @@ from control_plane.embedded.processes import (
 from control_plane.embedded.restarts import Death, after_death
 from control_plane.settings import MAX_API_PROCESSES, MAX_RECONCILERS
 from control_plane.tasks_api import CONTROL_QUEUE
+from worker.signals import on_signals
 
 log = logging.getLogger(__name__)
 # Children whose start returns only once they answer (start_redis pings, start_s3 connects).
@@ -401,11 +402,8 @@ def up(state_dir: Path, port: int, detach: bool) -> int:
         return _up_detached(state_dir, port)
     sup = Supervisor(state_dir, port)
 
-    def _on_signal(*_: Any) -> None:
-        sup.stopping.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    # not `stopping.set()` in the handler itself: worker/signals.py says why
+    on_signals(lambda _signum: sup.stopping.set())
     try:
         state = sup.start()
     except (StartError, Exception) as exc:

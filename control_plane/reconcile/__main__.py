@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 
 import redis
@@ -23,6 +22,7 @@ from control_plane.reconcile.lease import Leadership, make_lease, replica_name
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
 from worker import logs, tracing
+from worker.signals import on_signals
 
 log = logging.getLogger("control_plane.reconcile")
 
@@ -43,8 +43,7 @@ def main() -> None:
     reconciler.start(utc_now)  # the autoscaler's model refits, on their own thread
     tune_gc()
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    on_signals(lambda _signum: stop.set())  # off the main thread: worker/signals.py
     holder = replica_name(settings.replica_id)
     leadership = Leadership(
         make_lease(settings, reconciler.env.redis, holder),

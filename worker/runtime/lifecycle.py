@@ -65,6 +65,7 @@ from worker.runtime.control_client import ControlClient
 from worker.runtime.jobs import JobFlow
 from worker.runtime.metrics import WorkerMetrics, process_started_at
 from worker.settings import WorkerSettings
+from worker.signals import on_signals
 
 if TYPE_CHECKING:
     from loader import Progress, TierFill
@@ -196,8 +197,7 @@ class WorkerRuntime(JobFlow):
             self._beat()
 
     def run(self) -> int:
-        signal.signal(signal.SIGTERM, self.request_stop)
-        signal.signal(signal.SIGINT, self.request_stop)
+        on_signals(self.request_stop)  # off the main thread: worker/signals.py
         self._done = threading.Event()
         s = self.settings
         self.metrics_target = self.metrics.serve(s.worker_metrics_host, s.worker_metrics_port)
