@@ -11,6 +11,7 @@ from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock, utc_now
+from control_plane.services.deployments import Specs
 from control_plane.services.edge_cache import EdgeCache
 from control_plane.services.finish import Outbox
 from control_plane.services.local_ends import LocalEnds
@@ -31,6 +32,7 @@ class AppContext:
     quotas: Quotas  # per-tenant rate and in-flight limits
     clock: Clock = field(default=utc_now)  # the time every route and service here uses
     ends: LocalEnds = field(default_factory=LocalEnds)  # sync callers waiting in this process
+    specs: Specs = field(default_factory=Specs)  # deployments' current specs, for claims
 
     @property
     def outbox(self) -> Outbox:

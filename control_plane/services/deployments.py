@@ -5,13 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from control_plane.db import kept
 from control_plane.db.models import Deployment, DeploymentVersion
 from control_plane.domain.ids import new_id
+from control_plane.domain.spec import Spec
 from control_plane.errors import Conflict, NotFound
 
 
@@ -90,3 +91,37 @@ def delete(session: Session, tenant_id: str, name: str, now: datetime) -> Deploy
     row = get(session, tenant_id, name)
     row.deleted_at = now
     return row
+
+
+class Specs:
+    """Deployments' current specs, for a worker's claim, cached per process by (id, version).
+
+    A version's spec never changes (`update` makes a new version of a changed spec), so an
+    entry needs no invalidation. The current version is read on every call, one column by
+    primary key: an update is seen by the next claim, as when the claim loaded the whole row.
+    That load (the ORM's, with the spec's JSON and its parse) cost ~0.25 ms on every job's
+    path, between the claim's commit and its answer.
+    """
+
+    MAX_ENTRIES = 10_000  # past it the cache starts over
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, int], Spec] = {}
+
+    def current(self, session: Session, deployment_id: str) -> Spec:
+        version = session.execute(_VERSION, {"id": deployment_id}).scalar_one()
+        spec = self._entries.get((deployment_id, version))
+        if spec is None:
+            row = session.get(Deployment, deployment_id)
+            assert row is not None
+            if len(self._entries) >= self.MAX_ENTRIES:
+                self._entries.clear()
+            # keyed by the version of the row read: the same as `version` unless an update
+            # committed in between, and then right for that version
+            self._entries[(deployment_id, row.version)] = spec = row.spec
+        return spec
+
+
+# built once: on a claim's path
+_deployments = Deployment.metadata.tables["deployments"]
+_VERSION = select(_deployments.c.version).where(_deployments.c.id == bindparam("id"))

@@ -228,6 +228,47 @@ def test_a_claim_retried_by_its_worker_gets_the_same_attempt(
     assert (final["status"], final["attempt"]) == ("succeeded", 1)
 
 
+def test_a_claim_answers_with_the_deployments_current_spec(
+    client: TestClient, keys: dict[str, str]
+) -> None:
+    """The claim's execution limit is the deployment's spec at the claim (the API process
+    caches specs by version): an update is seen by the next claim, a job queued before it
+    included; a job's own limit wins over the deployment's."""
+
+    def submit(**body: Any) -> str:
+        r = client.post(
+            "/v1/deployments/demo/jobs",
+            json={"input": {"prompt": "x"}, **body},
+            headers=h(keys["a"]),
+        )
+        assert r.status_code == 202, r.text
+        job_id: str = r.json()["id"]
+        return job_id
+
+    def claim(job_id: str) -> dict[str, Any]:
+        r = client.post(f"/internal/jobs/{job_id}/claim", json={"worker_id": "w"}, headers=WORKER)
+        assert r.status_code == 200, r.text
+        answer: dict[str, Any] = r.json()
+        return answer
+
+    deploy(client, keys["a"], execution_timeout_s=30)
+    first, queued, own = submit(), submit(), submit(execution_timeout_s=3)
+    assert claim(first)["execution_timeout_s"] == 30
+    assert claim(first)["deployment"] == "demo"  # (claimed again by its worker: the same)
+    r = client.put(
+        "/v1/deployments/demo", json={**SPEC, "execution_timeout_s": 45}, headers=h(keys["a"])
+    )
+    assert r.json()["version"] == 2
+    assert claim(queued)["execution_timeout_s"] == 45
+    assert claim(submit())["execution_timeout_s"] == 45
+    assert claim(own)["execution_timeout_s"] == 3
+    r = client.put(
+        "/v1/deployments/demo", json={**SPEC, "execution_timeout_s": 30}, headers=h(keys["a"])
+    )
+    assert r.json()["version"] == 3  # the same spec as version 1, a version of its own
+    assert claim(submit())["execution_timeout_s"] == 30
+
+
 def test_cancel_is_final(client: TestClient, keys: dict[str, str]) -> None:
     deploy(client, keys["a"])
     jid = client.post(

@@ -27,7 +27,8 @@ from control_plane.api.schemas import (
     WorkerStateReport,
 )
 from control_plane.context import AppContext
-from control_plane.db.models import Deployment, Job
+from control_plane.db.models import Job
+from control_plane.domain.spec import Spec
 from control_plane.domain.states import PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
 from control_plane.services import events, finish, job_traces, jobs, webhooks, workers
@@ -99,11 +100,9 @@ def _claim(
         pipe.execute()
     for job in news:
         _announce_claim(ctx, session, job, worker_id, at)
-    answers: dict[str, dict[str, Any]] = {}
-    for job, _ in claimed:
-        dep = session.get(Deployment, job.deployment_id)
-        assert dep is not None
-        answers[job.id] = _claimed(job, dep)
+    answers = {
+        job.id: _claimed(job, ctx.specs.current(session, job.deployment_id)) for job, _ in claimed
+    }
     return [answers.get(job_id) for job_id in job_ids]
 
 
@@ -129,16 +128,17 @@ def _announce_claim(
             log.warning("could not trace the wait of job %s", job.id, exc_info=True)
 
 
-def _claimed(job: Job, dep: Deployment) -> dict[str, Any]:
+def _claimed(job: Job, spec: Spec) -> dict[str, Any]:
+    """A claim's answer; its execution limit from the deployment's current spec."""
     return {
         "claimed": True,
         "job_id": job.id,
         "attempt": job.attempt,
         "input": job.input,
-        "execution_timeout_s": dep.spec.execution_limit_s(job.execution_timeout_s),
+        "execution_timeout_s": spec.execution_limit_s(job.execution_timeout_s),
         # the worker's spans join the job's trace (None: not traced); the name for its spans
         "traceparent": job.traceparent,
-        "deployment": dep.name,
+        "deployment": job.deployment_name,
     }
 
 
