@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import faulthandler
 import json
 import logging
 import math
@@ -56,6 +57,8 @@ log = logging.getLogger(__name__)
 # Children whose start returns only once they answer (start_redis pings, start_s3 connects).
 READY_AT_START = frozenset({"redis", "s3"})
 STATE_FILE = "platform.json"
+# Asks a running supervisor for every thread's stack (faulthandler), written to its log.
+DUMP_SIGNAL = signal.SIGUSR1
 CREDENTIALS_FILE = "credentials.json"
 
 
@@ -404,6 +407,9 @@ def up(state_dir: Path, port: int, detach: bool) -> int:
 
     # not `stopping.set()` in the handler itself: worker/signals.py says why
     on_signals(lambda _signum: sup.stopping.set())
+    # every thread's stack to the log (platform.log when detached), from C: also when this
+    # process's Python is stuck. `down` asks for it before it kills a platform that did not stop
+    faulthandler.register(DUMP_SIGNAL, all_threads=True)
     try:
         state = sup.start()
     except (StartError, Exception) as exc:
@@ -475,8 +481,15 @@ def down(state_dir: Path, timeout_s: float = 90.0) -> int:
         time.sleep(0.1)
         _reap_if_child(pid)
     if pid_alive(pid):
+        os.kill(pid, DUMP_SIGNAL)  # where it was stuck, for whoever reads its log
+        time.sleep(0.5)
         os.kill(pid, signal.SIGKILL)
-        print(f"the platform did not stop in {timeout_s:.0f}s; killed it", file=sys.stderr)
+        log_path = state_dir / "logs" / "platform.log"
+        print(
+            f"the platform did not stop in {timeout_s:.0f}s; killed it (the stacks of its "
+            f"threads before that are at the end of {log_path})",
+            file=sys.stderr,
+        )
         return 2
     print("Platform stopped.")
     return 0

@@ -7,6 +7,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import httpx
 import pytest
 
 from control_plane.embedded.processes import free_port
+from control_plane.embedded.supervisor import DUMP_SIGNAL, down
 from tests.e2e.conftest import alive, cli, processes_mentioning
 
 
@@ -74,6 +77,48 @@ def test_killed_children_come_back_and_the_api_answers(own_platform: Any) -> Non
     log = (state_dir / "logs" / "platform.log").read_text(errors="replace")
     assert "reconciler exited with -9; restarting it in" in log
     assert "api restarted (pid" in log
+    # asked for its threads' stacks (what `down` asks before it kills), it writes them to its
+    # log and runs on
+    os.kill(int(state["pid"]), DUMP_SIGNAL)
+    deadline = time.monotonic() + 10
+    while "Current thread" not in (log := platform_log(state_dir)):
+        assert time.monotonic() < deadline, "no stack dump in platform.log"
+        time.sleep(0.1)
+    assert "supervisor.py" in log and alive(int(state["pid"]))
+
+
+def platform_log(state_dir: Path) -> str:
+    return (state_dir / "logs" / "platform.log").read_text(errors="replace")
+
+
+def test_down_dumps_the_stacks_of_a_platform_that_does_not_stop(tmp_path: Path) -> None:
+    """A supervisor that ignores SIGTERM is killed after the timeout, and where it was stuck
+    is in its log first (faulthandler on DUMP_SIGNAL, as `up` sets it)."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    stuck = (
+        "import faulthandler, signal, sys, time\n"
+        f"faulthandler.register({int(DUMP_SIGNAL)}, all_threads=True)\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\n"
+        "def wedged():\n    time.sleep(60)\n"
+        "wedged()\n"
+    )
+    with (logs / "platform.log").open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-c", stuck], stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 10
+        while "ready" not in platform_log(tmp_path):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        (tmp_path / "platform.json").write_text(json.dumps({"pid": proc.pid}))
+        assert down(tmp_path, timeout_s=1.0) == 2
+        assert proc.wait(5) == -signal.SIGKILL
+        log = platform_log(tmp_path)
+        assert "Current thread" in log and "in wedged" in log
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def tcp_sockets(port: int) -> list[tuple[str, str]]:
