@@ -47,14 +47,16 @@ class FakePipeline:
 
 
 class Harness:
-    def __init__(self, script: Any = lambda rid, i: 2, **config: Any) -> None:
+    def __init__(
+        self, script: Any = lambda rid, i: 2, cancel_poll_s: float = 0.01, **config: Any
+    ) -> None:
         self.engine, self.runner = _engine(script, **config)
         self.redis = FakeRedis()
         self.results: queue.SimpleQueue[tuple[Job, JobResult]] = queue.SimpleQueue()
         self.loop = EngineLoop(
             self.engine,
             self.redis,  # type: ignore[arg-type]
-            cancel_poll_s=0.01,
+            cancel_poll_s=cancel_poll_s,
             on_finished=lambda job, result: self.results.put((job, result)),
         )
         self.loop.start()
@@ -115,6 +117,27 @@ def test_cancel_flag_and_deadline_abort_jobs() -> None:
     for r in (results["cancel-me"], results["too-slow"]):
         assert r.output is not None and r.output["finish_reason"] == "abort"
     assert h.engine.block_manager.num_free_blocks == h.engine.cache.num_blocks
+
+
+def test_a_job_just_claimed_starts_without_a_cancel_poll() -> None:
+    """Its claim found it not canceled: the engine's first step for it makes no round trip
+    for its flag (the one pipeline is its delta); a job in flight for longer is polled."""
+    h = Harness(cancel_poll_s=5.0, max_num_seqs=4)
+    h.loop.submit(h.job("short", max_tokens=1))
+    assert h.wait(1)["short"].status == "succeeded"
+    assert h.redis.pipelines == 1 and h.deltas("short") == "Hello"
+    h.loop.stop(timeout_s=5)
+
+    def slow(rid: str, i: int) -> int:
+        time.sleep(0.01)
+        return 2
+
+    h = Harness(slow, cancel_poll_s=0.05, max_num_seqs=4)
+    h.loop.submit(h.job("long", max_tokens=60))  # ~0.6 s
+    time.sleep(0.2)  # past its first poll
+    h.redis.keys.add(job_cancel_key("long"))
+    assert h.wait(1)["long"].status == "canceled"
+    h.loop.stop(timeout_s=5)
 
 
 def test_engine_failure_fails_the_jobs_in_flight_and_keeps_serving() -> None:

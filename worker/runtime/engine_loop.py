@@ -61,6 +61,9 @@ class Job:
     abort_reason: str | None = None
     # its spans on this worker (runtime/job_trace.py); None when tracing is off. Opaque here.
     trace: Any = None
+    # time.monotonic() before which its cancel flag is not polled: its claim, just before it
+    # came in, found it not canceled (set when the engine takes it)
+    poll_after: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,26 +163,36 @@ class EngineLoop:
         except ValueError as exc:  # validated before submit; a duplicate delivery lands here
             self._report(job, _failed("invalid_input", str(exc), job))
             return
+        job.poll_after = time.monotonic() + self.cancel_poll_s
         self._jobs[job.job_id] = job
         if self.observer is not None:
             self.observer.request_admitted(len(job.prompt_ids))
 
     def _check_aborts(self) -> None:
+        """Every `cancel_poll_s`: the cancel flags of the jobs in flight (one round trip) and
+        their deadlines. A job taken less than a poll ago is left out of the round trip (its
+        claim found it not canceled), so a job arriving at an idle engine starts at once; when
+        only such jobs are in flight, the poll waits for the first of them to be due."""
         now = time.monotonic()
         if now < self._next_poll:
             return
-        self._next_poll = now + self.cancel_poll_s
         jobs = list(self._jobs.values())
+        asked = [job for job in jobs if job.poll_after <= now]
+        if not asked:
+            self._next_poll = min(job.poll_after for job in jobs)
+            return
+        self._next_poll = now + self.cancel_poll_s
         try:
             pipe = self.redis.pipeline(transaction=False)
-            for job in jobs:
+            for job in asked:
                 pipe.exists(job_cancel_key(job.job_id))
-            canceled = pipe.execute()
+            flags = pipe.execute()
         except redis.RedisError as exc:
             log.warning("cancel poll failed: %s", exc)
-            canceled = [0] * len(jobs)
-        for job, flag in zip(jobs, canceled, strict=True):
-            if flag:
+            flags = [0] * len(asked)
+        canceled = {job.job_id for job, flag in zip(asked, flags, strict=True) if flag}
+        for job in jobs:
+            if job.job_id in canceled:
                 job.abort_reason = "canceled"
             elif now > job.deadline:
                 job.abort_reason = "timed_out"
