@@ -100,17 +100,14 @@ def hammer(
     processes = max(1, min(processes, n))
     if processes == 1:
         barrier: Any = threading.Barrier(n + 1)
-        out: list[tuple[list[str], dict[int, int]]] = []
-        t = threading.Thread(
-            target=lambda: out.append(clients_loop(make_client, call, range(n), seconds, barrier))
-        )
-        t.start()
+        join = clients_on_a_thread(make_client, call, range(n), seconds, barrier)
         with start_last(barrier, n) as sampler:
-            t.join()
-        return *out[0], sampler.share
-    # fork: the callables are closures over this process's clients and names, not picklable
+            results = join()
+        return *results, sampler.share
+    # fork: the callables are closures over this process's clients and names, not picklable;
+    # each process's main thread waits at the barrier too (it starts its CPU count there)
     ctx = multiprocessing.get_context("fork")
-    barrier = ctx.Barrier(n + 1)
+    barrier = ctx.Barrier(n + processes + 1)
     pipes, procs = [], []
     for p in range(processes):
         recv, send = ctx.Pipe(duplex=False)
@@ -124,7 +121,7 @@ def hammer(
     ids: list[str] = []
     refused: dict[int, int] = {}
     forked_cpu = 0.0
-    with start_last(barrier, n) as sampler:
+    with start_last(barrier, n + processes) as sampler:
         for recv in pipes:
             got, no, cpu = recv.recv()  # EOFError if a client process failed
             ids += got
@@ -140,8 +137,9 @@ def hammer(
 
 @contextlib.contextmanager
 def start_last(barrier: Any, n: int) -> Iterator[Sampler]:
-    """Once the `n` clients wait at `barrier`, sample the machine's CPU and let them go: the
-    window holds all of their calls and none of their setting up."""
+    """Once `n` others (the clients, and the load processes' main threads) wait at `barrier`,
+    sample the machine's CPU and let them go: the window holds all of the clients' calls and
+    none of their setting up."""
     while barrier.n_waiting < n:
         time.sleep(0.002)
     with Sampler() as sampler:
@@ -159,12 +157,33 @@ def client_process(
 ) -> None:
     """One forked load process: its clients' results and its CPU seconds from the barrier on
     (its clients' set-up excluded, as the sampler excludes it) sent back over `conn`."""
-    at_start: list[float] = []
-    ids, refused = clients_loop(
-        make_client, call, ks, seconds, barrier, lambda: at_start.append(time.process_time())
-    )
-    conn.send((ids, refused, time.process_time() - at_start[0]))
+    join = clients_on_a_thread(make_client, call, ks, seconds, barrier)
+    barrier.wait()
+    start = time.process_time()
+    ids, refused = join()
+    conn.send((ids, refused, time.process_time() - start))
     conn.close()
+
+
+def clients_on_a_thread(
+    make_client: Callable[[], Any],
+    call: Callable[[Any, int], Any],
+    ks: range,
+    seconds: float,
+    barrier: Any,
+) -> Callable[[], tuple[list[str], dict[int, int]]]:
+    """`clients_loop` started on a thread of its own; returns the join that gives its results."""
+    out: list[tuple[list[str], dict[int, int]]] = []
+    t = threading.Thread(
+        target=lambda: out.append(clients_loop(make_client, call, ks, seconds, barrier))
+    )
+    t.start()
+
+    def join() -> tuple[list[str], dict[int, int]]:
+        t.join()
+        return out[0]
+
+    return join
 
 
 def clients_loop(
@@ -173,23 +192,16 @@ def clients_loop(
     ks: range,
     seconds: float,
     barrier: Any,
-    started: Callable[[], None] = lambda: None,
 ) -> tuple[list[str], dict[int, int]]:
     """A thread per client k in `ks`: each connects, waits at `barrier` for every client
-    (of every process) and the sampler, then calls for `seconds`; `started` is called once,
-    by the first thread past the barrier."""
+    (of every process) and the sampler, then calls for `seconds`."""
     ids: list[str] = []
     refused: dict[int, int] = {}
     lock = threading.Lock()
-    first = [True]
 
     def loop(k: int) -> None:
         client = make_client()
         barrier.wait()
-        with lock:
-            if first[0]:
-                first[0] = False
-                started()
         end = time.monotonic() + seconds
         i = 0
         while time.monotonic() < end:

@@ -433,7 +433,7 @@ def _up_detached(state_dir: Path, port: int, timeout_s: float = 120.0) -> int:
         )
         return 1
     (state_dir / STATE_FILE).unlink(missing_ok=True)
-    log_path = state_dir / "logs" / "platform.log"
+    log_path = platform_log_path(state_dir)
     with log_path.open("ab") as out:
         # A new session and no death signal: this process exits right after `ready`.
         proc = subprocess.Popen(
@@ -465,6 +465,11 @@ def _up_detached(state_dir: Path, port: int, timeout_s: float = 120.0) -> int:
     return 1
 
 
+def platform_log_path(state_dir: Path) -> Path:
+    """Where a detached supervisor writes (its banner, its children's restarts, a stack dump)."""
+    return state_dir / "logs" / "platform.log"
+
+
 def down(state_dir: Path, timeout_s: float = 90.0) -> int:
     state = read_state(state_dir.resolve())
     if not state:
@@ -484,7 +489,7 @@ def down(state_dir: Path, timeout_s: float = 90.0) -> int:
         os.kill(pid, DUMP_SIGNAL)  # where it was stuck, for whoever reads its log
         time.sleep(0.5)
         os.kill(pid, signal.SIGKILL)
-        log_path = state_dir / "logs" / "platform.log"
+        log_path = platform_log_path(state_dir)
         print(
             f"the platform did not stop in {timeout_s:.0f}s; killed it (the stacks of its "
             f"threads before that are at the end of {log_path})",

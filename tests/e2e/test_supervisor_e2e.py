@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from control_plane.embedded.processes import free_port
-from control_plane.embedded.supervisor import DUMP_SIGNAL, down
+from control_plane.embedded.supervisor import DUMP_SIGNAL, down, platform_log_path
 from tests.e2e.conftest import alive, cli, processes_mentioning
 
 
@@ -33,7 +33,7 @@ def wait_restarted(state_dir: Path, name: str, old_pid: int, timeout_s: float = 
         if pid != old_pid and alive(pid):
             return pid
         time.sleep(0.1)
-    log = (state_dir / "logs" / "platform.log").read_text(errors="replace")[-2000:]
+    log = platform_log(state_dir)[-2000:]
     raise AssertionError(f"{name} was not restarted in {timeout_s}s:\n{log}")
 
 
@@ -74,7 +74,7 @@ def test_killed_children_come_back_and_the_api_answers(own_platform: Any) -> Non
             pass
         assert time.monotonic() < deadline, "API did not come back"
         time.sleep(0.2)
-    log = (state_dir / "logs" / "platform.log").read_text(errors="replace")
+    log = platform_log(state_dir)
     assert "reconciler exited with -9; restarting it in" in log
     assert "api restarted (pid" in log
     # asked for its threads' stacks (what `down` asks before it kills), it writes them to its
@@ -88,14 +88,13 @@ def test_killed_children_come_back_and_the_api_answers(own_platform: Any) -> Non
 
 
 def platform_log(state_dir: Path) -> str:
-    return (state_dir / "logs" / "platform.log").read_text(errors="replace")
+    return platform_log_path(state_dir).read_text(errors="replace")
 
 
 def test_down_dumps_the_stacks_of_a_platform_that_does_not_stop(tmp_path: Path) -> None:
     """A supervisor that ignores SIGTERM is killed after the timeout, and where it was stuck
     is in its log first (faulthandler on DUMP_SIGNAL, as `up` sets it)."""
-    logs = tmp_path / "logs"
-    logs.mkdir()
+    platform_log_path(tmp_path).parent.mkdir()
     stuck = (
         "import faulthandler, signal, sys, time\n"
         f"faulthandler.register({int(DUMP_SIGNAL)}, all_threads=True)\n"
@@ -104,7 +103,7 @@ def test_down_dumps_the_stacks_of_a_platform_that_does_not_stop(tmp_path: Path) 
         "def wedged():\n    time.sleep(60)\n"
         "wedged()\n"
     )
-    with (logs / "platform.log").open("wb") as out:
+    with platform_log_path(tmp_path).open("wb") as out:
         proc = subprocess.Popen([sys.executable, "-c", stuck], stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 10
