@@ -98,16 +98,21 @@ def hammer(
     load its threads make (about one core): on a machine with many cores the bench client,
     not the platform, would be what is measured."""
     processes = max(1, min(processes, n))
+    barrier: Any
     if processes == 1:
-        barrier: Any = threading.Barrier(n + 1)
-        join = clients_on_a_thread(make_client, call, range(n), seconds, barrier)
+        barrier = threading.Barrier(n + 1)
+        out: list[tuple[list[str], dict[int, int], float]] = []
+        t = threading.Thread(
+            target=lambda: out.append(clients_loop(make_client, call, range(n), seconds, barrier))
+        )
+        t.start()
         with start_last(barrier, n) as sampler:
-            results = join()
-        return *results, sampler.share
-    # fork: the callables are closures over this process's clients and names, not picklable;
-    # each process's main thread waits at the barrier too (it starts its CPU count there)
+            t.join()
+        admitted, others, _ = out[0]  # this process's CPU is in the sampler's reading
+        return admitted, others, sampler.share
+    # fork: the callables are closures over this process's clients and names, not picklable
     ctx = multiprocessing.get_context("fork")
-    barrier = ctx.Barrier(n + processes + 1)
+    barrier = ctx.Barrier(n + 1)
     pipes, procs = [], []
     for p in range(processes):
         recv, send = ctx.Pipe(duplex=False)
@@ -121,7 +126,7 @@ def hammer(
     ids: list[str] = []
     refused: dict[int, int] = {}
     forked_cpu = 0.0
-    with start_last(barrier, n + processes) as sampler:
+    with start_last(barrier, n) as sampler:
         for recv in pipes:
             got, no, cpu = recv.recv()  # EOFError if a client process failed
             ids += got
@@ -130,16 +135,15 @@ def hammer(
                 refused[status] = refused.get(status, 0) + count
         for proc in procs:
             proc.join()
-    # the load processes are gone from /proc by the sampler's last reading: they report
-    # their own CPU from the barrier on
+    # the load processes are gone from /proc by the sampler's last reading: their threads
+    # report their own CPU from the barrier on
     return ids, refused, sampler.share.plus("bench client", forked_cpu)
 
 
 @contextlib.contextmanager
 def start_last(barrier: Any, n: int) -> Iterator[Sampler]:
-    """Once `n` others (the clients, and the load processes' main threads) wait at `barrier`,
-    sample the machine's CPU and let them go: the window holds all of the clients' calls and
-    none of their setting up."""
+    """Once the `n` clients wait at `barrier`, sample the machine's CPU and let them go: the
+    window holds all of their calls and none of their setting up."""
     while barrier.n_waiting < n:
         time.sleep(0.002)
     with Sampler() as sampler:
@@ -155,35 +159,9 @@ def client_process(
     barrier: Any,
     conn: Any,
 ) -> None:
-    """One forked load process: its clients' results and its CPU seconds from the barrier on
-    (its clients' set-up excluded, as the sampler excludes it) sent back over `conn`."""
-    join = clients_on_a_thread(make_client, call, ks, seconds, barrier)
-    barrier.wait()
-    start = time.process_time()
-    ids, refused = join()
-    conn.send((ids, refused, time.process_time() - start))
+    """One forked load process: its clients' results and CPU seconds sent back over `conn`."""
+    conn.send(clients_loop(make_client, call, ks, seconds, barrier))
     conn.close()
-
-
-def clients_on_a_thread(
-    make_client: Callable[[], Any],
-    call: Callable[[Any, int], Any],
-    ks: range,
-    seconds: float,
-    barrier: Any,
-) -> Callable[[], tuple[list[str], dict[int, int]]]:
-    """`clients_loop` started on a thread of its own; returns the join that gives its results."""
-    out: list[tuple[list[str], dict[int, int]]] = []
-    t = threading.Thread(
-        target=lambda: out.append(clients_loop(make_client, call, ks, seconds, barrier))
-    )
-    t.start()
-
-    def join() -> tuple[list[str], dict[int, int]]:
-        t.join()
-        return out[0]
-
-    return join
 
 
 def clients_loop(
@@ -192,16 +170,19 @@ def clients_loop(
     ks: range,
     seconds: float,
     barrier: Any,
-) -> tuple[list[str], dict[int, int]]:
+) -> tuple[list[str], dict[int, int], float]:
     """A thread per client k in `ks`: each connects, waits at `barrier` for every client
-    (of every process) and the sampler, then calls for `seconds`."""
+    (of every process) and the sampler, then calls for `seconds`. Returns the admitted ids,
+    the other answers by status, and the CPU seconds the threads used past the barrier."""
     ids: list[str] = []
     refused: dict[int, int] = {}
+    cpu = [0.0]
     lock = threading.Lock()
 
     def loop(k: int) -> None:
         client = make_client()
         barrier.wait()
+        start = time.thread_time()
         end = time.monotonic() + seconds
         i = 0
         while time.monotonic() < end:
@@ -212,6 +193,9 @@ def clients_loop(
                     ids.append(str(r.json()["id"]))
                 else:
                     refused[r.status_code] = refused.get(r.status_code, 0) + 1
+        used = time.thread_time() - start
+        with lock:
+            cpu[0] += used
         client.close()
 
     threads = [threading.Thread(target=loop, args=(k,)) for k in ks]
@@ -219,7 +203,7 @@ def clients_loop(
         t.start()
     for t in threads:
         t.join()
-    return ids, refused
+    return ids, refused, cpu[0]
 
 
 def main() -> None:
