@@ -28,6 +28,7 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,11 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=4.0, help="per round of admissions")
     p.add_argument("--clients", type=int, default=16, help="concurrent clients per round")
     p.add_argument("--api-processes", type=int, default=1, help="API processes per platform")
+    p.add_argument(
+        "--idempotency-keys",
+        action="store_true",
+        help="each sync run carries a new Idempotency-Key, as the SDK's calls do",
+    )
     args = p.parse_args()
 
     import httpx
@@ -62,7 +68,7 @@ def main() -> None:
             for label, root in versions.items():
                 plats[label] = start(Platform, Path(tmp) / label, env, root)
             names = {label: deploy(plat, demo) for label, plat in plats.items()}
-            results = alternate(plats, names, args.runs, httpx)
+            results = alternate(plats, names, args.runs, httpx, args.idempotency_keys)
             rounds = admit(plats, names, args, httpx) if args.admissions else None
         finally:
             for plat in plats.values():
@@ -109,7 +115,7 @@ BODY = {"input": {"prompt": "Hi", "max_tokens": 1}}
 
 
 def alternate(
-    plats: dict[str, Any], names: dict[str, str], runs: int, httpx: Any
+    plats: dict[str, Any], names: dict[str, str], runs: int, httpx: Any, keyed: bool = False
 ) -> dict[str, dict[str, list[float]]]:
     from bench.coldstart.phases import parse_iso
 
@@ -126,8 +132,9 @@ def alternate(
     for i in range(runs):
         for label in labels if i % 2 == 0 else reversed(labels):  # neither always goes first
             c, url, r = clients[label], f"/v1/deployments/{names[label]}/run", out[label]
+            headers = {"Idempotency-Key": uuid.uuid4().hex} if keyed else None
             t0 = time.time()
-            job = c.post(url, json=BODY).json()
+            job = c.post(url, json=BODY, headers=headers).json()
             t1 = time.time()
             created, started, done = (
                 parse_iso(job[k]) for k in ("created_at", "started_at", "completed_at")

@@ -16,7 +16,9 @@ concurrency 8) and measures, in this order:
   own timestamps: accepted (`created_at`) -> claimed (`started_at`) -> completed. These are
   sent with httpx, the SDK's client; as many more, interleaved with them, are sent with the
   standard library's `http.client` (the worker's `JsonHttp`), whose own Python costs ~0.3 ms
-  less per request each way: the difference is the client's, not the platform's;
+  less per request each way: the difference is the client's, not the platform's; and as many
+  with the SDK's `Client.run`, which sends a new Idempotency-Key with every call (the
+  platform looks it up before it admits the call, and stores it): what an SDK user sees;
 - SSE: `--runs` sequential streamed runs (`stream=true`), request sent -> first event
   (`queued`/`running`) and -> first `output` event; each stream is read to its end, as the
   SDK does. Then `--runs` more that the client leaves at their first output: each leaves the
@@ -359,7 +361,7 @@ def measure(
         raise SystemExit(f"{len(lost)} admitted jobs never finished, e.g. {lost[:3]}")
     if not full:
         return {"admissions": admissions, "admitted": len(admitted), "cpu": shares}
-    overhead, stages, lean = warm_path(plat, name, body, args.runs)
+    overhead, stages, lean, sdk_calls = warm_path(plat, name, body, args.runs)
     first_event, first_output = sse(base, key, name, body, args.runs, httpx, leave=False)
     deploys = deploy_times(plat, up.store_uri, args.deploys)
     batch_s, batch_lag_s = batch_time(plat, name, body, args.batch_lines)
@@ -371,6 +373,7 @@ def measure(
         "overhead_ms": overhead,
         "stages_ms": stages,
         "overhead_stdlib_ms": lean,
+        "overhead_sdk_ms": sdk_calls,
         "first_event_ms": first_event,
         "deploy_ms": deploys,
         "batch_lines_per_s": args.batch_lines / batch_s,
@@ -435,38 +438,44 @@ def drain(plat: Any, ids: list[str], timeout_s: float = 600.0) -> None:
 
 def warm_path(
     plat: Any, name: str, body: dict[str, Any], runs: int
-) -> tuple[list[float], dict[str, list[float]], list[float]]:
+) -> tuple[list[float], dict[str, list[float]], list[float], list[float]]:
     """Sequential 1-token sync runs: overhead (latency - execution) and the platform's stages,
     as httpx (the SDK's client) sees them; and, interleaved, the overhead as a client of the
     standard library sees it (the worker's `JsonHttp`: ~0.3 ms less of its own per request
-    each way)."""
+    each way), and as a caller of the SDK sees it (`Client.run`: httpx, with a new
+    Idempotency-Key on every call, which the platform looks up and stores)."""
     from bench.coldstart.phases import parse_iso
+    from sdk import Client
     from worker.runtime.json_http import JsonHttp
 
-    lean_client = JsonHttp(
-        plat.state["url"], {"Authorization": f"Bearer {plat.state['api_key']}"}, 120.0
-    )
+    url, key = plat.state["url"], plat.state["api_key"]
+    lean_client = JsonHttp(url, {"Authorization": f"Bearer {key}"}, 120.0)
+    sdk = Client(base_url=url, api_key=key, timeout=120.0)
     path = f"/v1/deployments/{name}/run"
-    clients = (lambda: plat.http.post(path, json=body), lambda: lean_client.post(path, body))
-    overhead: list[float] = []
-    lean: list[float] = []
+    clients = (
+        lambda: plat.http.post(path, json=body).json(),
+        lambda: lean_client.post(path, body).json(),
+        lambda: sdk.run(name, body["input"], wait=False).raw,
+    )
+    overheads: tuple[list[float], ...] = ([], [], [])
     stages: dict[str, list[float]] = {"accept": [], "claim": [], "answer": []}
-    for i in range(2 * runs):
+    for i in range(3 * runs):
         t0 = time.time()
-        answer = clients[i % 2]()
+        job = clients[i % 3]()
         t1 = time.time()
-        answer.raise_for_status()
-        job = answer.json()
+        if job.get("status") != "succeeded":
+            raise SystemExit(f"a warm run did not succeed: {job.get('status')}")
         created, started, done = (
             parse_iso(job[k]) for k in ("created_at", "started_at", "completed_at")
         )
-        (lean if i % 2 else overhead).append((t1 - t0 - (done - started)) * 1000)
-        if i % 2 == 0:
+        overheads[i % 3].append((t1 - t0 - (done - started)) * 1000)
+        if i % 3 == 0:
             stages["accept"].append((created - t0) * 1000)  # sent -> stored
             stages["claim"].append((started - created) * 1000)  # stored -> a worker claimed it
             stages["answer"].append((t1 - done) * 1000)  # completed -> the client has it
     lean_client.close()
-    return overhead, stages, lean
+    sdk.close()
+    return overheads[0], stages, overheads[1], overheads[2]
 
 
 def sse(
@@ -539,6 +548,7 @@ def print_report(r: dict[str, Any]) -> None:
     rows = [("platform overhead (latency - execution)", r["overhead_ms"])]
     rows += [(f"  {k}", v) for k, v in r["stages_ms"].items()]
     rows += [("platform overhead, a standard-library client", r["overhead_stdlib_ms"])]
+    rows += [("platform overhead, the SDK's `Client.run`", r["overhead_sdk_ms"])]
     rows += [("SSE first event", r["first_event_ms"]), ("SSE first output", r["first_output_ms"])]
     rows += [
         ("SSE first event, streams left at their first output", r["left_first_event_ms"]),
@@ -575,6 +585,8 @@ def print_report(r: dict[str, Any]) -> None:
         "cores_busy_async_16": round(r["cpu"]["async"][16].busy_cores, 2),
         "overhead_stdlib_p50_ms": round(pct(r["overhead_stdlib_ms"], 0.5), 2),
         "overhead_stdlib_p99_ms": round(pct(r["overhead_stdlib_ms"], 0.99), 2),
+        "overhead_sdk_p50_ms": round(pct(r["overhead_sdk_ms"], 0.5), 2),
+        "overhead_sdk_p99_ms": round(pct(r["overhead_sdk_ms"], 0.99), 2),
         "deploy_p50_ms": round(pct(r["deploy_ms"], 0.5), 1),
         "batch_lines_per_s": round(r["batch_lines_per_s"], 1),
         "batch_completed_after_ms": round(r["batch_completed_after_ms"]),

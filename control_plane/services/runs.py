@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from sqlalchemy.orm import Session
 
 from control_plane.context import AppContext
+from control_plane.db.models import Job
 from control_plane.domain.states import JobKind
 from control_plane.errors import ControlPlaneError, InvalidRequest
 from control_plane.services import (
@@ -75,7 +76,7 @@ def create(
         view = ctx.edge.recent_view()
         with ctx.sessions() as session:
             try:
-                who, dep, resolved = _decide(
+                who, dep, resolved, replay = _decide(
                     ctx, session, view, token, name, job_input, webhook, idempotency_key
                 )
             except (StaleView, ControlPlaneError):
@@ -85,7 +86,7 @@ def create(
                 # current one (nothing was charged or written).
                 session.rollback()
                 view = ctx.edge.view()
-                who, dep, resolved = _decide(
+                who, dep, resolved, replay = _decide(
                     ctx, session, view, token, name, job_input, webhook, idempotency_key
                 )
             now = ctx.clock()
@@ -102,6 +103,7 @@ def create(
                 idempotency_key=idempotency_key,
                 request_hash=request_hash,
                 api_key_id=who.key_id,
+                replay=replay,
             )
             # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
             session.commit()
@@ -138,9 +140,10 @@ def _decide(
     job_input: JobInput,
     webhook: str | None,
     idempotency_key: str | None,
-) -> tuple[Principal, DeploymentRef, dict[str, Any]]:
+) -> tuple[Principal, DeploymentRef, dict[str, Any], Job | None]:
     """Whether the call is admitted, charged to its tenant's quota: (caller, deployment, input
-    with the deployment's defaults). Reads only; the charge is the last step. On a view not
+    with the deployment's defaults, the job an earlier call with `idempotency_key` created).
+    Reads only; the charge is the last step, and a replay is not charged again. On a view not
     `fresh`, StaleView when its generation moved (nothing charged)."""
     who = view.principal(session, token)
     who.require("run")
@@ -149,11 +152,14 @@ def _decide(
         webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
     resolved = job_input.resolved(dep.spec.defaults)
     prompt_tokens = check_fits_context(ctx, dep, resolved)
-    if idempotency_key is None or not jobs.exists_for_key(session, who.tenant_id, idempotency_key):
+    replay = (
+        None if idempotency_key is None else jobs.replay_of(session, who.tenant_id, idempotency_key)
+    )
+    if replay is None:
         tokens = prompt_tokens + int(resolved["max_tokens"])
         own = view.limits(session, who.tenant_id)
         admit(ctx, session, who.tenant_id, tokens, own, None if view.fresh else view.generation)
-    return who, dep, resolved
+    return who, dep, resolved, replay
 
 
 def admit(

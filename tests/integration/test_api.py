@@ -9,7 +9,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from control_plane.api.app import create_app
+from control_plane.db.models import Deployment, Job
 from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.errors import Conflict
+from control_plane.services import jobs
+from control_plane.services.edge_cache import DeploymentRef
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER, deploy, h
 from worker.protocol import job_events_key
@@ -150,6 +154,36 @@ def test_idempotency_key(client: TestClient, keys: dict[str, str]) -> None:
         "/v1/deployments/demo/jobs", json={"input": {"prompt": "else"}}, headers=hdr
     )
     assert other.status_code == 409
+    # a key is the tenant's own: another tenant's call with it is a call of its own
+    deploy(client, keys["b"])
+    theirs = client.post(
+        "/v1/deployments/demo/jobs", json=body, headers={**h(keys["b"]), "Idempotency-Key": "k-1"}
+    )
+    assert theirs.status_code == 202 and theirs.json()["id"] != first.json()["id"]
+
+
+def test_a_keyed_insert_that_loses_the_race_answers_with_the_winner(
+    client: TestClient, keys: dict[str, str], settings: Settings
+) -> None:
+    """Two calls with one key, both past the lookup (`replay_of` found nothing for either):
+    the second's INSERT meets the unique key and it answers with the first's job."""
+    deploy(client, keys["a"])
+    body = {"input": {"prompt": "same"}}
+    hdr = {**h(keys["a"]), "Idempotency-Key": "k-race"}
+    first = client.post("/v1/deployments/demo/jobs", json=body, headers=hdr).json()
+    with make_sessionmaker(make_engine(settings.database_url))() as s:
+        row = s.get(Job, first["id"])
+        assert row is not None
+        dep = DeploymentRef.of(s.get(Deployment, row.deployment_id))  # type: ignore[arg-type]
+        now = datetime.now(UTC)
+        job, created = jobs.create(s, dep, row.input, "async", now, idempotency_key="k-race",
+                                   request_hash=row.request_hash, replay=None)  # fmt: skip
+        assert (job.id, created) == (first["id"], False)
+        with pytest.raises(Conflict):  # the same key with another body, in the same race
+            jobs.create(s, dep, row.input, "async", now, idempotency_key="k-race",
+                        request_hash="another", replay=None)  # fmt: skip
+    listed = client.get("/v1/jobs", headers=h(keys["a"])).json()["data"]
+    assert [j["id"] for j in listed] == [first["id"]]
 
 
 def test_tenant_isolation(client: TestClient, keys: dict[str, str]) -> None:
