@@ -185,14 +185,63 @@ def _log_end(job: Job, now: datetime) -> None:
 
 def _end(session: Session, job_id: str, ending: Ending, now: datetime) -> tuple[Job, bool] | None:
     """Write the terminal row (not committed); (job, it was running) or None if it may not end."""
+    if ending.attempt is not None:
+        return _end_reported(session, job_id, ending, now)
     job = session.get(Job, job_id)
     if job is None or job.status not in ending.only_from:
         return None
-    was_running, attempt = job.status == JobStatus.RUNNING, job.attempt
+    was_running = job.status == JobStatus.RUNNING
+    values = _ending_values(ending, now, webhook_status=_webhook_status(job))
+    statement = _end_statement(tuple(values), ending.only_from, fenced=False)
+    res = session.execute(statement, _end_params(values, job_id, ending))
+    if res.rowcount == 0:  # type: ignore[attr-defined]
+        return None  # another path ended it first, or the attempt is stale
+    # The row now holds exactly these values (nothing is computed by the database): set them
+    # on the loaded object instead of reading the row back.
+    for key, value in values.items():
+        set_committed_value(job, key, value)
+    if was_running:
+        _end_attempt(session, job, ending, now)
+    # A worker that reported the end itself holds nothing more; any other path may race it.
+    return job, was_running and ending.attempt is None
+
+
+def _end_reported(
+    session: Session, job_id: str, ending: Ending, now: datetime
+) -> tuple[Job, bool] | None:
+    """`_end` of a worker's report: one UPDATE that returns the row, instead of a read and then
+    the UPDATE. The read was the costliest statement of a job's end (an ORM load), and a report
+    needs none to be judged: the fence (running, this attempt) is the UPDATE's condition. Only
+    for reports: their session is the request's own, so no object of the row is loaded in it
+    that this would leave stale."""
+    assert ending.only_from == frozenset({JobStatus.RUNNING}), "a report ends a running job"
+    values = _ending_values(ending, now, webhook_status="none")
+    statement = _end_statement(tuple(values), ending.only_from, fenced=True, returning=True)
+    row = session.execute(statement, _end_params(values, job_id, ending)).first()
+    if row is None:
+        return None  # not running (another path ended it first), or the attempt is stale
+    job = Job(**row._mapping)  # the row as written; not attached to the session
+    if _webhook_status(job) == "pending":  # it asked for `completed`: rare, a second UPDATE
+        session.execute(_WEBHOOK_PENDING, {"b_id": job_id})
+        job.webhook_status = "pending"
+    _end_attempt(session, job, ending, now)
+    return job, False  # the worker that reported the end holds nothing more
+
+
+def _end_params(values: dict[str, Any], job_id: str, ending: Ending) -> dict[str, Any]:
+    params = {f"b_{key}": value for key, value in values.items()}
+    params["b_id"] = job_id
+    if ending.attempt is not None:
+        params["b_attempt"] = ending.attempt
+    return params
+
+
+def _ending_values(ending: Ending, now: datetime, *, webhook_status: str) -> dict[str, Any]:
+    """The columns an ending writes."""
     values: dict[str, Any] = {
         "status": ending.status.value,
         "completed_at": now,
-        "webhook_status": _webhook_status(job),
+        "webhook_status": webhook_status,
     }
     if ending.reason is not None:
         values["status_reason"] = ending.reason
@@ -205,50 +254,52 @@ def _end(session: Session, job_id: str, ending: Ending, now: datetime) -> tuple[
             prompt_tokens=ending.prompt_tokens,
             generated_tokens=ending.generated_tokens,
         )
-    statement = _end_statement(tuple(values), ending.only_from, ending.attempt is not None)
-    params = {f"b_{key}": value for key, value in values.items()}
-    params["b_id"] = job_id
-    if ending.attempt is not None:
-        params["b_attempt"] = ending.attempt
-    res = session.execute(statement, params)
-    if res.rowcount == 0:  # type: ignore[attr-defined]
-        return None  # another path ended it first, or the attempt is stale
-    # The row now holds exactly these values (nothing is computed by the database): set them
-    # on the loaded object instead of reading the row back.
-    for key, value in values.items():
-        set_committed_value(job, key, value)
-    if was_running:
-        # A user's cancel and an overrun are billed up to now, like a worker's own report;
-        # an attempt lost with its worker was already closed (unbilled) by the reconciler.
-        cached = (ending.output or {}).get("cached_tokens")
-        jobs.end_attempt(
-            session,
-            job_id,
-            attempt,
-            ending.status.value,
-            now,
-            prompt_tokens=ending.prompt_tokens,
-            generated_tokens=ending.generated_tokens,
-            cached_tokens=cached if isinstance(cached, int) else None,
-        )
-    # A worker that reported the end itself holds nothing more; any other path may race it.
-    return job, was_running and ending.attempt is None
+    return values
+
+
+def _end_attempt(session: Session, job: Job, ending: Ending, now: datetime) -> None:
+    """Close the running attempt of a job that ended. A user's cancel and an overrun are billed
+    up to now, like a worker's own report; an attempt lost with its worker was already closed
+    (unbilled) by the reconciler."""
+    cached = (ending.output or {}).get("cached_tokens")
+    jobs.end_attempt(
+        session,
+        job.id,
+        job.attempt,
+        ending.status.value,
+        now,
+        prompt_tokens=ending.prompt_tokens,
+        generated_tokens=ending.generated_tokens,
+        cached_tokens=cached if isinstance(cached, int) else None,
+    )
 
 
 @functools.cache
 def _end_statement(
-    columns: tuple[str, ...], only_from: frozenset[JobStatus], fenced: bool
+    columns: tuple[str, ...],
+    only_from: frozenset[JobStatus],
+    *,
+    fenced: bool,
+    returning: bool = False,
 ) -> Update:
     """The conditional UPDATE that ends a job, built once per shape (a handful: the columns an
-    ending sets, the states it ends from, fenced by attempt or not): a Core UPDATE of the table
-    with bound values. Built per call through the ORM it cost more than the rest of the job's
-    end (its construction, its cache key, an expanding IN)."""
+    ending sets, the states it ends from, fenced by attempt or not, returning the row or not):
+    a Core UPDATE of the table with bound values. Built per call through the ORM it cost more
+    than the rest of the job's end (its construction, its cache key, an expanding IN)."""
     jobs_table = Job.metadata.tables["jobs"]
     states = text(f"status IN ({states_sql(only_from)})")
     where: list[Any] = [jobs_table.c.id == bindparam("b_id"), states]
     if fenced:
         where.append(jobs_table.c.attempt == bindparam("b_attempt"))
-    return update(jobs_table).where(*where).values({c: bindparam(f"b_{c}") for c in columns})
+    statement = update(jobs_table).where(*where).values({c: bindparam(f"b_{c}") for c in columns})
+    return statement.returning(*jobs_table.c) if returning else statement
+
+
+_WEBHOOK_PENDING = (
+    update(Job.metadata.tables["jobs"])
+    .where(Job.metadata.tables["jobs"].c.id == bindparam("b_id"))
+    .values(webhook_status="pending")
+)
 
 
 def _webhook_status(job: Job) -> str:
