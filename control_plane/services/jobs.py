@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, case, insert, select, text, update
+from sqlalchemy import bindparam, case, func, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -140,6 +140,30 @@ def list_(
     )
 
 
+def claim_queued(session: Session, job_id: str, worker_id: str, now: datetime) -> Job | None:
+    """`claim` of the job a warm path claims (queued, no ttl to check) in one UPDATE that
+    returns its row, instead of an ORM read and then the UPDATE; None when the job is anything
+    else (starting, running, ended, with a ttl, unknown): `claim` judges those. The job is not
+    attached to the session: for a session of its own (the claim's request)."""
+    row = session.execute(
+        _CLAIM_QUEUED, {"b_id": job_id, "b_worker_id": worker_id, "b_now": now}
+    ).first()
+    if row is None:
+        return None
+    job = Job(**row._mapping)
+    session.execute(
+        _INSERT_ATTEMPT,
+        {
+            "job_id": job.id,
+            "attempt": job.attempt,
+            "worker_id": worker_id,
+            "started_at": now,
+            "boot_wait": False,  # it was queued: no worker was booting for it
+        },
+    )
+    return job
+
+
 def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job | None:
     """Give a pending job to a worker as a new attempt; None if it is not claimable.
 
@@ -200,6 +224,26 @@ _CLAIM = (
     )
 )
 _INSERT_ATTEMPT = insert(JobAttempt.metadata.tables["job_attempts"])
+# The claim of a queued job without a ttl (`claim_queued`): one UPDATE returning the row.
+_CLAIM_QUEUED = (
+    update(_jobs)
+    .where(
+        _jobs.c.id == bindparam("b_id"),
+        _jobs.c.status == JobStatus.QUEUED.value,
+        _jobs.c.ttl_s.is_(None),
+    )
+    .values(
+        status=JobStatus.RUNNING.value,
+        attempt=_jobs.c.attempt + 1,
+        worker_id=bindparam("b_worker_id"),
+        # a retried job keeps the start of its first attempt
+        started_at=func.coalesce(
+            _jobs.c.started_at, bindparam("b_now", type_=_jobs.c.started_at.type)
+        ),
+        status_reason=None,
+    )
+    .returning(*_jobs.c)
+)
 
 # Closing an attempt (`end_attempt`), built once: a Core UPDATE of the table, RETURNING the
 # attempt's id. Through the ORM (an UPDATE of the class, synchronized by "fetch") the same

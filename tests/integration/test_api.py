@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
 from control_plane.api.app import create_app
-from control_plane.db.models import Deployment, Job
+from control_plane.db.models import Deployment, Job, JobAttempt
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.errors import Conflict
 from control_plane.services import jobs
@@ -260,6 +261,57 @@ def test_a_claim_retried_by_its_worker_gets_the_same_attempt(
     assert client.post(path, json={"worker_id": "w1"}, headers=WORKER).status_code == 409
     final = client.get(f"/v1/jobs/{job['id']}", headers=h(keys["a"])).json()
     assert (final["status"], final["attempt"]) == ("succeeded", 1)
+
+
+def test_every_claim_writes_the_job_and_its_attempt_alike(
+    client: TestClient, keys: dict[str, str], settings: Settings
+) -> None:
+    """A queued job without a ttl is claimed by one UPDATE returning its row (the warm path);
+    a job that waited for a boot, one with a ttl, and one requeued after a lost worker go the
+    longer way or keep what they had. Each ends up as the claim's answer says: running, the
+    next attempt, its first start kept, the attempt recorded with its boot wait."""
+    deploy(client, keys["a"])
+
+    def submit(**extra: Any) -> str:
+        body = {"input": {"prompt": "x"}, **extra}
+        r = client.post("/v1/deployments/demo/jobs", json=body, headers=h(keys["a"]))
+        return str(r.json()["id"])
+
+    queued, booted, with_ttl, requeued = submit(), submit(), submit(ttl_s=600), submit()
+    sessions = make_sessionmaker(make_engine(settings.database_url))
+    first_start = datetime(2026, 1, 1, tzinfo=UTC)
+    with sessions() as s:
+        s.get(Job, booted).status = "starting"  # type: ignore[union-attr]
+        lost = s.get(Job, requeued)
+        assert lost is not None
+        lost.attempt, lost.started_at, lost.status_reason = 1, first_start, "worker_lost"
+        s.commit()
+    answers = {
+        jid: client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w1"}, headers=WORKER)
+        for jid in (queued, booted, with_ttl, requeued)
+    }
+    with sessions() as s:
+        for jid, answer in answers.items():
+            row = s.get(Job, jid)
+            assert row is not None and answer.status_code == 200
+            assert answer.json()["attempt"] == row.attempt == (2 if jid == requeued else 1)
+            assert (row.status, row.worker_id, row.status_reason) == ("running", "w1", None)
+            assert row.started_at is not None
+            if jid == requeued:
+                assert row.started_at == first_start
+            assert row.ttl_s == (600 if jid == with_ttl else None)
+            attempt = s.scalars(
+                select(JobAttempt).where(
+                    JobAttempt.job_id == jid, JobAttempt.attempt == row.attempt
+                )
+            ).one()
+            assert (attempt.worker_id, attempt.boot_wait) == ("w1", jid == booted)
+    # claimed: nobody else gets them, and their worker gets the same attempts again
+    for jid in answers:
+        path = f"/internal/jobs/{jid}/claim"
+        assert client.post(path, json={"worker_id": "w2"}, headers=WORKER).status_code == 409
+        again = client.post(path, json={"worker_id": "w1"}, headers=WORKER).json()
+        assert again["attempt"] == answers[jid].json()["attempt"]
 
 
 def test_a_claim_answers_with_the_deployments_current_spec(

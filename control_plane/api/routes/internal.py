@@ -75,6 +75,10 @@ def _claim(
     expired: list[tuple[str, finish.Ending]] = []
     claimed: list[tuple[Job, bool]] = []  # (job, claimed again by the worker that holds it)
     for job_id in job_ids:
+        fresh = jobs.claim_queued(session, job_id, worker_id, at)  # the warm path's claim
+        if fresh is not None:
+            claimed.append((fresh, False))
+            continue
         pending = session.get(Job, job_id)
         if pending is not None and pending.status in PENDING and jobs.ttl_passed(pending, at):
             # Its ttl ran out while it waited: it ends here, never runs.
