@@ -203,3 +203,39 @@ def test_the_platform_shutting_down_or_a_second_signal_skips_the_fill(
     rt._finish_fill(filler)
     filler.join(5)
     assert fills == [] and not filler.is_alive()
+
+
+def test_an_idle_worker_claims_on_the_consumers_thread_a_busy_one_on_its_pool() -> None:
+    """The warm path's claim needs no hop to the pool when nothing else is starting or running
+    here; while a job is being started, the next claim goes to the pool, so the consumer's
+    thread can take the wake-up after it meanwhile."""
+    inputs = {"first": {"prompt": "Hello"}, "second": {"prompt": "Hi"}}
+    rt = _runtime(inputs)
+    control: FakeControl = rt.control  # type: ignore[assignment]
+    claimed_on: dict[str, str] = {}
+    first_claimed, release_first = threading.Event(), threading.Event()
+    claim = control.claim
+
+    def claim_noting_thread(job_id: str) -> dict[str, Any] | None:
+        claimed_on[job_id] = threading.current_thread().name
+        if job_id == "first":  # still being claimed when the second wake-up comes
+            first_claimed.set()
+            assert release_first.wait(10)
+        return claim(job_id)
+
+    control.claim = claim_noting_thread  # type: ignore[method-assign]
+    acked: list[str] = []
+    consumer = threading.Thread(
+        target=lambda: acked.extend(_deliver(rt, ["first"])), name="consumer"
+    )
+    consumer.start()
+    assert first_claimed.wait(10)
+    acked += _deliver(rt, ["second"])  # the first is starting: this one to the pool
+    release_first.set()
+    consumer.join(10)
+    _wait(rt, 2, acked)
+    rt.loop.stop(timeout_s=5)
+    assert claimed_on["first"] == "consumer", "an idle worker claims on the consumer's thread"
+    assert claimed_on["second"].startswith("jobs"), claimed_on
+    assert sorted(control.completed) == ["first", "second"] and sorted(acked) == sorted(inputs)
+    assert rt.inflight == 0 and rt._starting == 0

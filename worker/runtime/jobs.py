@@ -59,6 +59,8 @@ class JobFlow:
         self._acks: dict[int, Delivery] = {}
         # job id -> attempt of the jobs claimed and not yet reported (under _state_lock)
         self._running: dict[str, int] = {}
+        # deliveries handed to `_start_job` that it has not finished with (under _state_lock)
+        self._starting = 0
         # claims and completion reports (HTTP with retries) run here, off the engine thread;
         # sized by the assignment's concurrency
         self._pool: ThreadPoolExecutor | None = None
@@ -88,8 +90,19 @@ class JobFlow:
         return self._pool
 
     def _handle(self, delivery: Delivery) -> None:
-        """Consumer thread: start the job elsewhere (claiming is an HTTP call)."""
-        self.jobs_pool.submit(logs.bound(self._start_job, job_id=delivery.job_id), delivery)
+        """Consumer thread: start the job. On a worker with no other job to start or run, here
+        (the claim is an HTTP call, which nothing else is waiting to overlap with): handed to
+        the pool, it cost a thread's wake-up on every call of an idle deployment, the warm
+        path's (~0.2 ms). Else on the pool, so that claims go out together while this thread
+        takes the next wake-up."""
+        start = logs.bound(self._start_job, job_id=delivery.job_id)
+        with self._state_lock:
+            alone = self.inflight == 0 and self._starting == 0
+            self._starting += 1
+        if alone:
+            start(delivery)
+        else:
+            self.jobs_pool.submit(start, delivery)
 
     # BUSY and IDLE follow the jobs: the control plane derives them from claims and job ends
     # (`services/workers.follow_jobs`), so they are only noted here (state and heartbeat).
@@ -111,6 +124,13 @@ class JobFlow:
         self._beat()
 
     def _start_job(self, delivery: Delivery) -> None:
+        try:
+            self._claim_and_submit(delivery)
+        finally:
+            with self._state_lock:
+                self._starting -= 1
+
+    def _claim_and_submit(self, delivery: Delivery) -> None:
         from worker.engine.params import SamplingParams
         from worker.runtime.engine_loop import Job
 
