@@ -151,16 +151,7 @@ def claim_queued(session: Session, job_id: str, worker_id: str, now: datetime) -
     if row is None:
         return None
     job = Job(**row._mapping)
-    session.execute(
-        _INSERT_ATTEMPT,
-        {
-            "job_id": job.id,
-            "attempt": job.attempt,
-            "worker_id": worker_id,
-            "started_at": now,
-            "boot_wait": False,  # it was queued: no worker was booting for it
-        },
-    )
+    _record_attempt(session, job, worker_id, now, boot_wait=False)  # queued: nothing booted
     return job
 
 
@@ -192,17 +183,16 @@ def claim(session: Session, job_id: str, worker_id: str, now: datetime) -> Job |
         return None
     for key, value in values.items():  # instead of reading the row back
         set_committed_value(job, key, value)
-    session.execute(
-        _INSERT_ATTEMPT,
-        {
-            "job_id": job.id,
-            "attempt": job.attempt,
-            "worker_id": worker_id,
-            "started_at": now,
-            "boot_wait": waited_on_boot,
-        },
-    )
+    _record_attempt(session, job, worker_id, now, boot_wait=waited_on_boot)
     return job
+
+
+def _record_attempt(
+    session: Session, job: Job, worker_id: str, now: datetime, *, boot_wait: bool
+) -> None:
+    """The attempt a claim just started (billing allocates from it; `end_attempt` closes it)."""
+    params = {"job_id": job.id, "attempt": job.attempt, "worker_id": worker_id}
+    session.execute(_INSERT_ATTEMPT, {**params, "started_at": now, "boot_wait": boot_wait})
 
 
 # A claim's statements, built once (Core, on the tables): built per call through the ORM, the
