@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -314,9 +315,16 @@ def _announce(outbox: Outbox, ended: list[tuple[Job, bool]]) -> None:
     try:
         ends = [(EVENT_OF_STATUS[JobStatus(job.status)], jobs.to_public(job)) for job, _ in ended]
         if outbox.local is not None:  # a caller waiting here answers during the round trip
-            for (job, _), end in zip(ended, ends, strict=True):
-                if job.kind == JobKind.SYNC:
-                    outbox.local.deliver(job.id, end)
+            handed = [
+                outbox.local.deliver(job.id, end)
+                for (job, _), end in zip(ended, ends, strict=True)
+                if job.kind == JobKind.SYNC
+            ]
+            if any(handed):
+                # Give the GIL up once: the caller's event loop, just woken by the handover,
+                # then answers before this thread builds the round trip below (it waited for
+                # this thread's next I/O: the answer stage 0.90x, docs/benchmarks.md session 31).
+                time.sleep(0)
         pipe = outbox.redis.pipeline(transaction=False)
         for (job, was_running), (event, public) in zip(ended, ends, strict=True):
             if was_running:  # a worker may still hold it

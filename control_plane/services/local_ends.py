@@ -53,8 +53,8 @@ class LocalEnds:
             else:
                 self._waiting.pop(job_id, None)
 
-    def deliver(self, job_id: str, end: End) -> None:
-        """Hand `job_id`'s end to its waiters in this process, if it has any."""
+    def deliver(self, job_id: str, end: End) -> bool:
+        """Hand `job_id`'s end to its waiters in this process, if it has any (then True)."""
         with self._lock:
             waiters = list(self._waiting.get(job_id, ()))
         for loop, future in waiters:
@@ -62,6 +62,7 @@ class LocalEnds:
             # round trip that follows must still go out
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(_settle, future, end)
+        return bool(waiters)
 
 
 def _settle(future: asyncio.Future[End], end: End) -> None:

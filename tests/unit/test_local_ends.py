@@ -31,17 +31,18 @@ def test_only_the_first_end_counts_and_nothing_reaches_a_job_nobody_waits_for() 
     later: End = (EventType.CANCELED, {"id": "job_1"})
 
     async def scenario() -> tuple[End, bool]:
-        ends.deliver("job_1", DONE)  # before anyone waits: dropped (Redis carries it)
+        # before anyone waits: dropped (Redis carries it), and nobody was woken
+        assert ends.deliver("job_1", DONE) is False
         future = ends.expect("job_1")
         await asyncio.sleep(0)
         assert not future.done()
-        ends.deliver("job_1", DONE)
+        assert ends.deliver("job_1", DONE) is True
         ends.deliver("job_1", later)
         end = await asyncio.wait_for(future, 5)
         ends.forget("job_1", future)
         gone = ends.expect("job_2")
         ends.forget("job_2", gone)
-        ends.deliver("job_2", DONE)  # its waiter left: nothing to wake
+        assert ends.deliver("job_2", DONE) is False  # its waiter left: nothing to wake
         await asyncio.sleep(0.01)
         return end, gone.done()
 
