@@ -68,7 +68,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cpu_share import Sampler, Share
-from bench.machine import wake_round_trips_us
 
 CLIENTS = (1, 16, 64)
 # The tenant's quotas (600 requests/min by default) would measure the rate limiter instead.
@@ -362,7 +361,6 @@ def measure(
         raise SystemExit(f"{len(lost)} admitted jobs never finished, e.g. {lost[:3]}")
     if not full:
         return {"admissions": admissions, "admitted": len(admitted), "cpu": shares}
-    wake_us = wake_round_trips_us()  # the machine's phase, beside the warm path
     overhead, stages, lean, sdk_calls = warm_path(plat, name, body, args.runs)
     first_event, first_output = sse(base, key, name, body, args.runs, httpx, leave=False)
     deploys = deploy_times(plat, up.store_uri, args.deploys)
@@ -376,7 +374,6 @@ def measure(
         "stages_ms": stages,
         "overhead_stdlib_ms": lean,
         "overhead_sdk_ms": sdk_calls,
-        "wake_round_trip_us": wake_us,
         "first_event_ms": first_event,
         "deploy_ms": deploys,
         "batch_lines_per_s": args.batch_lines / batch_s,
@@ -560,11 +557,6 @@ def print_report(r: dict[str, Any]) -> None:
     rows += [("deploy (`POST /v1/deployments`, min 0 workers)", r["deploy_ms"])]
     for label, values in rows:
         print(f"| {label} | {pct(values, 0.5):.1f} | {pct(values, 0.99):.1f} |")
-    wake = r["wake_round_trip_us"]
-    print(
-        f"\nthe machine's phase: a wake-up round trip between two processes takes "
-        f"{pct(wake, 0.5):.0f} µs p50, {pct(wake, 0.99):.0f} µs p99 (`bench/machine.py`)"
-    )
     print(
         f"\na batch of 1-token lines, 8 in flight: {r['batch_lines_per_s']:.1f} lines/s; "
         f"completed {r['batch_completed_after_ms']:.0f} ms after its last line"
@@ -595,7 +587,6 @@ def print_report(r: dict[str, Any]) -> None:
         "overhead_stdlib_p99_ms": round(pct(r["overhead_stdlib_ms"], 0.99), 2),
         "overhead_sdk_p50_ms": round(pct(r["overhead_sdk_ms"], 0.5), 2),
         "overhead_sdk_p99_ms": round(pct(r["overhead_sdk_ms"], 0.99), 2),
-        "wake_round_trip_p50_us": round(pct(r["wake_round_trip_us"], 0.5), 1),
         "deploy_p50_ms": round(pct(r["deploy_ms"], 0.5), 1),
         "batch_lines_per_s": round(r["batch_lines_per_s"], 1),
         "batch_completed_after_ms": round(r["batch_completed_after_ms"]),
