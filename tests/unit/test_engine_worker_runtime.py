@@ -116,6 +116,19 @@ def test_jobs_run_together_and_are_reported_then_acked() -> None:
     assert rt.engine.block_manager.num_free_blocks == rt.engine.cache.num_blocks
 
 
+def test_a_job_from_idle_to_idle_waits_on_no_heartbeat() -> None:
+    """BUSY and IDLE are noted, not beaten: a heartbeat is a Redis round trip, and one at each
+    flip sat between the claim and the engine, and again at each job's end."""
+    rt = _runtime({"j0": {"prompt": "Hello", "max_tokens": 2}})
+    beats: list[str] = []
+    rt._beat = lambda: beats.append(rt.state.value)  # type: ignore[method-assign]
+    acked = _deliver(rt, ["j0"])
+    _wait(rt, 1, acked)
+    rt.loop.stop(timeout_s=5)
+    assert acked == ["j0"] and rt.state is WorkerState.IDLE
+    assert beats == []
+
+
 def test_a_second_delivery_of_a_job_running_here_does_not_run_it_again() -> None:
     # the claim gives back the attempt this worker holds (a retried claim must get its job)
     rt = _runtime({"j": {"prompt": "Hello", "max_tokens": 40}})

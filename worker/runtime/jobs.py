@@ -3,7 +3,7 @@ outcome reported, then the delivery acknowledged.
 
 A part of `WorkerRuntime` (lifecycle.py), kept in a module of its own: `JobFlow` holds the job
 state (`_init_jobs`) and the job path; the runtime around it owns the process's life (boot,
-load, serve, drain) and the state and heartbeat that `_note_state` updates.
+load, serve, drain) and the state that `_note_state` updates (its heartbeat carries it).
 
     consumer thread        claim pool (HTTP, several claims per request: batching.py)
     _handle ────────────▶  _start_job: claim, parse, validate ──▶ engine loop (submit)
@@ -50,9 +50,6 @@ class JobFlow:
     inflight: int  # jobs claimed and not yet reported
     # serialises inflight changes with the BUSY / IDLE they imply
     _state_lock: threading.Lock
-
-    def _beat(self) -> None:
-        raise NotImplementedError  # the runtime's heartbeat
 
     def _init_jobs(self, assignment: Assignment | None) -> None:
         # deliveries of the jobs in the engine (by id() of their Job), acked once stored
@@ -105,7 +102,9 @@ class JobFlow:
             self.jobs_pool.submit(start, delivery)
 
     # BUSY and IDLE follow the jobs: the control plane derives them from claims and job ends
-    # (`services/workers.follow_jobs`), so they are only noted here (state and heartbeat).
+    # (`services/workers.follow_jobs`), so they are only noted here; the next periodic beat
+    # carries them (nothing reads a beat's state to decide). A beat of its own at each flip
+    # was a Redis round trip between the claim and the engine, and another at each job's end.
 
     def _job_started(self) -> None:
         with self._state_lock:
@@ -121,7 +120,6 @@ class JobFlow:
 
     def _note_state(self, state: WorkerState) -> None:
         self.state = state
-        self._beat()
 
     def _start_job(self, delivery: Delivery) -> None:
         try:
