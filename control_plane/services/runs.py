@@ -143,8 +143,9 @@ def _decide(
 ) -> tuple[Principal, DeploymentRef, dict[str, Any], Job | None]:
     """Whether the call is admitted, charged to its tenant's quota: (caller, deployment, input
     with the deployment's defaults, the job an earlier call with `idempotency_key` created).
-    Reads only; the charge is the last step, and a replay is not charged again. On a view not
-    `fresh`, StaleView when its generation moved (nothing charged)."""
+    Reads only; the charge is the last step (the quota script runs while the earlier call is
+    looked up and the tenant's jobs are counted), and a replay is given its charge back. On a
+    view not `fresh`, StaleView when its generation moved (nothing charged)."""
     who = view.principal(session, token)
     who.require("run")
     dep = view.deployment(session, who.tenant_id, name)
@@ -152,35 +153,50 @@ def _decide(
         webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
     resolved = job_input.resolved(dep.spec.defaults)
     prompt_tokens = check_fits_context(ctx, dep, resolved)
-    replay = (
-        None if idempotency_key is None else jobs.replay_of(session, who.tenant_id, idempotency_key)
-    )
-    if replay is None:
-        tokens = prompt_tokens + int(resolved["max_tokens"])
-        own = view.limits(session, who.tenant_id)
-        admit(ctx, session, who.tenant_id, tokens, own, None if view.fresh else view.generation)
+    replay: Job | None = None
+
+    def count_in_flight() -> int | None:
+        nonlocal replay
+        if idempotency_key is not None:
+            replay = jobs.replay_of(session, who.tenant_id, idempotency_key)
+            if replay is not None:
+                return None  # a replay is not charged again
+        return in_flight(ctx, session, who.tenant_id, own)
+
+    tokens = prompt_tokens + int(resolved["max_tokens"])
+    own = view.limits(session, who.tenant_id)
+    admit(ctx, who.tenant_id, tokens, own, count_in_flight, None if view.fresh else view.generation)
     return who, dep, resolved, replay
 
 
-def admit(
-    ctx: AppContext,
-    session: Session,
-    tenant_id: str,
-    tokens: int,
-    own: TenantLimits,
-    generation: int | None = None,
-) -> None:
-    """Quota check of a new job (a replay of an idempotent request is not charged again);
-    `generation`: see `Quotas.admit`."""
+def limits_of(ctx: AppContext, own: TenantLimits) -> Limits:
+    """A tenant's quota limits: its own, else the platform's defaults."""
     s = ctx.settings
-    limits = Limits(
+    return Limits(
         requests_per_min=own.requests_per_min or s.default_requests_per_min,
         tokens_per_min=own.tokens_per_min or s.default_tokens_per_min,
         max_in_flight=own.max_in_flight or s.default_max_in_flight,
     )
-    # Counting stops at the limit: the answer needed is only whether the tenant is at it.
-    in_flight = job_queries.active_count(session, tenant_id, limits.max_in_flight)
-    ctx.quotas.admit(tenant_id, limits, tokens, in_flight, generation)
+
+
+def in_flight(ctx: AppContext, session: Session, tenant_id: str, own: TenantLimits) -> int:
+    """The tenant's queued and running jobs, counted no further than its limit: the answer
+    needed is only whether the tenant is at it."""
+    upto = limits_of(ctx, own).max_in_flight
+    return job_queries.active_count(session, tenant_id, upto)
+
+
+def admit(
+    ctx: AppContext,
+    tenant_id: str,
+    tokens: int,
+    own: TenantLimits,
+    count_in_flight: Callable[[], int | None],
+    generation: int | None = None,
+) -> None:
+    """Quota check of a new job, charged to the tenant (see `Quotas.admit`: `count_in_flight`
+    runs while the quota script does; None from it: not charged, a replay)."""
+    ctx.quotas.admit(tenant_id, limits_of(ctx, own), tokens, count_in_flight, generation)
 
 
 def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: dict[str, Any]) -> int:

@@ -8,17 +8,22 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import redis
 from fastapi.testclient import TestClient
 
 from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.embedded.processes import ManagedProcess, free_port, spawn, wait_until
+from control_plane.errors import RateLimited
 from control_plane.services import auth
+from control_plane.services.quotas import Limits, Quotas
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER_TOKEN, deploy, h
+from worker.protocol import rate_limit_key
 
 
 def tenant_key(database_url: str, **limits: int) -> str:
@@ -79,13 +84,37 @@ def test_in_flight_cap(client: TestClient, database_url: str) -> None:
     assert submit(client, key).status_code == 202
 
 
+def test_a_call_the_in_flight_cap_refuses_is_charged_nothing(
+    client: TestClient, database_url: str
+) -> None:
+    """The quota script runs while the database counts the tenant's jobs (quotas.py): a call
+    the count then refuses is given its charge back. Two requests a minute (one more each 30 s):
+    had the refused calls kept theirs, the last call would find none left."""
+    key = tenant_key(database_url, requests_per_min=2, max_in_flight=1)
+    deploy(client, key)
+    first = submit(client, key).json()["id"]
+    for _ in range(3):
+        r = submit(client, key)
+        assert r.status_code == 429 and r.json()["limit"] == 1, "the in-flight cap"
+    client.post(f"/v1/jobs/{first}/cancel", headers=h(key))
+    assert submit(client, key).status_code == 202
+    assert submit(client, key).status_code == 429, "and the requests per minute still hold"
+
+
 def test_idempotent_replay_is_not_charged(client: TestClient, database_url: str) -> None:
-    key = tenant_key(database_url, requests_per_min=1)
+    key = tenant_key(database_url, requests_per_min=2)
     deploy(client, key)
     hdr = {**h(key), "Idempotency-Key": "same"}
     body = {"input": {"prompt": "x"}}
-    assert client.post("/v1/deployments/demo/jobs", json=body, headers=hdr).status_code == 202
-    assert client.post("/v1/deployments/demo/jobs", json=body, headers=hdr).status_code == 202
+    first = client.post("/v1/deployments/demo/jobs", json=body, headers=hdr)
+    assert first.status_code == 202
+    for _ in range(3):  # the quota script runs beside the key's lookup: its charge given back
+        again = client.post("/v1/deployments/demo/jobs", json=body, headers=hdr)
+        assert again.status_code == 202 and again.json()["id"] == first.json()["id"]
+    assert submit(client, key).status_code == 202, "the second request of the minute"
+    assert submit(client, key).status_code == 429
+    replay = client.post("/v1/deployments/demo/jobs", json=body, headers=hdr)
+    assert replay.status_code == 202, "a replay is answered at the limit too"
 
 
 @pytest.mark.parametrize("fail_open", [True, False])
@@ -151,3 +180,59 @@ def test_limits_hold_across_two_api_processes(
     assert codes.count(202) == 4 and codes.count(429) == 2
     a.close()
     b.close()
+
+
+LIMITS = Limits(requests_per_min=3, tokens_per_min=1_000, max_in_flight=5)
+
+
+def _left(r: redis.Redis, tenant_id: str) -> int:
+    """Requests the tenant's bucket still admits now (it refills one per 20 s: none meanwhile)."""
+    level = r.hget(rate_limit_key(tenant_id, "requests"), "level")
+    return LIMITS.requests_per_min if level is None else int(float(level))
+
+
+def test_the_script_is_read_after_the_count_and_survives_a_restarted_redis(
+    redis_client: redis.Redis,
+) -> None:
+    """`Quotas.admit` writes the script, counts, then reads the answer on the same connection.
+    What a restarted Redis leaves (no script loaded, pooled connections closed) is run again
+    the plain way: nothing had run, so nothing is charged twice."""
+    quotas = Quotas(redis_client, fail_open=False)
+    order: list[str] = []
+    real_send = quotas._send
+
+    def send(*a: Any) -> Any:
+        order.append("script sent")
+        return real_send(*a)
+
+    quotas._send = send  # type: ignore[method-assign,assignment]
+
+    def count() -> int:
+        order.append("counted")
+        return 0
+
+    quotas.admit("ten_a", LIMITS, 10, count)
+    assert order == ["script sent", "counted"] and _left(redis_client, "ten_a") == 2
+    redis_client.script_flush()  # as after a restart: the script is gone
+    quotas.admit("ten_a", LIMITS, 10, lambda: 0)
+    assert _left(redis_client, "ten_a") == 1
+    redis_client.client_kill_filter(skipme=True)  # every other connection closed by the server
+    quotas.admit("ten_a", LIMITS, 10, lambda: 0)
+    assert _left(redis_client, "ten_a") == 0
+    with pytest.raises(RateLimited):
+        quotas.admit("ten_a", LIMITS, 10, lambda: 0)
+
+
+def test_a_count_that_fails_gives_the_charge_back(redis_client: redis.Redis) -> None:
+    quotas = Quotas(redis_client, fail_open=False)
+
+    def count() -> int:
+        raise RuntimeError("database gone")
+
+    for _ in range(LIMITS.requests_per_min + 1):
+        with pytest.raises(RuntimeError):
+            quotas.admit("ten_b", LIMITS, 10, count)
+    assert _left(redis_client, "ten_b") == LIMITS.requests_per_min
+    # and the pool's connections are whole: the next call reads its own answer
+    quotas.admit("ten_b", LIMITS, 10, lambda: 0)
+    assert _left(redis_client, "ten_b") == LIMITS.requests_per_min - 1
