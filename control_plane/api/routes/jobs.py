@@ -5,7 +5,6 @@ The run logic shared with other routes is in `services/runs.py`; this module is 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -16,6 +15,7 @@ import redis
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from control_plane.api import offload
 from control_plane.api.context import Ctx, Db, Now, Principal, bearer_token
 from control_plane.api.schemas import JobCreate, JobList, JobPublic, JobTimeline, RunRequest
 from control_plane.context import AppContext
@@ -69,7 +69,7 @@ async def run(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Any:
     # A retried sync call (dropped connection) with the same key follows the same job.
-    job, tenant_id = await asyncio.to_thread(
+    job, tenant_id = await offload.in_thread(
         runs.create,
         ctx,
         bearer_token(authorization),
@@ -94,7 +94,7 @@ async def run(
     except runs.CallerGone:
         return Response(status_code=499, headers=headers)
     if final is None:  # still running: the job as it stands
-        final = await asyncio.to_thread(runs.read, ctx, job_id, tenant_id)
+        final = await offload.in_thread(runs.read, ctx, job_id, tenant_id)
     return JSONResponse(
         final, status_code=200 if is_terminal(final["status"]) else 202, headers=headers
     )
@@ -120,7 +120,7 @@ async def create_job(
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Any:
     request_hash = runs.request_hash(name, body.model_dump())
-    job, _ = await asyncio.to_thread(
+    job, _ = await offload.in_thread(
         runs.create,
         ctx,
         bearer_token(authorization),

@@ -7,7 +7,6 @@ OpenAI's shape (see `problems.openai_error`).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
@@ -17,6 +16,7 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from control_plane.api import offload
 from control_plane.api.context import Ctx, Db, Principal, bearer_token
 from control_plane.api.schemas import JobInput
 from control_plane.context import AppContext
@@ -159,7 +159,7 @@ def _raise_for_job(job: dict[str, Any]) -> None:
 async def _run(
     ctx: AppContext, authorization: str | None, model: str, job_input: JobInput
 ) -> tuple[dict[str, Any], str]:
-    return await asyncio.to_thread(
+    return await offload.in_thread(
         runs.create, ctx, bearer_token(authorization), model, job_input, JobKind.SYNC
     )
 
@@ -239,7 +239,7 @@ async def chat_completions(
     request: Request,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Any:
-    prompt = await asyncio.to_thread(_render, ctx, bearer_token(authorization), body)
+    prompt = await offload.in_thread(_render, ctx, bearer_token(authorization), body)
     job_input = body.job_input(prompt, body.max_completion_tokens or body.max_tokens)
     job, tenant_id = await _run(ctx, authorization, body.model, job_input)
     cid, created = f"chatcmpl-{job['id']}", int(time.time())
