@@ -18,7 +18,9 @@ concurrency 8) and measures, in this order:
   standard library's `http.client` (the worker's `JsonHttp`), whose own Python costs ~0.3 ms
   less per request each way: the difference is the client's, not the platform's; and as many
   with the SDK's `Client.run`, which sends a new Idempotency-Key with every call (the
-  platform looks it up before it admits the call, and stores it): what an SDK user sees;
+  platform looks it up before it admits the call, and stores it): what an SDK user sees.
+  Each client opens a new connection every 25 runs (`RUNS_PER_CONNECTION`): with two API
+  processes, which one a connection lands on moves its answer by up to a millisecond;
 - SSE: `--runs` sequential streamed runs (`stream=true`), request sent -> first event
   (`queued`/`running`) and -> first `output` event; each stream is read to its end, as the
   SDK does. Then `--runs` more that the client leaves at their first output: each leaves the
@@ -436,6 +438,15 @@ def drain(plat: Any, ids: list[str], timeout_s: float = 600.0) -> None:
         wait_for(f"job {job_id}", functools.partial(done, job_id), timeout_s, every_s=0.05)
 
 
+# Warm runs per client connection. With two API processes (the embedded default) the kernel
+# places each connection on one of them by a hash of its addresses, and a caller whose
+# connection shares a process with the worker's is answered in process, the others through
+# Redis: 0.6-0.9 ms apart at the p50 (docs/benchmarks.md, session 32). One connection for
+# the whole run measured one placement or the other by chance; a new one every 25 runs
+# measures the mix that many callers see.
+RUNS_PER_CONNECTION = 25
+
+
 def warm_path(
     plat: Any, name: str, body: dict[str, Any], runs: int
 ) -> tuple[list[float], dict[str, list[float]], list[float], list[float]]:
@@ -443,25 +454,43 @@ def warm_path(
     as httpx (the SDK's client) sees them; and, interleaved, the overhead as a client of the
     standard library sees it (the worker's `JsonHttp`: ~0.3 ms less of its own per request
     each way), and as a caller of the SDK sees it (`Client.run`: httpx, with a new
-    Idempotency-Key on every call, which the platform looks up and stores)."""
+    Idempotency-Key on every call, which the platform looks up and stores). Each client takes
+    a new connection every RUNS_PER_CONNECTION runs (its first run there is not counted: it
+    opens the connection)."""
+    import httpx
+
     from bench.coldstart.phases import parse_iso
     from sdk import Client
     from worker.runtime.json_http import JsonHttp
 
     url, key = plat.state["url"], plat.state["api_key"]
-    lean_client = JsonHttp(url, {"Authorization": f"Bearer {key}"}, 120.0)
-    sdk = Client(base_url=url, api_key=key, timeout=120.0)
+    auth = {"Authorization": f"Bearer {key}"}
     path = f"/v1/deployments/{name}/run"
-    clients = (
-        lambda: plat.http.post(path, json=body).json(),
-        lambda: lean_client.post(path, body).json(),
-        lambda: sdk.run(name, body["input"], wait=False).raw,
-    )
+
+    def connected() -> tuple[list[Any], list[Callable[[], dict[str, Any]]]]:
+        plain = httpx.Client(base_url=url, headers=auth, timeout=120.0)
+        lean = JsonHttp(url, auth, 120.0)
+        sdk = Client(base_url=url, api_key=key, timeout=120.0)
+        calls: list[Callable[[], dict[str, Any]]] = [
+            lambda: plain.post(path, json=body).json(),
+            lambda: lean.post(path, body).json(),
+            lambda: sdk.run(name, body["input"], wait=False).raw,
+        ]
+        for call in calls:
+            call()  # opens its connection
+        return [plain, lean, sdk], calls
+
     overheads: tuple[list[float], ...] = ([], [], [])
     stages: dict[str, list[float]] = {"accept": [], "claim": [], "answer": []}
+    opened: list[Any] = []
+    calls: list[Callable[[], dict[str, Any]]] = []
     for i in range(3 * runs):
+        if i % (3 * RUNS_PER_CONNECTION) == 0:
+            for client in opened:
+                client.close()
+            opened, calls = connected()
         t0 = time.time()
-        job = clients[i % 3]()
+        job = calls[i % 3]()
         t1 = time.time()
         if job.get("status") != "succeeded":
             raise SystemExit(f"a warm run did not succeed: {job.get('status')}")
@@ -473,8 +502,8 @@ def warm_path(
             stages["accept"].append((created - t0) * 1000)  # sent -> stored
             stages["claim"].append((started - created) * 1000)  # stored -> a worker claimed it
             stages["answer"].append((t1 - done) * 1000)  # completed -> the client has it
-    lean_client.close()
-    sdk.close()
+    for client in opened:
+        client.close()
     return overheads[0], stages, overheads[1], overheads[2]
 
 
