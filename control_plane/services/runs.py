@@ -153,50 +153,45 @@ def _decide(
         webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
     resolved = job_input.resolved(dep.spec.defaults)
     prompt_tokens = check_fits_context(ctx, dep, resolved)
+    tokens = prompt_tokens + int(resolved["max_tokens"])
+    own = view.limits(session, who.tenant_id)
+    generation = None if view.fresh else view.generation
+    replay = admit(ctx, session, who.tenant_id, tokens, own, generation, idempotency_key)
+    return who, dep, resolved, replay
+
+
+def admit(
+    ctx: AppContext,
+    session: Session,
+    tenant_id: str,
+    tokens: int,
+    own: TenantLimits,
+    generation: int | None = None,
+    idempotency_key: str | None = None,
+) -> Job | None:
+    """Quota check of a new job, charged to the tenant; the job an earlier call with
+    `idempotency_key` created, when this is a replay (given its charge back). The key's lookup
+    and the in-flight count run while the quota script does (`Quotas.admit`); `generation`:
+    see there."""
+    s = ctx.settings
+    limits = Limits(
+        requests_per_min=own.requests_per_min or s.default_requests_per_min,
+        tokens_per_min=own.tokens_per_min or s.default_tokens_per_min,
+        max_in_flight=own.max_in_flight or s.default_max_in_flight,
+    )
     replay: Job | None = None
 
     def count_in_flight() -> int | None:
         nonlocal replay
         if idempotency_key is not None:
-            replay = jobs.replay_of(session, who.tenant_id, idempotency_key)
+            replay = jobs.replay_of(session, tenant_id, idempotency_key)
             if replay is not None:
                 return None  # a replay is not charged again
-        return in_flight(ctx, session, who.tenant_id, own)
+        # Counting stops at the limit: the answer needed is only whether the tenant is at it.
+        return job_queries.active_count(session, tenant_id, limits.max_in_flight)
 
-    tokens = prompt_tokens + int(resolved["max_tokens"])
-    own = view.limits(session, who.tenant_id)
-    admit(ctx, who.tenant_id, tokens, own, count_in_flight, None if view.fresh else view.generation)
-    return who, dep, resolved, replay
-
-
-def limits_of(ctx: AppContext, own: TenantLimits) -> Limits:
-    """A tenant's quota limits: its own, else the platform's defaults."""
-    s = ctx.settings
-    return Limits(
-        requests_per_min=own.requests_per_min or s.default_requests_per_min,
-        tokens_per_min=own.tokens_per_min or s.default_tokens_per_min,
-        max_in_flight=own.max_in_flight or s.default_max_in_flight,
-    )
-
-
-def in_flight(ctx: AppContext, session: Session, tenant_id: str, own: TenantLimits) -> int:
-    """The tenant's queued and running jobs, counted no further than its limit: the answer
-    needed is only whether the tenant is at it."""
-    upto = limits_of(ctx, own).max_in_flight
-    return job_queries.active_count(session, tenant_id, upto)
-
-
-def admit(
-    ctx: AppContext,
-    tenant_id: str,
-    tokens: int,
-    own: TenantLimits,
-    count_in_flight: Callable[[], int | None],
-    generation: int | None = None,
-) -> None:
-    """Quota check of a new job, charged to the tenant (see `Quotas.admit`: `count_in_flight`
-    runs while the quota script does; None from it: not charged, a replay)."""
-    ctx.quotas.admit(tenant_id, limits_of(ctx, own), tokens, count_in_flight, generation)
+    ctx.quotas.admit(tenant_id, limits, tokens, count_in_flight, generation)
+    return replay
 
 
 def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: dict[str, Any]) -> int:

@@ -196,8 +196,7 @@ def create_batch(
     parsed = _validate_lines(lines, source, settings.batch_max_lines)
     # A batch is one request against the tenant's rate; its jobs run at batch priority and
     # enter the in-flight count as pump dispatches them.
-    own = ctx.edge.view().limits(session, who.tenant_id)
-    runs.admit(ctx, who.tenant_id, 0, own, lambda: runs.in_flight(ctx, session, who.tenant_id, own))
+    runs.admit(ctx, session, who.tenant_id, 0, ctx.edge.view().limits(session, who.tenant_id))
     batch, created, to_wake = batches.create(
         session,
         dep,
