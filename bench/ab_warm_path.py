@@ -12,11 +12,13 @@ warm worker and one API process (`--api-processes`), and alternates 1-token sync
 streamed runs between them: whatever the machine does meanwhile, both see it. It prints each
 stage's p50 / p99 for both (client latency; overhead = latency minus the job's execution,
 `completed_at - started_at`; accept, claim, answer as in `bench/control_plane.py`; sent ->
-first SSE event) and, last, one JSON line with the p50 ratios of this checkout over the base.
+first SSE event, its first `output` event, its end) and, last, one JSON line with the p50
+ratios of this checkout over the base.
 
 With `--admissions N` it then alternates N rounds of 16 clients submitting async 1-token jobs
 for `--seconds` each (as `bench/control_plane.py` does; each round's jobs drained before the
-next) and prints both versions' admissions/s per round and their median ratio.
+next) and prints both versions' admissions/s per round (and jobs/s from the round's start to its
+last job's end) and their median ratio.
 """
 
 from __future__ import annotations
@@ -35,7 +37,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-STAGES = ("latency", "overhead", "accept", "claim", "execution", "answer", "sse_first_event")
+STAGES = (
+    "latency",
+    "overhead",
+    "accept",
+    "claim",
+    "execution",
+    "answer",
+    "sse_first_event",
+    "sse_first_output",
+    "sse_end",
+)
 
 
 def main() -> None:
@@ -149,12 +161,16 @@ def alternate(
             ):
                 r[stage].append(seconds * 1000)
             t0 = time.perf_counter()
-            first = None
+            first = output = None
             with c.stream("POST", url, json={**BODY, "stream": True}) as resp:
                 for line in resp.iter_lines():  # read to the end, as the SDK does
                     if first is None and line.startswith("event:"):
                         first = (time.perf_counter() - t0) * 1000
+                    if output is None and line.startswith("event: output"):
+                        output = (time.perf_counter() - t0) * 1000
             r["sse_first_event"].append(first if first is not None else float("nan"))
+            r["sse_first_output"].append(output if output is not None else float("nan"))
+            r["sse_end"].append((time.perf_counter() - t0) * 1000)
     for c in clients.values():
         c.close()
     return out
@@ -179,17 +195,25 @@ def admit(
             def submit(c: Any, _i: int, name: str = name) -> Any:
                 return c.post(f"/v1/deployments/{name}/jobs", json=BODY)
 
+            t0 = time.monotonic()
             ids, refused, _ = hammer(client, submit, args.clients, args.seconds)
             if refused:
                 raise SystemExit(f"{label}: refused {refused}")
             drain(plat, ids)
+            # (on one machine the worker's execution competes with the admissions for the
+            # cores: a version that runs jobs sooner admits fewer meanwhile, and drains sooner)
+            ended_s = time.monotonic() - t0
             lost = [
                 j for j in ids if plat.http.get(f"/v1/jobs/{j}").json()["status"] not in TERMINAL
             ]
             if lost:
                 raise SystemExit(f"{label}: {len(lost)} admitted jobs never finished")
             out[label].append(len(ids) / args.seconds)
-            print(f"  round {i + 1} {label}: {out[label][-1]:.1f} admissions/s", flush=True)
+            print(
+                f"  round {i + 1} {label}: {out[label][-1]:.1f} admissions/s, "
+                f"{len(ids) / ended_s:.1f} jobs/s to the last one's end",
+                flush=True,
+            )
     return out
 
 

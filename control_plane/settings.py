@@ -68,6 +68,12 @@ class Settings(LogSettings, TraceSettings):
 
     state_dir: Path = Path(".state")
 
+    # A call admitted while one of its deployment's workers has a free slot (and nothing of
+    # that deployment waits) is claimed for that worker in the admission's own transaction and
+    # handed to it through Redis: no claim request (services/handoff.py). Off: every job waits
+    # for a worker's claim.
+    job_handoffs: bool = True
+
     sync_wait_default_s: float = Field(60.0, gt=0)
     sync_wait_max_s: float = Field(300.0, gt=0)
     max_request_bytes: int = Field(1_000_000, gt=0)

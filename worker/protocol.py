@@ -170,6 +170,23 @@ METRICS_HOST_ENV = "PLATFORM_WORKER_METRICS_HOST"
 METRICS_PORT_ENV = "PLATFORM_WORKER_METRICS_PORT"
 
 
+# The platform's worker's heartbeat also lists the ids of the jobs it holds (handed to it or
+# claimed, not yet reported) under this field: a job the database gives it and it does not
+# hold was never received (`reconcile/jobs.requeue_unheld`).
+HEARTBEAT_JOBS_FIELD = "jobs"
+
+
+def worker_handoffs_key(worker_id: str) -> str:
+    """List of the jobs handed to one worker at admission (`control_plane/services/handoff.py`),
+    each already committed as the worker's: a claim's answer with the job's broker priority. The
+    worker pops them with its queue's wake-ups, before them."""
+    return f"{KEY_PREFIX}:worker:{worker_id}:handoffs"
+
+
+# A hand-off nobody popped expires with its list (its worker is gone: its jobs were requeued).
+HANDOFF_TTL_S = 3600
+
+
 def worker_assignment_key(worker_id: str) -> str:
     """List holding the one `Assignment` of a warm-pool worker (it pops it, then serves)."""
     return f"{KEY_PREFIX}:worker:{worker_id}:assignment"

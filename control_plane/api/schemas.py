@@ -133,6 +133,8 @@ class WorkerStateReport(BaseModel):
     state: str
     at: float = Field(description="unix time of the transition, seconds")
     reason: str | None = None
+    # it pops jobs handed to it at admission (services/handoff.py); said once serving
+    takes_handoffs: bool = False
 
 
 class ClaimRequest(BaseModel):

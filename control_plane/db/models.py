@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     ForeignKey,
     Index,
     Integer,
@@ -293,6 +294,9 @@ class Worker(Base):
     assigned_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # It said it takes jobs handed to it at admission (`services/handoff.py`), with no claim:
+    # the platform's worker does, once serving; a worker that only claims never gets one.
+    takes_handoffs: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 # The busy segments not yet split among their attempts (ix_billing_unallocated; migration 0013).

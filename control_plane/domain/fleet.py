@@ -20,6 +20,7 @@ NEW_VERSION, SCALE_DOWN, DEPLOYMENT_DELETED = (
     "scale_down_window",
     "deployment_deleted",
 )
+STOP_REASONS = (NEW_VERSION, SCALE_DOWN, DEPLOYMENT_DELETED)
 BOOTING_STATES = frozenset({WorkerState.BOOTING, WorkerState.LOADING, WorkerState.WARMING})
 # Scale-down order: idle workers first, then booting ones; a busy one last (it drains its jobs).
 _STOP_ORDER = {WorkerState.IDLE: 0, **dict.fromkeys(BOOTING_STATES, 1), WorkerState.BUSY: 2}
@@ -90,3 +91,42 @@ def liveness(
 def retries_left(attempt: int) -> bool:
     """Whether a job whose worker died on `attempt` is queued again (else it fails)."""
     return attempt < MAX_ATTEMPTS
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What a worker's latest heartbeat says it holds."""
+
+    at: float  # the beat's own time (the worker's clock)
+    job_ids: frozenset[str]  # the jobs handed to it or claimed, not yet reported
+
+
+def unheld(
+    running: list[tuple[str, int, str]],
+    held: dict[str, Held],
+    missing_since: dict[tuple[str, int], float],
+    grace_s: float,
+) -> tuple[list[tuple[str, int]], dict[tuple[str, int], float]]:
+    """Running jobs their worker never received: (lost (job, attempt)s, the new `missing_since`).
+
+    `running`: (job id, attempt, worker id) of the running jobs of workers that list what they
+    hold; `held`: each such worker's latest beat (absent: no beat, nothing decided);
+    `missing_since`: per attempt, the time of the first beat read (at a tick after the job was
+    seen running) that did not list it. Every later beat was written after that tick's read of
+    the database, so after the job was committed: an attempt still missing from a beat
+    `grace_s` newer was never received (the push lost, or the API died before sending it). Only
+    the worker's own clock is compared with itself.
+    """
+    lost: list[tuple[str, int]] = []
+    still: dict[tuple[str, int], float] = {}
+    for job_id, attempt, worker_id in running:
+        beat = held.get(worker_id)
+        if beat is None or job_id in beat.job_ids:
+            continue
+        key = (job_id, attempt)
+        first = missing_since.get(key, beat.at)
+        if beat.at - first >= grace_s:
+            lost.append(key)
+        else:
+            still[key] = first
+    return lost, still

@@ -83,6 +83,12 @@ JOB_ITL = Histogram(
     JOB,
     buckets=ITL_BUCKETS_S,
 )
+JOBS_HANDED_OFF = Counter(
+    "platform_jobs_handed_off_total",
+    "Jobs claimed for a worker with a free slot at their admission and handed to it (no claim "
+    "request); the others waited in the queue for a worker's claim.",
+    JOB,
+)
 HTTP_REQUESTS = Counter(
     "platform_http_requests_total",
     "HTTP requests answered by the API, by route template and status code.",
@@ -190,6 +196,12 @@ def job_ended(job: Job) -> None:
         JOB_TTFT.labels(*labels).observe(times.ttft_s)
     if times.mean_itl_s is not None:
         JOB_ITL.labels(*labels).observe(times.mean_itl_s)
+
+
+@_guarded
+def job_handed_off(job: Job) -> None:
+    """A job was claimed for a worker at its admission (committed)."""
+    JOBS_HANDED_OFF.labels(job.deployment_name, job.tenant_id, job.kind).inc()
 
 
 @_guarded

@@ -4,6 +4,8 @@ transaction, so one concern's failure or slowness is visible on its own.
     workers.reap, workers.check_liveness   → ids of workers that died this tick
     workers.settle_idle                    busy workers whose jobs all ended become idle
     jobs.requeue_orphans                   their running jobs: a new attempt, or failed
+    jobs.requeue_unheld                    running jobs a live worker never received (a lost
+                                           hand-off): the same
     jobs.expire_overdue, jobs.time_out_overruns
     scale.scale_all, scale.stop_deleted    decide() per deployment; start / drain workers
                                            (models from the refresher thread, refresh.py),
@@ -60,6 +62,7 @@ class Reconciler:
         self.env = env
         self.sessions = sessions
         self.demand = scale.Demand()
+        self.unheld = jobs.Unheld()  # jobs.requeue_unheld's memory across ticks
         self.refresher = refresh.ModelRefresher(env, sessions)
         self.last_redispatch: datetime | None = None
         self.last_wakeup_sweep: datetime | None = None
@@ -91,6 +94,7 @@ class Reconciler:
                 workers.settle_idle(session, env, now)
             with tick_trace.step(trace, "jobs"):
                 jobs.requeue_orphans(session, env, dead, now)
+                jobs.requeue_unheld(session, env, self.unheld, now)
                 jobs.expire_overdue(session, env, now)
                 jobs.time_out_overruns(session, env, now)
             with tick_trace.step(trace, "scale"):

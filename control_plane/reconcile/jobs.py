@@ -7,15 +7,16 @@ Every job that ends here ends through `services.finish` (the one path to a termi
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 
 import redis
-from sqlalchemy import select
+from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import Job, Worker
-from control_plane.domain.fleet import retries_left
+from control_plane.domain.fleet import Held, retries_left, unheld
 from control_plane.domain.states import PENDING, JobStatus
 from control_plane.domain.wakeups import JobState, stale
 from control_plane.reconcile import tick_trace
@@ -29,13 +30,24 @@ from control_plane.services.dispatch import (
     wake,
 )
 from worker import tracing
-from worker.protocol import deployment_queue
+from worker.protocol import (
+    HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_JOBS_FIELD,
+    deployment_queue,
+    worker_heartbeat_key,
+)
 
 log = logging.getLogger(__name__)
 # The worker enforces execution limits itself; the control plane steps in after this grace.
 EXECUTION_GRACE_S = 30.0
 # A live worker claims a delivered wake-up, and acks a finished job's, well within this.
 WAKEUP_GRACE_S = 10.0
+# A job handed to a worker is popped within milliseconds of its commit; one its worker's beats
+# still do not list this long after a beat that followed the commit was never received (five
+# heartbeats: a worker whose threads are starved for a few seconds is not robbed of a job).
+HANDOFF_GRACE_S = 5 * HEARTBEAT_INTERVAL_S
+# A requeued job's status_reason, and the failed one's, when its hand-off was lost.
+HANDOFF_LOST = "handoff_lost"
 _IN_CHUNK = 500  # ids per IN (...) query
 
 
@@ -84,6 +96,92 @@ def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) 
                 "platform.job.reason": "worker_lost",
             },
         )
+
+
+class Unheld:
+    """The reconciler's memory for `requeue_unheld`: per running attempt its worker's beats
+    have not listed, the time of the first such beat (`fleet.unheld`)."""
+
+    def __init__(self) -> None:
+        self.missing_since: dict[tuple[str, int], float] = {}
+
+
+def requeue_unheld(session: Session, env: Env, memory: Unheld, now: datetime) -> None:
+    """Running jobs their live worker never received (a job handed to it at admission whose
+    push was lost: services/handoff.py) go back to the queue as a new attempt, or fail once
+    they lost MAX_ATTEMPTS; the attempt ends unbilled. Only workers that list what they hold in
+    their heartbeat are judged; a Redis that cannot be read leaves it for the next tick."""
+    running: list[tuple[str, int, str]] = [
+        (job_id, attempt, str(worker_id))
+        for job_id, attempt, worker_id in session.execute(_RUNNING_ON_HANDOFF_WORKERS)
+    ]
+    if not running:
+        memory.missing_since.clear()
+        return
+    worker_ids = sorted({worker_id for _, _, worker_id in running})
+    try:
+        beats = env.redis.mget([worker_heartbeat_key(w) for w in worker_ids])
+    except redis.RedisError as exc:
+        log.info("held jobs not checked: %s", type(exc).__name__)
+        return
+    held = {w: h for w, beat in zip(worker_ids, beats, strict=True) if (h := _held(beat))}
+    lost, memory.missing_since = unheld(running, held, memory.missing_since, HANDOFF_GRACE_S)
+    requeued, exhausted = [], []
+    for job_id, attempt in lost:
+        taken = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.attempt == attempt, Job.status == JobStatus.RUNNING)
+            .values(status=JobStatus.QUEUED, status_reason=HANDOFF_LOST, worker_id=None)
+            .returning(Job.deployment_id, Job.kind),
+            execution_options={"synchronize_session": False},
+        ).first()
+        if taken is None:
+            continue  # it ended (or moved on) meanwhile
+        jobs.end_attempt(session, job_id, attempt, "worker_lost", now)
+        if retries_left(attempt):
+            requeued.append((job_id, attempt, taken.deployment_id, taken.kind))
+        else:
+            error = {
+                "type": "worker_lost",
+                "message": f"the job was not received by its worker {attempt} times",
+            }
+            exhausted.append((job_id, finish.failed(error, HANDOFF_LOST)))
+    finish.finish(session, env.outbox, exhausted, now)  # commits the requeues too
+    for job_id, attempt, dep_id, kind in requeued:
+        log.warning(
+            "job %s was not received by its worker; requeued (attempt %d)",
+            job_id,
+            attempt,
+            extra={
+                "job_id": job_id,
+                "deployment_id": dep_id,
+                "attempt": attempt,
+                "reason": HANDOFF_LOST,
+            },
+        )
+        wake(env.redis, dep_id, job_id, kind, {"reason": HANDOFF_LOST})
+        tick_trace.note("job.requeue", **{tracing.JOB_ID: job_id, tracing.JOB_ATTEMPT: attempt})
+
+
+def _held(beat: bytes | str | None) -> Held | None:
+    """What a beat says its worker holds; None without a list (a worker that claims only)."""
+    if beat is None:
+        return None
+    try:
+        doc = json.loads(beat)
+        ids = doc[HEARTBEAT_JOBS_FIELD]
+        return Held(float(doc["at"]), frozenset(str(i) for i in ids))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+# The running jobs of the workers that take hand-offs (the others claim every job they hold).
+# `status = 'running'` as a literal: the partial index of running jobs serves it.
+_RUNNING_ON_HANDOFF_WORKERS = (
+    select(Job.id, Job.attempt, Job.worker_id)
+    .join(Worker, Worker.id == Job.worker_id)
+    .where(text("jobs.status = 'running'"), Worker.takes_handoffs.is_(True))
+)
 
 
 def expire_overdue(session: Session, env: Env, now: datetime) -> None:

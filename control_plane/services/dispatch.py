@@ -15,10 +15,12 @@ from kombu.exceptions import ChannelError
 
 from control_plane.domain.wakeups import Unacked, control_task_eta, job_of
 from control_plane.services import arrivals, events
+from control_plane.services.handoff import HandOff
 from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE
 from worker.protocol import (
     BROKER_TRANSPORT_OPTIONS,
+    HANDOFF_TTL_S,
     PRIORITY_OF_KIND,
     RUN_JOB_TASK,
     UNACKED_INDEX_KEY,
@@ -26,6 +28,7 @@ from worker.protocol import (
     EventType,
     deployment_queue,
     priority_key,
+    worker_handoffs_key,
 )
 
 log = logging.getLogger(__name__)
@@ -111,18 +114,28 @@ def wake(
     event: dict[str, Any] | None = None,
     *,
     arrival: datetime | None = None,
+    handoff: HandOff | None = None,
 ) -> bool:
     """Announce a committed job on its event stream and send its wake-up (one round trip);
     False if that failed. With `arrival`, the admission's arrival is recorded in the same
     round trip (`arrivals.record_to`; best effort, logged).
 
     Best effort by design: the row is already committed, and the loop's redispatch re-sends
-    wake-ups for pending jobs whose queue is empty, so a broker outage loses nothing.
+    wake-ups for pending jobs whose queue is empty, so a broker outage loses nothing. With
+    `handoff`, the job was claimed for a worker in the admission's transaction: it is announced
+    running and pushed to that worker (one that never gets it is requeued: handoff.py).
     """
     try:
         pipe = r.pipeline(transaction=False)
         events.publish_to(pipe, [job_id], EventType.QUEUED, event or {"job_id": job_id})
-        pipe.lpush(*wakeup(deployment_id, job_id, kind))
+        if handoff is None:
+            pipe.lpush(*wakeup(deployment_id, job_id, kind))
+        else:  # claimed for its worker already: announced as a claim's is, sent to the worker
+            data = {"attempt": handoff.job.attempt, "worker_id": handoff.worker_id}
+            events.publish_to(pipe, [job_id], EventType.RUNNING, data)
+            key = worker_handoffs_key(handoff.worker_id)
+            pipe.lpush(key, handoff.message)
+            pipe.expire(key, HANDOFF_TTL_S)
         if arrival is not None:
             arrivals.record_to(pipe, deployment_id, arrival)
         results = pipe.execute(raise_on_error=False)

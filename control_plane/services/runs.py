@@ -26,9 +26,12 @@ from control_plane.context import AppContext
 from control_plane.db.models import Job
 from control_plane.domain.states import JobKind
 from control_plane.errors import ControlPlaneError, InvalidRequest
+from control_plane.metrics import families
 from control_plane.services import (
+    claimed,
     events,
     finish,
+    handoff,
     job_queries,
     jobs,
     webhooks,
@@ -89,6 +92,8 @@ def create(
                 who, dep, resolved, replay = _decide(
                     ctx, session, view, token, name, job_input, webhook, idempotency_key
                 )
+            # a worker with a free slot to hand the job to (handoff.py), read before the INSERT
+            to = handoff.pick(session, ctx.settings, dep) if replay is None else None
             now = ctx.clock()
             job, created = jobs.create(
                 session,
@@ -105,9 +110,13 @@ def create(
                 api_key_id=who.key_id,
                 replay=replay,
             )
+            # Claimed for that worker in this transaction: it then needs no claim request.
+            handed = None
+            if created and to is not None:
+                handed = handoff.give(session, ctx.settings, dep, job, to, now)
             # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
             session.commit()
-            public = jobs.to_public(job)
+            public = jobs.to_public(job if handed is None else handed.job)
             dep_id = dep.id
             tenant_id = who.tenant_id
         if span is not None:
@@ -125,9 +134,12 @@ def create(
             # The arrival goes in the wake-up's round trip. Every admitted call passes here
             # (run, stream, jobs, OpenAI); batch lines count when they are dispatched
             # (`services/batches.py`). Best effort: never fails the call.
-            woken = wake(ctx.redis, dep_id, public["id"], kind, arrival=now)
+            woken = wake(ctx.redis, dep_id, public["id"], kind, arrival=now, handoff=handed)
             if span is not None:
                 span.add_event("woken", {"platform.wake.sent": woken})
+            if handed is not None:
+                claimed.announce(ctx, handed.job, handed.worker_id, now)
+                families.job_handed_off(handed.job)
     return public, tenant_id
 
 

@@ -119,6 +119,9 @@ def test_deploy_run_stream_webhook_billing_scale_to_zero(
         assert event["type"] == "job.completed" and event["data"]["status"] == "succeeded"
         final = job.wait(timeout=30)
         assert final.output is not None and final.output["text"] == event["data"]["output"]["text"]
+        # the worker was warm with a free slot: the admission handed the job to it, claimed in
+        # its own transaction (no claim request, so no later start)
+        assert final.raw["started_at"] == final.raw["created_at"], final.raw
         deadline = time.monotonic() + 10
         while client.jobs.get(job.id).webhook_status != "delivered":
             assert time.monotonic() < deadline, "webhook_status never became delivered"

@@ -51,9 +51,11 @@ class FakeControl:
     def reports(self, reports: Sequence[Report]) -> list[bool]:
         return [self.complete(r.job_id, r.attempt, r.status, **r.fields) for r in reports]
 
-    def report_state(self, state: str, reason: str | None = None) -> None:
+    def report_state(
+        self, state: str, reason: str | None = None, *, takes_handoffs: bool = False
+    ) -> None:
         with self.lock:
-            self.states.append(state)
+            self.states.append(state + (" (takes hand-offs)" if takes_handoffs else ""))
 
     def close(self) -> None:
         pass
@@ -252,3 +254,35 @@ def test_an_idle_worker_claims_on_the_consumers_thread_a_busy_one_on_its_pool() 
     assert claimed_on["second"].startswith("jobs"), claimed_on
     assert sorted(control.completed) == ["first", "second"] and sorted(acked) == sorted(inputs)
     assert rt.inflight == 0 and rt._starting == 0
+
+
+def test_a_job_handed_to_the_worker_runs_without_a_claim_and_is_held_until_reported() -> None:
+    """A delivery that carries its claim's answer (the admission claimed it for this worker)
+    goes to the engine as it is: no claim request. The heartbeat's list of held jobs has it
+    from the moment it was handed over until its report."""
+    inputs = {"handed": {"prompt": "Hello", "max_tokens": 4}}
+    rt = _runtime({})  # the fake control plane knows no job: a claim would find none
+    control: FakeControl = rt.control  # type: ignore[assignment]
+    claim = {"job_id": "handed", "attempt": 3, "input": inputs["handed"], "execution_timeout_s": 60}
+    reported = threading.Event()
+    held_at_report: list[list[str]] = []
+    complete = control.complete
+
+    def complete_and_note(job_id: str, attempt: int, status: str, **fields: Any) -> bool:
+        held_at_report.append(rt._held_jobs())
+        assert attempt == 3  # the attempt the admission's claim made
+        reported.set()
+        return complete(job_id, attempt, status, **fields)
+
+    control.complete = complete_and_note  # type: ignore[method-assign]
+    claims: list[Sequence[str]] = []
+    control.claims = lambda ids: claims.append(ids) or []  # type: ignore[method-assign,func-returns-value]
+    acked: list[str] = []
+    rt._handle(Delivery("handed", 0, lambda: acked.append("handed"), claim=claim))
+    assert reported.wait(10)
+    _wait(rt, 0, acked, num_acks=1)
+    rt.loop.stop(timeout_s=5)
+    assert claims == [], "no claim was sent"
+    assert control.completed["handed"]["status"] == "succeeded"
+    assert control.completed["handed"]["generated_tokens"] == 4
+    assert held_at_report == [["handed"]] and rt._held_jobs() == []

@@ -1,12 +1,12 @@
 """Pure fleet policies of the reconciler: drain of old versions, capacity, scale-down order,
-liveness verdicts, retries after a lost worker."""
+liveness verdicts, retries after a lost worker, jobs a worker never received."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from control_plane.domain import fleet
-from control_plane.domain.fleet import WorkerView
+from control_plane.domain.fleet import Held, WorkerView, unheld
 from worker.protocol import WorkerState
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -67,3 +67,29 @@ def test_liveness() -> None:
 
 def test_retries_after_a_lost_worker() -> None:
     assert [fleet.retries_left(a) for a in (1, 2, 3, 4)] == [True, True, False, False]
+
+
+def test_a_job_its_worker_never_listed_is_lost_once_a_beat_grace_newer_misses_it() -> None:
+    running = [("job_a", 1, "w1"), ("job_b", 1, "w1"), ("job_c", 2, "w2"), ("job_d", 1, "w3")]
+    memory: dict[tuple[str, int], float] = {}
+    # w1 holds job_b only; w2 holds job_c; w3 has no beat (no verdict without one)
+    first = {"w1": Held(100.0, frozenset({"job_b"})), "w2": Held(50.0, frozenset({"job_c"}))}
+    lost, memory = unheld(running, first, memory, 10.0)
+    assert lost == [] and memory == {("job_a", 1): 100.0}
+    # the same beat read again, or newer ones within the grace: still waiting
+    for at in (100.0, 105.0, 109.9):
+        lost, memory = unheld(running, {"w1": Held(at, frozenset({"job_b"}))}, memory, 10.0)
+        assert lost == [] and memory == {("job_a", 1): 100.0}
+    lost, memory = unheld(running, {"w1": Held(110.0, frozenset({"job_b"}))}, memory, 10.0)
+    assert lost == [("job_a", 1)] and memory == {}
+
+
+def test_a_job_its_worker_lists_later_was_received() -> None:
+    running = [("job_a", 1, "w1")]
+    lost, memory = unheld(running, {"w1": Held(100.0, frozenset())}, {}, 10.0)
+    assert memory == {("job_a", 1): 100.0}
+    lost, memory = unheld(running, {"w1": Held(101.0, frozenset({"job_a"}))}, memory, 10.0)
+    assert lost == [] and memory == {}, "forgotten once listed"
+    # a new attempt of the job starts its own wait
+    lost, memory = unheld([("job_a", 2, "w1")], {"w1": Held(200.0, frozenset())}, memory, 10.0)
+    assert lost == [] and memory == {("job_a", 2): 200.0}

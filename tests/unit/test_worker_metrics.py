@@ -167,7 +167,9 @@ def test_a_taken_port_falls_back_to_a_free_one() -> None:
 
 
 class _NoControl:
-    def report_state(self, state: str, reason: str | None = None) -> None:
+    def report_state(
+        self, state: str, reason: str | None = None, *, takes_handoffs: bool = False
+    ) -> None:
         pass
 
     def close(self) -> None:

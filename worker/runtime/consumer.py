@@ -11,6 +11,10 @@ job on this thread (a client object built for every command, its message objects
 the delivery (a round trip) before handing the job on. Here the note is sent, the job handed to
 its claim, and only then is the note's answer read: the round trip overlaps the claim.
 
+Beside the queue, the worker's own list of jobs handed to it at admission (claimed for it
+already: `control_plane/services/handoff.py`) comes first in the same BRPOP; such a job needs
+no claim and no note, and is taken even with every slot held or while draining.
+
 The worker does not run a Celery worker: it needs its own lifecycle (load before consuming,
 drain on SIGTERM) and many jobs in flight inside one engine. Prefetch = jobs the worker may
 hold; a job is acknowledged only after its result is stored. At-least-once does not rest on
@@ -99,13 +103,15 @@ class Delivery:
     priority: int
     # thread-safe: queues the acknowledgement for the consumer's thread
     ack: Callable[[], None]
+    # a job handed to this worker at admission: its claim's answer (it needs no claim)
+    claim: dict[str, Any] | None = None
 
 
 @dataclass
 class _Held:
     """What the worker holds across broker connections."""
 
-    done: queue.SimpleQueue[str]  # delivery tags of finished jobs, to acknowledge
+    done: queue.SimpleQueue[str | None]  # tags of finished jobs, to acknowledge (None: none)
     tags: list[str]  # acknowledged jobs whose notes are still to remove
     outstanding: int = 0  # handed out, not yet acknowledged
     stopping: bool = False
@@ -118,6 +124,7 @@ def consume(
     handle: Callable[[Delivery], None],
     should_stop: Callable[[], bool],
     poll_s: float = 0.1,
+    handoffs: str | None = None,
 ) -> None:
     """Hand deliveries to ``handle`` until ``should_stop()``, then drain.
 
@@ -126,6 +133,10 @@ def consume(
     ``should_stop()`` is true no new work is taken (a message that arrives is put back at the
     head of its list, for another worker) and this returns when every delivery handed out has
     been acknowledged. ``should_stop`` and the acks are looked at every ``poll_s``.
+
+    ``handoffs``: the worker's list of jobs handed to it at admission (`worker_handoffs_key`),
+    popped before the queue's wake-ups, and also while every slot is held or while it drains
+    (each turn, without blocking): they are its own already, committed as running on it.
 
     A lost broker connection (Redis restarting) is re-opened with backoff; the jobs in flight
     go on meanwhile. An ack that cannot reach the broker is kept for the next connection, and
@@ -139,7 +150,7 @@ def consume(
         while True:
             broker: _Broker | None = None
             try:
-                broker = _Broker(pool, queue_name)
+                broker = _Broker(pool, queue_name, handoffs)
                 delay = RECONNECT_MIN_S
                 if _serve(broker, held, prefetch, handle, should_stop, poll_s):
                     return
@@ -164,10 +175,16 @@ def consume(
 
 
 class _Broker:
-    """The consumer's two connections: one waits in BRPOP, the other notes and acks."""
+    """The consumer's two connections: one waits in BRPOP, the other notes and acks (and takes
+    a hand-off without waiting while no BRPOP is out)."""
 
-    def __init__(self, pool: redis.ConnectionPool, queue_name: str) -> None:
-        self.keys = queue_keys(queue_name)
+    def __init__(
+        self, pool: redis.ConnectionPool, queue_name: str, handoffs: str | None = None
+    ) -> None:
+        # a BRPOP serves the first non-empty list of these: the hand-offs first
+        self.keys = ([handoffs] if handoffs else []) + queue_keys(queue_name)
+        self.handoffs = handoffs
+        self.handoffs_read_at = 0.0  # when `handed_off` last looked (monotonic)
         # redis-py's connections are not typed
         self.waiting: Any = cast(Any, pool.make_connection())
         self.notes: Any = cast(Any, pool.make_connection())
@@ -233,6 +250,19 @@ class _Broker:
             # left for the control plane's sweep of wake-ups nothing needs
             log.warning("the notes of %d acked deliveries stay (%s)", len(tags), failed)
 
+    def handoffs_due(self, every_s: float) -> bool:
+        """Whether the hand-off list was last looked at `every_s` ago or more."""
+        return time.monotonic() - self.handoffs_read_at >= every_s
+
+    def handed_off(self) -> tuple[bytes, bytes] | None:
+        """The next job handed to this worker, without waiting; None when there is none."""
+        if self.handoffs is None:
+            return None
+        self.handoffs_read_at = time.monotonic()
+        self.notes.send_command("RPOP", self.handoffs)
+        message = self.notes.read_response()
+        return None if message is None else (self.handoffs.encode(), message)
+
     def put_back(self, key: bytes, message: bytes) -> None:
         """At the head of its list (BRPOP takes from the right): served next, by another."""
         self.notes.send_command("RPUSH", key, message)
@@ -275,11 +305,19 @@ def _serve(
                 held.stopping = held.stopping or should_stop()  # asked while it waited
                 _deliver(broker, held, got, handle)
             continue
-        if held.stopping and held.outstanding == 0:
-            return True
         if held.stopping or held.outstanding >= prefetch:
-            # Nothing to take (stopping, or every slot held): wait for a finished job, and
-            # take the next wake-up as soon as a slot is free, not after the poll.
+            # No wake-up to take (stopping, or every slot held), but a job handed to it is
+            # its own: looked for every `poll_s` (at each job's end it was a round trip per
+            # job of a worker that a backlog keeps full, where a hand-off is rare: one is made
+            # only while the database sees a free slot and no job waiting).
+            look = held.stopping or broker.handoffs_due(poll_s)
+            if look and (got := broker.handed_off()) is not None:
+                _deliver(broker, held, got, handle)
+                continue
+            if held.stopping and held.outstanding == 0:
+                return True  # (its hand-off list just read empty)
+            # Wait for a finished job, and take the next wake-up as soon as a slot is free,
+            # not after the poll.
             with contextlib.suppress(queue.Empty):
                 held.done.put(held.done.get(timeout=poll_s))
             continue
@@ -290,6 +328,9 @@ def _deliver(
     broker: _Broker, held: _Held, got: tuple[bytes, bytes], handle: Callable[[Delivery], None]
 ) -> None:
     key, message = got
+    if broker.handoffs is not None and key == broker.handoffs.encode():
+        _deliver_handoff(held, message, handle)
+        return
     if held.stopping:
         broker.put_back(key, message)  # not ours to start any more
         return
@@ -309,6 +350,21 @@ def _deliver(
     broker.noted()
 
 
+def _deliver_handoff(held: _Held, message: bytes, handle: Callable[[Delivery], None]) -> None:
+    """A job the admission claimed for this worker: started even while it drains (it is
+    running on this worker in the database); nothing to note (no wake-up to sweep)."""
+    try:
+        claim = json.loads(message)
+        job_id = str(claim["job_id"])
+        int(claim["attempt"])
+    except (ValueError, KeyError, TypeError):
+        log.warning("dropping an unreadable hand-off")  # its job is requeued, not held
+        return
+    held.outstanding += 1
+    priority = priority_of(claim)
+    _handle(handle, Delivery(job_id, priority, _acker(held.done, None), claim=claim))
+
+
 def _count_done(held: _Held) -> None:
     """Free the slots of finished jobs; their tags wait for a connection to remove notes."""
     while True:
@@ -317,7 +373,8 @@ def _count_done(held: _Held) -> None:
         except queue.Empty:
             return
         held.outstanding -= 1
-        held.tags.append(tag)
+        if tag is not None:
+            held.tags.append(tag)
 
 
 def _ack_done(broker: _Broker, held: _Held) -> None:
@@ -328,7 +385,7 @@ def _ack_done(broker: _Broker, held: _Held) -> None:
         held.tags.clear()
 
 
-def _acker(done: queue.SimpleQueue[str], tag: str) -> Callable[[], None]:
+def _acker(done: queue.SimpleQueue[str | None], tag: str | None) -> Callable[[], None]:
     acked = False
 
     def ack() -> None:

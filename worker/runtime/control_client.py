@@ -73,8 +73,12 @@ class ControlClient:
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
 
-    def report_state(self, state: str, reason: str | None = None) -> None:
-        body = {"state": state, "at": time.time(), "reason": reason}
+    def report_state(
+        self, state: str, reason: str | None = None, *, takes_handoffs: bool = False
+    ) -> None:
+        body: dict[str, Any] = {"state": state, "at": time.time(), "reason": reason}
+        if takes_handoffs:  # it pops its hand-off list from now on
+            body["takes_handoffs"] = True
         resp = self._post(worker_state_path(self.worker_id), body, deadline_s=60)
         resp.raise_for_status()
 

@@ -58,6 +58,9 @@ class JobFlow:
         self._running: dict[str, int] = {}
         # deliveries handed to `_start_job` that it has not finished with (under _state_lock)
         self._starting = 0
+        # ids of the jobs handed to it (claimed by the admission) not yet started here, under
+        # _state_lock: held, for the heartbeat (`_held_jobs`), from the moment they are popped
+        self._handed: dict[str, int] = {}
         # claims and completion reports (HTTP with retries) run here, off the engine thread;
         # sized by the assignment's concurrency
         self._pool: ThreadPoolExecutor | None = None
@@ -96,6 +99,8 @@ class JobFlow:
         with self._state_lock:
             alone = self.inflight == 0 and self._starting == 0
             self._starting += 1
+            if delivery.claim is not None:
+                self._handed[delivery.job_id] = int(delivery.claim["attempt"])
         if alone:
             start(delivery)
         else:
@@ -121,12 +126,20 @@ class JobFlow:
     def _note_state(self, state: WorkerState) -> None:
         self.state = state
 
+    def _held_jobs(self) -> list[str]:
+        """The ids of the jobs this worker holds: handed to it or claimed, not yet reported
+        (its heartbeat lists them: a job it was given and does not hold was never received)."""
+        with self._state_lock:
+            return sorted(self._running.keys() | self._handed.keys())
+
     def _start_job(self, delivery: Delivery) -> None:
         try:
             self._claim_and_submit(delivery)
         finally:
             with self._state_lock:
                 self._starting -= 1
+                if delivery.claim is not None:
+                    self._handed.pop(delivery.job_id, None)
 
     def _claim_and_submit(self, delivery: Delivery) -> None:
         from worker.engine.params import SamplingParams
@@ -134,8 +147,11 @@ class JobFlow:
 
         job_id = delivery.job_id
         claim_started_ns = time.time_ns()
+        # a job handed to it at admission comes claimed already (control_plane/.../handoff.py)
+        claim = delivery.claim
         try:
-            claim = self._claims.call(job_id)
+            if claim is None:
+                claim = self._claims.call(job_id)
         except Exception:
             log.exception("claim of job %s failed", job_id)
             delivery.ack()  # the reconciler re-dispatches it

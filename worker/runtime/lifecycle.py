@@ -51,6 +51,7 @@ from worker.protocol import (
     HEARTBEAT_HOST_FIELD,
     HEARTBEAT_HOST_TIER_FIELD,
     HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_JOBS_FIELD,
     HEARTBEAT_METRICS_FIELD,
     HEARTBEAT_PROGRESS_FIELD,
     HEARTBEAT_TTL_S,
@@ -58,6 +59,7 @@ from worker.protocol import (
     Assignment,
     WorkerState,
     worker_assignment_key,
+    worker_handoffs_key,
     worker_heartbeat_key,
 )
 from worker.runtime.consumer import consume, jobs_waiting
@@ -141,10 +143,12 @@ class WorkerRuntime(JobFlow):
                 self._tier_fill.cancel()
         self._stop.set()
 
-    def _set_state(self, state: WorkerState, reason: str | None = None) -> None:
+    def _set_state(
+        self, state: WorkerState, reason: str | None = None, *, takes_handoffs: bool = False
+    ) -> None:
         self.metrics.state_entered(state)  # a start-up phase's duration, when one ends
         self.state = state
-        self.control.report_state(state.value, reason)
+        self.control.report_state(state.value, reason, takes_handoffs=takes_handoffs)
         self._beat()
 
     def _beat(self) -> None:
@@ -156,6 +160,8 @@ class WorkerRuntime(JobFlow):
             "inflight": self.inflight,
             "at": time.time(),
         }
+        if a is not None and self.loop is not None:  # serving: the jobs it holds (jobs.py)
+            beat[HEARTBEAT_JOBS_FIELD] = self._held_jobs()
         progress = self._progress
         if progress is not None and self.state is WorkerState.LOADING:
             beat[HEARTBEAT_PROGRESS_FIELD] = {"bytes_done": progress[0], "bytes_total": progress[1]}
@@ -308,7 +314,8 @@ class WorkerRuntime(JobFlow):
             observer=self.metrics,
         )
         self.loop.start()
-        self._set_state(WorkerState.IDLE)
+        # from now on it pops the jobs handed to it at admission, with its queue's wake-ups
+        self._set_state(WorkerState.IDLE, takes_handoffs=True)
         # The cache tiers the load missed fill afterwards, off the cold start's path (the next
         # worker of this model on this host reads them), once the jobs that waited for this
         # worker are served: the fill must not take their cores.
@@ -325,6 +332,7 @@ class WorkerRuntime(JobFlow):
             assignment.max_concurrency,
             self._handle,
             self._stop.is_set,
+            handoffs=worker_handoffs_key(self.worker_id),
         )
         self._set_state(WorkerState.DRAINING)
         self.loop.stop(timeout_s=30)

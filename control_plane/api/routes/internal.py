@@ -28,11 +28,10 @@ from control_plane.api.schemas import (
 )
 from control_plane.context import AppContext
 from control_plane.db.models import Job
-from control_plane.domain.spec import Spec
 from control_plane.domain.states import PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
-from control_plane.services import events, finish, job_traces, jobs, webhooks, workers
-from control_plane.tasks_api import enqueue_output_follower, enqueue_webhook
+from control_plane.services import claimed as claimed_
+from control_plane.services import events, finish, jobs, workers
 from worker import tracing
 from worker.protocol import REPORTS_PATH, EventType, WorkerState
 
@@ -103,47 +102,12 @@ def _claim(
             events.publish_to(pipe, [job.id], EventType.RUNNING, data)
         pipe.execute()
     for job in news:
-        _announce_claim(ctx, session, job, worker_id, at)
+        claimed_.announce(ctx, job, worker_id, at, session)
     answers = {
-        job.id: _claimed(job, ctx.specs.current(session, job.deployment_id)) for job, _ in claimed
+        job.id: claimed_.answer(job, ctx.specs.current(session, job.deployment_id))
+        for job, _ in claimed
     }
     return [answers.get(job_id) for job_id in job_ids]
-
-
-def _announce_claim(
-    ctx: AppContext, session: Session, job: Job, worker_id: str, at: datetime
-) -> None:
-    """After the commit and its `running` event: the job's webhooks, the trace of its wait."""
-    if job.webhook_url and "started" in (job.webhook_events or []):
-        try:
-            msg_id = webhooks.message_id(job.id, "started", job.attempt)
-            enqueue_webhook(ctx.celery, job.id, "job.started", msg_id)
-        except Exception:
-            log.exception("could not enqueue the started webhook of job %s", job.id)
-    if job.webhook_url and "output" in (job.webhook_events or []):
-        try:
-            enqueue_output_follower(ctx.celery, job.id, job.attempt)
-        except Exception:
-            log.exception("could not start output webhooks for job %s", job.id)
-    if tracing.enabled():  # its wait from admission to this claim, and the cold start in it
-        try:
-            job_traces.record_wait(session, job, worker_id, at)
-        except Exception:  # after the commit: a trace never fails the claim
-            log.warning("could not trace the wait of job %s", job.id, exc_info=True)
-
-
-def _claimed(job: Job, spec: Spec) -> dict[str, Any]:
-    """A claim's answer; its execution limit from the deployment's current spec."""
-    return {
-        "claimed": True,
-        "job_id": job.id,
-        "attempt": job.attempt,
-        "input": job.input,
-        "execution_timeout_s": spec.execution_limit_s(job.execution_timeout_s),
-        # the worker's spans join the job's trace (None: not traced); the name for its spans
-        "traceparent": job.traceparent,
-        "deployment": job.deployment_name,
-    }
 
 
 @router.post("/jobs/complete")
@@ -231,5 +195,7 @@ def worker_state(
     at = datetime.fromtimestamp(body.at, UTC)
     w = workers.transition(session, ctx.settings, worker_id, state, at, received, body.reason)
     w.last_heartbeat_at = received
+    if body.takes_handoffs:
+        w.takes_handoffs = True
     session.commit()
     return {"ok": True, "state": w.state}
