@@ -3,11 +3,12 @@ then sent to it through Redis, so the worker starts it without a claim request.
 
 The warm path of a call was three HTTP exchanges: the call, the worker's claim of its job, the
 worker's report. The claim's (its wake-up, the request, its transaction, the answer back) was
-1.6-1.9 ms of the platform's 5-7 ms per call on the control-plane bench (docs/benchmarks.md,
-session 33). When one of the deployment's workers has a free slot, the admission can make the
-same claim itself (`jobs.claim_queued`, the one path of pending → running, and
-`workers.follow_jobs`), commit it with the job, and push the claim's answer to that worker's
-own list (`worker_handoffs_key`), which the worker pops before its queue's wake-ups.
+1.4-1.7 ms of the platform's 4.6-5.5 ms per call in interleaved runs of this machine's bench
+(docs/benchmarks.md, session 33). When one of the deployment's workers has a free slot, the
+admission can make the same claim itself (`jobs.claim_queued`, the one path of pending →
+running, and `workers.follow_jobs`), commit it with the job, and push the claim's answer to
+that worker's own list (`worker_handoffs_key`), which the worker pops before its queue's
+wake-ups.
 
 Only when nothing of the deployment waits (a queued job keeps its place in line), and only to
 a worker that said it takes hand-offs (the platform's, once serving), of the deployment's
@@ -89,8 +90,8 @@ class HandOff:
 def pick(session: Session, settings: Settings, dep: DeploymentRef) -> str | None:
     """The worker of `dep` to hand a new job to, if one has a free slot and nothing of `dep`
     waits; None: the job waits for a worker's claim. A read, before the admission's INSERT:
-    outside SQLite's write lock, which every admission takes in turn (read under it, the pick
-    cost ~7 % of the admissions a burst gets through; docs/benchmarks.md, session 33)."""
+    outside SQLite's write lock, which every admission takes in turn (read under it, it cost a
+    burst a few percent of its admissions; docs/benchmarks.md, session 33)."""
     if not settings.job_handoffs:
         return None
     params = {"b_dep": dep.id, "b_version": dep.version, "b_slots": dep.spec.target_concurrency}
