@@ -24,6 +24,7 @@ last job's end) and their median ratio.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -59,6 +60,11 @@ def main() -> None:
     p.add_argument("--clients", type=int, default=16, help="concurrent clients per round")
     p.add_argument("--api-processes", type=int, default=1, help="API processes per platform")
     p.add_argument(
+        "--postgres",
+        action="store_true",
+        help="both platforms on one PostgreSQL server, a database each (else SQLite each)",
+    )
+    p.add_argument(
         "--idempotency-keys",
         action="store_true",
         help="each sync run carries a new Idempotency-Key, as the SDK's calls do",
@@ -69,16 +75,20 @@ def main() -> None:
 
     from bench.coldstart.driver import Platform
     from bench.coldstart.models import build_models
-    from bench.control_plane import PLATFORM_ENV
+    from bench.control_plane import PLATFORM_ENV, postgres
 
     env = {**PLATFORM_ENV, "PLATFORM_API_PROCESSES": str(args.api_processes)}
     versions = {"base": args.base.resolve(), "this": REPO}
     plats: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp, contextlib.ExitStack() as dbs:
         (demo,) = build_models(Path(tmp) / "models", skip_big=True)
+        database = dbs.enter_context(postgres()) if args.postgres else None
         try:
             for label, root in versions.items():
-                plats[label] = start(Platform, Path(tmp) / label, env, root)
+                own = dict(env)
+                if database is not None:
+                    own["PLATFORM_DATABASE_URL"] = dbs.enter_context(database())
+                plats[label] = start(Platform, Path(tmp) / label, own, root)
             names = {label: deploy(plat, demo) for label, plat in plats.items()}
             results = alternate(plats, names, args.runs, httpx, args.idempotency_keys)
             rounds = admit(plats, names, args, httpx) if args.admissions else None
