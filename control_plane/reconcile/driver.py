@@ -62,7 +62,8 @@ class Reconciler:
         self.env = env
         self.sessions = sessions
         self.demand = scale.Demand()
-        self.unheld = jobs.Unheld()  # jobs.requeue_unheld's memory across ticks
+        # jobs.requeue_unheld's memory across ticks: (job, attempt) → first beat that missed it
+        self.unheld: dict[tuple[str, int], float] = {}
         self.refresher = refresh.ModelRefresher(env, sessions)
         self.last_redispatch: datetime | None = None
         self.last_wakeup_sweep: datetime | None = None

@@ -46,121 +46,87 @@ WAKEUP_GRACE_S = 10.0
 # still do not list this long after a beat that followed the commit was never received (five
 # heartbeats: a worker whose threads are starved for a few seconds is not robbed of a job).
 HANDOFF_GRACE_S = 5 * HEARTBEAT_INTERVAL_S
-# A requeued job's status_reason, and the failed one's, when its hand-off was lost.
-HANDOFF_LOST = "handoff_lost"
+# A requeued (or failed) job's status_reason: its worker died, or never received it.
+WORKER_LOST, HANDOFF_LOST = "worker_lost", "handoff_lost"
 _IN_CHUNK = 500  # ids per IN (...) query
 
 
 def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) -> None:
     """Running jobs of dead workers go back to the queue as a new attempt, or fail once they
-    lost MAX_ATTEMPTS workers. The lost attempt ends where its worker's life ended, unbilled;
-    its number stays the fence, so a late report of it can no longer apply."""
-    requeued, exhausted = [], []
-    lost_at: dict[str, datetime] = {}  # job → when its attempt ended (its trace's requeue)
+    lost MAX_ATTEMPTS workers. The lost attempt ends where its worker's life ended."""
+    lost = []
     for job in job_queries.running_on(session, dead):
         w = session.get(Worker, job.worker_id) if job.worker_id else None
-        ended_at = (w.stopped_at if w is not None else None) or now
-        lost_at[job.id] = ended_at
-        jobs.end_attempt(session, job.id, job.attempt, "worker_lost", ended_at)
-        if retries_left(job.attempt):
-            job.status, job.status_reason, job.worker_id = JobStatus.QUEUED, "worker_lost", None
-            requeued.append(job)
-        else:
-            error = {
-                "type": "worker_lost",
-                "message": f"the worker running this job stopped {job.attempt} times",
-            }
-            exhausted.append((job.id, finish.failed(error, "worker_lost")))
+        lost.append((job.id, job.attempt, (w.stopped_at if w is not None else None) or now))
+    _take_back(session, env, lost, WORKER_LOST, "the worker running this job stopped", now)
+
+
+def _take_back(
+    session: Session,
+    env: Env,
+    lost: list[tuple[str, int, datetime]],
+    reason: str,
+    lost_how: str,
+    now: datetime,
+) -> None:
+    """Attempts their worker lost (job id, attempt, when it ended): each job back in the queue
+    as a new attempt, or failed once it lost MAX_ATTEMPTS (error `lost_how` N times). The
+    attempt ends unbilled; its number stays the fence, so a late report of it can no longer
+    apply. A job that moved on meanwhile (its report arrived: it ended) is left as it is."""
+    requeued, exhausted = [], []
+    for job_id, attempt, ended_at in lost:
+        jobs.end_attempt(session, job_id, attempt, WORKER_LOST, ended_at)
+        if not retries_left(attempt):
+            error = {"type": WORKER_LOST, "message": f"{lost_how} {attempt} times"}
+            exhausted.append((job_id, finish.failed(error, reason)))  # (only if still active)
+            continue
+        taken = session.execute(
+            update(Job)
+            .where(Job.id == job_id, Job.attempt == attempt, Job.status == JobStatus.RUNNING)
+            .values(status=JobStatus.QUEUED, status_reason=reason, worker_id=None)
+            .returning(Job.deployment_id, Job.kind, Job.traceparent)
+        ).first()
+        if taken is not None:
+            requeued.append((job_id, attempt, ended_at, taken))
     finish.finish(session, env.outbox, exhausted, now)  # commits the requeues too
-    for job in requeued:
+    for job_id, attempt, ended_at, (dep_id, kind, traceparent) in requeued:
         log.warning(
-            "job %s lost its worker; requeued (attempt %d)",
-            job.id,
-            job.attempt,
-            extra={
-                "job_id": job.id,
-                "deployment_id": job.deployment_id,
-                "attempt": job.attempt,
-                "reason": "worker_lost",
-            },
+            "job %s lost its worker (%s); requeued (attempt %d)",
+            job_id,
+            reason,
+            attempt,
+            extra={"job_id": job_id, "deployment_id": dep_id, "attempt": attempt, "reason": reason},
         )
-        wake(env.redis, job.deployment_id, job.id, job.kind, {"reason": "worker_lost"})
-        tick_trace.note("job.requeue", **{tracing.JOB_ID: job.id, tracing.JOB_ATTEMPT: job.attempt})
-        tick_trace.requeued(
-            job.traceparent,
-            lost_at.get(job.id, now),
-            now,
-            **{
-                tracing.JOB_ID: job.id,
-                tracing.JOB_ATTEMPT: job.attempt,
-                "platform.job.reason": "worker_lost",
-            },
-        )
+        wake(env.redis, dep_id, job_id, kind, {"reason": reason})
+        ids = {tracing.JOB_ID: job_id, tracing.JOB_ATTEMPT: attempt}
+        tick_trace.note("job.requeue", **ids)
+        tick_trace.requeued(traceparent, ended_at, now, **ids, **{"platform.job.reason": reason})
 
 
-class Unheld:
-    """The reconciler's memory for `requeue_unheld`: per running attempt its worker's beats
-    have not listed, the time of the first such beat (`fleet.unheld`)."""
-
-    def __init__(self) -> None:
-        self.missing_since: dict[tuple[str, int], float] = {}
-
-
-def requeue_unheld(session: Session, env: Env, memory: Unheld, now: datetime) -> None:
+def requeue_unheld(
+    session: Session, env: Env, missing_since: dict[tuple[str, int], float], now: datetime
+) -> None:
     """Running jobs their live worker never received (a job handed to it at admission whose
     push was lost: services/handoff.py) go back to the queue as a new attempt, or fail once
-    they lost MAX_ATTEMPTS; the attempt ends unbilled. Only workers that list what they hold in
-    their heartbeat are judged; a Redis that cannot be read leaves it for the next tick."""
+    they lost MAX_ATTEMPTS. Only workers that list what they hold in their heartbeat are
+    judged; a Redis that cannot be read leaves it for the next tick. `missing_since`: the
+    reconciler's memory across ticks (`fleet.unheld`), updated here."""
     running: list[tuple[str, int, str]] = [
         (job_id, attempt, str(worker_id))
         for job_id, attempt, worker_id in session.execute(_RUNNING_ON_HANDOFF_WORKERS)
     ]
-    if not running:
-        memory.missing_since.clear()
-        return
     worker_ids = sorted({worker_id for _, _, worker_id in running})
     try:
-        beats = env.redis.mget([worker_heartbeat_key(w) for w in worker_ids])
+        beats = env.redis.mget([worker_heartbeat_key(w) for w in worker_ids]) if running else []
     except redis.RedisError as exc:
         log.info("held jobs not checked: %s", type(exc).__name__)
         return
     held = {w: h for w, beat in zip(worker_ids, beats, strict=True) if (h := _held(beat))}
-    lost, memory.missing_since = unheld(running, held, memory.missing_since, HANDOFF_GRACE_S)
-    requeued, exhausted = [], []
-    for job_id, attempt in lost:
-        taken = session.execute(
-            update(Job)
-            .where(Job.id == job_id, Job.attempt == attempt, Job.status == JobStatus.RUNNING)
-            .values(status=JobStatus.QUEUED, status_reason=HANDOFF_LOST, worker_id=None)
-            .returning(Job.deployment_id, Job.kind),
-            execution_options={"synchronize_session": False},
-        ).first()
-        if taken is None:
-            continue  # it ended (or moved on) meanwhile
-        jobs.end_attempt(session, job_id, attempt, "worker_lost", now)
-        if retries_left(attempt):
-            requeued.append((job_id, attempt, taken.deployment_id, taken.kind))
-        else:
-            error = {
-                "type": "worker_lost",
-                "message": f"the job was not received by its worker {attempt} times",
-            }
-            exhausted.append((job_id, finish.failed(error, HANDOFF_LOST)))
-    finish.finish(session, env.outbox, exhausted, now)  # commits the requeues too
-    for job_id, attempt, dep_id, kind in requeued:
-        log.warning(
-            "job %s was not received by its worker; requeued (attempt %d)",
-            job_id,
-            attempt,
-            extra={
-                "job_id": job_id,
-                "deployment_id": dep_id,
-                "attempt": attempt,
-                "reason": HANDOFF_LOST,
-            },
-        )
-        wake(env.redis, dep_id, job_id, kind, {"reason": HANDOFF_LOST})
-        tick_trace.note("job.requeue", **{tracing.JOB_ID: job_id, tracing.JOB_ATTEMPT: attempt})
+    lost, still = unheld(running, held, missing_since, HANDOFF_GRACE_S)
+    missing_since.clear()
+    missing_since.update(still)
+    lost_at = [(job_id, attempt, now) for job_id, attempt in lost]
+    _take_back(session, env, lost_at, HANDOFF_LOST, "the job was not received by its worker", now)
 
 
 def _held(beat: bytes | str | None) -> Held | None:

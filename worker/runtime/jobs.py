@@ -60,7 +60,7 @@ class JobFlow:
         self._starting = 0
         # ids of the jobs handed to it (claimed by the admission) not yet started here, under
         # _state_lock: held, for the heartbeat (`_held_jobs`), from the moment they are popped
-        self._handed: dict[str, int] = {}
+        self._handed: set[str] = set()
         # claims and completion reports (HTTP with retries) run here, off the engine thread;
         # sized by the assignment's concurrency
         self._pool: ThreadPoolExecutor | None = None
@@ -100,7 +100,7 @@ class JobFlow:
             alone = self.inflight == 0 and self._starting == 0
             self._starting += 1
             if delivery.claim is not None:
-                self._handed[delivery.job_id] = int(delivery.claim["attempt"])
+                self._handed.add(delivery.job_id)
         if alone:
             start(delivery)
         else:
@@ -130,7 +130,7 @@ class JobFlow:
         """The ids of the jobs this worker holds: handed to it or claimed, not yet reported
         (its heartbeat lists them: a job it was given and does not hold was never received)."""
         with self._state_lock:
-            return sorted(self._running.keys() | self._handed.keys())
+            return sorted(self._running.keys() | self._handed)
 
     def _start_job(self, delivery: Delivery) -> None:
         try:
@@ -139,7 +139,7 @@ class JobFlow:
             with self._state_lock:
                 self._starting -= 1
                 if delivery.claim is not None:
-                    self._handed.pop(delivery.job_id, None)
+                    self._handed.discard(delivery.job_id)
 
     def _claim_and_submit(self, delivery: Delivery) -> None:
         from worker.engine.params import SamplingParams
