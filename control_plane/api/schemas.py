@@ -255,6 +255,12 @@ class ScalingStatus(BaseModel):
         description="jobs the ready workers start within the deployment's queue_wait_s: so many "
         "may wait for them before another worker is asked for",
     )
+    backlog_workers: int | None = Field(
+        None,
+        description="while workers boot: how many more the jobs present and those arriving "
+        "over a boot need once a worker started now could be ready (those booting start their "
+        "slots when ready and turn them over every service_s); null: none booting",
+    )
     holds_s: list[float] = Field(
         default_factory=list,
         description="once no longer needed, how long each worker above the last is kept: [0] "
@@ -264,6 +270,11 @@ class ScalingStatus(BaseModel):
     )
     idle_windows: ScalingIdleWindows
     forecast: ScalingForecast | None = Field(description="null: too little history to forecast")
+    recent_rate_per_s: float | None = Field(
+        None,
+        description="arrivals per second lately: the higher of the last 10 s bucket's and the "
+        "mean over the last boot (null: no complete bucket yet)",
+    )
     models_fitted_at: str | None = Field(description="when the models were last refit")
     placement: ScalingPlacement | None = Field(
         None, description="the latest worker started (null: none since the reconciler started)"

@@ -325,6 +325,7 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
         "boot_s": round(state.boot_s, 3),
         "service_s": round(state.service_s, 3),
         "may_wait": round(waits_allowed(state.policy, state.ready, boot_s, state.service_s), 3),
+        "backlog_workers": d.backlog_workers,
         "holds_s": [round(h, 3) for h in hold_levels_s(d.memory.levels, boot_s, state.policy)],
         "idle_windows": {
             "representative": idle.representative,
@@ -334,6 +335,7 @@ def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[s
             "keepalive_levels_s": [round(w, 3) for w in levels],
         },
         "forecast": forecast,
+        "recent_rate_per_s": None if models.recent_rate is None else round(models.recent_rate, 6),
         "models_fitted_at": _iso_s(models.fitted_at) if models is not NONE else None,
     }
 

@@ -312,6 +312,37 @@ def test_a_deployment_called_in_a_burst_keeps_the_workers_its_next_wake_wants(
     assert len(fleet.live()) == 0
 
 
+def test_a_stream_waking_a_deployment_starts_no_worker_its_booting_ones_will_not_need(
+    fleet: Fleet,
+) -> None:
+    """A call a second wakes a deployment whose workers have not come up yet (no boot
+    measured: the 30 s prior). Slot for slot, the first 10 s start a worker per 4 calls queued;
+    once the refresher has a complete 10 s bucket (`recent_rate_per_s`), the decision counts
+    what the booting workers will have started by the time a new one would be ready
+    (`backlog_workers`), and the queue that keeps growing starts no more."""
+    deploy(fleet.client, fleet.key, target_concurrency=4, max_workers=8, queue_wait_s=0)
+    seen: list[dict[str, Any]] = []
+    for _ in range(40):
+        fleet.submit()
+        now = fleet.clock.advance(1.0)  # the workers stay booting: nothing plays them
+        for wid in fleet.workers():  # alive, still booting
+            beat = json.dumps({"at": now.timestamp()})
+            fleet.redis.set(worker_heartbeat_key(wid), beat, ex=3600)
+        fleet.loop.refresher.refresh(now)
+        fleet.loop.tick(now)
+        seen.append(fleet.scaling())
+    last = seen[-1]
+    assert last["boot_s"] == DEFAULT_BOOT_S and last["ready"] == 0 and last["queued"] == 40
+    assert last["recent_rate_per_s"] == pytest.approx(1.0)
+    # slot for slot the 40 queued calls would want 10 workers: the booting ones serve them
+    assert last["backlog_workers"] == 0 and last["desired"] == last["actual"] < 40 / 4
+    # every decision with workers booting and a rate measured counted the backlog
+    counted = [d for d in seen if d["recent_rate_per_s"] is not None and d["actual"] > 0]
+    assert len(counted) >= 20 and all(d["backlog_workers"] is not None for d in counted)
+    assert all(d["desired"] <= d["actual"] + d["backlog_workers"] for d in counted)
+    assert len(fleet.live()) == last["actual"]
+
+
 def test_scale_down_with_long_jobs_in_flight_drains_and_kills_none(fleet: Fleet) -> None:
     """Four long jobs on two workers (two each); two end. Two jobs need one worker: after the
     hold, one busy worker is asked to stop — a drain: it takes no new work, finishes its job,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from bench.autoscale.metrics import RunResult
 from bench.autoscale.oracle import Oracle, need_intervals
 from bench.autoscale.ours import Ours
 from bench.autoscale.policies import KPA, KeepAlive, Policy
-from bench.autoscale.sim import TICK_S, DeploymentRuntime, Sim
+from bench.autoscale.sim import TICK_S, DeploymentRuntime, Sim, Worker
 from bench.autoscale.workloads import (
     KINDS,
     MIN_BURSTY_CV,
@@ -229,6 +230,43 @@ def test_ours_calls_the_domain_decide_every_tick_and_refits_off_path(
     assert record.boots > 0 and all(
         s >= a for s, a in zip(record.start_s, record.arrival_s, strict=True)
     )
+
+
+def test_every_worker_a_woken_stream_starts_serves_a_call_that_waited_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A stream of 3 calls a second, 9 s each, wakes a deployment with 30 s boots (the
+    Mooncake trace's shape: it starts mid-stream). Each worker started while the others boot
+    is worth starting only if some call still waits for it when it is ready; counted slot for
+    slot, the last three of the wave were ready after the backlog had been served."""
+    rng = random.Random(7)
+    times, t = [], 0.0
+    while t < 600.0:
+        times.append(t)
+        t += rng.expovariate(3.0)
+    w = one_deployment(times, service_s=9.0, duration_s=600.0)
+    served_waiting: dict[int, int] = {}
+    assign = Sim._assign
+
+    def counting(sim: Sim, dep: DeploymentRuntime, worker: Worker, req: int) -> None:
+        waited = worker.ready_at > sim.arrival_s[req]
+        served_waiting[worker.id] = served_waiting.get(worker.id, 0) + waited
+        assign(sim, dep, worker, req)
+
+    monkeypatch.setattr(Sim, "_assign", counting)
+    sim = Sim(w, Ours(), 30.0, 8)
+    starts: list[float] = []
+    start = Sim.start
+
+    def recording(sim: Sim, dep: DeploymentRuntime, n: int, ready_at: float | None = None) -> None:
+        starts.extend([sim.now] * n)
+        start(sim, dep, n, ready_at)
+
+    monkeypatch.setattr(Sim, "start", recording)
+    sim.run()
+    wave = [i for i, at in enumerate(starts) if at < 60.0]  # worker ids are given in order
+    assert len(wave) >= 5  # ~27 jobs in service at once, and the backlog of the first boot
+    assert all(served_waiting.get(i, 0) > 0 for i in wave), served_waiting
 
 
 # traces --------------------------------------------------------------------------------------

@@ -18,8 +18,9 @@ from control_plane.domain.scaling import (
     decide,
     refit,
 )
+from control_plane.domain.scaling.backlog import backlog_workers
 from control_plane.domain.scaling.decide import MAX_TICK_S, REASONS, keepalive_levels, wake_levels
-from control_plane.domain.scaling.idle import IdleWindows
+from control_plane.domain.scaling.idle import PLAIN, IdleWindows
 from control_plane.domain.scaling.levels import Levels
 from control_plane.domain.scaling.models import NONE, Models
 from control_plane.domain.scaling.policy import hold_s, waits_allowed
@@ -130,6 +131,50 @@ def test_the_wait_is_never_longer_than_a_boot() -> None:
     slow = dataclasses.replace(WAITING, queue_wait_s=10.0)
     # a worker started now would be ready in 3 s: nobody is left to wait longer than that
     assert waits_allowed(slow, ready=2, boot_s=3.0, service_s=6.0) == pytest.approx(4.0)
+
+
+def test_a_backlog_counts_what_the_booting_workers_will_have_started_by_a_new_ones_boot() -> None:
+    # two workers booting, ready in 5 s and in 25 s; a worker started now is ready in 30 s.
+    # By then the first has started 4 slots and turned them over 25 / 5 - 0.5 times (a fresh
+    # slot lags: `FRESH_SLOT_LAG`), the second 4 and 5 / 5 - 0.5: 22 + 6 = 28 jobs
+    wave = {
+        "now": T0,
+        "boot_s": 30.0,
+        "service_s": SERVICE_S,
+        "ready": 0,
+        "running": 0,
+        "queued": 10,
+        "ready_at": (T0 + 5, T0 + 25),
+    }
+    assert backlog_workers(POLICY, **wave, rate=0.2) == 0  # 10 + 6 arriving over the boot < 28
+    assert backlog_workers(POLICY, **wave, rate=0.8) == 2  # 10 + 24 - 28 = 6 left: 2 workers
+    # 6 left, of which 2 × 4 / 5 × 2 s = 3.2 start on those two within the wait: 1 worker
+    assert backlog_workers(WAITING, **wave, rate=0.8) == 1
+    # a ready worker takes a job on its free slot now and turns its 4 slots over 30 / 5 times
+    ready = {**wave, "ready": 1, "running": 3, "ready_at": ()}
+    assert backlog_workers(POLICY, **ready, rate=0.5) == 0  # 10 + 15 - (1 + 24) = 0
+    assert backlog_workers(POLICY, **ready, rate=0.8) == 3  # 10 + 24 - 25 = 9 left
+
+
+def test_while_workers_boot_the_backlog_they_will_serve_starts_no_more() -> None:
+    booting = state(queued=10, booting_since=(T0 - 25, T0 - 5), last_arrival_at=T0)
+    # slot for slot (no rate measured yet): ceil(10 / 4) = 3 workers, 2 booting: start 1
+    d = run(booting, T0)
+    assert (d.desired, d.start, d.backlog_workers) == (3, 1, None)
+    # the two booting will have started the 10 and the 6 arriving over a boot: start none
+    calm = dataclasses.replace(booting, models=Models(T0 - 1, None, PLAIN, recent_rate=0.2))
+    d = run(calm, T0)
+    assert (d.desired, d.start, d.backlog_workers, d.reason) == (2, 0, 0, "demand")
+    # a faster stream leaves 6 jobs waiting then: the part's own count (3) still bounds it
+    busy = dataclasses.replace(booting, models=Models(T0 - 1, None, PLAIN, recent_rate=0.8))
+    d = run(busy, T0)
+    assert (d.desired, d.start, d.backlog_workers) == (3, 1, 2)
+    # panic asks for the queue too (6 s mean of 10): bounded the same way
+    panic = dataclasses.replace(calm, panic_concurrency=10.0, stable_concurrency=10.0)
+    assert run(panic, T0).start == 0
+    # with nothing booting the rule does not apply: the workers there serve at their pace
+    ready = dataclasses.replace(calm, booting_since=(), ready=2, running=8)
+    assert run(ready, T0).backlog_workers is None
 
 
 def test_the_windows_and_the_forecast_leave_out_what_may_wait() -> None:

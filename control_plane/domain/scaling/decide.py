@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
+from control_plane.domain.scaling.backlog import backlog_workers
 from control_plane.domain.scaling.idle import IdleWindows
 from control_plane.domain.scaling.levels import NO_LEVELS, Levels, update_levels
 from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE, Models
@@ -87,6 +88,9 @@ class ScaleDecision:
     next_prewarm_at: float | None  # when a worker will be booted ahead of traffic
     fail_waiting: bool  # crash loop: fail the jobs that wait instead of starting workers
     memory: Memory
+    # while workers boot: how many more the backlog needs once a new one could be ready (the
+    # most the parts driven by the work present may add); None: none booting, or no rate yet
+    backlog_workers: int | None = None
 
     @property
     def start(self) -> int:
@@ -206,23 +210,47 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     def workers_for(concurrency: float) -> int:
         return math.ceil(max(concurrency - waits, 0.0) / target)
 
+    # While workers boot, a new one helps only with the jobs those will not have started by the
+    # time it is ready (`backlog.py`): the parts driven by the work present ask for no more.
+    rate = fc.rate(now)[0] if fc is not None else models.recent_rate if recent else None
+    more: int | None = None
+    if booting and rate is not None:
+        more = backlog_workers(
+            p,
+            now=now,
+            boot_s=boot_s,
+            service_s=state.service_s,
+            ready=state.ready,
+            running=state.running,
+            queued=state.queued,
+            ready_at=tuple(
+                s + boot_s for s in state.booting_since if counts_as_capacity(s, now, p)
+            ),
+            rate=rate,
+        )
+
+    def capped(workers: int) -> int:
+        return workers if more is None else min(workers, capacity + more)
+
     parts: list[tuple[int, str]] = []
     demand = state.queued + state.running
     # Running jobs hold their slots: only queued ones can wait, and they wait for a worker that
     # stays (a job queued on an idle worker, not claimed yet, keeps it).
     at_once = max(demand - waits, state.running, min(demand, 1))
-    parts.append((math.ceil(at_once / target), "scale_from_zero" if capacity == 0 else "demand"))
+    parts.append(
+        (capped(math.ceil(at_once / target)), "scale_from_zero" if capacity == 0 else "demand")
+    )
 
     panic_workers = workers_for(state.panic_concurrency)
     panic_until = mem.panic_until
     if panic_workers >= PANIC_THRESHOLD * max(state.ready, 1) and panic_workers > state.ready:
         panic_until = now + STABLE_WINDOW_S
     if now < panic_until:
-        parts.append((max(panic_workers, capacity), "panic"))
+        parts.append((capped(max(panic_workers, capacity)), "panic"))
     else:
         stable_workers = workers_for(state.stable_concurrency)
         if stable_workers >= 2:  # the last worker is the idle windows' (see module doc)
-            parts.append((stable_workers, "stable_window"))
+            parts.append((capped(stable_workers), "stable_window"))
 
     quantile = under_quantile(p, boot_s)
     # Dense traffic only: at least one arrival expected per boot. Sparser streams are the idle
@@ -285,7 +313,9 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     if desired > capacity and (state.give_up or not state.start_allowed):
         fail_waiting = state.give_up and demand > 0
         desired, reason = capacity, "crash_loop" if state.give_up else "crash_backoff"
-    return ScaleDecision(desired, capacity, needed, reason, next_prewarm_at, fail_waiting, memory)
+    return ScaleDecision(
+        desired, capacity, needed, reason, next_prewarm_at, fail_waiting, memory, more
+    )
 
 
 def _z(quantile: float) -> float:

@@ -4,6 +4,7 @@ simulator's refit event), never inside `decide()`."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from control_plane.domain.scaling.forecast import Forecast, fit_forecast
@@ -27,6 +28,8 @@ class Models:
     fitted_at: float  # seconds since the epoch
     forecast: Forecast | None  # None: too little history, or no traffic
     idle: IdleWindows
+    # arrivals per second lately (`recent_rate`); None: no complete bucket yet
+    recent_rate: float | None = None
 
 
 NONE = Models(0.0, None, PLAIN)
@@ -48,7 +51,18 @@ def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float, service_s: 
             wake_requests(stats.counts, boot_s),
             service_s,
         ),
+        recent_rate=recent_rate(stats.counts, boot_s),
     )
+
+
+def recent_rate(counts: tuple[float, ...], boot_s: float) -> float | None:
+    """Arrivals per second lately: the higher of the last bucket's rate and the last boot's
+    (a wake after a pause is not averaged with the pause)."""
+    if not counts:
+        return None
+    n = max(math.ceil(boot_s / BUCKET_S), 1)
+    last = counts[-n:]
+    return max(counts[-1], sum(last) / len(last)) / BUCKET_S
 
 
 def _dense(stats: ArrivalStats, boot_s: float) -> bool:
