@@ -212,22 +212,23 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
 
     # While workers boot, a new one helps only with the jobs those will not have started by the
     # time it is ready (`backlog.py`): the parts driven by the work present ask for no more.
-    rate = fc.rate(now)[0] if fc is not None else models.recent_rate if recent else None
     more: int | None = None
-    if booting and rate is not None:
-        more = backlog_workers(
-            p,
-            now=now,
-            boot_s=boot_s,
-            service_s=state.service_s,
-            ready=state.ready,
-            running=state.running,
-            queued=state.queued,
-            ready_at=tuple(
-                s + boot_s for s in state.booting_since if counts_as_capacity(s, now, p)
-            ),
-            rate=rate,
-        )
+    if booting:
+        rate = fc.rate(now)[0] if fc is not None else models.recent_rate if recent else None
+        if rate is not None:
+            more = backlog_workers(
+                p,
+                now=now,
+                boot_s=boot_s,
+                service_s=state.service_s,
+                ready=state.ready,
+                running=state.running,
+                queued=state.queued,
+                ready_at=tuple(
+                    s + boot_s for s in state.booting_since if counts_as_capacity(s, now, p)
+                ),
+                rate=rate,
+            )
 
     def capped(workers: int) -> int:
         return workers if more is None else min(workers, capacity + more)
