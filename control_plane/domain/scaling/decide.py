@@ -253,10 +253,10 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         if stable_workers >= 2:  # the last worker is the idle windows' (see module doc)
             parts.append((capped(stable_workers), "stable_window"))
 
-    quantile = under_quantile(p, boot_s)
     # Dense traffic only: at least one arrival expected per boot. Sparser streams are the idle
     # windows' (a Gaussian filter over mostly-empty buckets says little about the next one).
     if fc is not None and fc.rate(now)[0] * boot_s >= 1.0:
+        quantile = under_quantile(p, boot_s)
         z = _z(quantile)
         worst = 0
         for t in (now, now + boot_s):  # a linear trend peaks at one end of the horizon
