@@ -20,7 +20,8 @@ from control_plane.domain.scaling.policy import ScalingPolicy, waits_allowed
 # A slot that starts at r has ended, on average, (x / S - (1 - c²) / 2) jobs by r + x, for
 # service times of mean S and coefficient of variation c (the renewal theorem's second term;
 # a slot already busy for a while, as a ready worker's are, ends x / S). c is not measured: take
-# c = 0, the fewest, so a booting worker is never credited with more than it serves.
+# c = 0, which credits the fewest (for c ≤ 1), so a booting worker is not counted on for jobs
+# that, on average, a slot started fresh has not yet served.
 FRESH_SLOT_LAG = 0.5
 
 

@@ -5,7 +5,9 @@ with the state they observed; it does no I/O and keeps no state of its own (what
 remember between ticks travels in `Memory`, returned with the decision).
 
 The parts, each a worker count:
-- demand: the work present now (queued + reserved + running), never queue length alone;
+- demand: the work present now (queued + reserved + running), never queue length alone; while
+  workers boot, no more than the backlog still needs once a new one could be ready
+  (`backlog.py`: the booting workers serve part of it first), which bounds KPA's parts too;
 - KPA: Knative-style stable (60 s) and panic (6 s) windows over concurrency; in panic the
   count never goes down;
 - forecast (dense traffic): arrivals forecast over the boot horizon, turned into concurrency by
