@@ -45,11 +45,9 @@ def backlog_workers(
     service_s = max(service_s, 1e-3)  # as `waits_allowed` counts a measured 0
     then = now + boot_s
     starts = max(target * ready - running, 0) + target * ready * boot_s / service_s
-    for r in ready_at:
-        if r < then:  # one ready after `then` is no sooner than a new one
-            turns = max((then - max(r, now)) / service_s - FRESH_SLOT_LAG, 0.0)
-            starts += target * (1.0 + turns)
+    for r in ready_at:  # each booting worker started before now: ready by `then`
+        turns = max((then - max(r, now)) / service_s - FRESH_SLOT_LAG, 0.0)
+        starts += target * (1.0 + turns)
     waiting = queued + rate * boot_s - starts
-    workers_then = ready + sum(1 for r in ready_at if r < then)
-    may_wait = waits_allowed(policy, workers_then, boot_s, service_s)
+    may_wait = waits_allowed(policy, ready + len(ready_at), boot_s, service_s)
     return max(math.ceil((waiting - may_wait) / target), 0)

@@ -193,7 +193,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     p = state.policy
     boot_s = counted_boot_s(p, state.boot_s)
     target = max(p.target_concurrency, 1)
-    booting = sum(1 for s in state.booting_since if counts_as_capacity(s, now, p))
+    counted = [s for s in state.booting_since if counts_as_capacity(s, now, p)]
+    booting = len(counted)
     capacity = state.ready + booting
     mem = state.memory
     # The forecast extrapolates: trusted only while recent. The idle windows describe the gaps
@@ -226,9 +227,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
                 ready=state.ready,
                 running=state.running,
                 queued=state.queued,
-                ready_at=tuple(
-                    s + boot_s for s in state.booting_since if counts_as_capacity(s, now, p)
-                ),
+                ready_at=[s + boot_s for s in counted],
                 rate=rate,
             )
 
