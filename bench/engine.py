@@ -132,10 +132,10 @@ def _run_engine(
     from safetensors.torch import load_file
     from tokenizers import Tokenizer, models
 
+    from common.model_config import ModelConfig
     from worker.engine.config import EngineConfig
     from worker.engine.llm_engine import LLMEngine
     from worker.engine.params import SamplingParams
-    from worker.model.config import ModelConfig
     from worker.model.weights import build_model
 
     config = ModelConfig.from_hf_dict(json.loads((ckpt / "config.json").read_text()))

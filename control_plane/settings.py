@@ -13,9 +13,9 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
+from common.logs import LogSettings
+from common.tracing import TraceSettings
 from control_plane.domain.scaling.decide import MAX_TICK_S
-from worker.logs import LogSettings
-from worker.tracing import TraceSettings
 
 # Default price per second of worker time, per accelerator type (USD). Overridable with
 # PLATFORM_RATES_PER_S='{"cpu": "0.00002", "h100": "0.0011"}'.
@@ -115,8 +115,8 @@ class Settings(LogSettings, TraceSettings):
 
     rates_per_s: dict[str, Decimal] = Field(default_factory=lambda: dict(DEFAULT_RATES_PER_S))
 
-    # log_level, log_levels, log_format: from LogSettings (worker/logs.py), like the worker's;
-    # otel_exporter: from TraceSettings (worker/tracing.py).
+    # log_level, log_levels, log_format: from LogSettings (common/logs.py), like the worker's;
+    # otel_exporter: from TraceSettings (common/tracing.py).
 
     # --- batches and webhooks (issue #5) ---
     # Bucket that receives batch results (`batches/<tenant>/<batch>.jsonl`); created if missing.

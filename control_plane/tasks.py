@@ -22,6 +22,7 @@ import httpx
 import redis
 from celery import signals
 
+from common import logs, tracing
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.services import webhook_delivery
 from control_plane.services.dispatch import make_celery
@@ -33,7 +34,6 @@ from control_plane.tasks_api import (
     FOLLOW_OUTPUT_TASK,
     enqueue_webhook,
 )
-from worker import logs, tracing
 
 log = logging.getLogger(__name__)
 # Longest single countdown; well under the broker's visibility timeout.
@@ -51,7 +51,7 @@ _env = DeliveryEnv(
 
 # --- logs: ours, not Celery's (docs/observability.md "Logs") ---
 # NOTE: Celery's own lines name a task and its id, never its arguments (`extra` fields other
-# than worker.logs.FIELDS are dropped), and these tasks return None, so its "succeeded" lines
+# than common.logs.FIELDS are dropped), and these tasks return None, so its "succeeded" lines
 # print nothing of a tenant's either.
 
 

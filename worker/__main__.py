@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from worker import logs, tracing
-from worker.protocol import Assignment
+from common import logs, tracing
+from common.protocol import Assignment
 from worker.runtime.lifecycle import WorkerRuntime
 from worker.settings import WorkerSettings
 

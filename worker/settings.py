@@ -7,12 +7,10 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import SettingsConfigDict
 
+from common.logs import LogSettings
+from common.protocol import HOST_CACHE_DIR
+from common.tracing import TraceSettings
 from loader.options import LoadOptions
-from worker.logs import LogSettings
-from worker.tracing import TraceSettings
-
-# The host-memory weight tier's default home: shared memory, on every Linux host.
-HOST_CACHE_DIR = "/dev/shm/platform-weights"
 
 
 class WorkerSettings(LogSettings, TraceSettings):

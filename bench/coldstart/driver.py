@@ -246,10 +246,10 @@ class Platform:
         return {r.id: str(r.state) for r in rows}
 
     def heartbeat(self, worker_id: str) -> dict[str, Any] | None:
-        """The worker's latest heartbeat (worker/protocol.py), None when it has none."""
+        """The worker's latest heartbeat (common/protocol.py), None when it has none."""
         import redis
 
-        from worker.protocol import worker_heartbeat_key
+        from common.protocol import worker_heartbeat_key
 
         if self._redis is None:
             self._redis = redis.Redis.from_url(self.state["redis_url"])
@@ -260,7 +260,7 @@ class Platform:
         """Until the pool is one idle worker and nothing else (no pool boot or drain under way
         to compete for the cores), whose heartbeat says its host tier holds the model iff
         `host_hit` (what placement reads); its id."""
-        from worker.protocol import HEARTBEAT_HOST_TIER_FIELD
+        from common.protocol import HEARTBEAT_HOST_TIER_FIELD
 
         def ready() -> str | None:
             pool = self.pool_workers()

@@ -13,9 +13,9 @@ import socket
 
 import uvicorn
 
+from common import heap, logs, tracing
 from control_plane.api.app import create_app
 from control_plane.settings import Settings
-from worker import heap, logs, tracing
 
 
 def shared_socket(host: str, port: int) -> socket.socket:

@@ -9,6 +9,7 @@ import redis
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
+from common import tracing
 from control_plane.api import openapi, problems
 from control_plane.api.body_limit import BodyLimit
 from control_plane.api.catch_all import CatchAll
@@ -36,7 +37,6 @@ from control_plane.services.edge_cache import EdgeCache, install_invalidation
 from control_plane.services.model_meta import ModelMetaCache
 from control_plane.services.quotas import Quotas
 from control_plane.settings import Settings
-from worker import tracing
 
 
 def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:

@@ -2,8 +2,8 @@
 
 The id is the caller's `X-Request-Id` when it is short and plain (a proxy's or a client's own
 id, so both logs join), else a new one; it is echoed in the response's `X-Request-Id` and is in
-every log line of the request (`worker.logs.log_context`). A route adds the ids it finds with
-`worker.logs.bind` (the job it created), so the last line names them too:
+every log line of the request (`common.logs.log_context`). A route adds the ids it finds with
+`common.logs.bind` (the job it created), so the last line names them too:
 
     {"message": "POST /v1/deployments/{name}/runs 200", "request_id": "req_…",
      "job_id": "job_…", "deployment_id": "dep_…", "method": "POST",
@@ -27,9 +27,9 @@ from datetime import UTC, datetime
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from common import logs
 from control_plane.domain.ids import new_id
 from control_plane.metrics import families
-from worker import logs
 
 log = logging.getLogger(__name__)
 HEADER = b"x-request-id"

@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from common.protocol import MAX_JOBS_PER_REQUEST
 from control_plane.domain import uris
 from control_plane.domain.spec import default_of
 from control_plane.services.webhooks import WEBHOOK_EVENTS
-from worker.protocol import MAX_JOBS_PER_REQUEST
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # A model URI's shape (its scheme, no control characters); domain/uris.py has the whole rule.

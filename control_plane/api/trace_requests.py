@@ -10,15 +10,15 @@ the spans a route starts (`job.admit`) are its children and a job it creates sto
 Health checks, /metrics and the console are not traced; neither are the workers' own calls
 (`/internal/…`) unless they carry a `traceparent` (a worker's completion report does: it is
 part of its job's trace). Only the route's template is recorded, never a query string or body.
-The request's log lines carry the span's `trace_id` and `span_id` (worker/logs.py).
+The request's log lines carry the span's `trace_id` and `span_id` (common/logs.py).
 """
 
 from __future__ import annotations
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from common import logs, tracing
 from control_plane.api.request_log import looks_like_id
-from worker import logs, tracing
 
 _HEADER = b"traceparent"
 _UNTRACED = ("/healthz", "/metrics", "/console")

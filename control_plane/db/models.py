@@ -225,7 +225,7 @@ class Job(Base):
     dispatched_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     api_key_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
     # W3C traceparent of the span that created it (None: tracing off); its worker's spans
-    # join that trace, whichever wake-up or attempt runs it (worker/tracing.py).
+    # join that trace, whichever wake-up or attempt runs it (common/tracing.py).
     traceparent: Mapped[str | None] = mapped_column(String(64), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from worker.protocol import WorkerState
+from common.protocol import WorkerState
 
 # A job whose worker died is tried this many times in all before it fails.
 MAX_ATTEMPTS = 3

@@ -33,9 +33,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from common.protocol import WorkerState
 from control_plane.domain.crash_loop import BootHistory, backoff_s
 from control_plane.domain.fleet import BOOTING_STATES
-from worker.protocol import WorkerState
 
 # Share of the expected cold starts the pool covers without a boot.
 COVERAGE = 0.99

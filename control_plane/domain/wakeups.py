@@ -31,8 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from common.protocol import RUN_JOB_TASK, job_of_message
 from control_plane.domain.states import TERMINAL, JobStatus
-from worker.protocol import RUN_JOB_TASK, job_of_message
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from common import logs
 from control_plane.embedded.supervisor import down, up
-from worker import logs
 
 
 def default_state_dir() -> Path:

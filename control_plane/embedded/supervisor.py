@@ -38,6 +38,7 @@ from typing import Any
 
 import httpx
 
+from common.signals import on_signals
 from control_plane.embedded.processes import (
     ManagedProcess,
     StartError,
@@ -51,7 +52,6 @@ from control_plane.embedded.processes import (
 from control_plane.embedded.restarts import Death, after_death
 from control_plane.settings import MAX_API_PROCESSES, MAX_RECONCILERS
 from control_plane.tasks_api import CONTROL_QUEUE
-from worker.signals import on_signals
 
 log = logging.getLogger(__name__)
 # Children whose start returns only once they answer (start_redis pings, start_s3 connects).
@@ -405,7 +405,7 @@ def up(state_dir: Path, port: int, detach: bool) -> int:
         return _up_detached(state_dir, port)
     sup = Supervisor(state_dir, port)
 
-    # not `stopping.set()` in the handler itself: worker/signals.py says why
+    # not `stopping.set()` in the handler itself: common/signals.py says why
     on_signals(lambda _signum: sup.stopping.set())
     # every thread's stack to the log (platform.log when detached), from C: also when this
     # process's Python is stuck. `down` asks for it before it kills a platform that did not stop

@@ -23,10 +23,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from common.protocol import WorkerState
 from control_plane.db.models import Deployment, Job
 from control_plane.domain.states import ACTIVE
 from control_plane.services import billing, scale_decisions, workers
-from worker.protocol import WorkerState
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 A worker serves its metrics on the address its provider chose (the local provider: a free
 loopback port, passed by env; in a pod: the pod IP) and writes the address it bound into its
-heartbeat (`worker.protocol.HEARTBEAT_METRICS_FIELD`). The targets are the live workers (SQL)
+heartbeat (`common.protocol.HEARTBEAT_METRICS_FIELD`). The targets are the live workers (SQL)
 whose heartbeat (Redis, expiring) names one, each labelled with its worker id, deployment,
 tenant and accelerator. The answer is Prometheus' HTTP SD format:
 
@@ -22,10 +22,10 @@ import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from common.protocol import HEARTBEAT_METRICS_FIELD, worker_heartbeat_key
 from control_plane.db.models import Deployment
 from control_plane.errors import Unavailable
 from control_plane.services import workers
-from worker.protocol import HEARTBEAT_METRICS_FIELD, worker_heartbeat_key
 
 # host:port, the host a name or an IPv4 / bracketed IPv6 address: anything else in a
 # heartbeat is not handed to Prometheus.

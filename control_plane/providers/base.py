@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from worker.protocol import Assignment
+from common.protocol import Assignment
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,7 +13,7 @@ class WorkerSpec:
     worker_id: str  # id of the Worker row created before the start
     accelerator: str  # cpu, h100, ...
     # What it serves; None: a warm-pool worker, which boots, then waits for its assignment
-    # (`worker.protocol.worker_assignment_key`).
+    # (`common.protocol.worker_assignment_key`).
     assignment: Assignment | None
 
 

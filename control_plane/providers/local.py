@@ -16,13 +16,13 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from control_plane.providers.base import Exited, WorkerSpec
-from worker.protocol import (
+from common.protocol import (
     CREDENTIAL_ENV,
     METRICS_HOST_ENV,
     METRICS_PORT_ENV,
     WORKER_ENV_PREFIXES,
 )
+from control_plane.providers.base import Exited, WorkerSpec
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1

@@ -17,11 +17,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from common.protocol import CREDENTIAL_ENV, HOST_CACHE_DIR, METRICS_HOST_ENV, METRICS_PORT_ENV
 from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.local import worker_args
 from control_plane.settings import Settings
-from worker.protocol import CREDENTIAL_ENV, METRICS_HOST_ENV, METRICS_PORT_ENV
-from worker.settings import HOST_CACHE_DIR
 
 LABEL_PREFIX = "platform-serverless.io"
 WORKER_ID_LABEL = f"{LABEL_PREFIX}/worker-id"

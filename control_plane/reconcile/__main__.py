@@ -12,6 +12,8 @@ import threading
 
 import redis
 
+from common import logs, tracing
+from common.signals import on_signals
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import utc_now
 from control_plane.providers.select import make_provider, workers_env
@@ -21,8 +23,6 @@ from control_plane.reconcile.env import Env
 from control_plane.reconcile.lease import Leadership, make_lease, replica_name
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
-from worker import logs, tracing
-from worker.signals import on_signals
 
 log = logging.getLogger("control_plane.reconcile")
 
@@ -43,7 +43,7 @@ def main() -> None:
     reconciler.start(utc_now)  # the autoscaler's model refits, on their own thread
     tune_gc()
     stop = threading.Event()
-    on_signals(lambda _signum: stop.set())  # off the main thread: worker/signals.py
+    on_signals(lambda _signum: stop.set())  # off the main thread: common/signals.py
     holder = replica_name(settings.replica_id)
     leadership = Leadership(
         make_lease(settings, reconciler.env.redis, holder),

@@ -23,6 +23,7 @@ from typing import Any
 import redis
 from sqlalchemy.orm import Session
 
+from common.protocol import HEARTBEAT_PROGRESS_FIELD, worker_heartbeat_key
 from control_plane.db.models import Worker
 from control_plane.domain.cold_start import (
     BootingWorker,
@@ -36,7 +37,6 @@ from control_plane.reconcile.env import Env
 from control_plane.services import cold_starts, jobs, webhooks
 from control_plane.services.webhook_delivery import STARTING_EVENT
 from control_plane.tasks_api import enqueue_webhook
-from worker.protocol import HEARTBEAT_PROGRESS_FIELD, worker_heartbeat_key
 
 log = logging.getLogger(__name__)
 

@@ -27,14 +27,14 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from common import heap
+from common.protocol import WorkerState
 from control_plane.domain.clock import Clock
 from control_plane.providers.base import Exited
 from control_plane.reconcile import jobs, pool, refresh, scale, tick_trace, webhooks, workers
 from control_plane.reconcile.env import Env
 from control_plane.services import batches, billing, fence
 from control_plane.services import workers as worker_records
-from worker import heap
-from worker.protocol import WorkerState
 
 log = logging.getLogger(__name__)
 # Pending jobs get a fresh wake-up this often (lost broker messages, broker restarts).

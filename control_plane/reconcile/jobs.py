@@ -15,6 +15,13 @@ import redis
 from sqlalchemy import select, text, update
 from sqlalchemy.orm import Session
 
+from common import tracing
+from common.protocol import (
+    HEARTBEAT_INTERVAL_S,
+    HEARTBEAT_JOBS_FIELD,
+    deployment_queue,
+    worker_heartbeat_key,
+)
 from control_plane.db.models import Job, Worker
 from control_plane.domain.fleet import Held, retries_left, unheld
 from control_plane.domain.states import PENDING, JobStatus
@@ -28,13 +35,6 @@ from control_plane.services.dispatch import (
     queue_depth,
     unacked_wakeups,
     wake,
-)
-from worker import tracing
-from worker.protocol import (
-    HEARTBEAT_INTERVAL_S,
-    HEARTBEAT_JOBS_FIELD,
-    deployment_queue,
-    worker_heartbeat_key,
 )
 
 log = logging.getLogger(__name__)

@@ -26,6 +26,14 @@ import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from common.protocol import (
+    ASSIGNMENT_TTL_S,
+    HEARTBEAT_HOST_TIER_FIELD,
+    Assignment,
+    WorkerState,
+    worker_assignment_key,
+    worker_heartbeat_key,
+)
 from control_plane.db.models import Worker
 from control_plane.domain import pool as pool_policy
 from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
@@ -36,14 +44,6 @@ from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
 from control_plane.services import deployments, workers
-from worker.protocol import (
-    ASSIGNMENT_TTL_S,
-    HEARTBEAT_HOST_TIER_FIELD,
-    Assignment,
-    WorkerState,
-    worker_assignment_key,
-    worker_heartbeat_key,
-)
 
 log = logging.getLogger(__name__)
 SHRINK = "pool_shrink"

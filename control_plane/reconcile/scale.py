@@ -25,6 +25,8 @@ from typing import Any
 import redis
 from sqlalchemy.orm import Session
 
+from common import tracing
+from common.protocol import Assignment, EventType, WorkerState, deployment_queue
 from control_plane.db.models import Deployment, Worker
 from control_plane.domain import fleet
 from control_plane.domain.clock import iso
@@ -66,8 +68,6 @@ from control_plane.services import (
     storage,
     workers,
 )
-from worker import tracing
-from worker.protocol import Assignment, EventType, WorkerState, deployment_queue
 
 log = logging.getLogger(__name__)
 READY_STATES = workers.READY_STATES  # serving: idle or busy

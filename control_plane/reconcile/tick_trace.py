@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from datetime import datetime
 from typing import Any
 
-from worker import tracing
+from common import tracing
 
 log = logging.getLogger(__name__)
 SLOW_TICK_S = 1.0

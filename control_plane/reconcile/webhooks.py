@@ -13,13 +13,13 @@ import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
+from common.protocol import KEY_PREFIX
 from control_plane.db.models import Batch, Job, WebhookDelivery
 from control_plane.domain.states import TERMINAL
 from control_plane.domain.webhook_resend import GRACE, Recorded, attempt_to_resend
 from control_plane.reconcile.env import Env
 from control_plane.services import webhooks
 from control_plane.tasks_api import enqueue_batch_webhook, enqueue_webhook
-from worker.protocol import KEY_PREFIX
 
 log = logging.getLogger(__name__)
 # One resend per subject this often at most: while no Celery worker runs, every sweep would

@@ -12,13 +12,13 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from common.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
 from control_plane.db.models import Deployment, Worker
 from control_plane.domain.fleet import liveness
 from control_plane.domain.spec import Spec
 from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
 from control_plane.services import deployments, workers
-from worker.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
 
 log = logging.getLogger(__name__)
 # A worker without a heartbeat for HEARTBEAT_TTL_S is lost, once it had time to send one.

@@ -6,7 +6,7 @@
     read           the history as `domain.scaling.history.ArrivalStats` (the refresher thread)
     last_arrivals  the latest arrival of many deployments in one round trip (every tick)
 
-Per deployment, four keys (`worker/protocol.py`), the same bins as the simulator's
+Per deployment, four keys (`common/protocol.py`), the same bins as the simulator's
 `ArrivalHistory`: arrivals per `BUCKET_S` bucket (at most `MAX_BUCKETS` fields), the last
 `MAX_GAPS` gaps between arrivals, the last `MAX_IDLE_GAPS` of those at least `IDLE_GAP_S`
 long, and the time of the latest arrival. Memory is bounded whatever the
@@ -33,6 +33,14 @@ import redis
 from redis.client import Pipeline
 from redis.commands.core import Script
 
+from common.protocol import (
+    RECONCILER_NUDGE_KEY,
+    arrival_buckets_key,
+    arrival_gaps_key,
+    arrival_idle_gaps_key,
+    last_arrival_key,
+    scale_decision_key,
+)
 from control_plane.domain.scaling.history import (
     BUCKET_S,
     IDLE_GAP_S,
@@ -41,14 +49,6 @@ from control_plane.domain.scaling.history import (
     MAX_IDLE_GAPS,
     ArrivalStats,
     stats_of,
-)
-from worker.protocol import (
-    RECONCILER_NUDGE_KEY,
-    arrival_buckets_key,
-    arrival_gaps_key,
-    arrival_idle_gaps_key,
-    last_arrival_key,
-    scale_decision_key,
 )
 
 log = logging.getLogger(__name__)

@@ -27,6 +27,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from common import logs, tracing
 from control_plane.db.models import Batch, Deployment, Job
 from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
@@ -36,7 +37,6 @@ from control_plane.services import batch_slots, finish, object_store, webhooks
 from control_plane.services.paging import tenant_page
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_batch_webhook
-from worker import logs, tracing
 
 log = logging.getLogger(__name__)
 

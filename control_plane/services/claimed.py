@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.orm import Session
 
+from common import tracing
 from control_plane.db.models import Job
 from control_plane.domain.spec import Spec
 from control_plane.services import job_traces, webhooks
 from control_plane.tasks_api import enqueue_output_follower, enqueue_webhook
-from worker import tracing
 
 if TYPE_CHECKING:
     from control_plane.context import AppContext

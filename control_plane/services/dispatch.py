@@ -13,12 +13,7 @@ import redis
 from celery import Celery
 from kombu.exceptions import ChannelError
 
-from control_plane.domain.wakeups import Unacked, control_task_eta, job_of
-from control_plane.services import arrivals, events
-from control_plane.services.handoff import HandOff
-from control_plane.settings import Settings
-from control_plane.tasks_api import CONTROL_QUEUE
-from worker.protocol import (
+from common.protocol import (
     BROKER_TRANSPORT_OPTIONS,
     HANDOFF_TTL_S,
     PRIORITY_OF_KIND,
@@ -30,6 +25,11 @@ from worker.protocol import (
     priority_key,
     worker_handoffs_key,
 )
+from control_plane.domain.wakeups import Unacked, control_task_eta, job_of
+from control_plane.services import arrivals, events
+from control_plane.services.handoff import HandOff
+from control_plane.settings import Settings
+from control_plane.tasks_api import CONTROL_QUEUE
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import redis
 import redis.asyncio as aioredis
 from redis.client import Pipeline
 
-from worker.protocol import (
+from common.protocol import (
     JOB_END_TTL_S,
     JOB_EVENTS_ENDED_TTL_S,
     JOB_EVENTS_MAXLEN,

@@ -39,6 +39,7 @@ from sqlalchemy import Update, bindparam, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from common.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
 from control_plane.db.models import Job
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobKind, JobStatus
 from control_plane.metrics import families
@@ -46,7 +47,6 @@ from control_plane.services import batch_slots, events, jobs, webhooks
 from control_plane.services.job_queries import states_sql
 from control_plane.services.local_ends import LocalEnds
 from control_plane.tasks_api import enqueue_webhook
-from worker.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
 
 log = logging.getLogger(__name__)
 

@@ -34,13 +34,13 @@ from datetime import datetime
 from sqlalchemy import bindparam, exists, func, literal_column, or_, select, text
 from sqlalchemy.orm import Session
 
+from common.protocol import PRIORITY_OF_KIND, WorkerState
 from control_plane.db.models import Job, Worker
 from control_plane.domain import fleet
 from control_plane.domain.states import JobStatus
 from control_plane.services import claimed, jobs, workers
 from control_plane.services.edge_cache import DeploymentRef
 from control_plane.settings import Settings
-from worker.protocol import PRIORITY_OF_KIND, WorkerState
 
 _workers = Worker.metadata.tables["workers"]
 _jobs = Job.metadata.tables["jobs"]

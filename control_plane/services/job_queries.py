@@ -12,10 +12,10 @@ from datetime import datetime, timedelta
 from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
+from common.protocol import PRIORITY_OF_KIND
 from control_plane.db.models import Deployment, Job
 from control_plane.domain.scaling.service import MAX_SAMPLES, MIN_SAMPLES, SERVICE_WINDOW_S
 from control_plane.domain.states import ACTIVE, PENDING, JobStatus
-from worker.protocol import PRIORITY_OF_KIND
 
 _PENDING = [s.value for s in PENDING]
 _ACTIVE = [s.value for s in ACTIVE]

@@ -20,9 +20,9 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from common import tracing
 from control_plane.db.models import Job, Worker
 from control_plane.services import timeline
-from worker import tracing
 
 START_REASON = "platform.worker.start_reason"
 ACCELERATOR = "platform.worker.accelerator"

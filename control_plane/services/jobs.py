@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
+from common import tracing
 from control_plane.db.models import Job, JobAttempt
 from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
@@ -26,7 +27,6 @@ from control_plane.errors import Conflict, NotFound
 from control_plane.services.edge_cache import DeploymentRef
 from control_plane.services.job_queries import states_sql
 from control_plane.services.paging import tenant_page
-from worker import tracing
 
 
 def create(

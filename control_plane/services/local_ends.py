@@ -23,7 +23,7 @@ import contextlib
 import threading
 from typing import Any
 
-from worker.protocol import EventType
+from common.protocol import EventType
 
 End = tuple[EventType, dict[str, Any]]
 _Waiter = tuple[asyncio.AbstractEventLoop, asyncio.Future[End]]

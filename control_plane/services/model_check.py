@@ -17,7 +17,7 @@ and a forbidden object answer alike (`object_store`), so the check tells a tenan
 about objects it may not read. `hf://` models are not checked: the Hub would become a
 network dependency of every deploy; their workers report problems as before.
 
-Pure imports only: `worker.model.config` and `loader.header`/`loader.objects` import no torch.
+Pure imports only: `common.model_config` and `loader.header`/`loader.objects` import no torch.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ import json
 import re
 from typing import Any
 
+from common.model_config import ModelConfig
 from control_plane.errors import InvalidRequest
 from control_plane.services import object_store
 from control_plane.services.storage import Access
 from loader.errors import LoaderError
 from loader.header import HEADER_PREFIX_BYTES, Header, header_length, parse_header
 from loader.objects import INDEX_NAME, SINGLE_NAME, CheckpointObjects, check_index
-from worker.model.config import ModelConfig
 
 CONFIG_NAME = "config.json"
 # config.json and shard indexes are small; a larger one is refused rather than downloaded.

@@ -17,9 +17,9 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
+from common.protocol import rate_limit_key
 from control_plane.errors import InvalidRequest, RateLimited, Unavailable
 from control_plane.services.edge_cache import GENERATION_KEY
-from worker.protocol import rate_limit_key
 
 log = logging.getLogger(__name__)
 

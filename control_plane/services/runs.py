@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
+from common import logs, tracing
+from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.context import AppContext
 from control_plane.db.models import Job
 from control_plane.domain.states import JobKind
@@ -41,8 +43,6 @@ from control_plane.services.dispatch import wake
 from control_plane.services.edge_cache import DeploymentRef, EdgeView, TenantLimits
 from control_plane.services.local_ends import End
 from control_plane.services.quotas import Limits, StaleView
-from worker import logs, tracing
-from worker.protocol import TERMINAL_EVENTS, EventType
 
 log = logging.getLogger(__name__)
 

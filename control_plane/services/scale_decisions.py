@@ -19,7 +19,7 @@ from typing import Any
 
 import redis
 
-from worker.protocol import SCALE_DECISIONS_KEY, scale_decision_key
+from common.protocol import SCALE_DECISIONS_KEY, scale_decision_key
 
 log = logging.getLogger(__name__)
 

@@ -29,13 +29,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from common.protocol import CREDENTIAL_ENV
 from control_plane.db.models import StorageCredential, Tenant
 from control_plane.domain import uris
 from control_plane.domain.ids import new_id
 from control_plane.errors import Conflict, InvalidRequest, NotFound
 from control_plane.services import secrets_box
 from control_plane.settings import Settings
-from worker.protocol import CREDENTIAL_ENV
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -30,6 +30,8 @@ import redis
 from sqlalchemy import or_, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from common import logs, tracing
+from common.protocol import JOB_EVENTS_TTL_S, TERMINAL_EVENTS, EventType, job_events_key
 from control_plane.db.models import Batch, Job, WebhookDelivery, WebhookEndpoint
 from control_plane.domain.clock import iso
 from control_plane.domain.states import TERMINAL
@@ -38,8 +40,6 @@ from control_plane.metrics import families
 from control_plane.services import batches, cold_starts, jobs, webhook_endpoints, webhooks
 from control_plane.services.webhooks import DeliveryResult
 from control_plane.settings import Settings
-from worker import logs, tracing
-from worker.protocol import JOB_EVENTS_TTL_S, TERMINAL_EVENTS, EventType, job_events_key
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span

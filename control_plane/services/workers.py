@@ -11,6 +11,7 @@ from sqlalchemy import CursorResult, bindparam, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from common.protocol import WorkerState
 from control_plane.db import kept
 from control_plane.db.models import BillingRecord, Deployment, Job, JobAttempt, Tenant, Worker
 from control_plane.domain.billing_math import POOL_PHASE, phase_of
@@ -22,7 +23,6 @@ from control_plane.errors import NotFound
 from control_plane.metrics import families, on_commit
 from control_plane.services import auth, billing
 from control_plane.settings import Settings
-from worker.protocol import WorkerState
 
 LIVE_STATES = frozenset(
     {

@@ -18,6 +18,7 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 # Only what the package build reads: the tree has tests, benchmarks and local state besides.
 COPY pyproject.toml README.md ./
+COPY common ./common
 COPY control_plane ./control_plane
 COPY worker ./worker
 COPY loader ./loader

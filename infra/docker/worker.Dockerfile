@@ -26,6 +26,7 @@ ENV PATH=/opt/venv/bin:$PATH
 RUN pip install "torch==${TORCH_VERSION}"
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY common ./common
 COPY control_plane ./control_plane
 COPY worker ./worker
 COPY loader ./loader

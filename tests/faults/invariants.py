@@ -37,6 +37,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from standardwebhooks import Webhook
 
+from common.protocol import KEY_PREFIX, RUN_JOB_TASK
 from control_plane.db.models import BillingRecord, CostAllocation, Job, JobAttempt, Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.states import TERMINAL
@@ -44,7 +45,6 @@ from control_plane.reconcile.driver import WAKEUP_SWEEP_EVERY
 from control_plane.reconcile.jobs import WAKEUP_GRACE_S
 from control_plane.services import billing
 from tests.faults.receiver import Delivery
-from worker.protocol import KEY_PREFIX, RUN_JOB_TASK
 
 # kombu's Redis transport keeps delivered, unacknowledged messages here (its default names).
 UNACKED_KEY = "unacked"

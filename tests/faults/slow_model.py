@@ -38,7 +38,7 @@ def _write(out: Path) -> None:
     import torch
     from safetensors.torch import save_file
 
-    from worker.model.config import ModelConfig
+    from common.model_config import ModelConfig
     from worker.model.demo import create_demo_model, init_model
     from worker.model.weights import hf_state_dict
 

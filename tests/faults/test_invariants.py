@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 from standardwebhooks import Webhook
 
+from common.protocol import RUN_JOB_TASK
 from tests.faults.invariants import (
     Snapshot,
     Unacked,
@@ -22,7 +23,6 @@ from tests.faults.invariants import (
     judge_webhooks,
 )
 from tests.faults.receiver import Delivery
-from worker.protocol import RUN_JOB_TASK
 
 SECRET = "whsec_" + base64.b64encode(b"k" * 24).decode()
 NOW = 1_000_000.0

@@ -12,7 +12,7 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from worker.protocol import job_events_key, worker_heartbeat_key
+from common.protocol import job_events_key, worker_heartbeat_key
 
 WORKER_TOKEN = "test-worker-token-0123456789"
 WORKER = {"Authorization": f"Bearer {WORKER_TOKEN}"}

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from bench.reconciler_tick import RecordingProvider
+from common import logs, tracing
 from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.reconcile.driver import Reconciler
@@ -26,7 +27,6 @@ from control_plane.services import auth
 from control_plane.services.dispatch import make_celery
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER_TOKEN
-from worker import logs, tracing
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from common.protocol import job_events_key
 from control_plane.api.app import create_app
 from control_plane.db.models import Deployment, Job, JobAttempt
 from control_plane.db.session import make_engine, make_sessionmaker
@@ -17,7 +18,6 @@ from control_plane.services import jobs
 from control_plane.services.edge_cache import DeploymentRef
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER, deploy, h
-from worker.protocol import job_events_key
 
 
 def test_auth_is_required_and_problem_json(client: TestClient) -> None:

@@ -24,6 +24,14 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from typer.testing import CliRunner
 
+from common.protocol import (
+    RECONCILER_NUDGE_KEY,
+    arrival_buckets_key,
+    arrival_gaps_key,
+    arrival_idle_gaps_key,
+    last_arrival_key,
+    worker_heartbeat_key,
+)
 from control_plane.db.models import Deployment, Job, Worker
 from control_plane.domain.scaling.history import (
     BUCKET_S,
@@ -42,14 +50,6 @@ from sdk.cli.main import app as cli_app
 from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock, provider
 from tests.integration.test_sdk_app import AppTransport
-from worker.protocol import (
-    RECONCILER_NUDGE_KEY,
-    arrival_buckets_key,
-    arrival_gaps_key,
-    arrival_idle_gaps_key,
-    last_arrival_key,
-    worker_heartbeat_key,
-)
 
 BOOT_S = 2.0  # every worker Fleet plays is ready this long after its start
 TICK_S = 2.0  # the reconciler's tick in these tests (the production default is 0.5 s)

@@ -16,6 +16,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from common.protocol import RECONCILER_NUDGE_KEY, deployment_queue, job_cancel_key
 from control_plane.api.app import create_app
 from control_plane.api.routes import batches as batches_routes
 from control_plane.api.routes import webhooks as webhooks_routes
@@ -27,7 +28,6 @@ from control_plane.services.dispatch import make_celery, queue_depth
 from control_plane.settings import Settings
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER, WORKER_TOKEN, deploy, h
-from worker.protocol import RECONCILER_NUDGE_KEY, deployment_queue, job_cancel_key
 
 RESULTS_BUCKET = "results-test"
 

@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from common.protocol import WorkerState
 from control_plane.db.models import BillingRecord, Deployment, Tenant
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.services import deployments, workers
 from control_plane.settings import Settings
-from worker.protocol import WorkerState
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 LIFE = [WorkerState.LOADING, WorkerState.WARMING, WorkerState.IDLE]

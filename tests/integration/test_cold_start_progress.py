@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from common.protocol import cold_start_key
 from control_plane.reconcile.driver import Reconciler
 from tests.integration.api_helpers import beat, deploy, h, past, report, starting_events
 from tests.integration.conftest import SteppedClock, provider
-from worker.protocol import cold_start_key
 
 
 class PinnedClock(SteppedClock):

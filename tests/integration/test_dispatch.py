@@ -10,6 +10,7 @@ from typing import Any
 
 import redis
 
+from common.protocol import UNACKED_INDEX_KEY, UNACKED_KEY, deployment_queue
 from control_plane.embedded.processes import free_port, start_redis
 from control_plane.services.dispatch import (
     dispatch_job,
@@ -18,7 +19,6 @@ from control_plane.services.dispatch import (
     unacked_wakeups,
 )
 from control_plane.settings import Settings
-from worker.protocol import UNACKED_INDEX_KEY, UNACKED_KEY, deployment_queue
 from worker.runtime.consumer import Delivery, consume, jobs_waiting
 
 
@@ -183,9 +183,9 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
 
 def _runtime_on(redis_url: str, queue: str) -> tuple[Any, Any]:
     """A worker runtime on the real broker, its engine scripted and its control plane faked."""
+    from common.protocol import Assignment
     from tests.unit.test_engine import _engine
     from tests.unit.test_engine_worker_runtime import FakeControl
-    from worker.protocol import Assignment
     from worker.runtime.lifecycle import WorkerRuntime
     from worker.settings import WorkerSettings
 

@@ -12,13 +12,13 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
+from common.protocol import rate_limit_key
 from control_plane.api.app import create_app
 from control_plane.db.models import Tenant
 from control_plane.services import auth
 from control_plane.services.edge_cache import GENERATION_KEY
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, deploy, h
-from worker.protocol import rate_limit_key
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from common.protocol import TERMINAL_EVENTS, job_cancel_key, job_events_key, worker_heartbeat_key
 from control_plane.db.models import Job, JobAttempt
 from control_plane.domain import webhook_resend
 from control_plane.reconcile.driver import Reconciler
@@ -29,7 +30,6 @@ from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE, DELIVER_WEBHOOK_TASK
 from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock, provider
-from worker.protocol import TERMINAL_EVENTS, job_cancel_key, job_events_key, worker_heartbeat_key
 
 HOOK = "http://127.0.0.1:9/hook"  # never delivered here: the test reads the queued messages
 

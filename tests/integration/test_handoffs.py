@@ -13,6 +13,14 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from common.protocol import (
+    HEARTBEAT_JOBS_FIELD,
+    deployment_queue,
+    job_events_key,
+    queue_keys,
+    worker_handoffs_key,
+    worker_heartbeat_key,
+)
 from control_plane.db.models import Deployment, Job, JobAttempt, Worker
 from control_plane.domain import fleet
 from control_plane.reconcile.driver import Reconciler
@@ -21,14 +29,6 @@ from control_plane.services.dispatch import dispatch_job
 from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock
 from tests.integration.test_metrics import scrape, total
-from worker.protocol import (
-    HEARTBEAT_JOBS_FIELD,
-    deployment_queue,
-    job_events_key,
-    queue_keys,
-    worker_handoffs_key,
-    worker_heartbeat_key,
-)
 from worker.runtime.consumer import Delivery, consume
 
 HANDED_OFF = "platform_jobs_handed_off_total"

@@ -21,6 +21,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
+from common.protocol import HEARTBEAT_METRICS_FIELD, worker_heartbeat_key
 from control_plane.db.models import Deployment
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.reconcile.driver import Reconciler
@@ -29,7 +30,6 @@ from control_plane.services.webhook_delivery import DeliveryEnv, Message
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock, provider
-from worker.protocol import HEARTBEAT_METRICS_FIELD, worker_heartbeat_key
 
 Samples = list[tuple[str, dict[str, str], float]]
 

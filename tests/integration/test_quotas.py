@@ -15,6 +15,7 @@ import pytest
 import redis
 from fastapi.testclient import TestClient
 
+from common.protocol import rate_limit_key
 from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.embedded.processes import ManagedProcess, free_port, spawn, wait_until
@@ -23,7 +24,6 @@ from control_plane.services import auth
 from control_plane.services.quotas import Limits, Quotas
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER_TOKEN, deploy, h
-from worker.protocol import rate_limit_key
 
 
 def tenant_key(database_url: str, **limits: int) -> str:

@@ -11,12 +11,12 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from common.protocol import deployment_queue, worker_heartbeat_key
 from control_plane.db.models import Deployment, Job, Worker
 from control_plane.reconcile.driver import Reconciler
 from control_plane.services.dispatch import UNACKED_INDEX_KEY, UNACKED_KEY, queue_depth
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import provider
-from worker.protocol import deployment_queue, worker_heartbeat_key
 
 
 def now() -> datetime:
@@ -124,7 +124,7 @@ def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
 TAKE_ONE = """
 import sys, time
 from kombu import Connection, Exchange, Queue
-from worker.protocol import BROKER_TRANSPORT_OPTIONS
+from common.protocol import BROKER_TRANSPORT_OPTIONS
 url, name = sys.argv[1], sys.argv[2]
 queue = Queue(name, Exchange(name, "direct"), routing_key=name)
 with Connection(url, transport_options=BROKER_TRANSPORT_OPTIONS) as conn:

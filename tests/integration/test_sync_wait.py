@@ -13,11 +13,11 @@ from typing import Any
 import redis.asyncio as aioredis
 from fastapi.testclient import TestClient
 
+from common.protocol import JOB_EVENTS_ENDED_TTL_S, EventType, job_end_key, job_events_key
 from control_plane.api.app import create_app
 from control_plane.services import events
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h
-from worker.protocol import JOB_EVENTS_ENDED_TTL_S, EventType, job_end_key, job_events_key
 
 
 def test_every_waiter_of_a_sync_job_sees_its_end_and_only_its_end(

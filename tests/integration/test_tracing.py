@@ -19,6 +19,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 from sqlalchemy import select
 
+from common import tracing
+from common.protocol import Assignment, deployment_queue
 from control_plane.api.app import create_app
 from control_plane.api.trace_requests import TraceRequests
 from control_plane.db.models import Job
@@ -26,10 +28,8 @@ from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER, WORKER_TOKEN, h, served
 from tests.integration.conftest import SteppedClock, lines_of
-from worker import tracing
 from worker.engine.config import EngineConfig
 from worker.engine.llm_engine import LLMEngine
-from worker.protocol import Assignment, deployment_queue
 from worker.runtime.consumer import consume
 from worker.runtime.engine_loop import EngineLoop
 from worker.runtime.lifecycle import WorkerRuntime

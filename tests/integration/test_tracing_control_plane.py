@@ -22,6 +22,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
+from common import logs
+from common.protocol import worker_heartbeat_key
 from control_plane.api.app import create_app
 from control_plane.db.models import Worker
 from control_plane.db.session import make_engine, make_sessionmaker
@@ -33,8 +35,6 @@ from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import SteppedClock, lines_of, provider
 from tests.integration.test_webhooks import Receiver
-from worker import logs
-from worker.protocol import worker_heartbeat_key
 
 PROMPT = "Tangerine okapi lighthouse, private prompt 5532"
 STEPS = {"workers", "jobs", "scale", "pool", "batches", "billing", "sweeps"}

@@ -15,6 +15,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
+from common.protocol import (
+    HEARTBEAT_HOST_TIER_FIELD,
+    Assignment,
+    worker_assignment_key,
+    worker_heartbeat_key,
+)
 from control_plane.db.models import BillingRecord, Deployment, Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.providers.base import Exited, WorkerSpec
@@ -23,12 +29,6 @@ from control_plane.services import storage, workers
 from control_plane.settings import Settings
 from tests.integration.api_helpers import beat, deploy, h, past, report, starting_events, submit
 from tests.integration.conftest import provider
-from worker.protocol import (
-    HEARTBEAT_HOST_TIER_FIELD,
-    Assignment,
-    worker_assignment_key,
-    worker_heartbeat_key,
-)
 
 
 @pytest.fixture

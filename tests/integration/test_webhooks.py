@@ -30,6 +30,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from standardwebhooks import Webhook
 
+from common.protocol import EventType
 from control_plane.api.app import create_app
 from control_plane.db.migrate import upgrade
 from control_plane.db.models import Job, Tenant
@@ -43,7 +44,6 @@ from control_plane.tasks_api import enqueue_output_follower
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER, WORKER_TOKEN, h
 from tests.integration.test_batches import include_routers
-from worker.protocol import EventType
 
 # Redis database of this module (others flush database 0 between tests).
 REDIS_DB = 3
@@ -622,9 +622,9 @@ def test_a_job_asking_for_starting_events_hears_each_phase_of_its_cold_start(
     env: Env, keys: dict[str, str]
 ) -> None:
     from bench.reconciler_tick import RecordingProvider
+    from common.protocol import worker_heartbeat_key
     from control_plane.reconcile.driver import Reconciler
     from control_plane.reconcile.env import Env as ReconcilerEnv
-    from worker.protocol import worker_heartbeat_key
 
     deploy(env, keys["a"])
     path = unique("/starting")

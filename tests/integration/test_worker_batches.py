@@ -7,9 +7,9 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
+from common.protocol import CLAIMS_PATH, MAX_JOBS_PER_REQUEST, REPORTS_PATH, job_events_key
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import SteppedClock
-from worker.protocol import CLAIMS_PATH, MAX_JOBS_PER_REQUEST, REPORTS_PATH, job_events_key
 
 
 def _submit(client: TestClient, key: str, **extra: Any) -> str:
@@ -125,7 +125,7 @@ def test_each_traced_report_of_several_joins_its_own_trace(
 ) -> None:
     from opentelemetry.trace import SpanKind
 
-    from worker import tracing
+    from common import tracing
 
     deploy(client, keys["a"])
     one, two = _submit(client, keys["a"]), _submit(client, keys["a"])

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from common.protocol import Assignment
 from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.kubernetes import KubernetesProvider
 from control_plane.providers.pods import pod_name, secret_name
@@ -19,7 +20,6 @@ from control_plane.settings import Settings
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.kubelet import Kubelet
-from worker.protocol import Assignment
 
 # what the reconciler passes (worker_env): the stub needs no torch threads
 WORKER_ENV = {"PLATFORM_WORKER_THREADS": "0", "PLATFORM_REDIS_URL": "redis://127.0.0.1:1/0"}

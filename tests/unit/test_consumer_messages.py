@@ -1,4 +1,4 @@
-from worker.protocol import RUN_JOB_TASK, job_id_of
+from common.protocol import RUN_JOB_TASK, job_id_of
 
 
 def test_job_id_from_celery_protocol_v2_body() -> None:

@@ -9,10 +9,10 @@ import pytest
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
+from common.model_config import ModelConfig
 from worker.engine.generate import NO_TOKEN, Generator, PromptTooLongError
 from worker.engine.sampling import SamplingParams
 from worker.engine.stop import StopMatcher
-from worker.model.config import ModelConfig
 from worker.model.demo import FILE_NAMES, create_demo_model, main
 from worker.model.weights import build_model
 

@@ -239,7 +239,7 @@ def test_encode_adds_bos_once() -> None:
 def demo_engine_parts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Tokenizer]:
     from safetensors.torch import load_file
 
-    from worker.model.config import ModelConfig
+    from common.model_config import ModelConfig
     from worker.model.demo import create_demo_model
     from worker.model.weights import build_model
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from common.protocol import job_cancel_key, job_events_key
 from tests.unit.test_engine import BOS, ScriptedRunner, _engine
 from worker.engine.params import SamplingParams
-from worker.protocol import job_cancel_key, job_events_key
 from worker.runtime.consumer import _acker, priority_of
 from worker.runtime.engine_loop import EngineLoop, Job, JobResult
 

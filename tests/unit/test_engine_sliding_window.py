@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import torch
 
+from common.model_config import ModelConfig
 from tests.unit.test_llama_matches_transformers import _id_tokenizer, _our_model
 from worker.engine.block_manager import NULL_BLOCK
 from worker.engine.config import EngineConfig
@@ -23,7 +24,6 @@ from worker.engine.errors import PromptTooLongError
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.params import SamplingParams
 from worker.engine.scheduler import SchedulerOutput
-from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 from worker.model.runner import freeable_sliding_window
 

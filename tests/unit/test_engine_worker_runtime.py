@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from common.protocol import Assignment, WorkerState
 from tests.unit.test_engine import WORDS, _engine
 from tests.unit.test_engine_loop import FakeRedis
-from worker.protocol import Assignment, WorkerState
 from worker.runtime import lifecycle
 from worker.runtime.consumer import Delivery
 from worker.runtime.control_client import Report

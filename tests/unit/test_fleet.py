@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from common.protocol import WorkerState
 from control_plane.domain import fleet
 from control_plane.domain.fleet import Held, WorkerView, unheld
-from worker.protocol import WorkerState
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 S = WorkerState

@@ -164,11 +164,11 @@ def _skipped_slots(device: str) -> bool:
 def _engine_tokens(device: str, backend: str, window: int | None = None) -> list[list[int]]:
     """Greedy tokens of a tiny random Llama through the whole engine; with ``window``, a
     Mistral whose sequences outgrow it, so that blocks are freed (asserted)."""
+    from common.model_config import ModelConfig
     from worker.engine.block_manager import NULL_BLOCK
     from worker.engine.config import EngineConfig
     from worker.engine.llm_engine import LLMEngine
     from worker.engine.params import SamplingParams
-    from worker.model.config import ModelConfig
     from worker.model.demo import init_model, load_corpus, train_tokenizer
 
     tokenizer = train_tokenizer(load_corpus()[:20])

@@ -10,6 +10,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from common.protocol import HOST_CACHE_DIR, Assignment
 from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.local import worker_args
 from control_plane.providers.pods import (
@@ -24,8 +25,6 @@ from control_plane.providers.pods import (
     storage_secret_manifest,
 )
 from control_plane.settings import Settings
-from worker.protocol import Assignment
-from worker.settings import HOST_CACHE_DIR
 
 K8S_VERSION = "1.33"
 STORAGE = {"AWS_ACCESS_KEY_ID": "AKIDTEST", "AWS_SECRET_ACCESS_KEY": "very-secret-key-value"}

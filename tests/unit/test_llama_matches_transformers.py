@@ -22,11 +22,11 @@ import torch
 from safetensors.torch import load_file, save_file
 from tokenizers import Tokenizer, models, pre_tokenizers
 
+from common.model_config import ModelConfig
 from worker.engine.config import EngineConfig
 from worker.engine.generate import Generator
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.params import SamplingParams
-from worker.model.config import ModelConfig
 from worker.model.demo import create_demo_model
 from worker.model.llama import LlamaModel
 from worker.model.weights import build_model, hf_state_dict

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from common.protocol import EventType
 from control_plane.services.local_ends import End, LocalEnds
-from worker.protocol import EventType
 
 DONE: End = (EventType.COMPLETED, {"id": "job_1", "status": "succeeded"})
 

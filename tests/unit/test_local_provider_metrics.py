@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from common.protocol import METRICS_HOST_ENV, METRICS_PORT_ENV
 from control_plane.providers.base import WorkerSpec
 from control_plane.providers.local import LocalProvider, worker_env
-from worker.protocol import METRICS_HOST_ENV, METRICS_PORT_ENV
 
 
 def test_each_worker_gets_a_loopback_metrics_port_and_no_multiprocess_dir(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Structured logs (worker/logs.py): the JSON line, the ids it carries from the process, the
+"""Structured logs (common/logs.py): the JSON line, the ids it carries from the process, the
 context and the call, the level settings, and the API's request ids (api/request_log.py)."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
+from common import logs
 from control_plane.api.request_log import RequestLog, request_id
 from control_plane.providers.local import worker_env
 from control_plane.settings import Settings
-from worker import logs
 from worker.settings import WorkerSettings
 
 SECRET = "tangerine-zeppelin-4417"

@@ -8,9 +8,9 @@ import gc
 
 import pytest
 
+from common import heap
 from control_plane.domain import uris
 from control_plane.services import storage
-from worker import heap
 
 
 def access(

@@ -1,4 +1,4 @@
-"""worker/signals.py: a stop signal's action runs off the main thread, so it may take a lock
+"""common/signals.py: a stop signal's action runs off the main thread, so it may take a lock
 the main thread holds when the signal arrives (an Event's, inside `Event.wait`)."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import textwrap
 import threading
 import time
 
-from worker.signals import on_signals
+from common.signals import on_signals
 
 # The main thread holds the lock inside an Event (as `Event.wait` does for a few bytecodes on
 # each call) when the signal arrives; the handler's action sets that Event.
 SCENARIO = """
 import os, signal, sys, threading, time
-from worker.signals import on_signals
+from common.signals import on_signals
 stop = threading.Event()
 if sys.argv[1] == "direct":
     signal.signal(signal.SIGUSR1, lambda *_: stop.set())

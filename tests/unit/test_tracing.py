@@ -9,12 +9,12 @@ import sys
 
 import pytest
 
-from worker import tracing
+from common import tracing
 from worker.settings import WorkerSettings
 
 OFF = """
 import sys
-from worker import tracing
+from common import tracing
 from worker.runtime import job_trace
 from worker.settings import WorkerSettings
 from control_plane.settings import Settings

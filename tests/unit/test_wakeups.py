@@ -5,8 +5,8 @@ from __future__ import annotations
 import base64
 import json
 
+from common.protocol import RUN_JOB_TASK
 from control_plane.domain.wakeups import JobState, Unacked, control_task_eta, job_of, stale
-from worker.protocol import RUN_JOB_TASK
 
 GRACE = 10.0
 NOW = 1000.0

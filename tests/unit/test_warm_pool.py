@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from common.protocol import WorkerState
 from control_plane.domain.cold_start import BootingWorker, PhaseTimes, estimate, soonest
 from control_plane.domain.crash_loop import BootHistory
 from control_plane.domain.placement import (
@@ -27,7 +28,6 @@ from control_plane.domain.pool import (
     poisson_quantile,
     targets,
 )
-from worker.protocol import WorkerState
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 CLEAN = BootHistory(0, None, None)

@@ -14,10 +14,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from common.protocol import HEARTBEAT_METRICS_FIELD, Assignment, WorkerState, worker_heartbeat_key
 from worker.engine.config import EngineConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.params import SamplingParams
-from worker.protocol import HEARTBEAT_METRICS_FIELD, Assignment, WorkerState, worker_heartbeat_key
 from worker.runtime.engine_loop import EngineLoop, Job, JobResult
 from worker.runtime.lifecycle import WorkerRuntime
 from worker.runtime.metrics import PhaseClock, WorkerMetrics

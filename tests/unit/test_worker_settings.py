@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from common.protocol import Assignment
 from control_plane.providers.local import worker_env
 from control_plane.providers.select import workers_env
 from control_plane.settings import Settings
-from worker.protocol import Assignment
 from worker.runtime.lifecycle import WorkerRuntime
 from worker.settings import WorkerSettings
 

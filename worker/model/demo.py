@@ -25,7 +25,7 @@ import torch
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-from worker.model.config import ModelConfig
+from common.model_config import ModelConfig
 from worker.model.llama import LlamaModel
 from worker.model.weights import hf_state_dict
 

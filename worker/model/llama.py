@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.model_config import ModelConfig, RopeScaling
 from worker.model.attention import AttentionMetadata, KVCacheLayer, paged_attention
-from worker.model.config import ModelConfig, RopeScaling
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:

@@ -23,13 +23,13 @@ import os
 
 import torch
 
+from common.model_config import ModelConfig
 from worker.engine.block_manager import NULL_BLOCK
 from worker.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, CacheSpec, EngineConfig
 from worker.engine.outputs import SampleResult
 from worker.engine.sampling import request_generator, sample_batch
 from worker.engine.scheduler import ScheduledSequence, SchedulerOutput
 from worker.model.attention import AttentionMetadata, Backend, KVCacheLayer
-from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 
 log = logging.getLogger(__name__)

@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterator, Mapping
 import torch
 from torch import nn
 
+from common.model_config import ModelConfig
 from loader.options import Fused
-from worker.model.config import ModelConfig
 from worker.model.llama import LlamaModel
 
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

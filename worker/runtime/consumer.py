@@ -41,7 +41,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from worker.protocol import UNACKED_INDEX_KEY, UNACKED_KEY, job_of_message, queue_keys
+from common.protocol import UNACKED_INDEX_KEY, UNACKED_KEY, job_of_message, queue_keys
 
 log = logging.getLogger(__name__)
 # Backoff between attempts to re-open a lost broker connection.

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from worker import tracing
-from worker.protocol import (
+from common import tracing
+from common.protocol import (
     CLAIMS_PATH,
     REPORTS_PATH,
     claim_path,

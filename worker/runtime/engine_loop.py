@@ -27,10 +27,10 @@ from typing import Any, Literal, Protocol
 
 import redis
 
+from common.protocol import JOB_EVENTS_MAXLEN, EventType, job_cancel_key, job_events_key
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.outputs import RequestMetrics, RequestOutput
 from worker.engine.params import SamplingParams
-from worker.protocol import JOB_EVENTS_MAXLEN, EventType, job_cancel_key, job_events_key
 
 log = logging.getLogger(__name__)
 

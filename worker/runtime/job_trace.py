@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from worker import tracing
+from common import tracing
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span

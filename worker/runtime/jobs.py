@@ -20,8 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from worker import logs, tracing
-from worker.protocol import MAX_JOBS_PER_REQUEST, Assignment, WorkerState
+from common import logs, tracing
+from common.protocol import MAX_JOBS_PER_REQUEST, Assignment, WorkerState
 from worker.runtime import job_trace
 from worker.runtime.batching import Combiner
 from worker.runtime.consumer import Delivery

@@ -46,8 +46,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from worker import heap, logs
-from worker.protocol import (
+from common import heap, logs
+from common.protocol import (
     HEARTBEAT_HOST_FIELD,
     HEARTBEAT_HOST_TIER_FIELD,
     HEARTBEAT_INTERVAL_S,
@@ -62,12 +62,12 @@ from worker.protocol import (
     worker_handoffs_key,
     worker_heartbeat_key,
 )
+from common.signals import on_signals
 from worker.runtime.consumer import consume, jobs_waiting
 from worker.runtime.control_client import ControlClient
 from worker.runtime.jobs import JobFlow
 from worker.runtime.metrics import WorkerMetrics, process_started_at
 from worker.settings import WorkerSettings
-from worker.signals import on_signals
 
 if TYPE_CHECKING:
     from loader import Progress, TierFill
@@ -203,7 +203,7 @@ class WorkerRuntime(JobFlow):
             self._beat()
 
     def run(self) -> int:
-        on_signals(self.request_stop)  # off the main thread: worker/signals.py
+        on_signals(self.request_stop)  # off the main thread: common/signals.py
         self._done = threading.Event()
         s = self.settings
         self.metrics_target = self.metrics.serve(s.worker_metrics_host, s.worker_metrics_port)

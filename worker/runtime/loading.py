@@ -31,7 +31,7 @@ from loader import (
 if TYPE_CHECKING:
     import tokenizers
 
-    from worker.model.config import ModelConfig
+    from common.model_config import ModelConfig
     from worker.model.llama import LlamaModel
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def _read_model_files(store: ObjectStore, model_uri: str, t0: float) -> _ModelFi
     a missing generation_config.json costs one request, not two)."""
     from tokenizers import Tokenizer
 
-    from worker.model.config import ModelConfig
+    from common.model_config import ModelConfig
 
     names = ("config.json", "tokenizer.json", "generation_config.json")
     with ThreadPoolExecutor(max_workers=len(names), thread_name_prefix="model-files") as pool:

@@ -40,7 +40,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from worker.protocol import WorkerState
+from common.protocol import WorkerState
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

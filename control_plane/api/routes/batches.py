@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from sqlalchemy.orm import Session
 
+from common import logs
 from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.schemas import JobInput
 from control_plane.errors import InvalidRequest
@@ -31,7 +32,6 @@ from control_plane.services import (
     webhooks,
 )
 from control_plane.settings import Settings
-from worker import logs
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/batches", tags=["batches"])

@@ -17,6 +17,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from common import tracing
+from common.protocol import REPORTS_PATH, EventType, WorkerState
 from control_plane.api.context import Ctx, Db, Now, worker_auth
 from control_plane.api.schemas import (
     ClaimManyRequest,
@@ -32,8 +34,6 @@ from control_plane.domain.states import PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
 from control_plane.services import claimed as claimed_
 from control_plane.services import events, finish, jobs, workers
-from worker import tracing
-from worker.protocol import REPORTS_PATH, EventType, WorkerState
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/internal", dependencies=[Depends(worker_auth)], include_in_schema=False)

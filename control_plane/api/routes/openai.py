@@ -16,6 +16,7 @@ from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.api import offload
 from control_plane.api.context import Ctx, Db, Principal, bearer_token
 from control_plane.api.schemas import JobInput
@@ -24,7 +25,6 @@ from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest, JobFailed, JobStillRunning
 from control_plane.services import deployments, runs
 from control_plane.services.model_meta import DEFAULT_CHAT_TEMPLATE, render_chat
-from worker.protocol import TERMINAL_EVENTS, EventType
 
 router = APIRouter(tags=["openai"])
 

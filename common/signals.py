@@ -10,7 +10,7 @@ children were all still running is what that looks like.
 
 So the handler installed here takes no lock: it writes the signal's number into a pipe, and a
 daemon thread reading the pipe runs the action, where locks are safe. Shared by the control
-plane's processes and the worker, like worker/logs.py: standard library only.
+plane's processes and the worker, like common/logs.py: standard library only.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Shared by the API, the Celery worker, the reconciler, the embedded supervisor and the workers
 (the loader logs inside its worker), so it lives here, with no dependency beyond the standard
-library, pydantic and worker/tracing.py (which imports OpenTelemetry only when tracing is on):
+library, pydantic and common/tracing.py (which imports OpenTelemetry only when tracing is on):
 the control plane may import it, the worker never imports the control plane. One record is one
 line (docs/observability.md "Logs"):
 
@@ -42,13 +42,13 @@ from typing import Any, Literal, ParamSpec, TextIO, TypeVar
 from pydantic import field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from worker import tracing
+from common import tracing
 
 # The processes that configure logging (`configure(component, ...)`); in PLATFORM_LOG_LEVELS a
 # component's name sets that process's level, any other name a logger's in every process.
 COMPONENTS = ("api", "celery", "reconciler", "worker", "supervisor")
 # Ids a log line may carry, from the process, the context or the call; with tracing on, the
-# trace and span of the line (worker/tracing.py), so a log search and a trace find each other.
+# trace and span of the line (common/tracing.py), so a log search and a trace find each other.
 ID_FIELDS = (
     "request_id",
     "job_id",

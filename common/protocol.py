@@ -49,6 +49,11 @@ CREDENTIAL_ENV = (
     "HUGGING_FACE_HUB_TOKEN",
 )
 
+# The host-memory weight tier's default home (shared memory, on every Linux host): the worker
+# keeps its tier there unless PLATFORM_LOADER_HOST_CACHE_DIR says otherwise, and a pod provider
+# mounts a memory volume at the same place.
+HOST_CACHE_DIR = "/dev/shm/platform-weights"
+
 # Celery task name the control plane sends and workers consume (kombu, Celery protocol v2).
 RUN_JOB_TASK = "worker.run_job"
 

@@ -2,7 +2,7 @@
 its queue, the worker's claim, the engine's run and the completion report (docs/observability.md
 "Traces").
 
-Shared by the API and the workers, like `worker/logs.py` (the worker never imports the control
+Shared by the API and the workers, like `common/logs.py` (the worker never imports the control
 plane). Off by default (`PLATFORM_OTEL_EXPORTER=none`): then nothing of OpenTelemetry is even
 imported, every function here returns at once (`None`, or a no-op), the API adds no middleware
 and jobs store no `traceparent`. On (`otlp`), each process exports its spans in batches over
