@@ -134,7 +134,7 @@ def measure(
     from control_plane.embedded.processes import free_port, start_redis
     from control_plane.reconcile.driver import Reconciler, tune_gc
     from control_plane.reconcile.env import Env
-    from control_plane.services.dispatch import dispatch_job, make_celery
+    from control_plane.services.jobs.dispatch import dispatch_job, make_celery
     from control_plane.settings import Settings
 
     with tempfile.TemporaryDirectory(prefix="bench-tick-") as tmp:

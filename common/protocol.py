@@ -182,9 +182,10 @@ HEARTBEAT_JOBS_FIELD = "jobs"
 
 
 def worker_handoffs_key(worker_id: str) -> str:
-    """List of the jobs handed to one worker at admission (`control_plane/services/handoff.py`),
-    each already committed as the worker's: a claim's answer with the job's broker priority. The
-    worker pops them with its queue's wake-ups, before them."""
+    """List of the jobs handed to one worker at admission
+    (`control_plane/services/jobs/handoff.py`), each already committed as the worker's: a claim's
+    answer with the job's broker priority. The worker pops them with its queue's wake-ups, before
+    them."""
     return f"{KEY_PREFIX}:worker:{worker_id}:handoffs"
 
 
@@ -246,7 +247,7 @@ def rate_limit_key(tenant_id: str, kind: str) -> str:
 
 
 # The autoscaler's keys (control plane only; written at admission and by the reconciler,
-# `control_plane/services/arrivals.py` and `scale_decisions.py`).
+# `control_plane/services/scaling/arrivals.py` and `scale_decisions.py`).
 
 
 def arrival_buckets_key(deployment_id: str) -> str:

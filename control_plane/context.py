@@ -1,5 +1,5 @@
 """Per-process resources of the API, built once in `create_app` and handed to routes and to
-the services that orchestrate a request (`services/runs.py`)."""
+the services that orchestrate a request (`services/jobs/admission.py`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock, utc_now
 from control_plane.services.deployments import Specs
-from control_plane.services.edge_cache import EdgeCache
-from control_plane.services.finish import Outbox
-from control_plane.services.local_ends import LocalEnds
-from control_plane.services.model_meta import ModelMetaCache
-from control_plane.services.quotas import Quotas
+from control_plane.services.jobs.finish import Outbox
+from control_plane.services.jobs.local_ends import LocalEnds
+from control_plane.services.models.model_meta import ModelMetaCache
+from control_plane.services.tenants.edge_cache import EdgeCache
+from control_plane.services.tenants.quotas import Quotas
 from control_plane.settings import Settings
 
 

@@ -70,7 +70,7 @@ class Settings(LogSettings, TraceSettings):
 
     # A call admitted while one of its deployment's workers has a free slot (and nothing of
     # that deployment waits) is claimed for that worker in the admission's own transaction and
-    # handed to it through Redis: no claim request (services/handoff.py). Off: every job waits
+    # handed to it through Redis: no claim request (services/jobs/handoff.py). Off: every job waits
     # for a worker's claim.
     job_handoffs: bool = True
 
@@ -145,7 +145,7 @@ class Settings(LogSettings, TraceSettings):
     # `file://` and host paths for the operator's tenant; never for other tenants.
     allow_host_paths: bool = False
     # Check a deployment's model before creating it or changing it (config.json, weights,
-    # safetensors headers: services/model_check.py); off, a bad model fails in its workers.
+    # safetensors headers: services/models/model_check.py); off, a bad model fails in its workers.
     validate_models: bool = True
 
     # --- several control-plane replicas (docs/operations.md) ---

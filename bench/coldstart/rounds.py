@@ -108,8 +108,8 @@ def cold_round(p: Platform, model: Model, up: Uploaded, scenario: Scenario, i: i
 
 
 def read_model_at_edge(p: Platform, name: str) -> float:
-    """Have the API read the deployment's tokenizer and config (services/model_meta.py: on the
-    first call of a deployment version, then kept), as for any deployment called before: a
+    """Have the API read the deployment's tokenizer and config (services/models/model_meta.py: on
+    the first call of a deployment version, then kept), as for any deployment called before: a
     call whose max_tokens cannot fit the context is refused (422) after that read, before
     anything is written. Returns the seconds it took (what a first call pays on top)."""
     body = {"input": {"prompt": PROMPT, "max_tokens": 32_768}}

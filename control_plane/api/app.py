@@ -32,10 +32,10 @@ from control_plane.api.trace_requests import TraceRequests
 from control_plane.context import AppContext
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import Clock, utc_now
-from control_plane.services.dispatch import make_celery
-from control_plane.services.edge_cache import EdgeCache, install_invalidation
-from control_plane.services.model_meta import ModelMetaCache
-from control_plane.services.quotas import Quotas
+from control_plane.services.jobs.dispatch import make_celery
+from control_plane.services.models.model_meta import ModelMetaCache
+from control_plane.services.tenants.edge_cache import EdgeCache, install_invalidation
+from control_plane.services.tenants.quotas import Quotas
 from control_plane.settings import Settings
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from control_plane.context import AppContext
 from control_plane.errors import Unauthorized
-from control_plane.services import auth
+from control_plane.services.tenants import api_keys
 
 
 # The trivial dependencies are `async def`: FastAPI runs a plain `def` one on a pool thread,
@@ -46,7 +46,7 @@ def principal(
     context: Annotated[AppContext, Depends(ctx)],
     session: Annotated[Session, Depends(db)],
     authorization: Annotated[str | None, Header()] = None,
-) -> auth.Principal:
+) -> api_keys.Principal:
     return context.edge.view().principal(session, bearer_token(authorization))
 
 
@@ -61,5 +61,5 @@ async def worker_auth(
 
 Ctx = Annotated[AppContext, Depends(ctx)]
 Db = Annotated[Session, Depends(db)]
-Principal = Annotated[auth.Principal, Depends(principal)]
+Principal = Annotated[api_keys.Principal, Depends(principal)]
 Now = Annotated[datetime, Depends(request_time)]

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from common.protocol import MAX_JOBS_PER_REQUEST
 from control_plane.domain import uris
 from control_plane.domain.spec import default_of
-from control_plane.services.webhooks import WEBHOOK_EVENTS
+from control_plane.services.webhooks.signing import WEBHOOK_EVENTS
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 # A model URI's shape (its scheme, no control characters); domain/uris.py has the whole rule.
@@ -133,7 +133,7 @@ class WorkerStateReport(BaseModel):
     state: str
     at: float = Field(description="unix time of the transition, seconds")
     reason: str | None = None
-    # it pops jobs handed to it at admission (services/handoff.py); said once serving
+    # it pops jobs handed to it at admission (services/jobs/handoff.py); said once serving
     takes_handoffs: bool = False
 
 

@@ -2,7 +2,8 @@
 session writes a row of that class (flushed), rolls back, or `drop` is called (a bulk UPDATE
 that no flush reports).
 
-    rows = kept.rows(session, "services.workers.live", Worker, lambda: list(session.scalars(q)))
+    rows = kept.rows(session, "services.workers.worker_records.live", Worker, lambda:
+    list(session.scalars(q)))
 
 For the reconciler's tick, where several steps ask for the same set (every live deployment,
 every live worker): at a thousand deployments each read of the set costs milliseconds, and

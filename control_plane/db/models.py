@@ -78,7 +78,7 @@ class ApiKey(Base):
 class StorageCredential(Base):
     """Credentials a tenant registered to read one of its own buckets (docs/security.md).
 
-    The secret is stored encrypted (`services/secrets_box.py`) and never returned.
+    The secret is stored encrypted (`services/storage/secrets_box.py`) and never returned.
     """
 
     __tablename__ = "storage_credentials"
@@ -178,7 +178,7 @@ class Job(Base):
             postgresql_where=text("status = 'running'"),
         ),
         # A batch's next waiting lines, in input order, looked up at the end of each of its
-        # lines (services/batch_slots.py): only the lines that wait for a slot are in it.
+        # lines (services/jobs/batch_slots.py): only the lines that wait for a slot are in it.
         Index(
             "ix_jobs_batch_waiting",
             "batch_id",
@@ -294,7 +294,7 @@ class Worker(Base):
     assigned_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
-    # It said it takes jobs handed to it at admission (`services/handoff.py`), with no claim:
+    # It said it takes jobs handed to it at admission (`services/jobs/handoff.py`), with no claim:
     # the platform's worker does, once serving; a worker that only claims never gets one.
     takes_handoffs: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
@@ -411,7 +411,7 @@ class WebhookDelivery(Base):
 class ReconcilerFence(Base):
     """One row: the fencing token of the reconciler that leads (docs/operations.md). A replica
     that takes the lease adds one to `token`; every transaction of its ticks first checks the
-    row still holds its token (services/fence.py), so a deposed leader's writes and provider
+    row still holds its token (reconcile/fence.py), so a deposed leader's writes and provider
     calls fail instead of racing the new leader's."""
 
     __tablename__ = "reconciler_fence"

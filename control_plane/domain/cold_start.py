@@ -39,8 +39,8 @@ REASON_OF_PHASE = {
 # Publish again within a phase once the ETA moved this much or this share of the bytes landed.
 ETA_STEP_S = 1.0
 BYTES_STEP = 0.02
-# A deployment's stored cold start (what GET /v1/jobs/{id} shows) is written again at least
-# this often while it lasts (its key expires 5 s after the last write: `services/cold_starts`).
+# A deployment's stored cold start (what GET /v1/jobs/{id} shows) is written again at least this
+# often while it lasts (its key expires 5 s after the last write: `services/workers/cold_starts`).
 KEY_REWRITE_S = 2.0
 
 

@@ -3,8 +3,8 @@
     queued → starting → running → succeeded | failed | canceled | expired | timed_out
                  ↖ worker lost ↙  (running → queued: a new attempt; after the last, failed)
 
-Every move into a terminal state goes through `services/finish.py`; a claim (pending →
-running) through `services/jobs.claim`; a requeue through `reconcile/jobs.requeue_orphans`.
+Every move into a terminal state goes through `services/jobs/finish.py`; a claim (pending → running)
+through `services/jobs/job_store.claim`; a requeue through `reconcile/jobs.requeue_orphans`.
 """
 
 from __future__ import annotations

@@ -6,11 +6,11 @@
     parse("s3://b/a/../other")             # UriError: '..' is not allowed
 
 What a location may be read with — and whether this tenant may read it at all — is decided by
-`services/storage.py`; this module only makes sure that a URI means exactly one object or
-prefix. Anything that could make two spellings reach the same key differently, or climb out
-of a prefix (dot segments, percent-encoded separators or dots, backslashes, control
-characters, empty segments), is refused rather than "cleaned": a client that sends such a URI
-has made a mistake or is probing, and either way the answer is a 422 naming the field.
+`services/storage/storage_access.py`; this module only makes sure that a URI means exactly one
+object or prefix. Anything that could make two spellings reach the same key differently, or climb
+out of a prefix (dot segments, percent-encoded separators or dots, backslashes, control characters,
+empty segments), is refused rather than "cleaned": a client that sends such a URI has made a mistake
+or is probing, and either way the answer is a 422 naming the field.
 """
 
 from __future__ import annotations

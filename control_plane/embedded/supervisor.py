@@ -74,7 +74,7 @@ class Credentials:
 
 def load_or_create_credentials(state_dir: Path) -> Credentials:
     """Generated on the first `up`, reused after, so keys and stored objects stay valid."""
-    from control_plane.services.auth import generate_key
+    from control_plane.services.tenants.api_keys import generate_key
 
     path = state_dir / CREDENTIALS_FILE
     if path.exists():
@@ -285,7 +285,7 @@ class Supervisor:
     def _migrate_and_bootstrap(self, db_url: str, admin_key: str) -> None:
         from control_plane.db.migrate import upgrade
         from control_plane.db.session import make_engine, make_sessionmaker
-        from control_plane.services.auth import bootstrap
+        from control_plane.services.tenants.api_keys import bootstrap
 
         upgrade(db_url)
         engine = make_engine(db_url)

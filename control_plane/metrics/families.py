@@ -1,11 +1,11 @@
 """The control plane's event families: counters and histograms observed where things happen.
 
-    job ended            services/finish.finish, after its commit (every terminal path)
+    job ended            services/jobs/finish.finish, after its commit (every terminal path)
     request answered     api/request_log.RequestLog (ASGI, outermost)
-    startup phase ended  services/workers.transition, after the commit
+    startup phase ended  services/workers/worker_records.transition, after the commit
     cold start placed    reconcile/scale._start, after the commit
-    segment billed       services/billing.close_segment, after the commit
-    webhook attempt      services/webhook_delivery.deliver, after its commit
+    segment billed       services/workers/billing.close_segment, after the commit
+    webhook attempt      services/webhooks/delivery.deliver, after its commit
 
 Every control-plane process (API, reconciler, Celery worker) observes into these. With
 PROMETHEUS_MULTIPROC_DIR set (the same directory for every control-plane process of one host,

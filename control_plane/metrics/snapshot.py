@@ -26,7 +26,8 @@ from sqlalchemy.orm import Session
 from common.protocol import WorkerState
 from control_plane.db.models import Deployment, Job
 from control_plane.domain.states import ACTIVE
-from control_plane.services import billing, scale_decisions, workers
+from control_plane.services.scaling import scale_decisions
+from control_plane.services.workers import billing, worker_records
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ def read(session: Session, r: redis.Redis, now: datetime) -> Snapshot:
     ).all()
     live = frozenset(row.id for row in rows if row.deleted_at is None)
     fleet: dict[tuple[str, str, bool], int] = {}
-    for w in workers.live(session):
+    for w in worker_records.live(session):
         key = (w.state, w.accelerator, w.deployment_id is None)
         fleet[key] = fleet.get(key, 0) + 1
     scaling = {

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 from common.protocol import HEARTBEAT_METRICS_FIELD, worker_heartbeat_key
 from control_plane.db.models import Deployment
 from control_plane.errors import Unavailable
-from control_plane.services import workers
+from control_plane.services.workers import worker_records
 
 # host:port, the host a name or an IPv4 / bracketed IPv6 address: anything else in a
 # heartbeat is not handed to Prometheus.
@@ -42,7 +42,7 @@ class LiveWorker:
 
 def read(session: Session, r: redis.Redis) -> list[dict[str, Any]]:
     """The target groups of the live workers that serve metrics now."""
-    rows = workers.live(session)
+    rows = worker_records.live(session)
     if not rows:
         return []
     ids = {w.deployment_id for w in rows if w.deployment_id}

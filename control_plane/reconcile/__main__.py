@@ -21,7 +21,7 @@ from control_plane.reconcile import loop
 from control_plane.reconcile.driver import Reconciler, tune_gc
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.lease import Leadership, make_lease, replica_name
-from control_plane.services.dispatch import make_celery
+from control_plane.services.jobs.dispatch import make_celery
 from control_plane.settings import Settings
 
 log = logging.getLogger("control_plane.reconcile")
@@ -34,7 +34,7 @@ def main() -> None:
     provider = make_provider(settings, workers_env(settings, os.environ))
     reconciler = Reconciler(
         Env(settings, redis.Redis.from_url(settings.redis_url), make_celery(settings), provider),
-        # a paused leader's open transaction holds the fence row (services/fence.py): the
+        # a paused leader's open transaction holds the fence row (reconcile/fence.py): the
         # database ends it once the lease it relied on has run out
         make_sessionmaker(
             make_engine(settings.database_url, idle_transaction_s=settings.reconciler_lease_s)

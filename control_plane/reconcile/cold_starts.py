@@ -6,7 +6,7 @@ Reads the booting workers' heartbeats (weight bytes landed), asks the pure
   loading_weights → warming; `jobs.mark_starting`);
 - their event streams get a `starting` event `{reason, phase, bytes_done, bytes_total, eta_s}`
   when the phase changes or the progress moved enough (`worth_publishing`), in one round trip;
-- the deployment's key holds the latest for `GET /v1/jobs/{id}` (`services/cold_starts.py`);
+- the deployment's key holds the latest for `GET /v1/jobs/{id}` (`services/workers/cold_starts.py`);
 - jobs whose webhook asked for `starting` get a `job.starting` per new phase.
 
 Redis being down costs only the progress (the tick goes on): jobs keep their last phase.
@@ -34,8 +34,10 @@ from control_plane.domain.cold_start import (
     worth_publishing,
 )
 from control_plane.reconcile.env import Env
-from control_plane.services import cold_starts, jobs, webhooks
-from control_plane.services.webhook_delivery import STARTING_EVENT
+from control_plane.services.jobs import job_store
+from control_plane.services.webhooks import signing
+from control_plane.services.webhooks.delivery import STARTING_EVENT
+from control_plane.services.workers import cold_starts
 from control_plane.tasks_api import enqueue_webhook
 
 log = logging.getLogger(__name__)
@@ -79,7 +81,7 @@ def report_all(
         start = soonest(views, c.times)
         assert start is not None
         starts[c.deployment_id] = start
-    jobs.mark_starting_many(session, {d: s.reason for d, s in starts.items()})
+    job_store.mark_starting_many(session, {d: s.reason for d, s in starts.items()})
     session.commit()
     # Events and keys change only on real news, and only then are the waiting jobs read (a
     # steady tick reads none of them); a key's reader counts its ETA down (`key_due`).
@@ -87,7 +89,7 @@ def report_all(
     told = {d for d, start in starts.items() if worth_publishing(last.get(d), start)}
     new_phase = {d for d, start in starts.items() if d not in last or last[d].phase != start.phase}
     keys = [(d, start, t) for d, start in starts.items() if key_due(stored.get(d), start, t)]
-    waiting = jobs.waiting_jobs(session, sorted(told | new_phase))
+    waiting = job_store.waiting_jobs(session, sorted(told | new_phase))
     try:
         cold_starts.publish_all(
             env.redis,
@@ -104,11 +106,11 @@ def report_all(
         last[d] = starts[d]
 
 
-def _webhooks(env: Env, waiting: list[jobs.Waiting], phase: str) -> None:
+def _webhooks(env: Env, waiting: list[job_store.Waiting], phase: str) -> None:
     """`job.starting` for each new phase, to the jobs that asked for it (best effort)."""
     for w in waiting:
         try:
-            msg_id = webhooks.message_id(w.id, "starting", w.attempt, phase)
+            msg_id = signing.message_id(w.id, "starting", w.attempt, phase)
             enqueue_webhook(env.celery, w.id, STARTING_EVENT, msg_id)
         except Exception:
             log.exception("could not enqueue the starting webhook of job %s", w.id)

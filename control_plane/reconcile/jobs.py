@@ -2,7 +2,7 @@
 passed, time out jobs far past their execution limit, re-send lost wake-ups, and forget the
 broker's unacked wake-ups that nothing needs (domain/wakeups.py).
 
-Every job that ends here ends through `services.finish` (the one path to a terminal state).
+Every job that ends here ends through `services.jobs.finish` (the one path to a terminal state).
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from control_plane.domain.states import PENDING, JobStatus
 from control_plane.domain.wakeups import JobState, stale
 from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
-from control_plane.services import finish, job_queries, jobs
-from control_plane.services.dispatch import (
+from control_plane.services.jobs import finish, job_queries, job_store
+from control_plane.services.jobs.dispatch import (
     dispatch_job,
     forget_unacked,
     queue_depth,
@@ -75,7 +75,7 @@ def _take_back(
     apply. A job that moved on meanwhile (its report arrived: it ended) is left as it is."""
     requeued, exhausted = [], []
     for job_id, attempt, ended_at in lost:
-        jobs.end_attempt(session, job_id, attempt, WORKER_LOST, ended_at)
+        job_store.end_attempt(session, job_id, attempt, WORKER_LOST, ended_at)
         if not retries_left(attempt):
             error = {"type": WORKER_LOST, "message": f"{lost_how} {attempt} times"}
             exhausted.append((job_id, finish.failed(error, reason)))  # (only if still active)
@@ -107,7 +107,7 @@ def requeue_unheld(
     session: Session, env: Env, missing_since: dict[tuple[str, int], float], now: datetime
 ) -> None:
     """Running jobs their live worker never received (a job handed to it at admission whose
-    push was lost: services/handoff.py) go back to the queue as a new attempt, or fail once
+    push was lost: services/jobs/handoff.py) go back to the queue as a new attempt, or fail once
     they lost MAX_ATTEMPTS. Only workers that list what they hold in their heartbeat are
     judged; a Redis that cannot be read leaves it for the next tick. `missing_since`: the
     reconciler's memory across ticks (`fleet.unheld`), updated here."""

@@ -1,5 +1,5 @@
 """Which replica's reconciler acts: a lease in Redis (or a Kubernetes Lease: lease_kubernetes.py)
-won, renewed every tick, and turned into a fencing token in the database (services/fence.py).
+won, renewed every tick, and turned into a fencing token in the database (reconcile/fence.py).
 
 Every control-plane replica runs a reconciler process; each loop it calls `Leadership.poll`.
 The one that holds the lease gets its token and ticks; the others wait. A leader that is
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock
 from control_plane.domain.lease import believes_it_leads
-from control_plane.services import fence
+from control_plane.reconcile import fence
 from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)

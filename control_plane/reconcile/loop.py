@@ -7,9 +7,10 @@ import threading
 import time
 
 from control_plane.domain.clock import Clock
+from control_plane.reconcile import fence
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.lease import Leadership
-from control_plane.services import arrivals, fence
+from control_plane.services.scaling import arrivals
 
 log = logging.getLogger("control_plane.reconcile")
 

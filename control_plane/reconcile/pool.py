@@ -7,9 +7,9 @@ at the size `domain.pool.targets` asks for.
                                               pops its `Assignment` from Redis
     keep(...)       ──► boots / stops pool workers toward the target per accelerator type
 
-A pool worker is assigned at most once (`services.workers.assign` is a conditional update) and
-never returns to the pool. If the assignment cannot be sent, the worker is killed and failed:
-the job goes on waiting and the next tick places it again.
+A pool worker is assigned at most once (`services.workers.worker_records.assign` is a conditional
+update) and never returns to the pool. If the assignment cannot be sent, the worker is killed and
+failed: the job goes on waiting and the next tick places it again.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from control_plane.providers.base import WorkerSpec
 from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
-from control_plane.services import deployments, workers
+from control_plane.services import deployments
+from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
 SHRINK = "pool_shrink"
@@ -74,7 +75,7 @@ class FreePool:
 
 
 def read_free(session: Session, r: redis.Redis) -> FreePool:
-    idle = [w for w in workers.idle_pooled(session) if w.reason != SHRINK]
+    idle = [w for w in worker_records.idle_pooled(session) if w.reason != SHRINK]
     tiers: dict[str, frozenset[str]] = {}
     if idle:
         try:
@@ -119,7 +120,7 @@ def keep(
     now: datetime,
 ) -> None:
     """Boot or stop pool workers toward each accelerator type's target."""
-    all_live = workers.live(session)
+    all_live = worker_records.live(session)
     pooled = [w for w in all_live if w.deployment_id is None and w.state != WorkerState.DRAINING]
     if not env.settings.warm_pool_max and not pooled:
         return  # no pool, none to stop: nothing to size
@@ -154,7 +155,7 @@ def keep(
         size = target.size if target else 0
         step = pool_policy.plan(size, len(mine), under_way, history, now)
         for _ in range(step.start):
-            w = workers.create(session, None, accelerator, workers.POOL_REASON, now)
+            w = worker_records.create(session, None, accelerator, worker_records.POOL_REASON, now)
             session.flush()
             w.pid = env.provider.start(WorkerSpec(w.id, accelerator, None))
             tick_trace.note(
@@ -168,7 +169,7 @@ def keep(
                 size,
                 target.reason if target else "no_deployments",
                 target.expected_cold_starts if target else 0.0,
-                extra={"worker_id": w.id, "reason": workers.POOL_REASON},
+                extra={"worker_id": w.id, "reason": worker_records.POOL_REASON},
             )
         # booting ones first: an idle one is ready to serve
         victims = sorted(mine, key=lambda w: w.state == WorkerState.IDLE)[: step.stop]

@@ -3,11 +3,11 @@ live deployment, what changes slowly — the measured boot and service times and
 refit on the arrival history (`domain.scaling.refit`) — so the tick only reads a snapshot and
 never fits (DESIGN §8: decide() on the hot path, models off it).
 
-Every `autoscaler_refit_interval_s` per deployment (and at once after a new version) the
-refresher reads the deployment's arrival history (Redis, `services/arrivals.py`), the boot times
-of the version's recent workers and the recent execution times (SQL), and refits. A failure
-keeps the previous snapshot; models older than `MAX_MODEL_AGE_S` are ignored by decide(), so a
-dead refresher degrades to the reactive autoscaler, never to a wrong one.
+Every `autoscaler_refit_interval_s` per deployment (and at once after a new version) the refresher
+reads the deployment's arrival history (Redis, `services/scaling/arrivals.py`), the boot times of
+the version's recent workers and the recent execution times (SQL), and refits. A failure keeps the
+previous snapshot; models older than `MAX_MODEL_AGE_S` are ignored by decide(), so a dead refresher
+degrades to the reactive autoscaler, never to a wrong one.
 
     refresher = ModelRefresher(env, sessions)
     refresher.start(utc_now)             # the reconciler process; tests call refresh(now)
@@ -30,7 +30,10 @@ from control_plane.domain.scaling.models import Models, refit
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S
 from control_plane.domain.scaling.service import mean_service_s
 from control_plane.reconcile.env import Env
-from control_plane.services import arrivals, deployments, job_queries, workers
+from control_plane.services import deployments
+from control_plane.services.jobs import job_queries
+from control_plane.services.scaling import arrivals
+from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
 # The thread looks for deployments due a refit this often (seconds).
@@ -114,12 +117,12 @@ class ModelRefresher:
 def measure(session: Session, env: Env, dep: Deployment, now: datetime) -> Measured:
     """Boot and service times from SQL, arrivals from Redis, and the models fitted on them."""
     policy = dep.spec.scaling_policy()
-    boot_s = workers.recent_boot_s(session, dep.id, dep.version)
+    boot_s = worker_records.recent_boot_s(session, dep.id, dep.version)
     service_s = mean_service_s(job_queries.recent_executions(session, dep.id, now), now.timestamp())
     boot_s = DEFAULT_BOOT_S if boot_s is None else boot_s
     service_s = DEFAULT_SERVICE_S if service_s is None else service_s
     models = refit(arrivals.read(env.redis, dep.id, now), policy, boot_s, service_s)
-    phases = workers.recent_phase_s(session, dep.id, dep.version)
+    phases = worker_records.recent_phase_s(session, dep.id, dep.version)
     return Measured(
         at=now,
         version=dep.version,

@@ -1,11 +1,11 @@
 """The scaling reconciler: per live deployment and tick, drain workers of an old version, build
 the autoscaler's `DeploymentState`, ask the pure `domain.scaling.decide()` how many workers to
 run, then start workers, drain the surplus, or in a crash loop fail the jobs that wait (through
-`services.finish`). Workers of deleted deployments are drained.
+`services.jobs.finish`). Workers of deleted deployments are drained.
 
-The tick only reads: work and workers from SQL, the last arrivals from Redis (one round trip),
-and the models and measured times the refresher thread keeps (`refresh.py`); nothing is fitted
-here. Each decision is stored for the API (`services/scale_decisions.py`), and logged when its
+The tick only reads: work and workers from SQL, the last arrivals from Redis (one round trip), and
+the models and measured times the refresher thread keeps (`refresh.py`); nothing is fitted here.
+Each decision is stored for the API (`services/scaling/scale_decisions.py`), and logged when its
 (desired, reason) changed.
 
 `Demand` is what this process remembers between ticks: the KPA concurrency windows and the
@@ -57,20 +57,14 @@ from control_plane.reconcile import cold_starts, tick_trace
 from control_plane.reconcile import pool as warm_pool
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
-from control_plane.services import (
-    arrivals,
-    deployments,
-    events,
-    finish,
-    job_queries,
-    jobs,
-    scale_decisions,
-    storage,
-    workers,
-)
+from control_plane.services import deployments
+from control_plane.services.jobs import events, finish, job_queries, job_store
+from control_plane.services.scaling import arrivals, scale_decisions
+from control_plane.services.storage import storage_access
+from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
-READY_STATES = workers.READY_STATES  # serving: idle or busy
+READY_STATES = worker_records.READY_STATES  # serving: idle or busy
 
 
 @dataclass
@@ -121,7 +115,7 @@ def scale_all(
     free = warm_pool.read_free(session, env.redis)
     # Read for every deployment at once (set-based: a tick's queries do not grow with them).
     workers_of: dict[str, list[Worker]] = {}
-    for w in workers.live(session):
+    for w in worker_records.live(session):
         if w.deployment_id is not None:
             workers_of.setdefault(w.deployment_id, []).append(w)
     published = []
@@ -206,7 +200,7 @@ def scale(
     started: list[Worker] = []
     if decision.start:
         # The crash-loop gate is read only when workers would start (it costs queries).
-        history = workers.boot_history(session, dep.id, dep.version)
+        history = worker_records.boot_history(session, dep.id, dep.version)
         verdict = may_start(history, now)
         if not verdict.start:
             gated = dataclasses.replace(state, start_allowed=False, give_up=verdict.give_up)
@@ -235,10 +229,10 @@ def scale(
         session.commit()
         # With none ready, the cold-start report below tells the waiting jobs (phase, ETA).
         if not started:  # held back by the crash-loop gate: they wait, saying why
-            waiting = [w.id for w in jobs.mark_starting(session, dep.id, verdict.reason)]
+            waiting = [w.id for w in job_store.mark_starting(session, dep.id, verdict.reason)]
             events.publish_many(env.redis, waiting, EventType.STARTING, {"reason": verdict.reason})
         elif ready:  # more capacity on its way next to serving workers: no cold start to tell
-            jobs.mark_starting(session, dep.id, verdict.reason)
+            job_store.mark_starting(session, dep.id, verdict.reason)
     if decision.desired < decision.capacity:
         counted = [_view(w) for w in ready] + [
             _view(w)
@@ -266,7 +260,7 @@ def scale(
 def stop_deleted(session: Session, env: Env) -> None:
     """Workers whose deployment was deleted drain and exit."""
     live_ids = {d.id for d in deployments.list_live(session)}
-    for w in workers.live(session):
+    for w in worker_records.live(session):
         if w.deployment_id is None:  # the warm pool's (reconcile/pool.py)
             continue
         if w.deployment_id not in live_ids and w.state != WorkerState.DRAINING:
@@ -372,8 +366,8 @@ def _start(
     spec = dep.spec
     model_uri, storage_env = spec.model, {}
     try:
-        access = storage.resolve(session, env.settings, dep.tenant_id, spec.model)
-        model_uri, storage_env = access.uri, access.worker_env(storage.platform_env())
+        access = storage_access.resolve(session, env.settings, dep.tenant_id, spec.model)
+        model_uri, storage_env = access.uri, access.worker_env(storage_access.platform_env())
     except InvalidRequest as exc:
         # A spec accepted before its tenant lost access (or before the rules existed): the
         # worker gets no credentials, fails to read, and the crash-loop gate says why.
@@ -395,7 +389,7 @@ def _start(
     placement = place(candidates, est)
     if placement.worker_id is not None and free is not None:
         w = free.take(placement.worker_id)
-        if workers.assign(session, env.settings, w, dep, reason, now):
+        if worker_records.assign(session, env.settings, w, dep, reason, now):
             session.commit()  # the worker acts on its assignment only once it is recorded
             if warm_pool.send(env, w, assignment, now):
                 _noted_start(w, dep, reason, placement.reason)
@@ -408,12 +402,12 @@ def _start(
                     extra={"worker_id": w.id, "deployment_id": dep.id, "reason": reason},
                 )
                 return w, placement
-            workers.transition(
+            worker_records.transition(
                 session, env.settings, w.id, WorkerState.FAILED, now, now, "assignment_not_sent"
             )
         # gone from the pool meanwhile: a boot, then
         placement = place([], est)
-    w = workers.create(session, dep, spec.accelerator, reason, now)
+    w = worker_records.create(session, dep, spec.accelerator, reason, now)
     session.flush()
     w.pid = env.provider.start(WorkerSpec(w.id, spec.accelerator, assignment))
     _noted_start(w, dep, reason, placement.reason)

@@ -18,7 +18,7 @@ from control_plane.db.models import Batch, Job, WebhookDelivery
 from control_plane.domain.states import TERMINAL
 from control_plane.domain.webhook_resend import GRACE, Recorded, attempt_to_resend
 from control_plane.reconcile.env import Env
-from control_plane.services import webhooks
+from control_plane.services.webhooks import signing
 from control_plane.tasks_api import enqueue_batch_webhook, enqueue_webhook
 
 log = logging.getLogger(__name__)
@@ -99,7 +99,7 @@ def _resend(
                 continue  # sent again not long ago
         except redis.RedisError:
             return sent  # the broker is likely down too: the next sweep tries
-        msg_id = rec.msg_id if rec is not None else webhooks.message_id(sid, "completed")
+        msg_id = rec.msg_id if rec is not None else signing.message_id(sid, "completed")
         enqueue(env.celery, sid, event, msg_id, again)
         ids = {"job_id": sid} if event.startswith("job.") else {"batch_id": sid}
         log.warning(

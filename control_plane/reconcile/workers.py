@@ -18,7 +18,8 @@ from control_plane.domain.fleet import liveness
 from control_plane.domain.spec import Spec
 from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
-from control_plane.services import deployments, workers
+from control_plane.services import deployments
+from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
 # A worker without a heartbeat for HEARTBEAT_TTL_S is lost, once it had time to send one.
@@ -51,14 +52,14 @@ def reap(session: Session, env: Env, now: datetime) -> list[str]:
                 exited.returncode,
                 extra={"worker_id": exited.worker_id, "reason": reason},
             )
-        workers.transition(session, env.settings, exited.worker_id, state, now, now, reason)
+        worker_records.transition(session, env.settings, exited.worker_id, state, now, now, reason)
     session.commit()
     return dead
 
 
 def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
     """Record heartbeats; kill and fail the workers `fleet.liveness` says are lost."""
-    live = workers.live(session)
+    live = worker_records.live(session)
     beats = env.redis.mget([worker_heartbeat_key(w.id) for w in live]) if live else []
     max_boot_s = _max_boot_s(session, {w.deployment_id for w in live if w.deployment_id})
     lost = []
@@ -87,7 +88,7 @@ def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
         tick_trace.note(
             "worker.lost", **{"platform.worker.id": w.id, "platform.worker.reason": verdict.reason}
         )
-        workers.transition(
+        worker_records.transition(
             session,
             env.settings,
             w.id,
@@ -104,8 +105,9 @@ def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
 
 def settle_idle(session: Session, env: Env, now: datetime) -> None:
     """Busy workers whose last job ended are idle again (a job's end leaves its worker busy:
-    `services.workers.settle_idle`); before the scaling step, which counts idle workers."""
-    for worker_id in workers.settle_idle(session, env.settings, now):
+    `services.workers.worker_records.settle_idle`); before the scaling step, which counts idle
+    workers."""
+    for worker_id in worker_records.settle_idle(session, env.settings, now):
         tick_trace.note("worker.idle", **{"platform.worker.id": worker_id})
     session.commit()
 

@@ -15,7 +15,7 @@ import redis
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from control_plane.services import object_store, storage
+from control_plane.services.storage import object_store, storage_access
 from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -59,4 +59,6 @@ def _store(settings: Settings) -> None:
 def _store_client(settings: Settings) -> Any:
     """The platform's own client, with short timeouts and no retries: a probe answers within
     its period (kept between probes: `storage.s3_client`)."""
-    return storage.s3_client(storage.platform_access(settings), timeout_s=PROBE_TIMEOUT_S)
+    return storage_access.s3_client(
+        storage_access.platform_access(settings), timeout_s=PROBE_TIMEOUT_S
+    )

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 
 from control_plane.db.migrate import upgrade
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services.auth import bootstrap, well_formed
+from control_plane.services.tenants.api_keys import bootstrap, well_formed
 from control_plane.settings import Settings
 
 
@@ -26,7 +26,7 @@ def main() -> int:
         # refused before the schema changes: a failed Job leaves nothing half done
         print(
             "BOOTSTRAP_ADMIN_KEY is not a platform API key (pk_<12 hex>_<secret>); make one "
-            "with: python -c 'from control_plane.services.auth import generate_key; "
+            "with: python -c 'from control_plane.services.tenants.api_keys import generate_key; "
             "print(generate_key()[0])'",
             file=sys.stderr,
         )

@@ -68,7 +68,7 @@ def workdir(
     client = Client(base_url=platform["url"], api_key=platform["api_key"])
     ensure_demo(client, demo_model)
     # The docs deploy `store://models/demo/`, as the README's upload leaves it; deployments
-    # check their model exists (services/model_check.py), so it must be there.
+    # check their model exists (services/models/model_check.py), so it must be there.
     client.files.upload_dir(demo_model, "models/demo/")
     client.close()
     cwd = tmp_path_factory.mktemp("docs")

@@ -7,7 +7,7 @@ own stores (SQL ledger, Redis) and from a webhook receiver's log. DESIGN §5 in 
     I3  one distinct `webhook-id` per (job, event); every attempt validly signed (the
         `standardwebhooks` package, the tenant's secret)
     I4  the billing records of each worker tile its life: no overlap, gap or duplicate
-    I5  `services.billing.check` reports nothing
+    I5  `services.workers.billing.check` reports nothing
     I6  no broker message (kombu's `unacked` hash / `unacked_index` zset) unacked longer than
         a bound after nothing needs it; no stream entry pending in a consumer group longer
         (the platform uses no groups today; XINFO GROUPS on every stream would show one)
@@ -43,7 +43,7 @@ from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.states import TERMINAL
 from control_plane.reconcile.driver import WAKEUP_SWEEP_EVERY
 from control_plane.reconcile.jobs import WAKEUP_GRACE_S
-from control_plane.services import billing
+from control_plane.services.workers import billing
 from tests.faults.receiver import Delivery
 
 # kombu's Redis transport keeps delivered, unacknowledged messages here (its default names).

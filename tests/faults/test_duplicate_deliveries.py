@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import redis
 
-from control_plane.services.dispatch import dispatch_job
+from control_plane.services.jobs.dispatch import dispatch_job
 from sdk import Client
 from tests.faults.harness import (
     FaultRun,

@@ -48,7 +48,7 @@ from control_plane.db.models import ReconcilerFence
 from control_plane.embedded.processes import ManagedProcess, spawn, start_redis, start_s3
 from control_plane.providers.pods import WORKER_ID_LABEL
 from control_plane.reconcile.lease_kubernetes import LEASE_NAME
-from control_plane.services.auth import generate_key
+from control_plane.services.tenants.api_keys import generate_key
 from sdk import APIError, Client
 from tests.e2e.conftest import build_demo_model
 from tests.faults.harness import (

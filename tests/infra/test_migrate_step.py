@@ -11,7 +11,7 @@ from pathlib import Path
 from sqlalchemy import inspect
 
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services.auth import authenticate, generate_key
+from control_plane.services.tenants.api_keys import authenticate, generate_key
 
 REPO = Path(__file__).resolve().parents[2]
 

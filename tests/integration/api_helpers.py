@@ -45,17 +45,17 @@ def operator_and_tenants(database_url: str) -> dict[str, dict[str, str]]:
     from datetime import UTC, datetime
 
     from control_plane.db.session import make_engine, make_sessionmaker
-    from control_plane.services import auth
+    from control_plane.services.tenants import api_keys
 
     engine = make_engine(database_url)
     now = datetime.now(UTC)
     out: dict[str, dict[str, str]] = {}
     with make_sessionmaker(engine)() as s:
         for name in ("op", "a", "b"):
-            t = auth.create_tenant(s, name, now)
+            t = api_keys.create_tenant(s, name, now)
             t.is_operator = name == "op"
             s.flush()
-            out[name] = {"id": t.id, "key": auth.create_api_key(s, t.id, {"admin"}, now)[1]}
+            out[name] = {"id": t.id, "key": api_keys.create_api_key(s, t.id, {"admin"}, now)[1]}
         s.commit()
     engine.dispose()
     return out

@@ -23,8 +23,8 @@ from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.env import Env
-from control_plane.services import auth
-from control_plane.services.dispatch import make_celery
+from control_plane.services.jobs.dispatch import make_celery
+from control_plane.services.tenants import api_keys
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER_TOKEN
 
@@ -50,13 +50,13 @@ def keys(settings: Settings) -> dict[str, str]:
     engine = make_engine(settings.database_url)
     now = datetime.now(UTC)
     with make_sessionmaker(engine)() as s:
-        a = auth.create_tenant(s, "a", now)
+        a = api_keys.create_tenant(s, "a", now)
         a.is_operator = True
-        b = auth.create_tenant(s, "b", now)
+        b = api_keys.create_tenant(s, "b", now)
         s.flush()
-        _, key_a = auth.create_api_key(s, a.id, {"admin"}, now)
-        _, key_b = auth.create_api_key(s, b.id, {"admin"}, now)
-        _, key_ro = auth.create_api_key(s, a.id, {"read"}, now)
+        _, key_a = api_keys.create_api_key(s, a.id, {"admin"}, now)
+        _, key_b = api_keys.create_api_key(s, b.id, {"admin"}, now)
+        _, key_ro = api_keys.create_api_key(s, a.id, {"read"}, now)
         s.commit()
     engine.dispose()
     return {"a": key_a, "b": key_b, "ro": key_ro}

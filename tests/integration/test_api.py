@@ -14,8 +14,8 @@ from control_plane.api.app import create_app
 from control_plane.db.models import Deployment, Job, JobAttempt
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.errors import Conflict
-from control_plane.services import jobs
-from control_plane.services.edge_cache import DeploymentRef
+from control_plane.services.jobs import job_store
+from control_plane.services.tenants.edge_cache import DeploymentRef
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER, deploy, h
 
@@ -177,11 +177,11 @@ def test_a_keyed_insert_that_loses_the_race_answers_with_the_winner(
         assert row is not None
         dep = DeploymentRef.of(s.get(Deployment, row.deployment_id))  # type: ignore[arg-type]
         now = datetime.now(UTC)
-        job, created = jobs.create(s, dep, row.input, "async", now, idempotency_key="k-race",
+        job, created = job_store.create(s, dep, row.input, "async", now, idempotency_key="k-race",
                                    request_hash=row.request_hash, replay=None)  # fmt: skip
         assert (job.id, created) == (first["id"], False)
         with pytest.raises(Conflict):  # the same key with another body, in the same race
-            jobs.create(s, dep, row.input, "async", now, idempotency_key="k-race",
+            job_store.create(s, dep, row.input, "async", now, idempotency_key="k-race",
                         request_hash="another", replay=None)  # fmt: skip
     listed = client.get("/v1/jobs", headers=h(keys["a"])).json()["data"]
     assert [j["id"] for j in listed] == [first["id"]]
@@ -393,14 +393,14 @@ def test_worker_phases_become_billing_records_once(
     client: TestClient, keys: dict[str, str], settings: Settings
 ) -> None:
     from control_plane.db.models import Deployment
-    from control_plane.services import workers
+    from control_plane.services.workers import worker_records
 
     deploy(client, keys["a"])
     engine = make_engine(settings.database_url)
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     with make_sessionmaker(engine)() as s:
         dep = s.query(Deployment).one()
-        w = workers.create(s, dep, "cpu", "test", t0)
+        w = worker_records.create(s, dep, "cpu", "test", t0)
         s.commit()
         wid = w.id
     engine.dispose()

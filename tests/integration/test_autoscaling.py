@@ -44,7 +44,8 @@ from control_plane.domain.scaling.idle import MIN_PERIOD_GAPS
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, ScalingPolicy
 from control_plane.domain.scaling.service import SERVICE_WINDOW_S
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services import arrivals, dispatch, scale_decisions
+from control_plane.services.jobs import dispatch
+from control_plane.services.scaling import arrivals, scale_decisions
 from sdk.cli._common import CliState
 from sdk.cli.main import app as cli_app
 from tests.integration.api_helpers import WORKER, deploy, h, submit

@@ -22,9 +22,11 @@ from control_plane.api.routes import batches as batches_routes
 from control_plane.api.routes import webhooks as webhooks_routes
 from control_plane.db.models import Batch, Job
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services import auth, batch_slots, batches, object_store
-from control_plane.services import finish as finish_
-from control_plane.services.dispatch import make_celery, queue_depth
+from control_plane.services.jobs import batch_slots, batches
+from control_plane.services.jobs import finish as finish_
+from control_plane.services.jobs.dispatch import make_celery, queue_depth
+from control_plane.services.storage import object_store
+from control_plane.services.tenants import api_keys
 from control_plane.settings import Settings
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER, WORKER_TOKEN, deploy, h
@@ -68,11 +70,11 @@ def keys(settings: Settings) -> dict[str, str]:
     engine = make_engine(settings.database_url)
     now = datetime.now(UTC)
     with make_sessionmaker(engine)() as s:
-        a, b = auth.create_tenant(s, "a", now), auth.create_tenant(s, "b", now)
+        a, b = api_keys.create_tenant(s, "a", now), api_keys.create_tenant(s, "b", now)
         s.flush()
-        _, key_a = auth.create_api_key(s, a.id, {"admin"}, now)
-        _, key_b = auth.create_api_key(s, b.id, {"admin"}, now)
-        _, key_ro = auth.create_api_key(s, a.id, {"read"}, now)
+        _, key_a = api_keys.create_api_key(s, a.id, {"admin"}, now)
+        _, key_b = api_keys.create_api_key(s, b.id, {"admin"}, now)
+        _, key_ro = api_keys.create_api_key(s, a.id, {"read"}, now)
         s.commit()
     engine.dispose()
     return {"a": key_a, "b": key_b, "ro": key_ro}

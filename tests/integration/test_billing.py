@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from common.protocol import worker_heartbeat_key
 from control_plane.db.models import Worker
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services import workers as worker_records
+from control_plane.services.workers import worker_records
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import SteppedClock, provider

@@ -15,7 +15,8 @@ from sqlalchemy import select
 from common.protocol import WorkerState
 from control_plane.db.models import BillingRecord, Deployment, Tenant
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services import deployments, workers
+from control_plane.services import deployments
+from control_plane.services.workers import worker_records
 from control_plane.settings import Settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -49,7 +50,7 @@ def test_segments_tile_the_life_whatever_the_delivery(
         dep = s.scalars(select(Deployment)).first() or deployments.create(
             s, tenant.id, {"name": "p", "model": "store://m/p/", "max_boot_s": 3600}, T0
         )
-        w = workers.create(s, dep, "cpu", "test", T0)
+        w = worker_records.create(s, dep, "cpu", "test", T0)
         s.commit()
         wid = w.id
     # The worker's true sequence of phases, with increasing times.
@@ -65,7 +66,7 @@ def test_segments_tile_the_life_whatever_the_delivery(
     def deliver(batch: list[tuple[WorkerState, datetime]]) -> list[tuple[str, datetime, datetime]]:
         with sessions() as s:
             for state, at in batch:
-                workers.transition(s, cfg, wid, state, at, now)
+                worker_records.transition(s, cfg, wid, state, at, now)
                 s.commit()
             return [
                 (r.phase, r.start, r.end)
@@ -83,7 +84,7 @@ def test_segments_tile_the_life_whatever_the_delivery(
     if first:
         assert first[0][1] == T0, "billing starts when the worker started"
     with sessions() as s:
-        w = s.get(workers.Worker, wid)
+        w = s.get(worker_records.Worker, wid)
         assert w is not None
         if w.state in ("stopped", "failed"):
             assert first and first[-1][2] == w.stopped_at, "records end when the worker ended"

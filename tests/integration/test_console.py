@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from control_plane.api.routes.console import ASSETS, STATIC_DIR
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services import workers
+from control_plane.services.workers import worker_records
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock, provider
@@ -215,7 +215,9 @@ def test_another_tenants_jobs_workers_and_the_pool_never_appear(
     job_b = run_one_job(client, kb, loop, clock)
     engine = make_engine(settings.database_url)
     with make_sessionmaker(engine)() as s:  # a warm-pool worker: the platform's
-        pool_worker = workers.create(s, None, "cpu", workers.POOL_REASON, datetime.now(UTC))
+        pool_worker = worker_records.create(
+            s, None, "cpu", worker_records.POOL_REASON, datetime.now(UTC)
+        )
         s.commit()
         pool_id = pool_worker.id
     engine.dispose()

@@ -12,7 +12,7 @@ import redis
 
 from common.protocol import UNACKED_INDEX_KEY, UNACKED_KEY, deployment_queue
 from control_plane.embedded.processes import free_port, start_redis
-from control_plane.services.dispatch import (
+from control_plane.services.jobs.dispatch import (
     dispatch_job,
     make_celery,
     queue_depth,

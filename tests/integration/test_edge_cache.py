@@ -15,8 +15,8 @@ from sqlalchemy import Engine, event
 from common.protocol import rate_limit_key
 from control_plane.api.app import create_app
 from control_plane.db.models import Tenant
-from control_plane.services import auth
-from control_plane.services.edge_cache import GENERATION_KEY
+from control_plane.services.tenants import api_keys
+from control_plane.services.tenants.edge_cache import GENERATION_KEY
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, deploy, h
 
@@ -173,7 +173,7 @@ def test_a_call_decided_on_a_moved_generation_is_charged_nothing_and_decided_aga
     # the tenant's in-flight limit lowered to what it has, committed through the other API
     # (its commit hook bumps the generation)
     with client.app.state.ctx.sessions() as s:  # type: ignore[attr-defined]
-        tenant_id = auth.authenticate(s, new["key"]).tenant_id
+        tenant_id = api_keys.authenticate(s, new["key"]).tenant_id
         t = s.get(Tenant, tenant_id)
         assert t is not None
         t.max_in_flight = 1

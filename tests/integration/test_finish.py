@@ -1,4 +1,4 @@
-"""Every path that ends a job goes through `services.finish`: each one, driven through the real
+"""Every path that ends a job goes through `services.jobs.finish`: each one, driven through the real
 API and reconciler on real Redis and SQL, leaves the terminal status, exactly one terminal
 event of the right type, `webhook_status`, and exactly one `job.completed` webhook message with
 the one message-id scheme — also when the path is taken again (a retried report, a second
@@ -25,7 +25,7 @@ from common.protocol import TERMINAL_EVENTS, job_cancel_key, job_events_key, wor
 from control_plane.db.models import Job, JobAttempt
 from control_plane.domain import webhook_resend
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services import finish
+from control_plane.services.jobs import finish
 from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE, DELIVER_WEBHOOK_TASK
 from tests.integration.api_helpers import WORKER, deploy, h, submit

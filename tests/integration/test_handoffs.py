@@ -1,4 +1,4 @@
-"""Jobs handed to a worker at admission (services/handoff.py): claimed in the admission's
+"""Jobs handed to a worker at admission (services/jobs/handoff.py): claimed in the admission's
 transaction, pushed to the worker's own list, popped by its consumer before its queue's
 wake-ups; one its worker never receives is requeued by the reconciler."""
 
@@ -25,7 +25,7 @@ from control_plane.db.models import Deployment, Job, JobAttempt, Worker
 from control_plane.domain import fleet
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.jobs import HANDOFF_GRACE_S, HANDOFF_LOST
-from control_plane.services.dispatch import dispatch_job
+from control_plane.services.jobs.dispatch import dispatch_job
 from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock
 from tests.integration.test_metrics import scrape, total

@@ -14,7 +14,8 @@ from sqlalchemy.orm import Session
 
 from control_plane.db.models import Tenant
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services import deployments, workers
+from control_plane.services import deployments
+from control_plane.services.workers import worker_records
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -73,11 +74,11 @@ def test_a_rollback_drops_what_was_kept(session: tuple[Session, list[str]]) -> N
     s, seen = session
     deployments.list_live(s)
     dep = deployments.list_live(s)[0]
-    workers.create(s, dep, "cpu", "test", NOW)
-    assert len(workers.live(s)) == 1  # a pending worker is flushed first, then read
+    worker_records.create(s, dep, "cpu", "test", NOW)
+    assert len(worker_records.live(s)) == 1  # a pending worker is flushed first, then read
     s.rollback()
     seen.clear()
-    assert workers.live(s) == []
+    assert worker_records.live(s) == []
     assert len(deployments.list_live(s)) == 2
     assert _reads(seen, "deployments") == 1 and _reads(seen, "workers") == 1
 

@@ -1,5 +1,5 @@
 """Several reconciler replicas: one leads through the lease (reconcile/lease.py), and a deposed
-leader's fencing token (services/fence.py) stops its writes and provider calls. Real Redis and
+leader's fencing token (reconcile/fence.py) stops its writes and provider calls. Real Redis and
 SQL (SQLite and PostgreSQL); the provider records what it is asked to do."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from control_plane.db.models import Job, Worker
+from control_plane.reconcile import fence
 from control_plane.reconcile import loop as reconcile_loop
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.lease import LEASE_KEY, Leadership, RedisLease
-from control_plane.services import fence
 from tests.integration.api_helpers import deploy, submit
 from tests.integration.conftest import provider
 

@@ -135,7 +135,9 @@ def test_two_api_processes_export_each_others_events_and_the_state_once(
                   "output": {"text": "t", "timings": {"ttft_s": 0.1}}}  # fmt: skip
         r = httpx.post(f"{url}/internal/jobs/{jid}/complete", json=report, headers=WORKER)
         assert r.status_code == 200, r.text
-    loop.tick(datetime.now(UTC))  # its jobs ended: idle again (services.workers.settle_idle)
+    loop.tick(
+        datetime.now(UTC)
+    )  # its jobs ended: idle again (services.workers.worker_records.settle_idle)
 
     assert len([p for p in metrics_dir.iterdir() if p.name.startswith("counter_")]) == 2
     complete = {"method": "POST", "route": "/internal/jobs/{job_id}/complete", "status": "200"}

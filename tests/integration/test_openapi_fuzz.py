@@ -19,7 +19,7 @@ from schemathesis import GenerationMode
 from control_plane.api.app import create_app
 from control_plane.db.migrate import upgrade
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services import auth
+from control_plane.services.tenants import api_keys
 from control_plane.settings import Settings
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER_TOKEN
@@ -35,13 +35,13 @@ def fuzz_app(
     engine = make_engine(db)
     now = datetime.now(UTC)
     with make_sessionmaker(engine)() as s:
-        t = auth.create_tenant(s, "fuzz", now)
+        t = api_keys.create_tenant(s, "fuzz", now)
         t.is_operator = True
         s.flush()
-        _, key = auth.create_api_key(s, t.id, {"admin"}, now)
-        other = auth.create_tenant(s, "other", now)
+        _, key = api_keys.create_api_key(s, t.id, {"admin"}, now)
+        other = api_keys.create_tenant(s, "other", now)
         s.flush()
-        _, other_key = auth.create_api_key(s, other.id, {"admin"}, now)
+        _, other_key = api_keys.create_api_key(s, other.id, {"admin"}, now)
         s.commit()
     engine.dispose()
     app = create_app(

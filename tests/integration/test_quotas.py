@@ -20,8 +20,8 @@ from control_plane.api.app import create_app
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.embedded.processes import ManagedProcess, free_port, spawn, wait_until
 from control_plane.errors import RateLimited
-from control_plane.services import auth
-from control_plane.services.quotas import Limits, Quotas
+from control_plane.services.tenants import api_keys
+from control_plane.services.tenants.quotas import Limits, Quotas
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, WORKER_TOKEN, deploy, h
 
@@ -30,11 +30,11 @@ def tenant_key(database_url: str, **limits: int) -> str:
     engine = make_engine(database_url)
     now = datetime.now(UTC)
     with make_sessionmaker(engine)() as s:
-        t = auth.create_tenant(s, "limited", now)
+        t = api_keys.create_tenant(s, "limited", now)
         for k, v in limits.items():
             setattr(t, k, v)
         s.flush()
-        _, key = auth.create_api_key(s, t.id, {"admin"}, now)
+        _, key = api_keys.create_api_key(s, t.id, {"admin"}, now)
         s.commit()
     engine.dispose()
     return key

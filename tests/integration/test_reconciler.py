@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from common.protocol import deployment_queue, worker_heartbeat_key
 from control_plane.db.models import Deployment, Job, Worker
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services.dispatch import UNACKED_INDEX_KEY, UNACKED_KEY, queue_depth
+from control_plane.services.jobs.dispatch import UNACKED_INDEX_KEY, UNACKED_KEY, queue_depth
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import provider
 

@@ -17,8 +17,8 @@ from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import iso
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.env import Env
-from control_plane.services import scale_decisions
-from control_plane.services.dispatch import make_celery
+from control_plane.services.jobs.dispatch import make_celery
+from control_plane.services.scaling import scale_decisions
 from control_plane.settings import Settings
 
 

@@ -22,8 +22,8 @@ from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.providers.local import worker_env
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.env import Env
-from control_plane.services import files
-from control_plane.services.dispatch import make_celery
+from control_plane.services.jobs.dispatch import make_celery
+from control_plane.services.storage import files
 from control_plane.settings import Settings
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants
@@ -157,7 +157,7 @@ def test_registered_credentials_read_a_bucket_and_are_never_returned(
     client: TestClient, tenants: dict[str, Any], settings: Settings, s3_env: S3Server
 ) -> None:
     a, b = tenants["a"], tenants["b"]
-    from control_plane.services import object_store
+    from control_plane.services.storage import object_store
 
     object_store.client(settings).put_object(
         Bucket="test", Key="ext/batch.jsonl", Body=b'{"prompt": "x"}\n'
@@ -231,7 +231,7 @@ def test_uploads_stream_in_parts_and_oversize_leaves_nothing(
     r = put(client, key, "big/model.safetensors", data)
     assert r.status_code == 201, r.text
     assert r.json()["bytes"] == len(data)
-    from control_plane.services import object_store
+    from control_plane.services.storage import object_store
 
     got = (
         object_store.client(settings)

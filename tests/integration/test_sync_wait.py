@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from common.protocol import JOB_EVENTS_ENDED_TTL_S, EventType, job_end_key, job_events_key
 from control_plane.api.app import create_app
-from control_plane.services import events
+from control_plane.services.jobs import events
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h
 

@@ -18,7 +18,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from control_plane.api.app import create_app
-from control_plane.services import files, object_store
+from control_plane.services.storage import files, object_store
 from control_plane.settings import Settings
 from sdk._base import CHUNK_BYTES
 from tests.conftest import S3Server

@@ -25,7 +25,8 @@ from control_plane.db.models import BillingRecord, Deployment, Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services import storage, workers
+from control_plane.services.storage import storage_access
+from control_plane.services.workers import worker_records
 from control_plane.settings import Settings
 from tests.integration.api_helpers import beat, deploy, h, past, report, starting_events, submit
 from tests.integration.conftest import provider
@@ -130,7 +131,7 @@ def test_a_cold_start_takes_the_pool_worker_and_reports_its_assignment_then_the_
         key = (r.phase, r.tenant_id, r.deployment_id)
         billed[key] = billed.get(key, Decimal(0)) + r.seconds
     assert billed == {
-        ("pool", workers.PLATFORM_TENANT_ID, None): Decimal("3.000"),
+        ("pool", worker_records.PLATFORM_TENANT_ID, None): Decimal("3.000"),
         ("load", dep.tenant_id, dep.id): Decimal("3.000"),
         ("warm", dep.tenant_id, dep.id): Decimal("1.000"),
     }
@@ -147,7 +148,7 @@ def test_a_pool_worker_whose_host_holds_the_model_is_placed_by_host_tier(
     pool_id = pooled.worker_id
     (dep,) = rows(settings, Deployment, Deployment.name == "demo")
     with make_sessionmaker(make_engine(settings.database_url))() as s:
-        uri = storage.resolve(s, settings, dep.tenant_id, dep.spec.model).uri
+        uri = storage_access.resolve(s, settings, dep.tenant_id, dep.spec.model).uri
     tier = [uri.rstrip("/") + "/model.safetensors"]
     redis_client.set(
         worker_heartbeat_key(pool_id),
@@ -190,7 +191,7 @@ def test_a_pool_worker_is_assigned_once(
     with make_sessionmaker(make_engine(settings.database_url))() as s:
         w = s.get(Worker, pool_id)
         assert w is not None
-        assert not workers.assign(s, settings, w, other, "test", t0 + timedelta(seconds=4))
+        assert not worker_records.assign(s, settings, w, other, "test", t0 + timedelta(seconds=4))
         s.commit()
     (w,) = rows(settings, Worker, Worker.id == pool_id)
     assert w.deployment_id == got.deployment_id

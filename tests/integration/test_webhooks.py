@@ -36,9 +36,11 @@ from control_plane.db.migrate import upgrade
 from control_plane.db.models import Job, Tenant
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.providers.local import die_with_parent
-from control_plane.services import auth, batches, events, webhook_delivery
-from control_plane.services.dispatch import make_celery
-from control_plane.services.webhook_delivery import DeliveryEnv, Message
+from control_plane.services.jobs import batches, events
+from control_plane.services.jobs.dispatch import make_celery
+from control_plane.services.tenants import api_keys
+from control_plane.services.webhooks import delivery as webhook_delivery
+from control_plane.services.webhooks.delivery import DeliveryEnv, Message
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_output_follower
 from tests.conftest import S3Server
@@ -226,11 +228,11 @@ def keys(env: Env) -> dict[str, str]:
     engine = make_engine(env.settings.database_url)
     now = datetime.now(UTC)
     with make_sessionmaker(engine)() as s:
-        a, b = auth.create_tenant(s, "a", now), auth.create_tenant(s, "b", now)
+        a, b = api_keys.create_tenant(s, "a", now), api_keys.create_tenant(s, "b", now)
         s.flush()
-        _, key_a = auth.create_api_key(s, a.id, {"admin"}, now)
-        _, key_b = auth.create_api_key(s, b.id, {"admin"}, now)
-        _, key_ro = auth.create_api_key(s, a.id, {"read"}, now)
+        _, key_a = api_keys.create_api_key(s, a.id, {"admin"}, now)
+        _, key_b = api_keys.create_api_key(s, b.id, {"admin"}, now)
+        _, key_ro = api_keys.create_api_key(s, a.id, {"read"}, now)
         s.commit()
     engine.dispose()
     return {"a": key_a, "b": key_b, "ro": key_ro}
@@ -676,7 +678,7 @@ def test_a_lost_completed_webhook_is_sent_again_by_the_reconciler(
     from control_plane.domain.webhook_resend import GRACE
     from control_plane.reconcile import webhooks
     from control_plane.reconcile.env import Env as ReconcileEnv
-    from control_plane.services.webhooks import message_id
+    from control_plane.services.webhooks.signing import message_id
 
     deploy(env, keys["a"])
     names = ("never", "retry", "recent", "done", "stuck")

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from control_plane.errors import NotFound
-from control_plane.services.edge_cache import MAX_AGE_S, EdgeCache
+from control_plane.services.tenants.edge_cache import MAX_AGE_S, EdgeCache
 
 
 class FakeRedis:

@@ -7,7 +7,7 @@ import asyncio
 import threading
 
 from common.protocol import EventType
-from control_plane.services.local_ends import End, LocalEnds
+from control_plane.services.jobs.local_ends import End, LocalEnds
 
 DONE: End = (EventType.COMPLETED, {"id": "job_1", "status": "succeeded"})
 

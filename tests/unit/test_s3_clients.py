@@ -10,14 +10,16 @@ import pytest
 
 from common import heap
 from control_plane.domain import uris
-from control_plane.services import storage
+from control_plane.services.storage import storage_access
 
 
 def access(
     key_pair: tuple[str, str] | None = None, endpoint: str = "http://127.0.0.1:9"
-) -> storage.Access:
+) -> storage_access.Access:
     location = uris.Location("s3", "bucket", "key")
-    return storage.Access(location, "s3://bucket/key", endpoint, "us-east-1", key_pair, False)
+    return storage_access.Access(
+        location, "s3://bucket/key", endpoint, "us-east-1", key_pair, False
+    )
 
 
 def access_key(client: object) -> str:
@@ -32,33 +34,33 @@ def platform_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_same_access_gets_the_same_client() -> None:
-    assert storage.s3_client(access()) is storage.s3_client(access())
-    probe = storage.s3_client(access(), timeout_s=2)
-    assert probe is storage.s3_client(access(), timeout_s=2)
-    assert probe is not storage.s3_client(access())  # other timeouts and retries
+    assert storage_access.s3_client(access()) is storage_access.s3_client(access())
+    probe = storage_access.s3_client(access(), timeout_s=2)
+    assert probe is storage_access.s3_client(access(), timeout_s=2)
+    assert probe is not storage_access.s3_client(access())  # other timeouts and retries
 
 
 def test_each_key_pair_gets_a_client_signing_with_it() -> None:
-    a = storage.s3_client(access(("tenant-a-key", "a-secret")))
-    b = storage.s3_client(access(("tenant-b-key", "b-secret")))
-    own = storage.s3_client(access())
+    a = storage_access.s3_client(access(("tenant-a-key", "a-secret")))
+    b = storage_access.s3_client(access(("tenant-b-key", "b-secret")))
+    own = storage_access.s3_client(access())
     assert (access_key(a), access_key(b), access_key(own)) == (
         "tenant-a-key",
         "tenant-b-key",
         "platform-key",
     )
     # the same key id with another secret (a registration replaced) is another client
-    assert storage.s3_client(access(("tenant-a-key", "new-secret"))) is not a
+    assert storage_access.s3_client(access(("tenant-a-key", "new-secret"))) is not a
 
 
 def test_a_changed_environment_or_endpoint_gets_a_new_client(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    before = storage.s3_client(access())
+    before = storage_access.s3_client(access())
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "rotated-key")
-    after = storage.s3_client(access())
+    after = storage_access.s3_client(access())
     assert after is not before and access_key(after) == "rotated-key"
-    other = storage.s3_client(access(endpoint="http://127.0.0.1:10"))
+    other = storage_access.s3_client(access(endpoint="http://127.0.0.1:10"))
     assert other is not after and other.meta.endpoint_url == "http://127.0.0.1:10"
 
 

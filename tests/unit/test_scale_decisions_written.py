@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from control_plane.services.scale_decisions import REWRITE_S, Written
+from control_plane.services.scaling.scale_decisions import REWRITE_S, Written
 
 
 def doc(at: str, **changes: object) -> dict[str, object]:

@@ -1,4 +1,4 @@
-"""A job's timeline from its rows (services/timeline.spans, pure): which parts of its workers'
+"""A job's timeline from its rows (services/jobs/timeline.spans, pure): which parts of its workers'
 boot / load / warm were its wait, and one run per attempt."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from control_plane.db.models import BillingRecord, Job, JobAttempt
-from control_plane.services.timeline import spans
+from control_plane.services.jobs.timeline import spans
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 

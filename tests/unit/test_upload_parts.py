@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from control_plane.services.files import MAX_PARTS, PART_BYTES, part_bytes_for
+from control_plane.services.storage.files import MAX_PARTS, PART_BYTES, part_bytes_for
 
 GiB = 2**30
 

@@ -9,7 +9,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from control_plane.errors import InvalidRequest
-from control_plane.services import webhooks
+from control_plane.services.webhooks import signing
 
 
 def new_secret() -> str:
@@ -19,11 +19,11 @@ def new_secret() -> str:
 def test_signature_verifies_with_standardwebhooks() -> None:
     secret = new_secret()
     ts = int(time.time())
-    body = webhooks.payload("job.completed", ts, {"id": "job_1", "status": "succeeded"})
+    body = signing.payload("job.completed", ts, {"id": "job_1", "status": "succeeded"})
     headers = {
         "webhook-id": "msg_1",
         "webhook-timestamp": str(ts),
-        "webhook-signature": webhooks.signature_header([secret], "msg_1", ts, body),
+        "webhook-signature": signing.signature_header([secret], "msg_1", ts, body),
     }
     assert Webhook(secret).verify(body, headers)["data"]["id"] == "job_1"
 
@@ -32,7 +32,7 @@ def test_rotation_sends_one_signature_per_secret() -> None:
     old, new = new_secret(), new_secret()
     ts = int(time.time())
     body = json.dumps({"x": 1}).encode()
-    header = webhooks.signature_header([old, new], "msg_2", ts, body)
+    header = signing.signature_header([old, new], "msg_2", ts, body)
     assert len(header.split(" ")) == 2
     for s in (old, new):
         Webhook(s).verify(
@@ -55,26 +55,26 @@ def test_rotation_sends_one_signature_per_secret() -> None:
 )
 def test_non_public_targets_are_refused(url: str) -> None:
     with pytest.raises(InvalidRequest):
-        webhooks.check_target(url, allow_private=False)
+        signing.check_target(url, allow_private=False)
 
 
 def test_private_targets_allowed_by_configuration() -> None:
-    webhooks.check_target("http://127.0.0.1:9/x", allow_private=True)
+    signing.check_target("http://127.0.0.1:9/x", allow_private=True)
     with pytest.raises(InvalidRequest):
-        webhooks.check_target("file:///etc/passwd", allow_private=True)
+        signing.check_target("file:///etc/passwd", allow_private=True)
 
 
 def test_target_problem_tells_permanent_from_transient() -> None:
-    refused = webhooks.target_problem("http://10.0.0.1/x", allow_private=False)
+    refused = signing.target_problem("http://10.0.0.1/x", allow_private=False)
     assert refused is not None and refused.permanent and "non-public" in refused.reason
-    unresolvable = webhooks.target_problem("http://no-such-host.invalid/x", allow_private=False)
+    unresolvable = signing.target_problem("http://no-such-host.invalid/x", allow_private=False)
     assert unresolvable is not None and not unresolvable.permanent
-    assert webhooks.target_problem("http://127.0.0.1/x", allow_private=True) is None
-    bad = webhooks.target_problem("gopher://example.com/", allow_private=True)
+    assert signing.target_problem("http://127.0.0.1/x", allow_private=True) is None
+    bad = signing.target_problem("gopher://example.com/", allow_private=True)
     assert bad is not None and bad.permanent
 
 
 def test_check_target_names_the_field() -> None:
     with pytest.raises(InvalidRequest) as info:
-        webhooks.check_target("http://127.0.0.1/x", allow_private=False, field="url")
+        signing.check_target("http://127.0.0.1/x", allow_private=False, field="url")
     assert info.value.extra["errors"][0]["field"] == "url"

@@ -1,7 +1,7 @@
 """Queue consumer: a deployment queue's wake-ups, acknowledged late.
 
 A wake-up is a Celery protocol-v2 task message for RUN_JOB_TASK in kombu's Redis envelope (the
-control plane writes it: `services/dispatch.wakeup`). The worker reads it the way kombu's Redis
+control plane writes it: `services/jobs/dispatch.wakeup`). The worker reads it the way kombu's Redis
 transport does, on two connections of its own: a BRPOP over the queue's priority lists (the
 first non-empty list, highest priority, is served first), then the message noted as delivered
 and not acknowledged (`unacked` / `unacked_index`, kombu's bookkeeping, which the control plane
@@ -12,7 +12,7 @@ the delivery (a round trip) before handing the job on. Here the note is sent, th
 its claim, and only then is the note's answer read: the round trip overlaps the claim.
 
 Beside the queue, the worker's own list of jobs handed to it at admission (claimed for it
-already: `control_plane/services/handoff.py`) comes first in the same BRPOP; such a job needs
+already: `control_plane/services/jobs/handoff.py`) comes first in the same BRPOP; such a job needs
 no claim and no note, and is taken even with every slot held or while draining.
 
 The worker does not run a Celery worker: it needs its own lifecycle (load before consuming,

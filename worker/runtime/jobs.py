@@ -107,9 +107,9 @@ class JobFlow:
             self.jobs_pool.submit(start, delivery)
 
     # BUSY and IDLE follow the jobs: the control plane derives them from claims and job ends
-    # (`services/workers.follow_jobs`), so they are only noted here; the next periodic beat
-    # carries them (nothing reads a beat's state to decide). A beat of its own at each flip
-    # was a Redis round trip between the claim and the engine, and another at each job's end.
+    # (`services/workers/worker_records.follow_jobs`), so they are only noted here; the next
+    # periodic beat carries them (nothing reads a beat's state to decide). A beat of its own at each
+    # flip was a Redis round trip between the claim and the engine, and another at each job's end.
 
     def _job_started(self) -> None:
         with self._state_lock:

@@ -22,15 +22,10 @@ from common import logs
 from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.schemas import JobInput
 from control_plane.errors import InvalidRequest
-from control_plane.services import (
-    batch_slots,
-    batches,
-    deployments,
-    object_store,
-    runs,
-    storage,
-    webhooks,
-)
+from control_plane.services import deployments
+from control_plane.services.jobs import admission, batch_slots, batches
+from control_plane.services.storage import object_store, storage_access
+from control_plane.services.webhooks import signing
 from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -97,7 +92,7 @@ def _raw_lines(
         text = body.input_jsonl
     else:
         uri = body.input_uri or ""
-        access = storage.resolve(session, settings, tenant_id, uri, "input_uri")
+        access = storage_access.resolve(session, settings, tenant_id, uri, "input_uri")
         data = object_store.read(access, settings.batch_max_input_bytes)
         try:
             text = data.decode()
@@ -189,14 +184,14 @@ def create_batch(
         )
     dep = deployments.get(session, who.tenant_id, body.deployment)
     if body.webhook:
-        webhooks.check_target(body.webhook, settings.webhook_allow_private)
+        signing.check_target(body.webhook, settings.webhook_allow_private)
     source = "inputs" if body.inputs is not None else "input_jsonl"
     source = "input_uri" if body.input_uri is not None else source
     lines = _raw_lines(body, session, settings, who.tenant_id)
     parsed = _validate_lines(lines, source, settings.batch_max_lines)
     # A batch is one request against the tenant's rate; its jobs run at batch priority and
     # enter the in-flight count as pump dispatches them.
-    runs.admit(ctx, session, who.tenant_id, 0, ctx.edge.view().limits(session, who.tenant_id))
+    admission.admit(ctx, session, who.tenant_id, 0, ctx.edge.view().limits(session, who.tenant_id))
     batch, created, to_wake = batches.create(
         session,
         dep,

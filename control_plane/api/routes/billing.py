@@ -25,7 +25,7 @@ from control_plane.db.models import BillingRecord, Deployment, Tenant
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, SECONDS_QUANTUM
 from control_plane.domain.clock import iso
 from control_plane.errors import Forbidden
-from control_plane.services import billing, workers
+from control_plane.services.workers import billing, worker_records
 
 router = APIRouter(tags=["billing"])
 
@@ -184,8 +184,10 @@ def list_workers(session: Db, who: Principal, deployment: str | None = None) -> 
         for d in session.scalars(select(Deployment).where(Deployment.tenant_id == who.tenant_id))
     }
     dep_id = next((i for i, n in names.items() if n == deployment), "none") if deployment else None
-    rows = workers.list_for_tenant(session, who.tenant_id, dep_id)
-    return {"data": [workers.to_public(w, names.get(w.deployment_id or "", "?")) for w in rows]}
+    rows = worker_records.list_for_tenant(session, who.tenant_id, dep_id)
+    return {
+        "data": [worker_records.to_public(w, names.get(w.deployment_id or "", "?")) for w in rows]
+    }
 
 
 @router.get("/v1/pool", response_model=PoolView)
@@ -198,7 +200,7 @@ def warm_pool(session: Db, who: Principal) -> Any:
     tenant = session.get(Tenant, who.tenant_id)
     if tenant is None or not tenant.is_operator:
         raise Forbidden("the warm pool is the platform's: only the operator's keys may read it")
-    rows = workers.pooled(session)
+    rows = worker_records.pooled(session)
     counts: dict[str, dict[str, int]] = {}
     for w in rows:
         by_state = counts.setdefault(w.accelerator, {})

@@ -13,7 +13,11 @@ from control_plane.api.schemas import DeploymentList, DeploymentPublic, Deployme
 from control_plane.db.models import Deployment
 from control_plane.domain.clock import iso
 from control_plane.errors import InvalidRequest
-from control_plane.services import deployments, model_check, scale_decisions, storage, workers
+from control_plane.services import deployments
+from control_plane.services.models import model_check
+from control_plane.services.scaling import scale_decisions
+from control_plane.services.storage import storage_access
+from control_plane.services.workers import worker_records
 
 router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 
@@ -21,7 +25,7 @@ router = APIRouter(prefix="/v1/deployments", tags=["deployments"])
 def to_public(
     session: Session, dep: Deployment, scaling: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    states = Counter(w.state for w in workers.live(session, dep.id))
+    states = Counter(w.state for w in worker_records.live(session, dep.id))
     return {
         **dep.spec_doc,
         "id": dep.id,
@@ -44,9 +48,9 @@ def _check(
 ) -> None:
     """Refuse, before anything is written, a spec this tenant may not run: an unknown
     accelerator, a model outside what the tenant may read (docs/security.md), or, when the
-    model is new or changed, one a worker would not load (services/model_check.py)."""
+    model is new or changed, one a worker would not load (services/models/model_check.py)."""
     _check_accelerator(ctx, spec)
-    access = storage.resolve(session, ctx.settings, tenant_id, spec.model, "model")
+    access = storage_access.resolve(session, ctx.settings, tenant_id, spec.model, "model")
     if model_changed and ctx.settings.validate_models:
         model_check.check_model(access)
 

@@ -10,7 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Ctx, Db, Now, Principal
-from control_plane.services import files, storage
+from control_plane.services.storage import files, storage_access
 
 router = APIRouter(tags=["files"])
 
@@ -84,9 +84,9 @@ def register_credential(
     body: CredentialCreate, ctx: Ctx, session: Db, who: Principal, at: Now
 ) -> Any:
     who.require("admin")
-    row = storage.register(session, ctx.settings, who.tenant_id, body.model_dump(), at)
+    row = storage_access.register(session, ctx.settings, who.tenant_id, body.model_dump(), at)
     session.commit()
-    return storage.credential_public(row)
+    return storage_access.credential_public(row)
 
 
 @router.get("/v1/storage-credentials")
@@ -94,7 +94,8 @@ def list_credentials(session: Db, who: Principal) -> Any:
     who.require("read")
     return {
         "data": [
-            storage.credential_public(r) for r in storage.list_credentials(session, who.tenant_id)
+            storage_access.credential_public(r)
+            for r in storage_access.list_credentials(session, who.tenant_id)
         ]
     }
 
@@ -102,6 +103,6 @@ def list_credentials(session: Db, who: Principal) -> Any:
 @router.delete("/v1/storage-credentials/{cred_id}", status_code=204)
 def delete_credential(cred_id: str, session: Db, who: Principal) -> Response:
     who.require("admin")
-    storage.delete_credential(session, who.tenant_id, cred_id)
+    storage_access.delete_credential(session, who.tenant_id, cred_id)
     session.commit()
     return Response(status_code=204)

@@ -32,8 +32,9 @@ from control_plane.context import AppContext
 from control_plane.db.models import Job
 from control_plane.domain.states import PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
-from control_plane.services import claimed as claimed_
-from control_plane.services import events, finish, jobs, workers
+from control_plane.services.jobs import claims as claimed_
+from control_plane.services.jobs import events, finish, job_store
+from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/internal", dependencies=[Depends(worker_auth)], include_in_schema=False)
@@ -47,18 +48,18 @@ router = APIRouter(prefix="/internal", dependencies=[Depends(worker_auth)], incl
 
 @router.post("/jobs/claim")
 async def claim_many(body: ClaimManyRequest, ctx: Ctx, at: Now) -> Any:
-    claims = await run_in_threadpool(_in_session, _claim, ctx, body.job_ids, body.worker_id, at)
+    answers = await run_in_threadpool(_in_session, _claim, ctx, body.job_ids, body.worker_id, at)
     return {
         "claims": [
-            c or {"job_id": j, "claimed": False} for j, c in zip(body.job_ids, claims, strict=True)
+            c or {"job_id": j, "claimed": False} for j, c in zip(body.job_ids, answers, strict=True)
         ]
     }
 
 
 @router.post("/jobs/{job_id}/claim")
 async def claim(job_id: str, body: ClaimRequest, ctx: Ctx, at: Now) -> Any:
-    claims = await run_in_threadpool(_in_session, _claim, ctx, [job_id], body.worker_id, at)
-    return claims[0] or JSONResponse({"claimed": False}, status_code=409)
+    answers = await run_in_threadpool(_in_session, _claim, ctx, [job_id], body.worker_id, at)
+    return answers[0] or JSONResponse({"claimed": False}, status_code=409)
 
 
 def _in_session(route: Callable[..., Any], ctx: AppContext, *args: Any) -> Any:
@@ -74,22 +75,22 @@ def _claim(
     expired: list[tuple[str, finish.Ending]] = []
     claimed: list[tuple[Job, bool]] = []  # (job, claimed again by the worker that holds it)
     for job_id in job_ids:
-        fresh = jobs.claim_queued(session, job_id, worker_id, at)  # the warm path's claim
+        fresh = job_store.claim_queued(session, job_id, worker_id, at)  # the warm path's claim
         if fresh is not None:
             claimed.append((fresh, False))
             continue
         pending = session.get(Job, job_id)
-        if pending is not None and pending.status in PENDING and jobs.ttl_passed(pending, at):
+        if pending is not None and pending.status in PENDING and job_store.ttl_passed(pending, at):
             # Its ttl ran out while it waited: it ends here, never runs.
             expired.append((job_id, finish.expired()))
             continue
         # the same worker claiming its running job again: its first answer was lost (jobs.claim)
         again = pending is not None and pending.status == JobStatus.RUNNING
-        job = jobs.claim(session, job_id, worker_id, at)
+        job = job_store.claim(session, job_id, worker_id, at)
         if job is not None:
             claimed.append((job, again))
     if any(not again for _, again in claimed):
-        workers.follow_jobs(session, ctx.settings, worker_id, at)  # busy, if it was idle
+        worker_records.follow_jobs(session, ctx.settings, worker_id, at)  # busy, if it was idle
     if expired:
         finish.finish(session, ctx.outbox, expired, at)  # commits the claims with them
     else:
@@ -193,7 +194,9 @@ def worker_state(
     except ValueError:
         raise InvalidRequest(f"unknown worker state {body.state!r}") from None
     at = datetime.fromtimestamp(body.at, UTC)
-    w = workers.transition(session, ctx.settings, worker_id, state, at, received, body.reason)
+    w = worker_records.transition(
+        session, ctx.settings, worker_id, state, at, received, body.reason
+    )
     w.last_heartbeat_at = received
     if body.takes_handoffs:
         w.takes_handoffs = True

@@ -1,6 +1,6 @@
 """Runs and jobs: sync (JSON or SSE) and async creation, reads, listing and cancel.
 
-The run logic shared with other routes is in `services/runs.py`; this module is HTTP only.
+The run logic shared with other routes is in `services/jobs/admission.py`; this module is HTTP only.
 """
 
 from __future__ import annotations
@@ -22,14 +22,8 @@ from control_plane.context import AppContext
 from control_plane.db.models import Deployment
 from control_plane.domain.eta import estimate_wait_s
 from control_plane.domain.states import JobKind, is_terminal
-from control_plane.services import (
-    cold_starts,
-    job_queries,
-    jobs,
-    runs,
-    timeline,
-    workers,
-)
+from control_plane.services.jobs import admission, job_queries, job_store, timeline
+from control_plane.services.workers import cold_starts, worker_records
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
@@ -70,14 +64,14 @@ async def run(
 ) -> Any:
     # A retried sync call (dropped connection) with the same key follows the same job.
     job, tenant_id = await offload.in_thread(
-        runs.create,
+        admission.create,
         ctx,
         bearer_token(authorization),
         name,
         body.input,
         JobKind.SYNC,
         idempotency_key=idempotency_key,
-        request_hash=runs.request_hash(name, body.input.model_dump()),
+        request_hash=admission.request_hash(name, body.input.model_dump()),
     )
     job_id = job["id"]
     headers = {"X-Job-Id": job_id}
@@ -90,11 +84,11 @@ async def run(
         return JSONResponse(job, status_code=200, headers=headers)
     wait_s = min(body.wait_s or ctx.settings.sync_wait_default_s, ctx.settings.sync_wait_max_s)
     try:
-        final = await runs.end_of(ctx, job_id, tenant_id, wait_s, request.is_disconnected)
-    except runs.CallerGone:
+        final = await admission.end_of(ctx, job_id, tenant_id, wait_s, request.is_disconnected)
+    except admission.CallerGone:
         return Response(status_code=499, headers=headers)
     if final is None:  # still running: the job as it stands
-        final = await offload.in_thread(runs.read, ctx, job_id, tenant_id)
+        final = await offload.in_thread(admission.read, ctx, job_id, tenant_id)
     return JSONResponse(
         final, status_code=200 if is_terminal(final["status"]) else 202, headers=headers
     )
@@ -102,7 +96,7 @@ async def run(
 
 async def _sse(ctx: AppContext, job_id: str, tenant_id: str) -> AsyncIterator[str]:
     idle_ticks = 0
-    async for event, data in runs.follow_or_cancel(ctx, job_id, tenant_id):
+    async for event, data in admission.follow_or_cancel(ctx, job_id, tenant_id):
         if event is None:
             idle_ticks += 1
             if idle_ticks % KEEPALIVE_EVERY_S == 0:
@@ -119,9 +113,9 @@ async def create_job(
     authorization: Annotated[str | None, Header()] = None,
     idempotency_key: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Any:
-    request_hash = runs.request_hash(name, body.model_dump())
+    request_hash = admission.request_hash(name, body.model_dump())
     job, _ = await offload.in_thread(
-        runs.create,
+        admission.create,
         ctx,
         bearer_token(authorization),
         name,
@@ -140,13 +134,13 @@ async def create_job(
 @router.get("/v1/jobs/{job_id}", responses={200: {"model": JobPublic}})
 def get_job(job_id: str, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("read")
-    row = jobs.get(session, who.tenant_id, job_id)
-    job = jobs.to_public(row)
+    row = job_store.get(session, who.tenant_id, job_id)
+    job = job_store.to_public(row)
     position = job_queries.queue_position(session, row)
     # Only a waiting job gets an ETA: polls of running and finished jobs stay one query.
     dep = session.get(Deployment, row.deployment_id) if position is not None else None
     if position is not None and dep is not None:
-        live = [w for w in workers.live(session, row.deployment_id) if w.state in SERVING]
+        live = [w for w in worker_records.live(session, row.deployment_id) if w.state in SERVING]
         cold_start = None if live else _cold_start(ctx, row.deployment_id, at)
         if cold_start is not None:
             job["cold_start"] = cold_start
@@ -164,9 +158,9 @@ def get_job(job_id: str, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
 @router.get("/v1/jobs/{job_id}/timeline", response_model=JobTimeline)
 def job_timeline(job_id: str, session: Db, who: Principal, at: Now) -> Any:
     """Where the job's time went: queue, the boot / load / warm of the worker it waited on,
-    each attempt's run; and its cost share (services/timeline.py)."""
+    each attempt's run; and its cost share (services/jobs/timeline.py)."""
     who.require("read")
-    return timeline.timeline(session, jobs.get(session, who.tenant_id, job_id), at)
+    return timeline.timeline(session, job_store.get(session, who.tenant_id, job_id), at)
 
 
 def _cold_start(ctx: AppContext, deployment_id: str, at: datetime) -> dict[str, Any] | None:
@@ -188,14 +182,14 @@ def list_jobs(
     cursor: str | None = None,
 ) -> Any:
     who.require("read")
-    rows, next_cursor = jobs.list_(
+    rows, next_cursor = job_store.list_(
         session, who.tenant_id, deployment=deployment, status=status, limit=limit, cursor=cursor
     )
-    return {"data": [jobs.to_public(j) for j in rows], "next_cursor": next_cursor}
+    return {"data": [job_store.to_public(j) for j in rows], "next_cursor": next_cursor}
 
 
 @router.post("/v1/jobs/{job_id}/cancel", responses={200: {"model": JobPublic}})
 def cancel_job(job_id: str, ctx: Ctx, who: Principal) -> Any:
     who.require("run")
-    job = runs.cancel(ctx, job_id, who.tenant_id)
+    job = admission.cancel(ctx, job_id, who.tenant_id)
     return JSONResponse(job, headers={"X-Job-Id": job_id})

@@ -11,7 +11,7 @@ from control_plane.api.context import Db, Now, Principal
 from control_plane.api.schemas import KeyCreated, KeyList, TenantCreated, TenantList
 from control_plane.db.models import Tenant
 from control_plane.domain.clock import iso
-from control_plane.services import auth
+from control_plane.services.tenants import api_keys
 
 router = APIRouter(tags=["keys"])
 
@@ -36,11 +36,11 @@ class TenantCreate(BaseModel):
 def _check_scopes(scopes: list[str]) -> None:
     from control_plane.errors import InvalidRequest
 
-    unknown = sorted(set(scopes) - auth.SCOPES)
+    unknown = sorted(set(scopes) - api_keys.SCOPES)
     if unknown:
         raise InvalidRequest(
-            f"unknown scopes {unknown}; allowed: {sorted(auth.SCOPES)}",
-            errors=[{"field": "scopes", "message": f"one of {sorted(auth.SCOPES)}"}],
+            f"unknown scopes {unknown}; allowed: {sorted(api_keys.SCOPES)}",
+            errors=[{"field": "scopes", "message": f"one of {sorted(api_keys.SCOPES)}"}],
         )
 
 
@@ -49,21 +49,21 @@ def create_key(body: KeyCreate, session: Db, who: Principal, at: Now) -> Any:
     """Create an API key; its secret is in this answer only (stored hashed)."""
     who.require("admin")
     _check_scopes(body.scopes)
-    row, full = auth.create_api_key(session, who.tenant_id, set(body.scopes), at, body.name)
+    row, full = api_keys.create_api_key(session, who.tenant_id, set(body.scopes), at, body.name)
     session.commit()
-    return {**auth.key_public(row), "key": full}
+    return {**api_keys.key_public(row), "key": full}
 
 
 @router.get("/v1/keys", response_model=KeyList)
 def list_keys(session: Db, who: Principal) -> Any:
     who.require("admin")
-    return {"data": [auth.key_public(k) for k in auth.list_keys(session, who.tenant_id)]}
+    return {"data": [api_keys.key_public(k) for k in api_keys.list_keys(session, who.tenant_id)]}
 
 
 @router.delete("/v1/keys/{key_id}", status_code=204)
 def revoke_key(key_id: str, session: Db, who: Principal, at: Now) -> Response:
     who.require("admin")
-    auth.revoke_key(session, who.tenant_id, key_id, at)
+    api_keys.revoke_key(session, who.tenant_id, key_id, at)
     session.commit()
     return Response(status_code=204)
 
@@ -82,22 +82,22 @@ def _tenant_public(t: Tenant) -> dict[str, Any]:
 @router.post("/v1/tenants", status_code=201, response_model=TenantCreated)
 def create_tenant(body: TenantCreate, session: Db, who: Principal, at: Now) -> Any:
     """Operator only: a new tenant and its first admin key (shown once)."""
-    auth.require_operator(session, who)
+    api_keys.require_operator(session, who)
     t = at
-    tenant = auth.create_tenant(session, body.name, t)
+    tenant = api_keys.create_tenant(session, body.name, t)
     tenant.requests_per_min = body.requests_per_min
     tenant.tokens_per_min = body.tokens_per_min
     tenant.max_in_flight = body.max_in_flight
     session.flush()
-    row, full = auth.create_api_key(session, tenant.id, {"admin"}, t, name="initial admin")
+    row, full = api_keys.create_api_key(session, tenant.id, {"admin"}, t, name="initial admin")
     session.commit()
-    return {**_tenant_public(tenant), "admin_key": {**auth.key_public(row), "key": full}}
+    return {**_tenant_public(tenant), "admin_key": {**api_keys.key_public(row), "key": full}}
 
 
 @router.get("/v1/tenants", response_model=TenantList)
 def list_tenants(session: Db, who: Principal) -> Any:
     from sqlalchemy import select
 
-    auth.require_operator(session, who)
+    api_keys.require_operator(session, who)
     rows = session.scalars(select(Tenant).order_by(Tenant.created_at))
     return {"data": [_tenant_public(t) for t in rows]}

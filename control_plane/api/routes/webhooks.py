@@ -15,7 +15,8 @@ from control_plane.api.schemas import WebhookSecret
 from control_plane.db.models import Tenant
 from control_plane.domain.states import is_terminal
 from control_plane.errors import Conflict
-from control_plane.services import batches, jobs, webhook_delivery, webhook_endpoints, webhooks
+from control_plane.services.jobs import batches, job_store
+from control_plane.services.webhooks import delivery, endpoints, signing
 from control_plane.tasks_api import enqueue_webhook
 
 router = APIRouter(tags=["webhooks"])
@@ -67,30 +68,30 @@ class Redelivery(BaseModel):
 @router.post("/v1/webhooks/endpoints", status_code=201, response_model=EndpointWithSecret)
 def create_endpoint(body: EndpointCreate, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("admin")
-    webhooks.check_target(body.url, ctx.settings.webhook_allow_private, field="url")
-    ep = webhook_endpoints.create(session, who.tenant_id, body.url, at)
+    signing.check_target(body.url, ctx.settings.webhook_allow_private, field="url")
+    ep = endpoints.create(session, who.tenant_id, body.url, at)
     session.commit()
-    return JSONResponse(webhook_endpoints.to_public(ep, with_secret=True), status_code=201)
+    return JSONResponse(endpoints.to_public(ep, with_secret=True), status_code=201)
 
 
 @router.get("/v1/webhooks/endpoints", response_model=EndpointList)
 def list_endpoints(session: Db, who: Principal) -> Any:
     who.require("admin")
-    rows = webhook_endpoints.list_(session, who.tenant_id)
-    return {"data": [webhook_endpoints.to_public(ep, with_secret=False) for ep in rows]}
+    rows = endpoints.list_(session, who.tenant_id)
+    return {"data": [endpoints.to_public(ep, with_secret=False) for ep in rows]}
 
 
 @router.get("/v1/webhooks/endpoints/{endpoint_id}", response_model=EndpointWithSecret)
 def get_endpoint(endpoint_id: str, session: Db, who: Principal) -> Any:
     who.require("admin")
-    ep = webhook_endpoints.get(session, who.tenant_id, endpoint_id)
-    return webhook_endpoints.to_public(ep, with_secret=True)
+    ep = endpoints.get(session, who.tenant_id, endpoint_id)
+    return endpoints.to_public(ep, with_secret=True)
 
 
 @router.delete("/v1/webhooks/endpoints/{endpoint_id}", status_code=204)
 def delete_endpoint(endpoint_id: str, session: Db, who: Principal) -> Response:
     who.require("admin")
-    webhook_endpoints.delete(session, who.tenant_id, endpoint_id)
+    endpoints.delete(session, who.tenant_id, endpoint_id)
     session.commit()
     return Response(status_code=204)
 
@@ -101,50 +102,50 @@ def webhook_secret(session: Db, who: Principal, at: Now) -> Any:
     who.require("admin")
     tenant = session.get(Tenant, who.tenant_id)
     assert tenant is not None
-    return webhook_endpoints.default_secret_to_public(tenant, at)
+    return endpoints.default_secret_to_public(tenant, at)
 
 
 @router.post("/v1/webhooks/secret/rotate", response_model=WebhookSecret)
 def rotate_webhook_secret(ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     """A new default secret; the current one keeps signing for the rotation overlap."""
     who.require("admin")
-    tenant = webhook_endpoints.rotate_default(
+    tenant = endpoints.rotate_default(
         session, who.tenant_id, at, ctx.settings.webhook_rotation_overlap_s
     )
     session.commit()
-    return webhook_endpoints.default_secret_to_public(tenant, at)
+    return endpoints.default_secret_to_public(tenant, at)
 
 
 @router.post("/v1/webhooks/endpoints/{endpoint_id}/rotate", response_model=EndpointWithSecret)
 def rotate_endpoint(endpoint_id: str, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("admin")
-    ep = webhook_endpoints.rotate(
+    ep = endpoints.rotate(
         session, who.tenant_id, endpoint_id, at, ctx.settings.webhook_rotation_overlap_s
     )
     session.commit()
-    return webhook_endpoints.to_public(ep, with_secret=True)
+    return endpoints.to_public(ep, with_secret=True)
 
 
 @router.get("/v1/jobs/{job_id}/webhook/deliveries", response_model=DeliveryList)
 def job_deliveries(job_id: str, session: Db, who: Principal) -> Any:
     who.require("read")
-    job = jobs.get(session, who.tenant_id, job_id)
-    rows = webhook_delivery.deliveries(session, job_id=job.id)
-    return {"data": [webhook_delivery.delivery_public(d) for d in rows]}
+    job = job_store.get(session, who.tenant_id, job_id)
+    rows = delivery.deliveries(session, job_id=job.id)
+    return {"data": [delivery.delivery_public(d) for d in rows]}
 
 
 @router.post("/v1/jobs/{job_id}/webhook/redeliver", status_code=202, response_model=Redelivery)
 def redeliver(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
     """Send `job.completed` of a finished job again, as a new message (fresh webhook-id)."""
     who.require("run")
-    job = jobs.get(session, who.tenant_id, job_id)
+    job = job_store.get(session, who.tenant_id, job_id)
     if not is_terminal(job.status):
         raise Conflict(f"job '{job_id}' is {job.status}; only a finished job is redelivered")
     if not job.webhook_url:
         raise Conflict(f"job '{job_id}' has no webhook")
     job.webhook_status = "pending"
     session.commit()
-    msg_id = webhooks.message_id(job.id, "completed", "r" + secrets.token_hex(4))
+    msg_id = signing.message_id(job.id, "completed", "r" + secrets.token_hex(4))
     enqueue_webhook(ctx.celery, job.id, "job.completed", msg_id)
     return JSONResponse({"job_id": job.id, "msg_id": msg_id}, status_code=202)
 
@@ -153,5 +154,5 @@ def redeliver(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
 def batch_deliveries(batch_id: str, session: Db, who: Principal) -> Any:
     who.require("read")
     batch = batches.get(session, who.tenant_id, batch_id)
-    rows = webhook_delivery.deliveries(session, batch_id=batch.id)
-    return {"data": [webhook_delivery.delivery_public(d) for d in rows]}
+    rows = delivery.deliveries(session, batch_id=batch.id)
+    return {"data": [delivery.delivery_public(d) for d in rows]}

@@ -4,7 +4,7 @@
   between consecutive arrivals, with the longer pauses of further back (the idle windows'
   input), and the last arrival. The simulator
   builds it with `ArrivalHistory`; the live platform keeps the same counts in Redis
-  (`services/arrivals.py`) and reads them back into the same shape.
+  (`services/scaling/arrivals.py`) and reads them back into the same shape.
 - `ConcurrencyWindow`: demand (queued + running) sampled every tick, averaged over the stable
   and panic windows as Knative's KPA does.
 """

@@ -7,12 +7,12 @@ one generation number in Redis.
     dep = view.deployment(session, who.tenant_id, name)
     limits = view.limits(session, who.tenant_id)
 
-An admission spares the GET: `recent_view()` is the cache at the generation this process read
-last, unconfirmed, and the quota script that charges the call checks that generation in the
-same round trip (`Quotas.admit(..., generation=...)`). A call whose generation moved meanwhile
-is charged nothing and decided again on a `view()` (`services/runs.py`), and so is every call
-such a view refused: whatever was decided on an unconfirmed view is either confirmed before
-anything is written or decided again.
+An admission spares the GET: `recent_view()` is the cache at the generation this process read last,
+unconfirmed, and the quota script that charges the call checks that generation in the same round
+trip (`Quotas.admit(..., generation=...)`). A call whose generation moved meanwhile is charged
+nothing and decided again on a `view()` (`services/jobs/admission.py`), and so is every call such a
+view refused: whatever was decided on an unconfirmed view is either confirmed before anything is
+written or decided again.
 
 Any commit that changes an API key, a deployment or a tenant bumps the generation
 (`install_invalidation`, a session hook: no call site can forget it), so the next request of
@@ -39,7 +39,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.db.models import ApiKey, Deployment, Tenant
 from control_plane.domain.spec import Spec
-from control_plane.services import auth, deployments
+from control_plane.services import deployments
+from control_plane.services.tenants import api_keys
 
 log = logging.getLogger(__name__)
 GENERATION_KEY = "platform:edge-cache:generation"
@@ -131,11 +132,11 @@ class EdgeView:
     # read from Redis for this view; False: the generation last seen (`recent_view`)
     fresh: bool = True
 
-    def principal(self, session: Session, token: str) -> auth.Principal:
+    def principal(self, session: Session, token: str) -> api_keys.Principal:
         # Keyed by a hash: the process keeps no usable secret in this cache.
         digest = hashlib.sha256(token.encode()).digest()
         return self.cache._lookup(
-            "key", digest, self.generation, lambda: auth.authenticate(session, token)
+            "key", digest, self.generation, lambda: api_keys.authenticate(session, token)
         )
 
     def deployment(self, session: Session, tenant_id: str, name: str) -> DeploymentRef:

@@ -28,8 +28,8 @@ from typing import Any
 
 from common.model_config import ModelConfig
 from control_plane.errors import InvalidRequest
-from control_plane.services import object_store
-from control_plane.services.storage import Access
+from control_plane.services.storage import object_store
+from control_plane.services.storage.storage_access import Access
 from loader.errors import LoaderError
 from loader.header import HEADER_PREFIX_BYTES, Header, header_length, parse_header
 from loader.objects import INDEX_NAME, SINGLE_NAME, CheckpointObjects, check_index

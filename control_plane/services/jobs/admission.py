@@ -4,7 +4,7 @@
     create        authenticate, resolve the input with the deployment's defaults, check it fits
                   the model's context and the tenant's quota, commit the job, then record its
                   arrival (the autoscaler's history) and wake a worker
-    read / cancel a job of the caller's tenant (cancel ends it through `services.finish`)
+    read / cancel a job of the caller's tenant (cancel ends it through `services.jobs.finish`)
     end_of        a sync job as it ended, for a caller that waits for the end alone
     follow_or_cancel  a job's events until its end; a consumer that goes away cancels it
 
@@ -29,20 +29,13 @@ from control_plane.db.models import Job
 from control_plane.domain.states import JobKind
 from control_plane.errors import ControlPlaneError, InvalidRequest
 from control_plane.metrics import families
-from control_plane.services import (
-    claimed,
-    events,
-    finish,
-    handoff,
-    job_queries,
-    jobs,
-    webhooks,
-)
-from control_plane.services.auth import Principal
-from control_plane.services.dispatch import wake
-from control_plane.services.edge_cache import DeploymentRef, EdgeView, TenantLimits
-from control_plane.services.local_ends import End
-from control_plane.services.quotas import Limits, StaleView
+from control_plane.services.jobs import claims, events, finish, handoff, job_queries, job_store
+from control_plane.services.jobs.dispatch import wake
+from control_plane.services.jobs.local_ends import End
+from control_plane.services.tenants.api_keys import Principal
+from control_plane.services.tenants.edge_cache import DeploymentRef, EdgeView, TenantLimits
+from control_plane.services.tenants.quotas import Limits, StaleView
+from control_plane.services.webhooks import signing
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +88,7 @@ def create(
             # a worker with a free slot to hand the job to (handoff.py), read before the INSERT
             to = handoff.pick(session, ctx.settings, dep) if replay is None else None
             now = ctx.clock()
-            job, created = jobs.create(
+            job, created = job_store.create(
                 session,
                 dep,
                 resolved,
@@ -116,7 +109,7 @@ def create(
                 handed = handoff.give(session, ctx.settings, dep, job, to, now)
             # NOTE: the commit comes before any acknowledgement or wake-up (DESIGN §5).
             session.commit()
-            public = jobs.to_public(job if handed is None else handed.job)
+            public = job_store.to_public(job if handed is None else handed.job)
             dep_id = dep.id
             tenant_id = who.tenant_id
         if span is not None:
@@ -133,12 +126,12 @@ def create(
         if created:
             # The arrival goes in the wake-up's round trip. Every admitted call passes here
             # (run, stream, jobs, OpenAI); batch lines count when they are dispatched
-            # (`services/batches.py`). Best effort: never fails the call.
+            # (`services/jobs/batches.py`). Best effort: never fails the call.
             woken = wake(ctx.redis, dep_id, public["id"], kind, arrival=now, handoff=handed)
             if span is not None:
                 span.add_event("woken", {"platform.wake.sent": woken})
             if handed is not None:
-                claimed.announce(ctx, handed.job, handed.worker_id, now)
+                claims.announce(ctx, handed.job, handed.worker_id, now)
                 families.job_handed_off(handed.job)
     return public, tenant_id
 
@@ -162,7 +155,7 @@ def _decide(
     who.require("run")
     dep = view.deployment(session, who.tenant_id, name)
     if webhook:
-        webhooks.check_target(webhook, ctx.settings.webhook_allow_private)
+        signing.check_target(webhook, ctx.settings.webhook_allow_private)
     resolved = job_input.resolved(dep.spec.defaults)
     prompt_tokens = check_fits_context(ctx, dep, resolved)
     tokens = prompt_tokens + int(resolved["max_tokens"])
@@ -196,7 +189,7 @@ def admit(
     def count_in_flight() -> int | None:
         nonlocal replay
         if idempotency_key is not None:
-            replay = jobs.replay_of(session, tenant_id, idempotency_key)
+            replay = job_store.replay_of(session, tenant_id, idempotency_key)
             if replay is not None:
                 return None  # a replay is not charged again
         # Counting stops at the limit: the answer needed is only whether the tenant is at it.
@@ -236,17 +229,17 @@ def request_hash(name: str, body: dict[str, Any]) -> str:
 
 def read(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
     with ctx.sessions() as session:
-        return jobs.to_public(jobs.get(session, tenant_id, job_id))
+        return job_store.to_public(job_store.get(session, tenant_id, job_id))
 
 
 def cancel(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
     """Cancel a job of this tenant unless it already ended; returns the job as it is now."""
     with ctx.sessions() as session:
-        job = jobs.get(session, tenant_id, job_id)  # another tenant's job is a 404
+        job = job_store.get(session, tenant_id, job_id)  # another tenant's job is a 404
         finish.finish(
             session, ctx.outbox, [(job_id, finish.canceled("canceled_by_user"))], ctx.clock()
         )
-        return jobs.to_public(job)  # reloaded after the commit: the state it ended in
+        return job_store.to_public(job)  # reloaded after the commit: the state it ended in
 
 
 def cancel_quietly(ctx: AppContext, job_id: str, tenant_id: str) -> None:

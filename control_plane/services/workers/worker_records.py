@@ -21,7 +21,8 @@ from control_plane.domain.ids import new_id
 from control_plane.domain.states import JobStatus
 from control_plane.errors import NotFound
 from control_plane.metrics import families, on_commit
-from control_plane.services import auth, billing
+from control_plane.services.tenants import api_keys
+from control_plane.services.workers import billing
 from control_plane.settings import Settings
 
 LIVE_STATES = frozenset(
@@ -66,7 +67,7 @@ def create(
 def _platform_tenant(session: Session, now: datetime) -> None:
     if session.get(Tenant, PLATFORM_TENANT_ID) is not None:
         return
-    auth.create_tenant(session, "platform", now, tenant_id=PLATFORM_TENANT_ID)
+    api_keys.create_tenant(session, "platform", now, tenant_id=PLATFORM_TENANT_ID)
     try:
         with session.begin_nested():
             session.flush()
@@ -285,7 +286,7 @@ def live(session: Session, deployment_id: str | None = None) -> list[Worker]:
     return kept.rows(session, _LIVE_KEY, Worker, lambda: list(session.scalars(query)))
 
 
-_LIVE_KEY = "services.workers.live"
+_LIVE_KEY = "services.workers.worker_records.live"
 _LIVE_VALUES = [s.value for s in LIVE_STATES | {WorkerState.DRAINING}]
 
 

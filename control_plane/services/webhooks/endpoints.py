@@ -20,7 +20,7 @@ from control_plane.db.models import Tenant, WebhookEndpoint
 from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
 from control_plane.errors import Conflict, NotFound
-from control_plane.services.auth import new_webhook_secret
+from control_plane.services.tenants.api_keys import new_webhook_secret
 
 
 def create(session: Session, tenant_id: str, url: str, now: datetime) -> WebhookEndpoint:

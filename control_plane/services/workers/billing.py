@@ -106,7 +106,7 @@ def close_segment(
 def roll_open_segments(session: Session, settings: Settings, now: datetime) -> None:
     """Close the open segment of every live worker that has been in one phase for a minute."""
     from control_plane.domain.billing_math import phase_of
-    from control_plane.services.workers import live
+    from control_plane.services.workers.worker_records import live
 
     for w in live(session):
         phase = phase_of(w.state, pooled=w.deployment_id is None)

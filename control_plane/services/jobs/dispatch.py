@@ -26,8 +26,9 @@ from common.protocol import (
     worker_handoffs_key,
 )
 from control_plane.domain.wakeups import Unacked, control_task_eta, job_of
-from control_plane.services import arrivals, events
-from control_plane.services.handoff import HandOff
+from control_plane.services.jobs import events
+from control_plane.services.jobs.handoff import HandOff
+from control_plane.services.scaling import arrivals
 from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE
 

@@ -38,8 +38,9 @@ from common.protocol import PRIORITY_OF_KIND, WorkerState
 from control_plane.db.models import Job, Worker
 from control_plane.domain import fleet
 from control_plane.domain.states import JobStatus
-from control_plane.services import claimed, jobs, workers
-from control_plane.services.edge_cache import DeploymentRef
+from control_plane.services.jobs import claims, job_store
+from control_plane.services.tenants.edge_cache import DeploymentRef
+from control_plane.services.workers import worker_records
 from control_plane.settings import Settings
 
 _workers = Worker.metadata.tables["workers"]
@@ -110,17 +111,17 @@ def give(
     """Claim the just-inserted `job` for `worker_id` (`pick`), in the caller's transaction
     (not committed); None when the claim is refused (it waits for a worker's claim)."""
     # a job with a ttl takes the general claim (which would judge the ttl; it has not run out)
-    taken = jobs.claim_queued(session, job.id, worker_id, now) or jobs.claim(
+    taken = job_store.claim_queued(session, job.id, worker_id, now) or job_store.claim(
         session, job.id, worker_id, now
     )
     if taken is None:
         return None
-    workers.follow_jobs(session, settings, worker_id, now)  # busy, if it was idle
+    worker_records.follow_jobs(session, settings, worker_id, now)  # busy, if it was idle
     return HandOff(taken, worker_id, message(taken, dep))
 
 
 def message(job: Job, dep: DeploymentRef) -> bytes:
     """What the worker pops: the claim's answer, with the job's broker priority."""
-    body = claimed.answer(job, dep.spec)
+    body = claims.answer(job, dep.spec)
     body["priority"] = PRIORITY_OF_KIND.get(job.kind, PRIORITY_OF_KIND["async"])
     return json.dumps(body).encode()

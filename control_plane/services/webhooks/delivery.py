@@ -37,8 +37,10 @@ from control_plane.domain.clock import iso
 from control_plane.domain.states import TERMINAL
 from control_plane.domain.webhook_resend import MAX_JITTER
 from control_plane.metrics import families
-from control_plane.services import batches, cold_starts, jobs, webhook_endpoints, webhooks
-from control_plane.services.webhooks import DeliveryResult
+from control_plane.services.jobs import batches, job_store
+from control_plane.services.webhooks import endpoints, signing
+from control_plane.services.webhooks.signing import DeliveryResult
+from control_plane.services.workers import cold_starts
 from control_plane.settings import Settings
 
 if TYPE_CHECKING:
@@ -166,7 +168,7 @@ def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) ->
         job = session.get(Job, msg.job_id)
         if job is None or not job.webhook_url:
             return None
-        tenant_id, url, data = job.tenant_id, job.webhook_url, jobs.to_public(job)
+        tenant_id, url, data = job.tenant_id, job.webhook_url, job_store.to_public(job)
         traceparent = job.traceparent
         if msg.event_type == OUTPUT_EVENT:
             data["output"] = {"text": read_progress(env.redis, job.id).text, "finish_reason": None}
@@ -180,7 +182,7 @@ def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) ->
         tenant_id, url, data = batch.tenant_id, batch.webhook_url, batches.to_public(session, batch)
     else:
         return None
-    secrets, ep = webhook_endpoints.signing_secrets(session, tenant_id, url, now)
+    secrets, ep = endpoints.signing_secrets(session, tenant_id, url, now)
     refusal = None
     if ep is not None and ep.disabled_at is not None:
         refusal = DeliveryResult(
@@ -195,14 +197,14 @@ def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) ->
 
 def _send(env: DeliveryEnv, p: _Prepared, msg: Message, now: datetime) -> DeliveryResult:
     # NOTE: checked again at delivery time: the host may resolve elsewhere than when accepted.
-    problem = webhooks.target_problem(p.url, env.settings.webhook_allow_private)
+    problem = signing.target_problem(p.url, env.settings.webhook_allow_private)
     if problem is not None:
         return DeliveryResult(
             None, f"not sent: {problem.reason}", ok=False, gone=False, permanent=problem.permanent
         )
     timestamp = int(now.timestamp())
-    body = webhooks.payload(msg.event_type, timestamp, p.data)
-    return webhooks.send_once(env.http, p.url, p.secrets, msg.msg_id, timestamp, body)
+    body = signing.payload(msg.event_type, timestamp, p.data)
+    return signing.send_once(env.http, p.url, p.secrets, msg.msg_id, timestamp, body)
 
 
 def _record(
@@ -230,7 +232,7 @@ def _record(
     if result.gone and p.endpoint_id is not None:
         ep = session.get(WebhookEndpoint, p.endpoint_id)
         if ep is not None:
-            webhook_endpoints.disable(ep, "the receiver answered 410 Gone", now)
+            endpoints.disable(ep, "the receiver answered 410 Gone", now)
     subject: Job | Batch | None = (
         session.get(Job, msg.job_id) if msg.job_id else session.get(Batch, msg.batch_id)
     )
@@ -324,7 +326,7 @@ def follow_step(
         return stop  # job.completed carries the final text
     if progress.last_output_id is None or progress.last_output_id == sent_id:
         return FollowStep(None, sent_id, again=True)
-    msg_id = webhooks.message_id(job_id, "output", attempt, seq)
+    msg_id = signing.message_id(job_id, "output", attempt, seq)
     return FollowStep(msg_id, progress.last_output_id, again=True)
 
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlparse
 
 from control_plane.errors import InvalidRequest, NotFound, Unavailable
-from control_plane.services import storage
-from control_plane.services.storage import Access
+from control_plane.services.storage import storage_access
+from control_plane.services.storage.storage_access import Access
 from control_plane.settings import Settings
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def split_uri(uri: str, field: str = "input_uri") -> tuple[str, str]:
 
 def client(settings: Settings) -> S3Client:
     """The platform's own client (its results, its store), credentials from the environment."""
-    return storage.s3_client(storage.platform_access(settings))
+    return storage_access.s3_client(storage_access.platform_access(settings))
 
 
 def error_code(exc: Any) -> str:
@@ -133,7 +133,7 @@ def _with_s3(access: Access, field: str, fn: Callable[[S3Client, str, str], T]) 
         )
     bucket, key = split_uri(access.uri, field)
     try:
-        return fn(storage.s3_client(access), bucket, key)
+        return fn(storage_access.s3_client(access), bucket, key)
     except ClientError as exc:
         if error_code(exc) in MISSING or error_code(exc) in _DENIED:
             raise _unreadable(access, field) from None

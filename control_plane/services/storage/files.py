@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from control_plane.domain import uris
 from control_plane.errors import InvalidRequest, NotFound, TooLarge, Unavailable
-from control_plane.services import object_store, storage
+from control_plane.services.storage import object_store, storage_access
 from control_plane.settings import Settings
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def storage_errors() -> Iterator[None]:
 
 def file_location(path: str) -> uris.Location:
     """`path` as a file of the caller's namespace; 422 for a prefix or a traversal."""
-    loc = storage.parse(uris.STORE_SCHEME + path, "path")
+    loc = storage_access.parse(uris.STORE_SCHEME + path, "path")
     if loc.key.endswith("/"):
         raise InvalidRequest(
             f"path {path!r} names a directory; give a file name",
@@ -221,9 +221,9 @@ def list_(
 
     # Both become S3 keys: the same rules as any path a tenant names.
     if prefix:
-        storage.parse(uris.STORE_SCHEME + prefix, "prefix")
+        storage_access.parse(uris.STORE_SCHEME + prefix, "prefix")
     if cursor:
-        storage.parse(uris.STORE_SCHEME + cursor, "cursor")
+        storage_access.parse(uris.STORE_SCHEME + cursor, "cursor")
     base = uris.store_key(tenant_id, "")
     kwargs: dict[str, Any] = {"Bucket": settings.store_bucket, "Prefix": base + prefix}
     kwargs["MaxKeys"] = max(1, min(limit, MAX_LIST))

@@ -1,6 +1,7 @@
 """What follows a job's claim, whoever claimed it: a worker's claim request
 (`api/routes/internal.py`) or the admission that handed the job to a worker
-(`services/handoff.py`). The claim itself is `services/jobs.claim` / `claim_queued`."""
+(`services/jobs/handoff.py`). The claim itself is `services/jobs/job_store.claim` /
+`claim_queued`."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from sqlalchemy.orm import Session
 from common import tracing
 from control_plane.db.models import Job
 from control_plane.domain.spec import Spec
-from control_plane.services import job_traces, webhooks
+from control_plane.services.jobs import job_traces
+from control_plane.services.webhooks import signing
 from control_plane.tasks_api import enqueue_output_follower, enqueue_webhook
 
 if TYPE_CHECKING:
@@ -44,7 +46,7 @@ def announce(
     (in `session`, or one of its own when tracing is on)."""
     if job.webhook_url and "started" in (job.webhook_events or []):
         try:
-            msg_id = webhooks.message_id(job.id, "started", job.attempt)
+            msg_id = signing.message_id(job.id, "started", job.attempt)
             enqueue_webhook(ctx.celery, job.id, "job.started", msg_id)
         except Exception:
             log.exception("could not enqueue the started webhook of job %s", job.id)

@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.errors import ControlPlaneError
-from control_plane.services import object_store, storage
-from control_plane.services.storage import Access
+from control_plane.services.storage import object_store, storage_access
+from control_plane.services.storage.storage_access import Access
 from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class ModelMetaCache:
     def _read_entry(self, key: tuple[str, int], tenant_id: str, model_uri: str) -> ModelMeta | None:
         try:
             with self._sessions() as session:
-                access = storage.resolve(session, self._settings, tenant_id, model_uri)
+                access = storage_access.resolve(session, self._settings, tenant_id, model_uri)
             meta = load(access)
         except Exception as exc:
             # The worker will report the real problem; the edge just cannot pre-check.

@@ -33,9 +33,9 @@ from sqlalchemy.orm import Session
 
 from control_plane.db.models import Job
 from control_plane.domain.states import ACTIVE, PENDING
-from control_plane.services import arrivals
-from control_plane.services.dispatch import wake as wake_job
-from control_plane.services.job_queries import states_sql
+from control_plane.services.jobs.dispatch import wake as wake_job
+from control_plane.services.jobs.job_queries import states_sql
+from control_plane.services.scaling import arrivals
 
 log = logging.getLogger(__name__)
 _jobs = Job.metadata.tables["jobs"]

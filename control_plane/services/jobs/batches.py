@@ -33,8 +33,10 @@ from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import ACTIVE, PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
-from control_plane.services import batch_slots, finish, object_store, webhooks
+from control_plane.services.jobs import batch_slots, finish
 from control_plane.services.paging import tenant_page
+from control_plane.services.storage import object_store
+from control_plane.services.webhooks import signing
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_batch_webhook
 
@@ -311,7 +313,7 @@ def _complete(
     if batch.webhook_url:
         try:
             enqueue_batch_webhook(
-                celery, batch.id, "batch.completed", webhooks.message_id(batch.id, "completed")
+                celery, batch.id, "batch.completed", signing.message_id(batch.id, "completed")
             )
         except Exception:
             log.exception("batch %s: could not enqueue its webhook", batch.id)

@@ -1,9 +1,9 @@
 """Jobs: create (committed before acknowledged), read, claim, and attempts.
 
-Fencing: a claim bumps `attempt`; a worker's final report applies only for the current attempt
-while the job runs (`services/finish.py`, the one place a job ends), so a stale attempt can never
-overwrite a newer one and a terminal state is final. Read-side queries for the reconcilers and
-ETAs are in `job_queries.py`.
+Fencing: a claim bumps `attempt`; a worker's final report applies only for the current attempt while
+the job runs (`services/jobs/finish.py`, the one place a job ends), so a stale attempt can never
+overwrite a newer one and a terminal state is final. Read-side queries for the reconcilers and ETAs
+are in `job_queries.py`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import PENDING, JobStatus
 from control_plane.errors import Conflict, NotFound
-from control_plane.services.edge_cache import DeploymentRef
-from control_plane.services.job_queries import states_sql
+from control_plane.services.jobs.job_queries import states_sql
 from control_plane.services.paging import tenant_page
+from control_plane.services.tenants.edge_cache import DeploymentRef
 
 
 def create(

@@ -19,7 +19,7 @@ from redis.exceptions import NoScriptError
 
 from common.protocol import rate_limit_key
 from control_plane.errors import InvalidRequest, RateLimited, Unavailable
-from control_plane.services.edge_cache import GENERATION_KEY
+from control_plane.services.tenants.edge_cache import GENERATION_KEY
 
 log = logging.getLogger(__name__)
 

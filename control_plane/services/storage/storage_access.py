@@ -34,7 +34,7 @@ from control_plane.db.models import StorageCredential, Tenant
 from control_plane.domain import uris
 from control_plane.domain.ids import new_id
 from control_plane.errors import Conflict, InvalidRequest, NotFound
-from control_plane.services import secrets_box
+from control_plane.services.storage import secrets_box
 from control_plane.settings import Settings
 
 if TYPE_CHECKING:

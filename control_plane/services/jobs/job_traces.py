@@ -7,7 +7,7 @@ drawn when its first attempt is claimed, with the cold start it waited on (docs/
     ├── worker.load              its weight load
     └── worker.warm              its warm-up
 
-The phases come from the worker's billing records (services/timeline.py reads the same for the
+The phases come from the worker's billing records (services/jobs/timeline.py reads the same for the
 console): a job that waited on a cold start shows where those seconds went, and why that worker
 was started (`platform.worker.start_reason`: the autoscaler's reason). Only the job's tenant's
 records count: a warm-pool worker's time before its assignment is the platform's. Nothing here
@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from common import tracing
 from control_plane.db.models import Job, Worker
-from control_plane.services import timeline
+from control_plane.services.jobs import timeline
 
 START_REASON = "platform.worker.start_reason"
 ACCELERATOR = "platform.worker.accelerator"

@@ -18,7 +18,7 @@ import redis
 
 from common.protocol import EventType, cold_start_key
 from control_plane.domain.cold_start import ColdStart, aged
-from control_plane.services import events
+from control_plane.services.jobs import events
 
 # GET /v1/jobs/{id} shows a cold start this long after the last tick that wrote it (one that
 # still sees it under way writes it again within KEY_REWRITE_S).

@@ -43,9 +43,10 @@ from common.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
 from control_plane.db.models import Job
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobKind, JobStatus
 from control_plane.metrics import families
-from control_plane.services import batch_slots, events, jobs, webhooks
-from control_plane.services.job_queries import states_sql
-from control_plane.services.local_ends import LocalEnds
+from control_plane.services.jobs import batch_slots, events, job_store
+from control_plane.services.jobs.job_queries import states_sql
+from control_plane.services.jobs.local_ends import LocalEnds
+from control_plane.services.webhooks import signing
 from control_plane.tasks_api import enqueue_webhook
 
 log = logging.getLogger(__name__)
@@ -263,7 +264,7 @@ def _end_attempt(session: Session, job: Job, ending: Ending, now: datetime) -> N
     up to now, like a worker's own report; an attempt lost with its worker was already closed
     (unbilled) by the reconciler."""
     cached = (ending.output or {}).get("cached_tokens")
-    jobs.end_attempt(
+    job_store.end_attempt(
         session,
         job.id,
         job.attempt,
@@ -313,7 +314,9 @@ def _announce(outbox: Outbox, ended: list[tuple[Job, bool]]) -> None:
     if not ended:
         return
     try:
-        ends = [(EVENT_OF_STATUS[JobStatus(job.status)], jobs.to_public(job)) for job, _ in ended]
+        ends = [
+            (EVENT_OF_STATUS[JobStatus(job.status)], job_store.to_public(job)) for job, _ in ended
+        ]
         if outbox.local is not None:  # a caller waiting here answers during the round trip
             handed = [
                 outbox.local.deliver(job.id, end)
@@ -337,7 +340,7 @@ def _announce(outbox: Outbox, ended: list[tuple[Job, bool]]) -> None:
     for job, _ in ended:
         if job.webhook_status == "pending":
             try:
-                msg_id = webhooks.message_id(job.id, "completed")
+                msg_id = signing.message_id(job.id, "completed")
                 enqueue_webhook(outbox.celery, job.id, COMPLETED_WEBHOOK, msg_id)
             except Exception:
                 log.exception("job %s: could not enqueue its completed webhook", job.id)
