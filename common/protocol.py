@@ -282,6 +282,21 @@ def cold_start_key(deployment_id: str) -> str:
     return f"{KEY_PREFIX}:deployment:{deployment_id}:cold_start"
 
 
+# The control plane's own keys.
+
+# Counter bumped by every write to an API key, a deployment or a tenant: each API process keeps
+# those in memory and checks the generation on every request (`services/tenants/edge_cache.py`).
+EDGE_CACHE_GENERATION_KEY = f"{KEY_PREFIX}:edge-cache:generation"
+# The reconciler's lease outside Kubernetes: the holder's name, with a TTL it renews.
+RECONCILER_LEASE_KEY = f"{KEY_PREFIX}:reconciler:lease"
+
+
+def webhook_resent_key(subject_id: str) -> str:
+    """Set (with a TTL) when a job's or batch's lost `*.completed` webhook was sent again, so
+    a sweep does not send it again before its next attempt is due (`reconcile/webhooks.py`)."""
+    return f"{KEY_PREFIX}:webhook-resent:{subject_id}"
+
+
 # Hash: decision reason → decisions taken with it, over all deployments (a counter for /metrics).
 SCALE_DECISIONS_KEY = f"{KEY_PREFIX}:scaling:decisions"
 # List: pushed at admission when the called deployment has no worker (its latest decision

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock, utc_now
 from control_plane.services.deployments import Specs
-from control_plane.services.jobs.finish import Outbox
 from control_plane.services.jobs.local_ends import LocalEnds
+from control_plane.services.jobs.outbox import Outbox
 from control_plane.services.models.model_meta import ModelMetaCache
 from control_plane.services.tenants.edge_cache import EdgeCache
 from control_plane.services.tenants.quotas import Quotas

@@ -1,7 +1,7 @@
 """Celery worker entry point for the control plane's background tasks (webhooks).
 
 Run: `celery -A control_plane.tasks worker -Q platform.control`. Like a web view, a task
-deserialises, checks idempotency, and calls service code (`services/webhooks/delivery.py`).
+deserialises, checks idempotency, and calls service code (`services/jobs/webhook_delivery.py`).
 
 NOTE: a retry hours away is not one Celery countdown: the Redis transport redelivers messages
 held unacknowledged longer than its visibility timeout (1 h by default), which would fork the
@@ -24,9 +24,9 @@ from celery import signals
 
 from common import logs, tracing
 from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.services.jobs import webhook_delivery
 from control_plane.services.jobs.dispatch import make_celery
-from control_plane.services.webhooks import delivery as webhook_delivery
-from control_plane.services.webhooks.delivery import DeliveryEnv, Message
+from control_plane.services.jobs.webhook_delivery import DeliveryEnv, Message
 from control_plane.settings import Settings
 from control_plane.tasks_api import (
     CONTROL_QUEUE,

@@ -40,7 +40,7 @@ REASON_OF_PHASE = {
 ETA_STEP_S = 1.0
 BYTES_STEP = 0.02
 # A deployment's stored cold start (what GET /v1/jobs/{id} shows) is written again at least this
-# often while it lasts (its key expires 5 s after the last write: `services/workers/cold_starts`).
+# often while it lasts (its key expires 5 s after the last write: `services/jobs/cold_starts`).
 KEY_REWRITE_S = 2.0
 
 

@@ -4,7 +4,7 @@
                  ↖ worker lost ↙  (running → queued: a new attempt; after the last, failed)
 
 Every move into a terminal state goes through `services/jobs/finish.py`; a claim (pending → running)
-through `services/jobs/job_store.claim`; a requeue through `reconcile/jobs.requeue_orphans`.
+through `services/jobs/claims.claim`; a requeue through `reconcile/jobs.requeue_orphans`.
 """
 
 from __future__ import annotations

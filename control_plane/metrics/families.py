@@ -5,7 +5,7 @@
     startup phase ended  services/workers/worker_records.transition, after the commit
     cold start placed    reconcile/scale._start, after the commit
     segment billed       services/workers/billing.close_segment, after the commit
-    webhook attempt      services/webhooks/delivery.deliver, after its commit
+    webhook attempt      services/jobs/webhook_delivery.deliver, after its commit
 
 Every control-plane process (API, reconciler, Celery worker) observes into these. With
 PROMETHEUS_MULTIPROC_DIR set (the same directory for every control-plane process of one host,

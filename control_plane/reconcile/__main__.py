@@ -20,7 +20,8 @@ from control_plane.providers.select import make_provider, workers_env
 from control_plane.reconcile import loop
 from control_plane.reconcile.driver import Reconciler, tune_gc
 from control_plane.reconcile.env import Env
-from control_plane.reconcile.lease import Leadership, make_lease, replica_name
+from control_plane.reconcile.lease import Leadership, Lease, replica_name
+from control_plane.reconcile.lease_redis import RedisLease
 from control_plane.services.jobs.dispatch import make_celery
 from control_plane.settings import Settings
 
@@ -55,6 +56,16 @@ def main() -> None:
     log.info("reconciler %s running every %.2fs", holder, settings.autoscaler_interval_s)
     loop.run(reconciler, leadership, utc_now, stop)
     log.info("reconciler stopped")
+
+
+def make_lease(settings: Settings, r: redis.Redis, holder: str) -> Lease:
+    """A Kubernetes Lease under the kubernetes provider (its RBAC grants leases), else Redis."""
+    if settings.provider == "kubernetes":
+        # imported only then: the kubernetes client is an optional dependency
+        from control_plane.reconcile.lease_kubernetes import KubernetesLease
+
+        return KubernetesLease.from_settings(settings, holder)
+    return RedisLease(r, holder, settings.reconciler_lease_s)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Reads the booting workers' heartbeats (weight bytes landed), asks the pure
   loading_weights → warming; `jobs.mark_starting`);
 - their event streams get a `starting` event `{reason, phase, bytes_done, bytes_total, eta_s}`
   when the phase changes or the progress moved enough (`worth_publishing`), in one round trip;
-- the deployment's key holds the latest for `GET /v1/jobs/{id}` (`services/workers/cold_starts.py`);
+- the deployment's key holds the latest for `GET /v1/jobs/{id}` (`services/jobs/cold_starts.py`);
 - jobs whose webhook asked for `starting` get a `job.starting` per new phase.
 
 Redis being down costs only the progress (the tick goes on): jobs keep their last phase.
@@ -34,10 +34,9 @@ from control_plane.domain.cold_start import (
     worth_publishing,
 )
 from control_plane.reconcile.env import Env
-from control_plane.services.jobs import job_store
+from control_plane.services.jobs import cold_starts, job_store
+from control_plane.services.jobs.webhook_delivery import STARTING_EVENT
 from control_plane.services.webhooks import signing
-from control_plane.services.webhooks.delivery import STARTING_EVENT
-from control_plane.services.workers import cold_starts
 from control_plane.tasks_api import enqueue_webhook
 
 log = logging.getLogger(__name__)

@@ -31,10 +31,20 @@ from common import heap
 from common.protocol import WorkerState
 from control_plane.domain.clock import Clock
 from control_plane.providers.base import Exited
-from control_plane.reconcile import fence, jobs, pool, refresh, scale, tick_trace, webhooks, workers
+from control_plane.reconcile import (
+    batches,
+    billing,
+    fence,
+    jobs,
+    pool,
+    refresh,
+    scale,
+    tick_trace,
+    webhooks,
+    workers,
+)
 from control_plane.reconcile.env import Env
-from control_plane.services.jobs import batches
-from control_plane.services.workers import billing, worker_records
+from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
 # Pending jobs get a fresh wake-up this often (lost broker messages, broker restarts).

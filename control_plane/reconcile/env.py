@@ -8,7 +8,7 @@ import redis
 from celery import Celery
 
 from control_plane.providers.base import Provider
-from control_plane.services.jobs.finish import Outbox
+from control_plane.services.jobs.outbox import Outbox
 from control_plane.settings import Settings
 
 

@@ -28,7 +28,7 @@ from control_plane.domain.states import PENDING, JobStatus
 from control_plane.domain.wakeups import JobState, stale
 from control_plane.reconcile import tick_trace
 from control_plane.reconcile.env import Env
-from control_plane.services.jobs import finish, job_queries, job_store
+from control_plane.services.jobs import claims, finish, job_queries
 from control_plane.services.jobs.dispatch import (
     dispatch_job,
     forget_unacked,
@@ -75,7 +75,7 @@ def _take_back(
     apply. A job that moved on meanwhile (its report arrived: it ended) is left as it is."""
     requeued, exhausted = [], []
     for job_id, attempt, ended_at in lost:
-        job_store.end_attempt(session, job_id, attempt, WORKER_LOST, ended_at)
+        claims.end_attempt(session, job_id, attempt, WORKER_LOST, ended_at)
         if not retries_left(attempt):
             error = {"type": WORKER_LOST, "message": f"{lost_how} {attempt} times"}
             exhausted.append((job_id, finish.failed(error, reason)))  # (only if still active)

@@ -9,7 +9,6 @@ SIGKILLed stops renewing and another replica takes over once the lease runs out
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -17,16 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from control_plane.domain.clock import Clock
 from control_plane.domain.lease import believes_it_leads
 from control_plane.reconcile import fence
-from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
-LEASE_KEY = "platform:reconciler:lease"
 
 
 class LeaseUnreachable(Exception):
@@ -40,54 +36,6 @@ class Lease(Protocol):
 
     def release(self) -> None:
         """Give the lease up if it is ours (a clean stop: the next replica needs no wait)."""
-
-
-# Win when free, renew when ours, in one step (a GET then SET could give it to two replicas).
-_HOLD = """
-local v = redis.call('GET', KEYS[1])
-if v == false then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0
-"""
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
-class RedisLease:
-    """The lease outside Kubernetes: a key that expires unless its holder renews it."""
-
-    def __init__(self, r: redis.Redis, holder: str, lease_s: float) -> None:
-        self.holder = holder
-        self._ttl_ms = int(lease_s * 1000)
-        self._hold = r.register_script(_HOLD)
-        self._release = r.register_script(_RELEASE)
-
-    def hold(self) -> bool:
-        try:
-            return bool(self._hold(keys=[LEASE_KEY], args=[self.holder, self._ttl_ms]))
-        except redis.RedisError as exc:
-            raise LeaseUnreachable(str(exc)) from exc
-
-    def release(self) -> None:
-        with contextlib.suppress(redis.RedisError):  # unreleased, it expires by itself
-            self._release(keys=[LEASE_KEY], args=[self.holder])
-
-
-def make_lease(settings: Settings, r: redis.Redis, holder: str) -> Lease:
-    """A Kubernetes Lease under the kubernetes provider (its RBAC grants leases), else Redis."""
-    if settings.provider == "kubernetes":
-        from control_plane.reconcile.lease_kubernetes import KubernetesLease
-
-        return KubernetesLease.from_settings(settings, holder)
-    return RedisLease(r, holder, settings.reconciler_lease_s)
 
 
 def replica_name(configured: str) -> str:

@@ -13,7 +13,7 @@ import redis
 from sqlalchemy import func, select
 from sqlalchemy.orm import InstrumentedAttribute, Session
 
-from common.protocol import KEY_PREFIX
+from common.protocol import webhook_resent_key
 from control_plane.db.models import Batch, Job, WebhookDelivery
 from control_plane.domain.states import TERMINAL
 from control_plane.domain.webhook_resend import GRACE, Recorded, attempt_to_resend
@@ -25,10 +25,6 @@ log = logging.getLogger(__name__)
 # One resend per subject this often at most: while no Celery worker runs, every sweep would
 # find the same chains lost again, and the queue would grow by all of them each time.
 RESEND_EVERY_S = 300
-
-
-def resent_key(subject_id: str) -> str:
-    return f"{KEY_PREFIX}:webhook-resent:{subject_id}"
 
 
 def resend_lost(session: Session, env: Env, now: datetime) -> int:
@@ -95,7 +91,7 @@ def _resend(
         if again is None:
             continue
         try:
-            if not env.redis.set(resent_key(sid), again, nx=True, ex=RESEND_EVERY_S):
+            if not env.redis.set(webhook_resent_key(sid), again, nx=True, ex=RESEND_EVERY_S):
                 continue  # sent again not long ago
         except redis.RedisError:
             return sent  # the broker is likely down too: the next sweep tries

@@ -25,8 +25,8 @@ import pytest
 import redis
 from sqlalchemy import select
 
+from common.protocol import RECONCILER_LEASE_KEY
 from control_plane.db.models import ReconcilerFence
-from control_plane.reconcile.lease import LEASE_KEY
 from sdk import Client
 from tests.e2e.conftest import embedded_platform
 from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
@@ -60,7 +60,7 @@ class LeaderFault:
         self.ledger.close()
 
     def leader(self) -> tuple[str, int]:
-        holder = self.redis.get(LEASE_KEY)
+        holder = self.redis.get(RECONCILER_LEASE_KEY)
         assert holder is not None, "no reconciler holds the lease"
         name = holder.decode()
         children = json.loads((self.state_dir / "platform.json").read_text())["children"]

@@ -22,7 +22,8 @@ from control_plane.api.routes import batches as batches_routes
 from control_plane.api.routes import webhooks as webhooks_routes
 from control_plane.db.models import Batch, Job
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services.jobs import batch_slots, batches
+from control_plane.reconcile import batches as batch_reconciler
+from control_plane.services.jobs import batch_slots
 from control_plane.services.jobs import finish as finish_
 from control_plane.services.jobs.dispatch import make_celery, queue_depth
 from control_plane.services.storage import object_store
@@ -100,7 +101,9 @@ class Db:
 
     def pump(self, redis_client: Any) -> None:
         with self.sessions() as s:
-            batches.pump(s, self.celery, redis_client, datetime.now(UTC), settings=self.settings)
+            batch_reconciler.pump(
+                s, self.celery, redis_client, datetime.now(UTC), settings=self.settings
+            )
 
 
 @pytest.fixture

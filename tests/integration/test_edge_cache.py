@@ -12,11 +12,10 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event
 
-from common.protocol import rate_limit_key
+from common.protocol import EDGE_CACHE_GENERATION_KEY, rate_limit_key
 from control_plane.api.app import create_app
 from control_plane.db.models import Tenant
 from control_plane.services.tenants import api_keys
-from control_plane.services.tenants.edge_cache import GENERATION_KEY
 from control_plane.settings import Settings
 from tests.integration.api_helpers import SPEC, deploy, h
 
@@ -158,7 +157,7 @@ def test_an_admission_confirms_the_generation_in_its_quota_script_instead_of_rea
     assert submit(other, keys["a"]).status_code == 202
     assert reads == [], "an admission spares the GET"
     assert other.get("/v1/jobs", headers=h(keys["a"])).status_code == 200
-    assert reads == [GENERATION_KEY], "other calls read it"
+    assert reads == [EDGE_CACHE_GENERATION_KEY], "other calls read it"
 
 
 def test_a_call_decided_on_a_moved_generation_is_charged_nothing_and_decided_again(

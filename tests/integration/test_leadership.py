@@ -15,11 +15,13 @@ import redis
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from common.protocol import RECONCILER_LEASE_KEY
 from control_plane.db.models import Job, Worker
 from control_plane.reconcile import fence
 from control_plane.reconcile import loop as reconcile_loop
 from control_plane.reconcile.driver import Reconciler
-from control_plane.reconcile.lease import LEASE_KEY, Leadership, RedisLease
+from control_plane.reconcile.lease import Leadership
+from control_plane.reconcile.lease_redis import RedisLease
 from tests.integration.api_helpers import deploy, submit
 from tests.integration.conftest import provider
 
@@ -46,7 +48,7 @@ def job_status(loop: Reconciler, job_id: str) -> tuple[str, str | None]:
 
 @pytest.fixture(autouse=True)
 def _no_lease(redis_client: Any) -> None:
-    redis_client.delete(LEASE_KEY)
+    redis_client.delete(RECONCILER_LEASE_KEY)
 
 
 def test_one_replica_leads_and_the_next_takes_over_with_a_newer_token(loop: Reconciler) -> None:
@@ -66,7 +68,7 @@ def test_a_lease_that_is_not_renewed_runs_out(loop: Reconciler) -> None:
     a, b = leadership(loop, "a", lease_s=3.0), leadership(loop, "b", lease_s=3.0)
     assert a.poll(now) is not None
     assert b.poll(now) is None
-    loop.env.redis.pexpire(LEASE_KEY, 50)  # what 3 s without a renewal would do
+    loop.env.redis.pexpire(RECONCILER_LEASE_KEY, 50)  # what 3 s without a renewal would do
     time.sleep(0.1)
     assert b.poll(now) is not None
     assert a.poll(now) is None, "a learns it lost the lease at its next renewal"
@@ -99,12 +101,12 @@ def test_the_loop_ticks_only_while_it_leads_and_steps_down_when_deposed(
     submit(client, keys["a"])
     stop = threading.Event()
     runner = threading.Thread(target=reconcile_loop.run, args=(loop, a, now, stop))
-    loop.env.redis.set(LEASE_KEY, "someone-else", px=60_000)  # another replica leads
+    loop.env.redis.set(RECONCILER_LEASE_KEY, "someone-else", px=60_000)  # another replica leads
     runner.start()
     try:
         time.sleep(1.5)
         assert provider(loop).started == [], "a follower never ticks"
-        loop.env.redis.delete(LEASE_KEY)
+        loop.env.redis.delete(RECONCILER_LEASE_KEY)
         deadline = time.monotonic() + 10
         while not provider(loop).started and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -25,9 +25,9 @@ from common.protocol import HEARTBEAT_METRICS_FIELD, worker_heartbeat_key
 from control_plane.db.models import Deployment
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.reconcile.driver import Reconciler
+from control_plane.services.jobs import webhook_delivery
+from control_plane.services.jobs.webhook_delivery import DeliveryEnv, Message
 from control_plane.services.scaling import scale_decisions
-from control_plane.services.webhooks import delivery as webhook_delivery
-from control_plane.services.webhooks.delivery import DeliveryEnv, Message
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock, provider

@@ -132,7 +132,7 @@ def test_a_call_waiting_in_the_process_that_ended_its_job_is_answered_from_there
 def test_an_openai_call_waits_for_its_end_alone_and_leaves_a_late_job_running(
     settings: Settings, clock: Any, keys: dict[str, str]
 ) -> None:
-    """`/v1/chat/completions` waits as `/run` does (`runs.end_of`): answered at its job's end;
+    """`/v1/chat/completions` waits as `/run` does (`callers.end_of`): answered at its job's end;
     past the wait, 504 with the job, which runs on for the caller to poll (not canceled)."""
     short = settings.model_copy(update={"sync_wait_max_s": 0.5})
     with TestClient(create_app(short, clock=clock)) as client:

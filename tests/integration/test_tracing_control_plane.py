@@ -29,8 +29,8 @@ from control_plane.db.models import Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.reconcile import tick_trace
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services.webhooks import delivery as webhook_delivery
-from control_plane.services.webhooks.delivery import DeliveryEnv, Message
+from control_plane.services.jobs import webhook_delivery
+from control_plane.services.jobs.webhook_delivery import DeliveryEnv, Message
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import SteppedClock, lines_of, provider

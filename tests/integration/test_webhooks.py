@@ -36,11 +36,11 @@ from control_plane.db.migrate import upgrade
 from control_plane.db.models import Job, Tenant
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.providers.local import die_with_parent
-from control_plane.services.jobs import batches, events
+from control_plane.reconcile import batches as batch_reconciler
+from control_plane.services.jobs import events, webhook_delivery
 from control_plane.services.jobs.dispatch import make_celery
+from control_plane.services.jobs.webhook_delivery import DeliveryEnv, Message
 from control_plane.services.tenants import api_keys
-from control_plane.services.webhooks import delivery as webhook_delivery
-from control_plane.services.webhooks.delivery import DeliveryEnv, Message
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_output_follower
 from tests.conftest import S3Server
@@ -573,7 +573,9 @@ def test_batch_completed_webhook(env: Env, keys: dict[str, str]) -> None:
         complete(env, jid, claim(env, jid), text=f"out {jid}")
     r = redis.Redis.from_url(env.settings.redis_url)
     with sessions() as s:
-        batches.pump(s, make_celery(env.settings), r, datetime.now(UTC), settings=env.settings)
+        batch_reconciler.pump(
+            s, make_celery(env.settings), r, datetime.now(UTC), settings=env.settings
+        )
     [got] = env.wait("batch.completed", lambda: env.receiver.at(path))
     secret = env.client.get("/v1/webhooks/secret", headers=h(keys["a"])).json()["secret"]
     msg = verify(secret, got)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from control_plane.services.webhooks.delivery import retry_delay_s
+from control_plane.services.jobs.webhook_delivery import retry_delay_s
 from control_plane.settings import Settings
 
 

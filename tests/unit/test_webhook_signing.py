@@ -9,7 +9,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from control_plane.errors import InvalidRequest
-from control_plane.services.webhooks import signing
+from control_plane.services.webhooks import signing, targets
 
 
 def new_secret() -> str:
@@ -55,26 +55,26 @@ def test_rotation_sends_one_signature_per_secret() -> None:
 )
 def test_non_public_targets_are_refused(url: str) -> None:
     with pytest.raises(InvalidRequest):
-        signing.check_target(url, allow_private=False)
+        targets.check_target(url, allow_private=False)
 
 
 def test_private_targets_allowed_by_configuration() -> None:
-    signing.check_target("http://127.0.0.1:9/x", allow_private=True)
+    targets.check_target("http://127.0.0.1:9/x", allow_private=True)
     with pytest.raises(InvalidRequest):
-        signing.check_target("file:///etc/passwd", allow_private=True)
+        targets.check_target("file:///etc/passwd", allow_private=True)
 
 
 def test_target_problem_tells_permanent_from_transient() -> None:
-    refused = signing.target_problem("http://10.0.0.1/x", allow_private=False)
+    refused = targets.target_problem("http://10.0.0.1/x", allow_private=False)
     assert refused is not None and refused.permanent and "non-public" in refused.reason
-    unresolvable = signing.target_problem("http://no-such-host.invalid/x", allow_private=False)
+    unresolvable = targets.target_problem("http://no-such-host.invalid/x", allow_private=False)
     assert unresolvable is not None and not unresolvable.permanent
-    assert signing.target_problem("http://127.0.0.1/x", allow_private=True) is None
-    bad = signing.target_problem("gopher://example.com/", allow_private=True)
+    assert targets.target_problem("http://127.0.0.1/x", allow_private=True) is None
+    bad = targets.target_problem("gopher://example.com/", allow_private=True)
     assert bad is not None and bad.permanent
 
 
 def test_check_target_names_the_field() -> None:
     with pytest.raises(InvalidRequest) as info:
-        signing.check_target("http://127.0.0.1/x", allow_private=False, field="url")
+        targets.check_target("http://127.0.0.1/x", allow_private=False, field="url")
     assert info.value.extra["errors"][0]["field"] == "url"

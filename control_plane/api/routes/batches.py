@@ -25,7 +25,7 @@ from control_plane.errors import InvalidRequest
 from control_plane.services import deployments
 from control_plane.services.jobs import admission, batch_slots, batches
 from control_plane.services.storage import object_store, storage_access
-from control_plane.services.webhooks import signing
+from control_plane.services.webhooks import targets
 from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -184,7 +184,7 @@ def create_batch(
         )
     dep = deployments.get(session, who.tenant_id, body.deployment)
     if body.webhook:
-        signing.check_target(body.webhook, settings.webhook_allow_private)
+        targets.check_target(body.webhook, settings.webhook_allow_private)
     source = "inputs" if body.inputs is not None else "input_jsonl"
     source = "input_uri" if body.input_uri is not None else source
     lines = _raw_lines(body, session, settings, who.tenant_id)

@@ -75,7 +75,7 @@ def _claim(
     expired: list[tuple[str, finish.Ending]] = []
     claimed: list[tuple[Job, bool]] = []  # (job, claimed again by the worker that holds it)
     for job_id in job_ids:
-        fresh = job_store.claim_queued(session, job_id, worker_id, at)  # the warm path's claim
+        fresh = claimed_.claim_queued(session, job_id, worker_id, at)  # the warm path's claim
         if fresh is not None:
             claimed.append((fresh, False))
             continue
@@ -86,7 +86,7 @@ def _claim(
             continue
         # the same worker claiming its running job again: its first answer was lost (jobs.claim)
         again = pending is not None and pending.status == JobStatus.RUNNING
-        job = job_store.claim(session, job_id, worker_id, at)
+        job = claimed_.claim(session, job_id, worker_id, at)
         if job is not None:
             claimed.append((job, again))
     if any(not again for _, again in claimed):
@@ -103,7 +103,7 @@ def _claim(
             events.publish_to(pipe, [job.id], EventType.RUNNING, data)
         pipe.execute()
     for job in news:
-        claimed_.announce(ctx, job, worker_id, at, session)
+        claimed_.announce(ctx.celery, ctx.sessions, job, worker_id, at, session)
     answers = {
         job.id: claimed_.answer(job, ctx.specs.current(session, job.deployment_id))
         for job, _ in claimed

@@ -22,8 +22,15 @@ from control_plane.context import AppContext
 from control_plane.db.models import Deployment
 from control_plane.domain.eta import estimate_wait_s
 from control_plane.domain.states import JobKind, is_terminal
-from control_plane.services.jobs import admission, job_queries, job_store, timeline
-from control_plane.services.workers import cold_starts, worker_records
+from control_plane.services.jobs import (
+    admission,
+    callers,
+    cold_starts,
+    job_queries,
+    job_store,
+    timeline,
+)
+from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["jobs"])
@@ -84,11 +91,11 @@ async def run(
         return JSONResponse(job, status_code=200, headers=headers)
     wait_s = min(body.wait_s or ctx.settings.sync_wait_default_s, ctx.settings.sync_wait_max_s)
     try:
-        final = await admission.end_of(ctx, job_id, tenant_id, wait_s, request.is_disconnected)
-    except admission.CallerGone:
+        final = await callers.end_of(ctx, job_id, tenant_id, wait_s, request.is_disconnected)
+    except callers.CallerGone:
         return Response(status_code=499, headers=headers)
     if final is None:  # still running: the job as it stands
-        final = await offload.in_thread(admission.read, ctx, job_id, tenant_id)
+        final = await offload.in_thread(callers.read, ctx, job_id, tenant_id)
     return JSONResponse(
         final, status_code=200 if is_terminal(final["status"]) else 202, headers=headers
     )
@@ -96,7 +103,7 @@ async def run(
 
 async def _sse(ctx: AppContext, job_id: str, tenant_id: str) -> AsyncIterator[str]:
     idle_ticks = 0
-    async for event, data in admission.follow_or_cancel(ctx, job_id, tenant_id):
+    async for event, data in callers.follow_or_cancel(ctx, job_id, tenant_id):
         if event is None:
             idle_ticks += 1
             if idle_ticks % KEEPALIVE_EVERY_S == 0:
@@ -191,5 +198,5 @@ def list_jobs(
 @router.post("/v1/jobs/{job_id}/cancel", responses={200: {"model": JobPublic}})
 def cancel_job(job_id: str, ctx: Ctx, who: Principal) -> Any:
     who.require("run")
-    job = admission.cancel(ctx, job_id, who.tenant_id)
+    job = callers.cancel(ctx, job_id, who.tenant_id)
     return JSONResponse(job, headers={"X-Job-Id": job_id})

@@ -24,7 +24,7 @@ from control_plane.context import AppContext
 from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest, JobFailed, JobStillRunning
 from control_plane.services import deployments
-from control_plane.services.jobs import admission
+from control_plane.services.jobs import admission, callers
 from control_plane.services.models.model_meta import DEFAULT_CHAT_TEMPLATE, render_chat
 
 router = APIRouter(tags=["openai"])
@@ -170,10 +170,10 @@ async def _wait(
 ) -> dict[str, Any] | None:
     """The job as it ended (None: its caller went away, and the job was canceled)."""
     try:
-        final = await admission.end_of(
+        final = await callers.end_of(
             ctx, job_id, tenant_id, ctx.settings.sync_wait_max_s, request.is_disconnected
         )
-    except admission.CallerGone:
+    except callers.CallerGone:
         return None
     if final is None:  # it runs on: the caller may poll it
         raise JobStillRunning(
@@ -199,7 +199,7 @@ async def _stream(
     first = chunk(None, None)
     if first is not None:
         yield _sse(first)
-    async for event, data in admission.follow_or_cancel(ctx, job["id"], tenant_id):
+    async for event, data in callers.follow_or_cancel(ctx, job["id"], tenant_id):
         if event == EventType.OUTPUT:
             yield _sse(chunk(data.get("delta", ""), None))
         elif event == EventType.COMPLETED:

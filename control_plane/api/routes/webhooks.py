@@ -15,8 +15,8 @@ from control_plane.api.schemas import WebhookSecret
 from control_plane.db.models import Tenant
 from control_plane.domain.states import is_terminal
 from control_plane.errors import Conflict
-from control_plane.services.jobs import batches, job_store
-from control_plane.services.webhooks import delivery, endpoints, signing
+from control_plane.services.jobs import batches, job_store, webhook_delivery
+from control_plane.services.webhooks import endpoints, signing, targets
 from control_plane.tasks_api import enqueue_webhook
 
 router = APIRouter(tags=["webhooks"])
@@ -68,7 +68,7 @@ class Redelivery(BaseModel):
 @router.post("/v1/webhooks/endpoints", status_code=201, response_model=EndpointWithSecret)
 def create_endpoint(body: EndpointCreate, ctx: Ctx, session: Db, who: Principal, at: Now) -> Any:
     who.require("admin")
-    signing.check_target(body.url, ctx.settings.webhook_allow_private, field="url")
+    targets.check_target(body.url, ctx.settings.webhook_allow_private, field="url")
     ep = endpoints.create(session, who.tenant_id, body.url, at)
     session.commit()
     return JSONResponse(endpoints.to_public(ep, with_secret=True), status_code=201)
@@ -130,8 +130,8 @@ def rotate_endpoint(endpoint_id: str, ctx: Ctx, session: Db, who: Principal, at:
 def job_deliveries(job_id: str, session: Db, who: Principal) -> Any:
     who.require("read")
     job = job_store.get(session, who.tenant_id, job_id)
-    rows = delivery.deliveries(session, job_id=job.id)
-    return {"data": [delivery.delivery_public(d) for d in rows]}
+    rows = webhook_delivery.deliveries(session, job_id=job.id)
+    return {"data": [webhook_delivery.delivery_public(d) for d in rows]}
 
 
 @router.post("/v1/jobs/{job_id}/webhook/redeliver", status_code=202, response_model=Redelivery)
@@ -154,5 +154,5 @@ def redeliver(job_id: str, ctx: Ctx, session: Db, who: Principal) -> Any:
 def batch_deliveries(batch_id: str, session: Db, who: Principal) -> Any:
     who.require("read")
     batch = batches.get(session, who.tenant_id, batch_id)
-    rows = delivery.deliveries(session, batch_id=batch.id)
-    return {"data": [delivery.delivery_public(d) for d in rows]}
+    rows = webhook_delivery.deliveries(session, batch_id=batch.id)
+    return {"data": [webhook_delivery.delivery_public(d) for d in rows]}

@@ -1,41 +1,37 @@
-"""Runs: what a call of a deployment does, whichever route it came through (the platform's own
-`/run` and `/jobs`, OpenAI's completions, batches' quota check).
+"""Admission: what a call of a deployment does, whichever route it came through (the
+platform's own `/run` and `/jobs`, OpenAI's completions, batches' quota check).
 
-    create        authenticate, resolve the input with the deployment's defaults, check it fits
-                  the model's context and the tenant's quota, commit the job, then record its
-                  arrival (the autoscaler's history) and wake a worker
-    read / cancel a job of the caller's tenant (cancel ends it through `services.jobs.finish`)
-    end_of        a sync job as it ended, for a caller that waits for the end alone
-    follow_or_cancel  a job's events until its end; a consumer that goes away cancels it
+    create   authenticate, resolve the input with the deployment's defaults, check it fits the
+             model's context and the tenant's quota, commit the job (handed to a worker with a
+             free slot in the same transaction, `handoff.py`), then record its arrival (the
+             autoscaler's history) and wake a worker
+    admit    the quota check alone (batches charge their lines with it)
 
-`create` runs in a worker thread of the API (it does blocking SQL and Redis calls).
+What the caller sees afterwards (read, cancel, the end, the events) is `callers.py`. `create`
+runs in a worker thread of the API (it does blocking SQL and Redis calls).
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol
 
 from sqlalchemy.orm import Session
 
 from common import logs, tracing
-from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.context import AppContext
 from control_plane.db.models import Job
 from control_plane.domain.states import JobKind
 from control_plane.errors import ControlPlaneError, InvalidRequest
 from control_plane.metrics import families
-from control_plane.services.jobs import claims, events, finish, handoff, job_queries, job_store
+from control_plane.services.jobs import claims, handoff, job_queries, job_store
 from control_plane.services.jobs.dispatch import wake
-from control_plane.services.jobs.local_ends import End
 from control_plane.services.tenants.api_keys import Principal
 from control_plane.services.tenants.edge_cache import DeploymentRef, EdgeView, TenantLimits
 from control_plane.services.tenants.quotas import Limits, StaleView
-from control_plane.services.webhooks import signing
+from control_plane.services.webhooks import targets
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +127,7 @@ def create(
             if span is not None:
                 span.add_event("woken", {"platform.wake.sent": woken})
             if handed is not None:
-                claims.announce(ctx, handed.job, handed.worker_id, now)
+                claims.announce(ctx.celery, ctx.sessions, handed.job, handed.worker_id, now)
                 families.job_handed_off(handed.job)
     return public, tenant_id
 
@@ -155,7 +151,7 @@ def _decide(
     who.require("run")
     dep = view.deployment(session, who.tenant_id, name)
     if webhook:
-        signing.check_target(webhook, ctx.settings.webhook_allow_private)
+        targets.check_target(webhook, ctx.settings.webhook_allow_private)
     resolved = job_input.resolved(dep.spec.defaults)
     prompt_tokens = check_fits_context(ctx, dep, resolved)
     tokens = prompt_tokens + int(resolved["max_tokens"])
@@ -225,109 +221,3 @@ def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: dict[str, 
 def request_hash(name: str, body: dict[str, Any]) -> str:
     """What an Idempotency-Key is bound to: the deployment and the request body."""
     return hashlib.sha256(json.dumps({"name": name, **body}, sort_keys=True).encode()).hexdigest()
-
-
-def read(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
-    with ctx.sessions() as session:
-        return job_store.to_public(job_store.get(session, tenant_id, job_id))
-
-
-def cancel(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
-    """Cancel a job of this tenant unless it already ended; returns the job as it is now."""
-    with ctx.sessions() as session:
-        job = job_store.get(session, tenant_id, job_id)  # another tenant's job is a 404
-        finish.finish(
-            session, ctx.outbox, [(job_id, finish.canceled("canceled_by_user"))], ctx.clock()
-        )
-        return job_store.to_public(job)  # reloaded after the commit: the state it ended in
-
-
-def cancel_quietly(ctx: AppContext, job_id: str, tenant_id: str) -> None:
-    try:
-        cancel(ctx, job_id, tenant_id)
-    except Exception:
-        log.exception("cancel after disconnect failed for job %s", job_id)
-
-
-class CallerGone(Exception):
-    """The caller of a sync job went away while it waited; the job was canceled."""
-
-
-async def end_of(
-    ctx: AppContext,
-    job_id: str,
-    tenant_id: str,
-    wait_s: float,
-    disconnected: Callable[[], Awaitable[bool]],
-) -> dict[str, Any] | None:
-    """A sync job as it ended, once it ends within `wait_s`; None when it did not (it runs on).
-
-    Its end comes handed over in this process (`LocalEnds`: the worker's report reached it) or
-    read from Redis (`events.wait_end`), whichever comes first; both carry the job as
-    committed. Between reads (every half second) a caller that went away (`disconnected()`)
-    cancels the job, so its worker frees the slot: CallerGone.
-    """
-    local = ctx.ends.expect(job_id)
-    try:
-        async with asyncio.timeout(wait_s):
-            while True:
-                end = await _end_from_either(ctx, job_id, local)
-                if end is not None:
-                    _event, job = end
-                    if job.get("id") == job_id:
-                        return job
-                    return await asyncio.to_thread(read, ctx, job_id, tenant_id)
-                if await disconnected():
-                    await asyncio.to_thread(cancel_quietly, ctx, job_id, tenant_id)
-                    raise CallerGone(job_id)
-    except TimeoutError:
-        return None
-    finally:
-        ctx.ends.forget(job_id, local)
-
-
-async def _end_from_either(ctx: AppContext, job_id: str, local: asyncio.Future[End]) -> End | None:
-    """The end handed over (`local`) or read from Redis, whichever first; None after the
-    read's block."""
-    if local.done():
-        return local.result()
-    remote = asyncio.ensure_future(events.wait_end(ctx.aredis, job_id, block_s=0.5))
-    try:
-        await asyncio.wait((local, remote), return_when=asyncio.FIRST_COMPLETED)
-    except asyncio.CancelledError:
-        remote.cancel()
-        raise
-    if local.done():
-        # The read ends within its block (the end it waits for is on its way); it consumes
-        # nothing (`wait_end` rotates the list). Held until then: the loop keeps only a weak
-        # reference to a task.
-        _reads_left.add(remote)
-        remote.add_done_callback(_left_read_done)
-        return local.result()
-    return remote.result()
-
-
-_reads_left: set[asyncio.Future[Any]] = set()  # reads of ends handed over meanwhile
-
-
-def _left_read_done(task: asyncio.Future[Any]) -> None:
-    _reads_left.discard(task)
-    if not task.cancelled():
-        task.exception()  # retrieved: no "exception never retrieved" warning
-
-
-async def follow_or_cancel(
-    ctx: AppContext, job_id: str, tenant_id: str
-) -> AsyncIterator[tuple[EventType | None, dict[str, Any]]]:
-    """A job's events until a terminal one; if the consumer goes away first (the client
-    disconnected), the job is canceled so its worker frees the slot. `None` = idle tick."""
-    ended = False
-    try:
-        async for event, data in events.follow(ctx.aredis, job_id):
-            if event in TERMINAL_EVENTS:
-                ended = True
-            yield event, data
-    finally:
-        if not ended:
-            # Not awaited: this task is being cancelled itself.
-            asyncio.get_running_loop().run_in_executor(None, cancel_quietly, ctx, job_id, tenant_id)

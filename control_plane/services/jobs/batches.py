@@ -2,11 +2,8 @@
 
     create   every line already validated → batch + one job per line in ONE transaction; the
              first `max_in_flight` jobs get `dispatched_at` in that same transaction
-    pump     every loop tick: top up each running batch to `max_in_flight` jobs in flight (each
-             dispatched line is an arrival for the autoscaler: `batch_slots.wake_dispatched`;
-             a line that ends hands its slot on at once: `batch_slots.hand_over`); when
-             all its jobs are terminal, write the results JSONL to object storage, mark the
-             batch completed and send `batch.completed`
+    pump     the reconciler's tick (`reconcile/batches.py`): tops each running batch up to
+             `max_in_flight`, and completes it once every line ended
     cancel   pending jobs → canceled, running ones get a cancel flag, batch → canceled
 
 NOTE: a batch job is "in flight" when it runs, or is pending with `dispatched_at` set; a pending
@@ -21,24 +18,20 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import redis
-from celery import Celery
-from sqlalchemy import func, select, update
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from common import logs, tracing
+from common import tracing
 from control_plane.db.models import Batch, Deployment, Job
 from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
-from control_plane.domain.states import ACTIVE, PENDING, JobStatus
+from control_plane.domain.states import ACTIVE, JobStatus
 from control_plane.errors import Conflict, NotFound
-from control_plane.services.jobs import batch_slots, finish
+from control_plane.services.jobs import finish
+from control_plane.services.jobs.outbox import Outbox
 from control_plane.services.paging import tenant_page
-from control_plane.services.storage import object_store
-from control_plane.services.webhooks import signing
 from control_plane.settings import Settings
-from control_plane.tasks_api import enqueue_batch_webhook
 
 log = logging.getLogger(__name__)
 
@@ -195,9 +188,7 @@ def to_public(session: Session, batch: Batch) -> dict[str, Any]:
     }
 
 
-def cancel(
-    session: Session, outbox: finish.Outbox, tenant_id: str, batch_id: str, now: datetime
-) -> Batch:
+def cancel(session: Session, outbox: Outbox, tenant_id: str, batch_id: str, now: datetime) -> Batch:
     """Cancel the batch and every unfinished job of it (one transaction); returns the batch.
 
     A canceled batch stays canceled (repeats change nothing); a completed one is a 409. Its
@@ -241,79 +232,3 @@ def iter_results(session: Session, batch_id: str, *, terminal_only: bool) -> Ite
 
 def results_uri(settings: Settings, batch: Batch) -> str:
     return f"s3://{settings.results_bucket}/batches/{batch.tenant_id}/{batch.id}.jsonl"
-
-
-def pump(
-    session: Session, celery: Celery, r: redis.Redis, now: datetime, *, settings: Settings
-) -> None:
-    """One tick of bounded fan-out and completion for every running batch.
-
-    Called by the autoscaler loop; a failure in one batch (object storage down) is logged and
-    retried on the next tick, never blocking the others.
-    """
-    ids = list(session.scalars(select(Batch.id).where(Batch.status == RUNNING)))
-    for batch_id in ids:
-        with logs.log_context(batch_id=batch_id):
-            try:
-                _pump_one(session, celery, r, now, settings, batch_id)
-            except Exception:
-                session.rollback()
-                log.exception("batch %s: pump failed; retrying next tick", batch_id)
-
-
-def _pump_one(
-    session: Session,
-    celery: Celery,
-    r: redis.Redis,
-    now: datetime,
-    settings: Settings,
-    batch_id: str,
-) -> None:
-    batch = session.get(Batch, batch_id)
-    if batch is None or batch.status != RUNNING:
-        return
-    pending = [s.value for s in PENDING]
-    rows = session.execute(
-        select(Job.status, Job.dispatched_at.is_not(None), func.count())
-        .where(Job.batch_id == batch_id, Job.status.in_([s.value for s in ACTIVE]))
-        .group_by(Job.status, Job.dispatched_at.is_not(None))
-    ).all()
-    in_flight = sum(n for status, woken, n in rows if woken or status not in pending)
-    waiting = sum(n for status, woken, n in rows if not woken and status in pending)
-    if in_flight == 0 and waiting == 0:
-        _complete(session, celery, now, settings, batch)
-        return
-    free = batch.max_in_flight - in_flight
-    if free <= 0 or waiting == 0:
-        return
-    next_ids = batch_slots.dispatch_next(session, batch_id, free, now)
-    # NOTE: committed before the wake-ups: a lost wake-up is re-sent by the reconciler, while a
-    # wake-up for an uncommitted slot could exceed max_in_flight.
-    session.commit()
-    batch_slots.wake_dispatched(r, batch.deployment_id, next_ids, now)
-    if next_ids:
-        log.info("batch %s: dispatched %d more jobs", batch_id, len(next_ids))
-
-
-def _complete(
-    session: Session, celery: Celery, now: datetime, settings: Settings, batch: Batch
-) -> None:
-    uri = results_uri(settings, batch)
-    data = b"".join(iter_results(session, batch.id, terminal_only=False))
-    object_store.write(settings, uri, data, RESULTS_CONTENT_TYPE)
-    res = session.execute(
-        update(Batch)
-        .where(Batch.id == batch.id, Batch.status == RUNNING)
-        .values(status=COMPLETED, results_uri=uri, completed_at=now)
-    )
-    session.commit()
-    if res.rowcount == 0:  # type: ignore[attr-defined]
-        return  # canceled meanwhile, or another loop finished it
-    log.info("batch %s: completed, %d results at %s", batch.id, batch.total, uri)
-    if batch.webhook_url:
-        try:
-            enqueue_batch_webhook(
-                celery, batch.id, "batch.completed", signing.message_id(batch.id, "completed")
-            )
-        except Exception:
-            log.exception("batch %s: could not enqueue its webhook", batch.id)

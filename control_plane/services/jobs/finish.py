@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-import redis
-from celery import Celery
 from sqlalchemy import Update, bindparam, text, update
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
@@ -43,9 +41,9 @@ from common.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
 from control_plane.db.models import Job
 from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobKind, JobStatus
 from control_plane.metrics import families
-from control_plane.services.jobs import batch_slots, events, job_store
+from control_plane.services.jobs import batch_slots, claims, events, job_store
 from control_plane.services.jobs.job_queries import states_sql
-from control_plane.services.jobs.local_ends import LocalEnds
+from control_plane.services.jobs.outbox import Outbox
 from control_plane.services.webhooks import signing
 from control_plane.tasks_api import enqueue_webhook
 
@@ -60,15 +58,6 @@ EVENT_OF_STATUS = {
     JobStatus.TIMED_OUT: EventType.TIMED_OUT,
 }
 COMPLETED_WEBHOOK = "job.completed"
-
-
-@dataclass(frozen=True, slots=True)
-class Outbox:
-    """Where a finished job is announced after its row is committed."""
-
-    redis: redis.Redis  # job event streams and cancel flags
-    celery: Celery  # webhook delivery tasks
-    local: LocalEnds | None = None  # sync callers waiting in this process (the API's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +253,7 @@ def _end_attempt(session: Session, job: Job, ending: Ending, now: datetime) -> N
     up to now, like a worker's own report; an attempt lost with its worker was already closed
     (unbilled) by the reconciler."""
     cached = (ending.output or {}).get("cached_tokens")
-    job_store.end_attempt(
+    claims.end_attempt(
         session,
         job.id,
         job.attempt,

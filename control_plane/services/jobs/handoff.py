@@ -38,7 +38,7 @@ from common.protocol import PRIORITY_OF_KIND, WorkerState
 from control_plane.db.models import Job, Worker
 from control_plane.domain import fleet
 from control_plane.domain.states import JobStatus
-from control_plane.services.jobs import claims, job_store
+from control_plane.services.jobs import claims
 from control_plane.services.tenants.edge_cache import DeploymentRef
 from control_plane.services.workers import worker_records
 from control_plane.settings import Settings
@@ -111,7 +111,7 @@ def give(
     """Claim the just-inserted `job` for `worker_id` (`pick`), in the caller's transaction
     (not committed); None when the claim is refused (it waits for a worker's claim)."""
     # a job with a ttl takes the general claim (which would judge the ttl; it has not run out)
-    taken = job_store.claim_queued(session, job.id, worker_id, now) or job_store.claim(
+    taken = claims.claim_queued(session, job.id, worker_id, now) or claims.claim(
         session, job.id, worker_id, now
     )
     if taken is None:

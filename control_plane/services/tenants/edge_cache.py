@@ -37,13 +37,13 @@ import redis
 from sqlalchemy import event
 from sqlalchemy.orm import Session, sessionmaker
 
+from common.protocol import EDGE_CACHE_GENERATION_KEY
 from control_plane.db.models import ApiKey, Deployment, Tenant
 from control_plane.domain.spec import Spec
 from control_plane.services import deployments
 from control_plane.services.tenants import api_keys
 
 log = logging.getLogger(__name__)
-GENERATION_KEY = "platform:edge-cache:generation"
 MAX_AGE_S = 10.0
 MAX_ENTRIES = 10_000  # per kind; past it the kind starts over (hostile key spraying is not cached)
 _WATCHED = (ApiKey, Deployment, Tenant)
@@ -92,7 +92,7 @@ class EdgeCache:
     def view(self) -> EdgeView:
         """The cache as of the current generation (None: Redis unreachable, read through)."""
         try:
-            raw = self._redis.get(GENERATION_KEY)
+            raw = self._redis.get(EDGE_CACHE_GENERATION_KEY)
         except redis.RedisError:
             log.warning("edge cache: generation unreadable; reading the database")
             return EdgeView(self, None)
@@ -171,7 +171,7 @@ def install_invalidation(sessions: sessionmaker[Session], r: redis.Redis) -> Non
     def _bump(session: Session) -> None:
         if session.info.pop(_CHANGED, False):
             try:
-                r.incr(GENERATION_KEY)
+                r.incr(EDGE_CACHE_GENERATION_KEY)
             except redis.RedisError:
                 # Entries then live up to MAX_AGE_S; the change itself is committed.
                 log.exception("edge cache: could not bump the generation after a change")

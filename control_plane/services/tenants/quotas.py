@@ -17,9 +17,8 @@ from typing import Any
 import redis
 from redis.exceptions import NoScriptError
 
-from common.protocol import rate_limit_key
+from common.protocol import EDGE_CACHE_GENERATION_KEY, rate_limit_key
 from control_plane.errors import InvalidRequest, RateLimited, Unavailable
-from control_plane.services.tenants.edge_cache import GENERATION_KEY
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +123,7 @@ class Quotas:
         keys = [
             rate_limit_key(tenant_id, "requests"),
             rate_limit_key(tenant_id, "tokens"),
-            GENERATION_KEY,
+            EDGE_CACHE_GENERATION_KEY,
         ]
         expected = "" if generation is None else generation
         args = [limits.requests_per_min, 1, limits.tokens_per_min, tokens, expected]

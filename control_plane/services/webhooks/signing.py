@@ -1,7 +1,7 @@
-"""Webhooks: Standard Webhooks signing, SSRF checks, payloads, and one delivery attempt.
+"""Standard Webhooks: message ids, signatures, payloads, and one delivery attempt.
 
-Retries, endpoints and the delivery log live in `webhook_delivery.py` and
-`webhook_endpoints.py`; this module only knows how to sign, check a target and send once.
+Where a webhook may be sent is `targets.py`; retries and the delivery log `delivery.py`; a
+tenant's endpoints and secrets `endpoints.py`. This module only knows how to sign and send once.
 """
 
 from __future__ import annotations
@@ -9,16 +9,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import ipaddress
 import json
-import socket
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import httpx
-
-from control_plane.errors import InvalidRequest
 
 # Events a job's `webhook_events` may ask for; the webhook type is `job.<event>`.
 WEBHOOK_EVENTS = frozenset({"starting", "started", "output", "completed"})
@@ -44,45 +39,6 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
 def signature_header(secrets: list[str], msg_id: str, timestamp: int, body: bytes) -> str:
     """Space-separated signatures, one per active secret (rotation)."""
     return " ".join(sign(s, msg_id, timestamp, body) for s in secrets)
-
-
-@dataclass(frozen=True, slots=True)
-class TargetProblem:
-    reason: str  # what is wrong with the target, for the API error or the delivery log
-    permanent: bool  # True: never send there; False: may change (DNS did not answer)
-
-
-def target_problem(url: str, allow_private: bool) -> TargetProblem | None:
-    """Why a webhook may not be sent to `url` now (None: it may).
-
-    Refuses non-HTTP URLs and, unless allowed, hosts resolving to non-public addresses. Called
-    when a URL is accepted and again before every delivery, since DNS answers can change.
-    """
-    parsed = urlparse(url)
-    if parsed.scheme not in {"http", "https"} or not parsed.hostname:
-        return TargetProblem("webhook must be an http(s) URL with a host", permanent=True)
-    if allow_private:
-        return None
-    try:
-        infos = socket.getaddrinfo(parsed.hostname, parsed.port or 443, proto=socket.IPPROTO_TCP)
-    except (socket.gaierror, UnicodeError):
-        return TargetProblem(f"webhook host {parsed.hostname!r} does not resolve", permanent=False)
-    for info in infos:
-        addr = ipaddress.ip_address(info[4][0])
-        if not addr.is_global:
-            return TargetProblem(
-                f"webhook host {parsed.hostname!r} resolves to a non-public address ({addr}); "
-                "private, loopback and link-local targets are refused by this platform",
-                permanent=True,
-            )
-    return None
-
-
-def check_target(url: str, allow_private: bool, field: str = "webhook") -> None:
-    """Raise InvalidRequest (naming `field`) when `url` is not an acceptable webhook target."""
-    problem = target_problem(url, allow_private)
-    if problem is not None:
-        raise InvalidRequest(problem.reason, errors=[{"field": field, "message": problem.reason}])
 
 
 @dataclass(frozen=True, slots=True)

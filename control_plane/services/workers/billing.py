@@ -1,8 +1,7 @@
 """Billing records and job usage: writing segments, splitting busy time among jobs, reports.
 
     worker phase change ──► close_segment()  (boot/load capped at max_boot_s)
-    loop, every tick    ──► roll_open_segments()  (no open segment grows past a minute)
-                        ──► allocate_ready()      (busy amounts → job attempts, exactly)
+    reconciler's tick   ──► reconcile/billing.py (open segments rolled, busy cost allocated)
     API                 ──► usage(), summary(), check()
 
 Invariant: for every worker, sum(amount of its records) = sum(allocations of its busy
@@ -19,12 +18,11 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import and_, func, insert, or_, select, text
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from control_plane.db.models import (
-    BILLING_UNALLOCATED,
     BillingRecord,
     CostAllocation,
     Deployment,
@@ -32,22 +30,16 @@ from control_plane.db.models import (
     JobAttempt,
     Worker,
 )
-from control_plane.domain.allocation import AttemptSpan, allocate, billable_boot_seconds
+from control_plane.domain.allocation import billable_boot_seconds
 from control_plane.domain.billing_math import AMOUNT_QUANTUM, segment_cost
 from control_plane.domain.clock import iso
 from control_plane.metrics import families, on_commit
 from control_plane.services.paging import newest_first
 from control_plane.settings import Settings
 
-# No open segment grows past this: a crash loses at most this much, rebuilt from heartbeats.
-MAX_SEGMENT_S = 60.0
 BOOT_PHASES = ("boot", "load")
 # The deployment name on warm-pool records (they have no deployment).
 POOL_NAME = "(warm pool)"
-# Attempts that ended through the platform's fault are not billed.
-PLATFORM_FAULTS = frozenset({"worker_lost"})
-# Busy segments split per tick at most (a backlog drains over the next ticks).
-ALLOCATE_BATCH = 500
 
 
 def close_segment(
@@ -101,109 +93,6 @@ def close_segment(
         return  # the same segment was already written (a replayed report)
     observe = functools.partial(families.billed, phase, w.accelerator, float(billed))
     on_commit.after_commit(session, observe)  # counted once the segment is committed
-
-
-def roll_open_segments(session: Session, settings: Settings, now: datetime) -> None:
-    """Close the open segment of every live worker that has been in one phase for a minute."""
-    from control_plane.domain.billing_math import phase_of
-    from control_plane.services.workers.worker_records import live
-
-    for w in live(session):
-        phase = phase_of(w.state, pooled=w.deployment_id is None)
-        if phase is None or (now - w.state_since).total_seconds() < MAX_SEGMENT_S:
-            continue
-        # Only up to the last sign of life: a silent worker's time is not billed on trust.
-        end = min(now, w.last_heartbeat_at or w.state_since)
-        if end - w.state_since >= timedelta(seconds=MAX_SEGMENT_S / 2):
-            close_segment(session, settings, w, phase, w.state_since, end, note="rolled")
-            w.state_since = end
-
-
-def allocate_ready(session: Session, now: datetime) -> int:
-    """Split closed busy segments whose attempts have all ended; returns how many were split.
-
-    A tick's worth in four reads and two bulk writes: the segments waiting (a partial index),
-    the attempts of their workers that ended after the worker's earliest of them began or
-    still run, and the allocations already written. One query per segment, over all of its
-    worker's attempts, held the reconciler's write transaction open for 20-150 ms under
-    steady traffic (every short job closes a busy segment), and every API write waited.
-    """
-    records = list(
-        session.scalars(
-            select(BillingRecord)
-            .where(text(BILLING_UNALLOCATED))
-            .order_by(BillingRecord.id)
-            .limit(ALLOCATE_BATCH)
-        )
-    )
-    if not records:
-        return 0
-    since: dict[str, datetime] = {}
-    for r in records:
-        since[r.worker_id] = min(r.start, since.get(r.worker_id, r.start))
-    by_worker = _attempts_since(session, since)
-    written: set[tuple[int, str, int]] = {
-        (rec_id, job_id, attempt)
-        for rec_id, job_id, attempt in session.execute(
-            select(
-                CostAllocation.billing_record_id, CostAllocation.job_id, CostAllocation.attempt
-            ).where(CostAllocation.billing_record_id.in_([r.id for r in records]))
-        )
-    }
-    rows: list[dict[str, Any]] = []
-    done = 0
-    for rec in records:
-        attempts = [
-            a
-            for a in by_worker.get(rec.worker_id, ())
-            if a.started_at < rec.end and (a.ended_at is None or a.ended_at > rec.start)
-        ]
-        if any(a.ended_at is None for a in attempts):
-            continue  # an attempt still runs: its tokens are not known yet
-        spans = [
-            AttemptSpan(
-                job_id=a.job_id,
-                attempt=a.attempt,
-                start=a.started_at,
-                end=a.ended_at or rec.end,
-                tokens=(a.prompt_tokens or 0) + (a.generated_tokens or 0),
-                billable=a.outcome not in PLATFORM_FAULTS,
-            )
-            for a in attempts
-        ]
-        rows.extend(
-            {
-                "billing_record_id": rec.id,
-                "tenant_id": rec.tenant_id,
-                "job_id": share.job_id,
-                "attempt": share.attempt,
-                "seconds": share.seconds,
-                "amount": share.amount,
-                "billable": share.billable,
-            }
-            for share in allocate(rec.start, rec.end, rec.amount, spans)
-            if (rec.id, share.job_id, share.attempt) not in written
-        )
-        rec.allocated = True
-        done += 1
-    if rows:
-        session.execute(insert(CostAllocation), rows)
-    return done
-
-
-def _attempts_since(session: Session, since: dict[str, datetime]) -> dict[str, list[JobAttempt]]:
-    """worker id → its attempts that ended after `since[worker]` or have not ended: index
-    ranges of ix_job_attempts_worker_ended, so a busy worker's older attempts are never read,
-    and a worker whose segment waits for a long job costs the others nothing."""
-    by_worker: dict[str, list[JobAttempt]] = defaultdict(list)
-    ended_lately = or_(
-        *(and_(JobAttempt.worker_id == w, JobAttempt.ended_at > t) for w, t in since.items())
-    )
-    running = and_(JobAttempt.worker_id.in_(since), JobAttempt.ended_at.is_(None))
-    for which in (ended_lately, running):
-        for a in session.scalars(select(JobAttempt).where(which)):
-            by_worker[a.worker_id].append(a)
-    return by_worker
 
 
 def job_costs(session: Session, job_ids: list[str]) -> dict[str, tuple[Decimal, Decimal]]:

@@ -37,10 +37,9 @@ from control_plane.domain.clock import iso
 from control_plane.domain.states import TERMINAL
 from control_plane.domain.webhook_resend import MAX_JITTER
 from control_plane.metrics import families
-from control_plane.services.jobs import batches, job_store
-from control_plane.services.webhooks import endpoints, signing
+from control_plane.services.jobs import batches, cold_starts, job_store
+from control_plane.services.webhooks import endpoints, signing, targets
 from control_plane.services.webhooks.signing import DeliveryResult
-from control_plane.services.workers import cold_starts
 from control_plane.settings import Settings
 
 if TYPE_CHECKING:
@@ -197,7 +196,7 @@ def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) ->
 
 def _send(env: DeliveryEnv, p: _Prepared, msg: Message, now: datetime) -> DeliveryResult:
     # NOTE: checked again at delivery time: the host may resolve elsewhere than when accepted.
-    problem = signing.target_problem(p.url, env.settings.webhook_allow_private)
+    problem = targets.target_problem(p.url, env.settings.webhook_allow_private)
     if problem is not None:
         return DeliveryResult(
             None, f"not sent: {problem.reason}", ok=False, gone=False, permanent=problem.permanent
