@@ -441,7 +441,7 @@ def drain(plat: Any, ids: list[str], timeout_s: float = 600.0) -> None:
 # Warm runs per client connection. With two API processes (the embedded default) the kernel
 # places each connection on one of them by a hash of its addresses, and a caller whose
 # connection shares a process with the worker's is answered in process, the others through
-# Redis: 0.6-0.9 ms apart at the p50 (docs/benchmarks.md, session 32). One connection for
+# Redis: 0.6-0.9 ms apart at the p50 (docs/benchmarks.md, Control plane). One connection for
 # the whole run measured one placement or the other by chance; a new one every 25 runs
 # measures the mix that many callers see.
 RUNS_PER_CONNECTION = 25

@@ -118,7 +118,7 @@ class Settings(LogSettings, TraceSettings):
     # log_level, log_levels, log_format: from LogSettings (common/logs.py), like the worker's;
     # otel_exporter: from TraceSettings (common/tracing.py).
 
-    # --- batches and webhooks (issue #5) ---
+    # --- batches and webhooks ---
     # Bucket that receives batch results (`batches/<tenant>/<batch>.jsonl`); created if missing.
     results_bucket: str = "platform-results"
     # A batch holds at most this many input lines.

@@ -1,8 +1,8 @@
 """How few GPU-seconds a boot budget allows: a lower bound no policy beats without queueing.
 
-Issue 12 asks for both ≤ 0.75 × keep-alive's GPU-seconds and ≤ 0.25 × KPA's boots. This module
-tells whether any policy can meet both on a workload while it makes no request wait for a
-free slot.
+The autoscaler's targets ask for both ≤ 0.75 × keep-alive's GPU-seconds and ≤ 0.25 × KPA's
+boots. This module tells whether any policy can meet both on a workload while it makes no
+request wait for a free slot.
 
 With no request waiting, a deployment needs n(t) = ceil(requests in service / slots) workers,
 and worker level k is needed on the intervals where n(t) ≥ k (`oracle.need_intervals`).
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from bench.autoscale.workloads import Workload
 
 Intervals = list[tuple[float, float]]
-# Issue 12's boot target: at most this share of the KPA baseline's boots.
+# The autoscaler's boot target: at most this share of the KPA baseline's boots.
 BOOTS_VS_KPA = 0.25
 
 

@@ -56,7 +56,7 @@ class _GatedConnection(sqlite3.Connection):
         process holds it. SQLite's own busy handler sleeps 1, 2, 5, 10, 15, 20, 25, 25 ... ms
         between its tries: a writer that met another process's write of a few milliseconds
         (the reconciler's tick, the other API process) waited 33, 53 or 78 ms for it, which
-        was the warm path's p99 (docs/benchmarks.md, session 21)."""
+        was the warm path's p99."""
         if self.in_transaction:
             return
         self.execute("PRAGMA busy_timeout=0")

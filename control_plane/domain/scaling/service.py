@@ -11,7 +11,7 @@ least the latest `MIN_SAMPLES`:
   lengths) are a few seconds of a busy deployment, and their mean has a standard error of
   about 16 %, so it swings from one refit to the next. In the simulator, on the Azure trace,
   a 20-job mean took 0.84× keep-alive's GPU-seconds and 22 boots where the window took 0.73×
-  and 9 (docs/benchmarks.md);
+  and 9 (`bench/autoscale_sim.py`, T_cold 30 s);
 - a mean since the start lags when lengths change: the same trace's early jobs are longer, and
   its running mean stayed 14-54 % above the last minute's from t = 600 s to 1,700 s, so the
   forecast part asked for a worker more than the load needed.

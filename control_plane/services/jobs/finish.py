@@ -315,7 +315,7 @@ def _announce(outbox: Outbox, ended: list[tuple[Job, bool]]) -> None:
             if any(handed):
                 # Give the GIL up once: the caller's event loop, just woken by the handover,
                 # then answers before this thread builds the round trip below (it waited for
-                # this thread's next I/O: the answer stage 0.90x, docs/benchmarks.md session 31).
+                # this thread's next I/O: the answer stage 0.90x in bench/ab_warm_path.py runs).
                 time.sleep(0)
         pipe = outbox.redis.pipeline(transaction=False)
         for (job, was_running), (event, public) in zip(ended, ends, strict=True):

@@ -4,7 +4,7 @@ then sent to it through Redis, so the worker starts it without a claim request.
 The warm path of a call was three HTTP exchanges: the call, the worker's claim of its job, the
 worker's report. The claim's (its wake-up, the request, its transaction, the answer back) was
 1.4-1.7 ms of the platform's 4.6-5.5 ms per call in interleaved runs of this machine's bench
-(docs/benchmarks.md, session 33). When one of the deployment's workers has a free slot, the
+(docs/benchmarks.md, Control plane). When one of the deployment's workers has a free slot, the
 admission can make the same claim itself (`jobs.claim_queued`, the one path of pending →
 running, and `workers.follow_jobs`), commit it with the job, and push the claim's answer to
 that worker's own list (`worker_handoffs_key`), which the worker pops before its queue's
@@ -92,7 +92,7 @@ def pick(session: Session, settings: Settings, dep: DeploymentRef) -> str | None
     """The worker of `dep` to hand a new job to, if one has a free slot and nothing of `dep`
     waits; None: the job waits for a worker's claim. A read, before the admission's INSERT:
     outside SQLite's write lock, which every admission takes in turn (read under it, it cost a
-    burst a few percent of its admissions; docs/benchmarks.md, session 33)."""
+    burst a few percent of its admissions in `bench/ab_warm_path.py --admissions`)."""
     if not settings.job_handoffs:
         return None
     params = {"b_dep": dep.id, "b_version": dep.version, "b_slots": dep.spec.target_concurrency}

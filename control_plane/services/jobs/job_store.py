@@ -93,7 +93,7 @@ def replay_of(session: Session, tenant_id: str, key: str) -> Job | None:
     """The tenant's job created with idempotency `key`, or None (the answer nearly every call
     gets: the SDK sends a new key with each). Its id first, by a statement built once: built
     per call through the ORM, and made twice per call, this lookup cost a keyed call ~1.2 ms
-    of latency on the warm path (docs/benchmarks.md, session 31)."""
+    of latency on the warm path (`bench/ab_warm_path.py --idempotency-keys`)."""
     job_id = session.execute(_ID_OF_KEY, {"b_tenant": tenant_id, "b_key": key}).scalar()
     return None if job_id is None else session.get(Job, job_id)
 

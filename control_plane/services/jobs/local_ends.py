@@ -13,7 +13,7 @@ Tried and not kept: sending each sync job's report to the API process where its 
 (the wake-up named the process's own port), so that the handover applies with several
 processes too. On two cores it moved the time rather than saving it: the answer came 0.2 ms
 sooner and the claim 0.26 ms later, the one process now doing the work of two
-(docs/benchmarks.md, "The end of a sync job, handed over in its process (session 28)").
+(`bench/ab_warm_path.py --api-processes 2`).
 """
 
 from __future__ import annotations
