@@ -12,70 +12,32 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from control_plane.api.app import create_app
-from control_plane.api.routes import batches as batches_routes
-from control_plane.api.routes import webhooks as webhooks_routes
 from control_plane.db.models import Batch, Job
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services import auth, batch_slots, batches, object_store
+from control_plane.services import batch_slots, batches, object_store
 from control_plane.services import finish as finish_
 from control_plane.services.dispatch import make_celery, queue_depth
 from control_plane.settings import Settings
 from tests.conftest import S3Server
-from tests.integration.api_helpers import WORKER, WORKER_TOKEN, deploy, h
+from tests.integration.api_helpers import WORKER, deploy, h, on_s3
 from worker.protocol import RECONCILER_NUDGE_KEY, deployment_queue, job_cancel_key
 
 RESULTS_BUCKET = "results-test"
 
 
-def include_routers(app: FastAPI) -> FastAPI:
-    """Mount the batch and webhook routers unless app.py does already."""
-    paths = {getattr(r, "path", "") for r in app.routes}
-    if "/v1/batches" not in paths:
-        app.include_router(batches_routes.router)
-    if "/v1/webhooks/endpoints" not in paths:
-        app.include_router(webhooks_routes.router)
-    return app
-
-
 @pytest.fixture
-def settings(database_url: str, redis_url: str, s3_env: S3Server) -> Settings:
-    return Settings(
-        database_url=database_url,
-        redis_url=redis_url,
-        s3_endpoint_url=s3_env.url,
-        worker_token=WORKER_TOKEN,
+def settings(settings: Settings, s3_env: S3Server) -> Settings:
+    return on_s3(
+        settings,
+        s3_env,
         results_bucket=RESULTS_BUCKET,
         batch_max_lines=50,
         batch_max_in_flight=8,
         store_bucket="store-batches",
-        validate_models=False,  # the deployed model does not exist; no worker loads it
     )
-
-
-@pytest.fixture
-def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
-    with TestClient(include_routers(create_app(settings))) as c:
-        yield c
-
-
-@pytest.fixture
-def keys(settings: Settings) -> dict[str, str]:
-    engine = make_engine(settings.database_url)
-    now = datetime.now(UTC)
-    with make_sessionmaker(engine)() as s:
-        a, b = auth.create_tenant(s, "a", now), auth.create_tenant(s, "b", now)
-        s.flush()
-        _, key_a = auth.create_api_key(s, a.id, {"admin"}, now)
-        _, key_b = auth.create_api_key(s, b.id, {"admin"}, now)
-        _, key_ro = auth.create_api_key(s, a.id, {"read"}, now)
-        s.commit()
-    engine.dispose()
-    return {"a": key_a, "b": key_b, "ro": key_ro}
 
 
 class Db:
