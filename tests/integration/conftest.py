@@ -1,5 +1,7 @@
-"""Fixtures of the API integration tests: settings on the real Redis and SQL database, two
-tenants with keys, and the app in process (FastAPI TestClient)."""
+"""Fixtures of the API integration tests: settings on the real Redis and SQL database (a
+module that needs more overrides them: `settings.model_copy(update=...)`, or
+api_helpers.on_s3 for the S3 server), tenants with keys, and the app in process (FastAPI
+TestClient)."""
 
 from __future__ import annotations
 
