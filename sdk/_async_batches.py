@@ -1,4 +1,4 @@
-# Source of sdk/_batches.py: edit this file, then run `python infra/unasync.py`.
+# Source of sdk/_batches.py: edit this file, then run `python tests/tools/unasync.py`.
 """`client.batches`: one job per input line, run a few at a time, results as JSONL.
 
 batch = await client.batches.create([{"prompt": "a"}, {"prompt": "b"}], deployment="demo")

@@ -1,4 +1,4 @@
-# Source of sdk/_client.py: edit this file, then run `python infra/unasync.py`.
+# Source of sdk/_client.py: edit this file, then run `python tests/tools/unasync.py`.
 """The asyncio client: drives the flows of _flows.py with httpx.AsyncClient and asyncio.sleep.
 
 Everything but the I/O lives in _base.py, _routes.py, _flows.py and _sse.py; keep it so.

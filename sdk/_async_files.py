@@ -1,4 +1,4 @@
-# Source of sdk/_files.py: edit this file, then run `python infra/unasync.py`.
+# Source of sdk/_files.py: edit this file, then run `python tests/tools/unasync.py`.
 """`client.files`: the tenant's own namespace in the platform's store (`store://path`).
 
 Deploy a model from it, or read a batch's input from it; no other tenant can name it.

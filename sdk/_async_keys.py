@@ -1,4 +1,4 @@
-# Source of sdk/_keys.py: edit this file, then run `python infra/unasync.py`.
+# Source of sdk/_keys.py: edit this file, then run `python tests/tools/unasync.py`.
 """`client.keys`: this tenant's API keys (the caller's key needs the `admin` scope).
 
 key = await client.keys.create(name="ci", scopes=["run", "read"])

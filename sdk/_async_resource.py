@@ -1,4 +1,4 @@
-# Source of sdk/_resource.py: edit this file, then run `python infra/unasync.py`.
+# Source of sdk/_resource.py: edit this file, then run `python tests/tools/unasync.py`.
 """Base class of the `client.<noun>` resources: a handle on the client that runs flows.
 
 A resource builds its `Call`s with _routes.py and runs them through the flows of _flows.py,

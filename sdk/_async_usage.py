@@ -1,4 +1,4 @@
-# Source of sdk/_usage.py: edit this file, then run `python infra/unasync.py`.
+# Source of sdk/_usage.py: edit this file, then run `python tests/tools/unasync.py`.
 """`client.usage`: what each job used and cost, and totals grouped by one dimension.
 
     await client.usage.list(deployment="demo", limit=20)  # per-job usage records

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -17,6 +16,7 @@ import pytest
 
 from sdk import Client
 from tests.e2e.conftest import embedded_platform
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -82,16 +82,16 @@ def _lines(state_dir: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _wait_for(
+def _wait_for_line(
     state_dir: Path, what: str, match: Any, timeout_s: float = 30
 ) -> list[dict[str, Any]]:
-    deadline = time.monotonic() + timeout_s
-    while True:
+    """Every log line, once one of them matches."""
+
+    def matched() -> list[dict[str, Any]] | None:
         lines = _lines(state_dir)
-        if any(match(x) for x in lines):
-            return lines
-        assert time.monotonic() < deadline, f"no log line for {what}"
-        time.sleep(0.3)
+        return lines if any(match(x) for x in lines) else None
+
+    return wait_for(matched, timeout_s, every_s=0.3, what=f"a log line for {what}")
 
 
 def test_json_logs_join_by_ids_and_hold_no_prompt_or_output(
@@ -164,7 +164,7 @@ def test_json_logs_join_by_ids_and_hold_no_prompt_or_output(
     assert r.headers["x-request-id"] != f"{SECRET} !"  # unsafe: replaced, never logged
 
     # the worker logs a job's end after the control plane took its report
-    lines = _wait_for(
+    lines = _wait_for_line(
         state_dir,
         "the sync job in the worker",
         lambda x: x["component"] == "worker" and x.get("job_id") == sync_id,

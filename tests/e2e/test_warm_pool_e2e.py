@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,7 @@ from control_plane.db.models import Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from sdk import Client
 from tests.e2e.conftest import cli
-
-
-def wait_for(what: str, probe: Any, timeout_s: float = 90.0, every_s: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while (value := probe()) is None:
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(every_s)
-    return value
+from tests.helpers import wait_for
 
 
 class Workers:
@@ -57,7 +49,7 @@ def test_a_call_at_zero_is_served_by_the_warm_pool_worker(
     client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
     client.deployments.create(name="pool-a", model="store://models/pool/")
     rows = Workers(platform["database_url"])
-    pooled = wait_for("an idle pool worker", rows.idle_pool_worker)
+    pooled = wait_for(rows.idle_pool_worker, 90, every_s=0.1, what="an idle pool worker")
     seen: list[RunStatus] = []
     stream = client.run(
         "pool-a", {"prompt": "Hi", "max_tokens": 4}, stream=True, on_status=seen.append
@@ -85,14 +77,14 @@ def test_a_pool_worker_killed_after_its_assignment_is_replaced_and_the_job_compl
     client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
     client.deployments.create(name="pool-k", model="store://models/pool-k/")
     rows = Workers(platform["database_url"])
-    pooled = wait_for("an idle pool worker", rows.idle_pool_worker)
+    pooled = wait_for(rows.idle_pool_worker, 90, every_s=0.1, what="an idle pool worker")
     job = client.submit("pool-k", {"prompt": "Hi", "max_tokens": 4})
 
     def assigned() -> Worker | None:
         w = rows.get(pooled.id)
         return w if w is not None and w.deployment_id is not None else None
 
-    w = wait_for("the assignment", assigned, every_s=0.01)
+    w = wait_for(assigned, 90, every_s=0.01, what="the assignment")
     assert w.pid is not None
     os.kill(w.pid, signal.SIGKILL)
     done = job.wait(timeout=180)

@@ -1,13 +1,19 @@
-"""What the fault scenarios share: their sizes, a steady client that submits jobs through the
-SDK, a read-only view of the platform's ledger, and the record of one run for the summary.
+"""What the fault scenarios share: their sizes, marks and invariants, a steady client that
+submits jobs through the SDK, a read-only view of the platform's ledger, the base of their
+fault injectors, and the record of one run for the summary.
 
-    Sizes.from_env()          FAULTS_JOBS, FAULTS_WORKER_KILLS, FAULTS_REDIS_RESTARTS,
+    Sizes.from_env(), SIZES   FAULTS_JOBS, FAULTS_WORKER_KILLS, FAULTS_REDIS_RESTARTS,
                               FAULTS_COLD_START_KILLS, FAULTS_MAX_TOKENS (short defaults;
                               `make faults` sets long ones)
+    scenario_marks()          a scenario module's pytestmark: faults, e2e and its timeout
+    INVARIANTS                what every scenario checks (invariants.py), one test each
     Submitter                 a thread: submits jobs, at most `window` unfinished at a time;
                               only a 201/202 makes a job admitted
-    Ledger                    SQL reads the scenarios need (running jobs and their worker's pid,
+    Ledger (ledger.py)        SQL reads the scenarios need (running jobs and their worker's pid,
                               completions after an instant)
+    Injector                  base of a scenario's fault: an SDK client of the platform and the
+                              probes' outcomes, closed with it
+    upload_model()            a model put in the platform's store (a store:// URI to deploy)
     run_scenario()            the shape every scenario shares: deploy, warm, submit while
                               injecting faults spread over the run, then the checker
     FaultRun, RUNS            one scenario's numbers; conftest prints RUNS at the end
@@ -24,21 +30,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
-from sqlalchemy import func, select
+import pytest
 
-from control_plane.db.models import BillingRecord, Deployment, Job, JobAttempt, Worker
-from control_plane.db.session import make_engine, make_sessionmaker
 from sdk import APIError, Client, PlatformError
 from tests.faults.invariants import (
-    TERMINAL_STATUSES,
     Bounds,
     Evidence,
     Violation,
     WebhookEvidence,
     check,
 )
+from tests.faults.ledger import Ledger
 from tests.faults.receiver import Plan, WebhookReceiver
 
 # Prompts of the jobs (never logged; the outputs are not read at all).
@@ -82,127 +86,16 @@ class Sizes:
         return 600 + 3 * self.jobs + 60 * faults
 
 
-class Ledger:
-    """Read-only SQL queries on the platform's database (platform.json → database_url)."""
+# This run's sizes (a scenario with counts of its own reads them from the environment too).
+SIZES = Sizes.from_env()
+# Every scenario checks every invariant of invariants.py.
+INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 
-    def __init__(self, database_url: str) -> None:
-        self._engine = make_engine(database_url)
-        self._sessions = make_sessionmaker(self._engine)
 
-    def close(self) -> None:
-        self._engine.dispose()
-
-    def unfinished(self, ids: Sequence[str]) -> int:
-        if not ids:
-            return 0
-        with self._sessions() as s:
-            n = s.scalar(
-                select(func.count())
-                .select_from(Job)
-                .where(Job.id.in_(ids), Job.status.not_in(TERMINAL_STATUSES))
-            )
-        return int(n or 0)
-
-    def finished(self, deployment: str) -> int:
-        with self._sessions() as s:
-            n = s.scalar(
-                select(func.count())
-                .select_from(Job)
-                .where(Job.deployment_name == deployment, Job.status.in_(TERMINAL_STATUSES))
-            )
-        return int(n or 0)
-
-    def running(self, deployment: str) -> list[tuple[str, int, str, int]]:
-        """(job id, attempt, worker id, worker pid) of the deployment's running jobs."""
-        with self._sessions() as s:
-            rows = s.execute(
-                select(Job.id, Job.attempt, Worker.id, Worker.pid)
-                .join(Worker, Worker.id == Job.worker_id)
-                .where(Job.deployment_name == deployment, Job.status == "running")
-            ).all()
-        return [(j, a, w, pid) for j, a, w, pid in rows if pid]
-
-    def unfinished_of(self, deployment: str) -> list[tuple[str, str, str]]:
-        """(job id, deployment id, kind) of the deployment's jobs not ended yet."""
-        with self._sessions() as s:
-            rows = s.execute(
-                select(Job.id, Job.deployment_id, Job.kind).where(
-                    Job.deployment_name == deployment, Job.status.not_in(TERMINAL_STATUSES)
-                )
-            ).all()
-        return [(j, d, k) for j, d, k in rows]
-
-    def jobs_since(self, deployment: str, t: datetime) -> list[tuple[str, str | None, str]]:
-        """(job id, idempotency key, status) of the deployment's jobs created after `t`."""
-        with self._sessions() as s:
-            rows = s.execute(
-                select(Job.id, Job.idempotency_key, Job.status).where(
-                    Job.deployment_name == deployment, Job.created_at > t
-                )
-            ).all()
-        return [(j, key, status) for j, key, status in rows]
-
-    def workers(self, deployment: str) -> list[tuple[str, str, int | None]]:
-        """(worker id, state, pid) of every worker the deployment ever had, ended ones too."""
-        with self._sessions() as s:
-            rows = s.execute(
-                select(Worker.id, Worker.state, Worker.pid)
-                .join(Deployment, Deployment.id == Worker.deployment_id)
-                .where(Deployment.name == deployment)
-            ).all()
-        return [(w, state, pid) for w, state, pid in rows]
-
-    def last_phase(self, worker_id: str) -> tuple[str, str | None, str | None]:
-        """(state, reason, phase of its newest billing record or None) of one worker."""
-        with self._sessions() as s:
-            state, reason = s.execute(
-                select(Worker.state, Worker.reason).where(Worker.id == worker_id)
-            ).one()
-            phase = s.scalar(
-                select(BillingRecord.phase)
-                .where(BillingRecord.worker_id == worker_id)
-                .order_by(BillingRecord.start.desc())
-                .limit(1)
-            )
-        return state, reason, phase
-
-    def worker_failures(self, deployment: str | None = None) -> list[tuple[str, str | None]]:
-        """(worker id, reason) of every worker that ended `failed` (of `deployment`'s, when
-        given: the scenarios share one platform)."""
-        q = select(Worker.id, Worker.reason).where(Worker.state == "failed")
-        if deployment is not None:
-            q = q.join(Deployment, Deployment.id == Worker.deployment_id).where(
-                Deployment.name == deployment
-            )
-        with self._sessions() as s:
-            return [(w, reason) for w, reason in s.execute(q).all()]
-
-    def first_success_after(self, deployment: str, t: datetime) -> datetime | None:
-        """When the deployment's first job *started* after `t` succeeded (None: none yet).
-
-        A job already running at `t` may finish without the part that broke (a report needs
-        no Redis): only work picked up after the fault shows the service is back.
-        """
-        with self._sessions() as s:
-            return s.scalar(
-                select(func.min(Job.completed_at))
-                .join(
-                    JobAttempt, (JobAttempt.job_id == Job.id) & (JobAttempt.attempt == Job.attempt)
-                )
-                .where(
-                    Job.deployment_name == deployment,
-                    Job.status == "succeeded",
-                    JobAttempt.started_at > t,
-                )
-            )
-
-    def statuses(self, ids: Sequence[str]) -> Counter[str]:
-        out: Counter[str] = Counter()
-        with self._sessions() as s:
-            for i in range(0, len(ids), 500):
-                chunk = ids[i : i + 500]
-                out.update(s.scalars(select(Job.status).where(Job.id.in_(chunk))))
-        return out
+def scenario_marks(timeout_s: float = SIZES.timeout_s()) -> list[pytest.MarkDecorator]:
+    """A scenario module's `pytestmark`: in the fault suite, on the embedded platform, and a
+    timeout no healthy run of its size comes near."""
+    return [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(timeout_s)]
 
 
 class Submitter(threading.Thread):
@@ -257,6 +150,40 @@ class Submitter(threading.Thread):
             time.sleep(0.2)
         else:
             self.admitted.append(job.id)
+
+
+class Injector:
+    """Base of a scenario's fault, `run_scenario`'s `inject(ledger, deployment)`: it does one
+    fault and returns when it happened (None: it found nothing to break). It holds an SDK
+    client of the platform (the probe after a fault, jobs of its own), closed with it.
+
+    Example: `with RedisKiller(platform) as killer: run_scenario(..., killer)`.
+    """
+
+    def __init__(self, platform: dict[str, Any], timeout_s: float = 30.0) -> None:
+        self.client = Client(
+            base_url=platform["url"], api_key=platform["api_key"], timeout=timeout_s
+        )
+        self.probes: list[str] = []  # per fault: how the sync call after it went
+
+    def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def upload_model(platform: dict[str, Any], model: Path, prefix: str) -> str:
+    """`model`'s files put in the operator's store under `prefix` (through the SDK); the
+    store:// URI to deploy them from."""
+    with Client(base_url=platform["url"], api_key=platform["api_key"], timeout=60) as c:
+        return c.files.upload_dir(model, prefix)
 
 
 def wait_recovered(
@@ -350,7 +277,7 @@ RECOVERY_BOUND_S = 180.0
 def run_scenario(
     name: str,
     platform: dict[str, Any],
-    model: Path,
+    model: Path | str,
     sizes: Sizes,
     faults: int,
     inject: Callable[[Ledger, str], datetime | None],
@@ -359,11 +286,11 @@ def run_scenario(
     fault_jobs: Callable[[], Sequence[str]] = tuple,
     **spec: Any,
 ) -> FaultRun:
-    """Deploy `model` as `faults-<name>` (`spec`: more deployment fields, e.g. min_workers;
-    `receiver_plan`: how the webhook receiver misbehaves, see receiver.py),
-    warm one worker, submit `sizes.jobs` async jobs (each
-    with a webhook to a local receiver) and call `inject(ledger, deployment)` `faults` times,
-    spread evenly over the jobs' completions; then run the checker over everything.
+    """Deploy `model` (a directory, or a URI the platform reads) as `faults-<name>` (`spec`:
+    more deployment fields, e.g. min_workers; `receiver_plan`: how the webhook receiver
+    misbehaves, see receiver.py), warm one worker, submit `sizes.jobs` async jobs (each with a
+    webhook to a local receiver) and call `inject(ledger, deployment)` `faults` times, spread
+    evenly over the jobs' completions; then run the checker over everything.
 
     `inject` does one fault and returns when it happened (None: it found nothing to break;
     the run then injects fewer). Recovery is measured from that instant to the next job of

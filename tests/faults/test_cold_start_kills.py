@@ -36,16 +36,22 @@ from typing import Any
 
 import pytest
 
-from sdk import Client
-from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
+from tests.faults.harness import (
+    INVARIANTS,
+    SIZES,
+    FaultRun,
+    Injector,
+    probe,
+    run_scenario,
+    scenario_marks,
+    utcnow,
+)
 from tests.faults.invariants import assert_holds
+from tests.faults.ledger import Ledger
 from tests.faults.slow_model import build_slow_model
 from tests.faults.test_worker_kills import is_worker
 
-SIZES = Sizes.from_env()
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
-
-pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s())]
+pytestmark = scenario_marks()
 
 # The phases killed in, in turn (worker states), and the billing phase each one is billed as.
 PHASES = ("loading", "warming")
@@ -74,16 +80,15 @@ class Victim:
         return self.phase == BILLED_AS[self.target]
 
 
-class ColdStartKiller:
+class ColdStartKiller(Injector):
     """The fault: SIGKILL a worker while it loads (even faults) or warms up (odd faults);
     `victims` are all the workers it killed in a cold start, misses included."""
 
     def __init__(self, platform: dict[str, Any]) -> None:
-        self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
+        super().__init__(platform, timeout_s=120)
         self.victims: list[Victim] = []
         self.injected = 0
         self.triggers = 0  # serving workers killed to cause a cold start
-        self.probes: list[str] = []  # per fault: how the sync call after it went
 
     def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
         target = PHASES[self.injected % len(PHASES)]
@@ -161,9 +166,8 @@ def slow_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def killer(fault_platform: dict[str, Any]) -> Iterator[ColdStartKiller]:
-    k = ColdStartKiller(fault_platform)
-    yield k
-    k.client.close()
+    with ColdStartKiller(fault_platform) as k:
+        yield k
 
 
 @pytest.fixture(scope="module")
@@ -187,8 +191,7 @@ def run(
         yield run
     finally:
         # its two workers hold the big model: they go before the session's next scenarios
-        with Client(base_url=fault_platform["url"], api_key=fault_platform["api_key"]) as c:
-            c.deployments.delete("faults-cold-start-kills")
+        killer.client.deployments.delete("faults-cold-start-kills")
 
 
 @pytest.mark.parametrize("invariant", INVARIANTS)

@@ -23,19 +23,26 @@ from typing import Any
 import httpx
 import pytest
 
-from sdk import Client
 from tests.e2e.conftest import alive
-from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
+from tests.faults.harness import (
+    INVARIANTS,
+    SIZES,
+    FaultRun,
+    Injector,
+    probe,
+    run_scenario,
+    scenario_marks,
+    utcnow,
+)
 from tests.faults.invariants import assert_holds
+from tests.faults.ledger import Ledger
 
-SIZES = Sizes.from_env()
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 VICTIMS = ("api", "celery", "reconciler")
 
-pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s())]
+pytestmark = scenario_marks()
 
 
-class ControlPlaneKiller:
+class ControlPlaneKiller(Injector):
     """The fault: SIGKILL the next of VICTIMS; return once the supervisor has started it again
     and a sync call (the probe) went through.
 
@@ -45,11 +52,10 @@ class ControlPlaneKiller:
     """
 
     def __init__(self, platform: dict[str, Any]) -> None:
+        super().__init__(platform, timeout_s=120)
         self.state_dir: Path = platform["state_dir"]
         self.url: str = platform["url"]
-        self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
         self.killed: Counter[str] = Counter()
-        self.probes: list[str] = []  # per fault: how the sync call after it went
 
     def pid(self, name: str) -> int:
         """The supervisor's current pid of `name` (platform.json is rewritten on restarts)."""
@@ -81,9 +87,8 @@ class ControlPlaneKiller:
 
 @pytest.fixture(scope="module")
 def killer(fault_platform: dict[str, Any]) -> Iterator[ControlPlaneKiller]:
-    k = ControlPlaneKiller(fault_platform)
-    yield k
-    k.client.close()
+    with ControlPlaneKiller(fault_platform) as k:
+        yield k
 
 
 @pytest.fixture(scope="module")

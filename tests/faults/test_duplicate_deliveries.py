@@ -22,42 +22,37 @@ import pytest
 import redis
 
 from control_plane.services.jobs.dispatch import dispatch_job
-from sdk import Client
 from tests.faults.harness import (
+    INVARIANTS,
+    SIZES,
     FaultRun,
-    Ledger,
-    Sizes,
+    Injector,
     probe,
     run_scenario,
+    scenario_marks,
     submit_long_job,
     utcnow,
 )
 from tests.faults.invariants import assert_holds
+from tests.faults.ledger import Ledger
 
-SIZES = Sizes.from_env()
 DUPLICATIONS = int(os.environ.get("FAULTS_DUPLICATIONS", "4"))
 COPIES = 2  # more wake-ups per unfinished job, per fault
 DEPLOYMENT = "faults-duplicate-deliveries"  # what run_scenario names "duplicate_deliveries"
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 
-pytestmark = [
-    pytest.mark.faults,
-    pytest.mark.e2e,
-    pytest.mark.timeout(SIZES.timeout_s() + 60 * DUPLICATIONS),
-]
+pytestmark = scenario_marks(SIZES.timeout_s() + 60 * DUPLICATIONS)
 
 
-class Duplicator:
+class Duplicator(Injector):
     """The fault: COPIES more wake-ups for every job of the deployment not ended yet. When the
     submitted jobs have all ended before the fault's turn (a fast machine, or a slow one that
     fell behind), it submits a longer job of its own and duplicates that one's."""
 
     def __init__(self, platform: dict[str, Any]) -> None:
+        super().__init__(platform)
         self.redis = redis.Redis.from_url(platform["redis_url"])
-        self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=30)
         self.sent = 0  # duplicate wake-ups sent, over the run
         self.jobs: set[str] = set()  # jobs that got some
-        self.probes: list[str] = []  # per fault: how the sync call after it went
 
     def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
         unfinished = ledger.unfinished_of(deployment)
@@ -77,13 +72,15 @@ class Duplicator:
         self.probes.append(probe(self.client, deployment, "duplication"))
         return fault_at
 
+    def close(self) -> None:
+        self.redis.close()
+        super().close()
+
 
 @pytest.fixture(scope="module")
 def duplicator(fault_platform: dict[str, Any]) -> Iterator[Duplicator]:
-    d = Duplicator(fault_platform)
-    yield d
-    d.redis.close()
-    d.client.close()
+    with Duplicator(fault_platform) as d:
+        yield d
 
 
 @pytest.fixture(scope="module")

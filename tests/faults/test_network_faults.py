@@ -28,23 +28,32 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from sdk import Client
-from tests.e2e.conftest import build_demo_model, embedded_platform
+from tests.e2e.conftest import embedded_platform
 from tests.faults.conftest import FAULT_PLATFORM_ENV
-from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
+from tests.faults.harness import (
+    INVARIANTS,
+    SIZES,
+    FaultRun,
+    Injector,
+    probe,
+    run_scenario,
+    scenario_marks,
+    upload_model,
+    utcnow,
+)
 from tests.faults.invariants import assert_holds
+from tests.faults.ledger import Ledger
 from tests.faults.tcp_proxy import FaultProxy
 from tests.faults.test_worker_kills import is_worker
 
-SIZES = Sizes.from_env()
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 KINDS = ("redis-reset", "redis-drop", "redis-delay", "s3-reset", "s3-drop")
 # A black hole's length: under HEARTBEAT_TTL_S (10 s) less a Redis command's timeout, so a
 # worker that notices it in time keeps its heartbeat.
@@ -56,7 +65,7 @@ REFUSE_S = 1.0
 S3_SLOW_S = 0.1
 TIMEOUT_S = 600 + 3 * SIZES.jobs + 90 * SIZES.network_faults
 
-pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(TIMEOUT_S)]
+pytestmark = scenario_marks(TIMEOUT_S)
 
 
 @dataclass
@@ -92,17 +101,16 @@ def net_platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NetworkPl
             yield NetworkPlatform(state, redis_proxy, s3_proxy)
 
 
-@dataclass
-class NetworkFaults:
+class NetworkFaults(Injector):
     """The fault injector: the next kind of KINDS on each call (`run_scenario`'s `inject`)."""
 
-    platform: NetworkPlatform
-    client: Client
-    done: list[str] = field(default_factory=list)  # kinds injected, in order
-    probes: list[str] = field(default_factory=list)  # per fault: how the sync call after it went
-    killed: set[str] = field(default_factory=set)  # workers SIGKILLed to force a cold start
-    # per S3 fault: whether a replacement was seen loading when it struck
-    hit_a_load: list[bool] = field(default_factory=list)
+    def __init__(self, platform: NetworkPlatform) -> None:
+        super().__init__(platform.state, timeout_s=120)
+        self.platform = platform
+        self.done: list[str] = []  # kinds injected, in order
+        self.killed: set[str] = set()  # workers SIGKILLed to force a cold start
+        # per S3 fault: whether a replacement was seen loading when it struck
+        self.hit_a_load: list[bool] = []
 
     def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
         kind = KINDS[len(self.done) % len(KINDS)]
@@ -179,21 +187,17 @@ class NetworkFaults:
 
 @pytest.fixture(scope="module")
 def faults(net_platform: NetworkPlatform) -> Iterator[NetworkFaults]:
-    state = net_platform.state
-    with Client(base_url=state["url"], api_key=state["api_key"], timeout=120) as client:
-        yield NetworkFaults(net_platform, client)
+    with NetworkFaults(net_platform) as f:
+        yield f
 
 
 @pytest.fixture(scope="module")
-def run(
-    net_platform: NetworkPlatform, faults: NetworkFaults, tmp_path_factory: pytest.TempPathFactory
-) -> FaultRun:
-    state = net_platform.state
-    model = build_demo_model(tmp_path_factory.mktemp("network-model") / "demo")
-    with Client(base_url=state["url"], api_key=state["api_key"], timeout=60) as client:
-        uri = client.files.upload_dir(model, "models/network-faults")
-    # NOTE: a store:// URI where run_scenario expects a path: it only passes str(model) on
-    return run_scenario("network_faults", state, uri, SIZES, SIZES.network_faults, faults)  # type: ignore[arg-type]
+def run(net_platform: NetworkPlatform, faults: NetworkFaults, fault_model: Path) -> FaultRun:
+    # from the store: the workers read it through the S3 proxy
+    uri = upload_model(net_platform.state, fault_model, "models/network-faults")
+    return run_scenario(
+        "network_faults", net_platform.state, uri, SIZES, SIZES.network_faults, faults
+    )
 
 
 @pytest.mark.parametrize("invariant", INVARIANTS)

@@ -27,27 +27,33 @@ from sqlalchemy import select
 
 from common.protocol import RECONCILER_LEASE_KEY
 from control_plane.db.models import ReconcilerFence
-from sdk import Client
 from tests.e2e.conftest import embedded_platform
-from tests.faults.harness import FaultRun, Ledger, Sizes, probe, run_scenario, utcnow
+from tests.faults.harness import (
+    INVARIANTS,
+    SIZES,
+    FaultRun,
+    Injector,
+    probe,
+    run_scenario,
+    scenario_marks,
+    utcnow,
+)
 from tests.faults.invariants import assert_holds
+from tests.faults.ledger import Ledger
 
-SIZES = Sizes.from_env()
 FAILOVERS = int(os.environ.get("FAULTS_FAILOVERS", "2"))
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 # The issue's bound on a failover, with the default lease (PLATFORM_RECONCILER_LEASE_S=10).
 FAILOVER_BOUND_S = 15.0
 
-pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s())]
+pytestmark = scenario_marks()
 
 
-class LeaderFault:
+class LeaderFault(Injector):
     """Pauses, then kills, the leading reconciler in turn; records how long until another
     token was taken, and what a paused leader wrote to its log once resumed."""
 
     def __init__(self, platform: dict[str, Any]) -> None:
-        self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
-        self.probes: list[str] = []  # per fault: how the sync call after it went
+        super().__init__(platform, timeout_s=120)
         self.state_dir: Path = platform["state_dir"]
         self.redis = redis.Redis.from_url(platform["redis_url"])
         self.ledger = Ledger(platform["database_url"])
@@ -55,9 +61,9 @@ class LeaderFault:
         self.resumed_logs: list[str] = []  # a paused leader's log lines after its resume
 
     def close(self) -> None:
-        self.client.close()
         self.redis.close()
         self.ledger.close()
+        super().close()
 
     def leader(self) -> tuple[str, int]:
         holder = self.redis.get(RECONCILER_LEASE_KEY)
@@ -135,9 +141,8 @@ def _platform(
 
 @pytest.fixture(scope="module")
 def fault(failover_platform: dict[str, Any]) -> Iterator[LeaderFault]:
-    f = LeaderFault(failover_platform)
-    yield f
-    f.close()
+    with LeaderFault(failover_platform) as f:
+        yield f
 
 
 @pytest.fixture(scope="module")

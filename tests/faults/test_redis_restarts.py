@@ -16,32 +16,39 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from sdk import APIError, Client
+from sdk import APIError
 from tests.e2e.conftest import alive
-from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, utcnow
+from tests.faults.harness import (
+    INVARIANTS,
+    SIZES,
+    FaultRun,
+    Injector,
+    run_scenario,
+    scenario_marks,
+    utcnow,
+)
 from tests.faults.invariants import assert_holds
+from tests.faults.ledger import Ledger
 
-SIZES = Sizes.from_env()
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 SYNC_INPUT = {"prompt": "The river", "max_tokens": 1}
 
-pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s())]
+pytestmark = scenario_marks()
 
 
-class RedisKiller:
-    """The fault: SIGKILL redis-server, return once the supervisor has started a new one."""
+class RedisKiller(Injector):
+    """The fault: SIGKILL redis-server, return once the supervisor has started a new one;
+    `probes`: per restart, how the first sync call after it went."""
 
     def __init__(self, platform: dict[str, Any]) -> None:
+        super().__init__(platform, timeout_s=60)
         self.state_dir: Path = platform["state_dir"]
-        self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=60)
-        # per restart: how the first sync call after it went ("ok", or the error)
-        self.probes: list[str] = []
 
     def pid(self) -> int:
         """The supervisor's current redis-server pid (platform.json is rewritten on restarts)."""
@@ -69,18 +76,16 @@ class RedisKiller:
 
 
 @pytest.fixture(scope="module")
-def killer(fault_platform: dict[str, Any]) -> RedisKiller:
-    return RedisKiller(fault_platform)
+def killer(fault_platform: dict[str, Any]) -> Iterator[RedisKiller]:
+    with RedisKiller(fault_platform) as k:
+        yield k
 
 
 @pytest.fixture(scope="module")
 def run(fault_platform: dict[str, Any], fault_model: Path, killer: RedisKiller) -> FaultRun:
-    try:
-        return run_scenario(
-            "redis_restarts", fault_platform, fault_model, SIZES, SIZES.redis_restarts, killer
-        )
-    finally:
-        killer.client.close()
+    return run_scenario(
+        "redis_restarts", fault_platform, fault_model, SIZES, SIZES.redis_restarts, killer
+    )
 
 
 @pytest.mark.parametrize("invariant", INVARIANTS)

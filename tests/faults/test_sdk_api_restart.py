@@ -31,7 +31,8 @@ import pytest
 
 from sdk import Client
 from tests.e2e.conftest import alive, embedded_platform
-from tests.faults.harness import Ledger, utcnow
+from tests.faults.harness import utcnow
+from tests.faults.ledger import Ledger
 
 pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(300)]
 

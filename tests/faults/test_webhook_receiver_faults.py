@@ -21,14 +21,12 @@ from typing import Any
 
 import pytest
 
-from tests.faults.harness import FaultRun, Sizes, run_scenario
+from tests.faults.harness import INVARIANTS, SIZES, FaultRun, run_scenario, scenario_marks
 from tests.faults.invariants import assert_holds
 
-SIZES = Sizes.from_env()
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 FAULTS = ("500", "reset", "slow", "redirect")
 
-pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s())]
+pytestmark = scenario_marks()
 
 
 class Misbehaving:

@@ -18,14 +18,20 @@ from typing import Any
 
 import pytest
 
-from sdk import Client
-from tests.faults.harness import FaultRun, Ledger, Sizes, run_scenario, submit_long_job, utcnow
+from tests.faults.harness import (
+    INVARIANTS,
+    SIZES,
+    FaultRun,
+    Injector,
+    run_scenario,
+    scenario_marks,
+    submit_long_job,
+    utcnow,
+)
 from tests.faults.invariants import assert_holds
+from tests.faults.ledger import Ledger
 
-SIZES = Sizes.from_env()
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
-
-pytestmark = [pytest.mark.faults, pytest.mark.e2e, pytest.mark.timeout(SIZES.timeout_s())]
+pytestmark = scenario_marks()
 
 
 def is_worker(pid: int, worker_id: str) -> bool:
@@ -37,7 +43,7 @@ def is_worker(pid: int, worker_id: str) -> bool:
     return b"worker" in cmdline and worker_id.encode() in cmdline
 
 
-class BusyWorkerKiller:
+class BusyWorkerKiller(Injector):
     """The fault: SIGKILL the worker of a running job (None: none ran within 60 s).
 
     NOTE: a job on its first attempt is preferred for 30 s: the requeued job of the last kill
@@ -46,9 +52,6 @@ class BusyWorkerKiller:
     On an idle machine the submitted jobs may all have ended before the fault's turn: after
     2 s with nothing running, it submits a longer job of its own to interrupt.
     """
-
-    def __init__(self, platform: dict[str, Any]) -> None:
-        self.client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=30)
 
     def __call__(self, ledger: Ledger, deployment: str) -> datetime | None:
         started = time.monotonic()
@@ -67,14 +70,16 @@ class BusyWorkerKiller:
 
 
 @pytest.fixture(scope="module")
-def run(fault_platform: dict[str, Any], fault_model: Path) -> Iterator[FaultRun]:
-    killer = BusyWorkerKiller(fault_platform)
-    try:
-        yield run_scenario(
-            "worker_kills", fault_platform, fault_model, SIZES, SIZES.worker_kills, killer
-        )
-    finally:
-        killer.client.close()
+def killer(fault_platform: dict[str, Any]) -> Iterator[BusyWorkerKiller]:
+    with BusyWorkerKiller(fault_platform) as k:
+        yield k
+
+
+@pytest.fixture(scope="module")
+def run(fault_platform: dict[str, Any], fault_model: Path, killer: BusyWorkerKiller) -> FaultRun:
+    return run_scenario(
+        "worker_kills", fault_platform, fault_model, SIZES, SIZES.worker_kills, killer
+    )
 
 
 @pytest.mark.parametrize("invariant", INVARIANTS)

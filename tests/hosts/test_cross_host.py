@@ -52,14 +52,16 @@ from control_plane.services.tenants.api_keys import generate_key
 from sdk import APIError, Client
 from tests.e2e.conftest import build_demo_model
 from tests.faults.harness import (
+    INVARIANTS,
     FaultRun,
-    Ledger,
     Sizes,
     run_scenario,
     submit_long_job,
+    upload_model,
     utcnow,
 )
 from tests.faults.invariants import assert_holds
+from tests.faults.ledger import Ledger
 from tests.fixtures_postgres import start_postgres
 from tests.hosts.network import Host, Network, skip_unless_available
 from tests.k8s.apiserver import ApiServer
@@ -69,7 +71,6 @@ from tests.k8s.kubelet import Image, Kubelet, subprocess_env
 # Jobs long enough that each kill finds some in flight (FAULTS_* still win).
 SIZES = Sizes.from_env({"FAULTS_JOBS": "24", "FAULTS_MAX_TOKENS": "100", **os.environ})
 FAILOVERS = int(os.environ.get("FAULTS_FAILOVERS", "2"))
-INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 FAILOVER_BOUND_S = 15.0  # the issue's, with the default Lease (10 s)
 API_PORT, REDIS_PORT, S3_PORT = 8000, 6379, 9000
 ENTRYPOINT = REPO / "infra" / "docker" / "entrypoint.sh"
@@ -341,8 +342,7 @@ def run(
     platform: dict[str, Any], fault: LeaderKill, tmp_path_factory: pytest.TempPathFactory
 ) -> FaultRun:
     model = build_demo_model(tmp_path_factory.mktemp("xhost-model") / "demo")
-    with Client(base_url=platform["url"], api_key=platform["api_key"], timeout=60) as c:
-        uri = c.files.upload_dir(model, "models/xhost/")
+    uri = upload_model(platform, model, "models/xhost/")
     return run_scenario(
         "cross_host", platform, uri, SIZES, FAILOVERS, fault,
         receiver_host=platform["gateway"], fault_jobs=lambda: fault.jobs,

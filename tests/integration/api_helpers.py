@@ -11,8 +11,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from fastapi.testclient import TestClient
+from pydantic import SecretStr
 
 from common.protocol import job_events_key, worker_heartbeat_key
+from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.services.tenants import api_keys
+from control_plane.settings import Settings
+from tests.conftest import S3Server
 
 WORKER_TOKEN = "test-worker-token-0123456789"
 WORKER = {"Authorization": f"Bearer {WORKER_TOKEN}"}
@@ -40,13 +45,35 @@ def submit(client: TestClient, key: str, **body: Any) -> str:
     return job_id
 
 
+def on_s3(settings: Settings, s3: S3Server, **update: Any) -> Settings:
+    """`settings` with the test S3 server as the platform's object store, a secret key for the
+    storage credentials tenants register, and `update` (a module's buckets and limits)."""
+    secret_key = SecretStr("test-secret-key-for-storage-credentials")
+    return settings.model_copy(
+        update={"s3_endpoint_url": s3.url, "secret_key": secret_key, **update}
+    )
+
+
+def tenant_keys(database_url: str) -> dict[str, str]:
+    """Operator tenant `a` and tenant `b` with admin keys, and a read-only key of `a`:
+    {"a", "b", "ro"} -> key."""
+    engine = make_engine(database_url)
+    now = datetime.now(UTC)
+    with make_sessionmaker(engine)() as s:
+        a = api_keys.create_tenant(s, "a", now)
+        a.is_operator = True
+        b = api_keys.create_tenant(s, "b", now)
+        s.flush()
+        _, key_a = api_keys.create_api_key(s, a.id, {"admin"}, now)
+        _, key_b = api_keys.create_api_key(s, b.id, {"admin"}, now)
+        _, key_ro = api_keys.create_api_key(s, a.id, {"read"}, now)
+        s.commit()
+    engine.dispose()
+    return {"a": key_a, "b": key_b, "ro": key_ro}
+
+
 def operator_and_tenants(database_url: str) -> dict[str, dict[str, str]]:
     """Tenants `op` (the operator), `a` and `b`, each with an admin key: name -> {id, key}."""
-    from datetime import UTC, datetime
-
-    from control_plane.db.session import make_engine, make_sessionmaker
-    from control_plane.services.tenants import api_keys
-
     engine = make_engine(database_url)
     now = datetime.now(UTC)
     out: dict[str, dict[str, str]] = {}

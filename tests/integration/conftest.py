@@ -1,5 +1,7 @@
-"""Fixtures of the API integration tests: settings on the real Redis and SQL database, two
-tenants with keys, and the app in process (FastAPI TestClient)."""
+"""Fixtures of the API integration tests: settings on the real Redis and SQL database (a
+module that needs more overrides them: `settings.model_copy(update=...)`, or
+api_helpers.on_s3 for the S3 server), tenants with keys, and the app in process (FastAPI
+TestClient)."""
 
 from __future__ import annotations
 
@@ -24,9 +26,8 @@ from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.env import Env
 from control_plane.services.jobs.dispatch import make_celery
-from control_plane.services.tenants import api_keys
 from control_plane.settings import Settings
-from tests.integration.api_helpers import WORKER_TOKEN
+from tests.integration.api_helpers import WORKER_TOKEN, operator_and_tenants, tenant_keys
 
 
 @pytest.fixture
@@ -47,19 +48,14 @@ def settings(database_url: str, redis_url: str) -> Settings:
 @pytest.fixture
 def keys(settings: Settings) -> dict[str, str]:
     """Operator tenant A and tenant B with admin keys, and a read-only key of tenant A."""
-    engine = make_engine(settings.database_url)
-    now = datetime.now(UTC)
-    with make_sessionmaker(engine)() as s:
-        a = api_keys.create_tenant(s, "a", now)
-        a.is_operator = True
-        b = api_keys.create_tenant(s, "b", now)
-        s.flush()
-        _, key_a = api_keys.create_api_key(s, a.id, {"admin"}, now)
-        _, key_b = api_keys.create_api_key(s, b.id, {"admin"}, now)
-        _, key_ro = api_keys.create_api_key(s, a.id, {"read"}, now)
-        s.commit()
-    engine.dispose()
-    return {"a": key_a, "b": key_b, "ro": key_ro}
+    return tenant_keys(settings.database_url)
+
+
+@pytest.fixture
+def tenants(settings: Settings) -> dict[str, dict[str, str]]:
+    """The operator's tenant `op` and two ordinary tenants `a` and `b`, with admin keys:
+    name -> {id, key}."""
+    return operator_and_tenants(settings.database_url)
 
 
 class SteppedClock:

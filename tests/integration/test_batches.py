@@ -12,14 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from common.protocol import RECONCILER_NUDGE_KEY, deployment_queue, job_cancel_key
-from control_plane.api.app import create_app
-from control_plane.api.routes import batches as batches_routes
-from control_plane.api.routes import webhooks as webhooks_routes
 from control_plane.db.models import Batch, Job
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.reconcile import batches as batch_reconciler
@@ -27,58 +23,23 @@ from control_plane.services.jobs import batch_slots
 from control_plane.services.jobs import finish as finish_
 from control_plane.services.jobs.dispatch import make_celery, queue_depth
 from control_plane.services.storage import object_store
-from control_plane.services.tenants import api_keys
 from control_plane.settings import Settings
 from tests.conftest import S3Server
-from tests.integration.api_helpers import WORKER, WORKER_TOKEN, deploy, h
+from tests.integration.api_helpers import WORKER, deploy, h, on_s3
 
 RESULTS_BUCKET = "results-test"
 
 
-def include_routers(app: FastAPI) -> FastAPI:
-    """Mount the batch and webhook routers unless app.py does already."""
-    paths = {getattr(r, "path", "") for r in app.routes}
-    if "/v1/batches" not in paths:
-        app.include_router(batches_routes.router)
-    if "/v1/webhooks/endpoints" not in paths:
-        app.include_router(webhooks_routes.router)
-    return app
-
-
 @pytest.fixture
-def settings(database_url: str, redis_url: str, s3_env: S3Server) -> Settings:
-    return Settings(
-        database_url=database_url,
-        redis_url=redis_url,
-        s3_endpoint_url=s3_env.url,
-        worker_token=WORKER_TOKEN,
+def settings(settings: Settings, s3_env: S3Server) -> Settings:
+    return on_s3(
+        settings,
+        s3_env,
         results_bucket=RESULTS_BUCKET,
         batch_max_lines=50,
         batch_max_in_flight=8,
         store_bucket="store-batches",
-        validate_models=False,  # the deployed model does not exist; no worker loads it
     )
-
-
-@pytest.fixture
-def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
-    with TestClient(include_routers(create_app(settings))) as c:
-        yield c
-
-
-@pytest.fixture
-def keys(settings: Settings) -> dict[str, str]:
-    engine = make_engine(settings.database_url)
-    now = datetime.now(UTC)
-    with make_sessionmaker(engine)() as s:
-        a, b = api_keys.create_tenant(s, "a", now), api_keys.create_tenant(s, "b", now)
-        s.flush()
-        _, key_a = api_keys.create_api_key(s, a.id, {"admin"}, now)
-        _, key_b = api_keys.create_api_key(s, b.id, {"admin"}, now)
-        _, key_ro = api_keys.create_api_key(s, a.id, {"read"}, now)
-        s.commit()
-    engine.dispose()
-    return {"a": key_a, "b": key_b, "ro": key_ro}
 
 
 class Db:

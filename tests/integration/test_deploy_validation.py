@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import struct
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from safetensors.torch import save as save_safetensors
 from control_plane.api.app import create_app
 from control_plane.settings import Settings
 from tests.conftest import S3Server
-from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants
+from tests.integration.api_helpers import h, on_s3
 
 STORE = "store-validation"
 LLAMA = {
@@ -52,28 +51,15 @@ def valid_model() -> dict[str, bytes]:
 
 
 @pytest.fixture
-def settings(database_url: str, redis_url: str, s3_env: S3Server) -> Settings:
-    return Settings(
-        database_url=database_url,
-        redis_url=redis_url,
-        s3_endpoint_url=s3_env.url,
-        worker_token=WORKER_TOKEN,
-        store_bucket=STORE,
-        secret_key="test-secret-key-for-storage-credentials",
-        validate_models=True,  # what is under test (the integration default turns it off)
-    )
+def settings(settings: Settings, s3_env: S3Server) -> Settings:
+    # validate_models: what is under test (the integration settings turn it off)
+    return on_s3(settings, s3_env, store_bucket=STORE, validate_models=True)
 
 
 @pytest.fixture
-def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
-        yield c
-
-
-@pytest.fixture
-def keys(settings: Settings) -> dict[str, str]:
+def keys(tenants: dict[str, dict[str, str]]) -> dict[str, str]:
     """Admin keys of the operator's tenant `op` and of tenants `a` and `b`."""
-    return {name: t["key"] for name, t in operator_and_tenants(settings.database_url).items()}
+    return {name: t["key"] for name, t in tenants.items()}
 
 
 def upload(client: TestClient, key: str, prefix: str, files: dict[str, bytes]) -> str:

@@ -4,7 +4,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from control_plane.services.jobs.dispatch import (
     unacked_wakeups,
 )
 from control_plane.settings import Settings
+from tests.helpers import wait_for
 from worker.runtime.consumer import Delivery, consume, jobs_waiting
 
 
@@ -172,13 +172,6 @@ def holding_consumer(
         target=consume, args=(url, queue, 4, handle, lambda: len(seen) == until), daemon=True
     )
     return thread, seen, held
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
 
 
 def _runtime_on(redis_url: str, queue: str) -> tuple[Any, Any]:

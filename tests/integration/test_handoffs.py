@@ -26,6 +26,7 @@ from control_plane.domain import fleet
 from control_plane.reconcile.driver import Reconciler
 from control_plane.reconcile.jobs import HANDOFF_GRACE_S, HANDOFF_LOST
 from control_plane.services.jobs.dispatch import dispatch_job
+from tests.helpers import wait_for
 from tests.integration.api_helpers import WORKER, deploy, h, submit
 from tests.integration.conftest import SteppedClock
 from tests.integration.test_metrics import scrape, total
@@ -275,14 +276,14 @@ def test_a_hand_off_is_taken_with_every_slot_held_and_while_draining(
     dispatch_job(redis_client, "dep_full_handoffs", "job_holding", "async")
     thread.start()
     try:
-        _wait_for(lambda: [d.job_id for d in seen] == ["job_holding"])
+        wait_for(lambda: [d.job_id for d in seen] == ["job_holding"])
         _handoff(redis_client, "wrk_full", "job_while_full")
-        _wait_for(lambda: len(seen) == 2)
+        wait_for(lambda: len(seen) == 2)
         stop.set()
         time.sleep(0.2)
         dispatch_job(redis_client, "dep_full_handoffs", "job_for_another", "async")
         _handoff(redis_client, "wrk_full", "job_while_draining")
-        _wait_for(lambda: len(seen) == 3)
+        wait_for(lambda: len(seen) == 3)
         assert [d.job_id for d in seen] == ["job_holding", "job_while_full", "job_while_draining"]
         for d in seen:
             d.ack()
@@ -299,10 +300,3 @@ def test_a_hand_off_is_taken_with_every_slot_held_and_while_draining(
 def _wake_ups(redis_client: Any, dep_id: str) -> int:
     """Wake-ups waiting in the deployment's queue (every priority's list)."""
     return sum(redis_client.llen(k) for k in queue_keys(deployment_queue(dep_id)))
-
-
-def _wait_for(condition: Any, timeout_s: float = 10) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)

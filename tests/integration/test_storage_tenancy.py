@@ -26,38 +26,23 @@ from control_plane.services.jobs.dispatch import make_celery
 from control_plane.services.storage import files
 from control_plane.settings import Settings
 from tests.conftest import S3Server
-from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants
+from tests.integration.api_helpers import h, on_s3
 
 STORE = "store-tenancy"
 UPLOAD_LIMIT = 12 * 1024 * 1024
 
 
 @pytest.fixture
-def settings(database_url: str, redis_url: str, s3_env: S3Server) -> Settings:
-    return Settings(
-        database_url=database_url,
-        redis_url=redis_url,
-        s3_endpoint_url=s3_env.url,
-        worker_token=WORKER_TOKEN,
+def settings(settings: Settings, s3_env: S3Server) -> Settings:
+    # Tenancy of URIs, not checkpoints: the deployed models are not uploaded here (the
+    # integration settings do not validate them).
+    return on_s3(
+        settings,
+        s3_env,
         store_bucket=STORE,
         results_bucket="results-tenancy",
         upload_max_bytes=UPLOAD_LIMIT,
-        secret_key="test-secret-key-for-storage-credentials",
-        # Tenancy of URIs, not checkpoints: the deployed models are not uploaded here.
-        validate_models=False,
     )
-
-
-@pytest.fixture
-def client(settings: Settings, redis_client: Any) -> Iterator[TestClient]:
-    with TestClient(create_app(settings)) as c:
-        yield c
-
-
-@pytest.fixture
-def tenants(settings: Settings) -> dict[str, Any]:
-    """The operator's tenant `op` and two ordinary tenants `a` and `b`, with admin keys."""
-    return operator_and_tenants(settings.database_url)
 
 
 def put(client: TestClient, key: str, path: str, data: bytes) -> httpx.Response:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 from typing import Any
 
 import httpx
@@ -26,6 +25,7 @@ from control_plane.api.trace_requests import TraceRequests
 from control_plane.db.models import Job
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.settings import Settings
+from tests.helpers import wait_for
 from tests.integration.api_helpers import SPEC, WORKER, WORKER_TOKEN, h, served
 from tests.integration.conftest import SteppedClock, lines_of
 from worker.engine.config import EngineConfig
@@ -66,15 +66,6 @@ def run_worker_until(
     consume(settings.redis_url, queue, 2, rt._handle, done.is_set)
     rt.loop.stop(timeout_s=10)
     return rt
-
-
-def wait_for(check: Any, timeout_s: float = 60) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def strings_in(span: ReadableSpan) -> list[str]:
@@ -119,9 +110,15 @@ def test_one_jobs_trace_is_connected_from_the_api_through_the_worker_to_the_engi
                     if (j := http.get(f"/v1/jobs/{job_id}", headers=h(keys["a"])).json())["status"]
                     not in ("queued", "starting", "running")
                     else None
-                )
+                ),
+                timeout_s=60,
+                what="the job's end",
             )
-            wait_for(lambda: any(s.name == "job.run" for s in spans.get_finished_spans()))
+            wait_for(
+                lambda: any(s.name == "job.run" for s in spans.get_finished_spans()),
+                timeout_s=60,
+                what="the job.run span",
+            )
         finally:
             done.set()
             worker.join(30)

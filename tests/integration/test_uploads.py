@@ -22,7 +22,7 @@ from control_plane.services.storage import files, object_store
 from control_plane.settings import Settings
 from sdk._base import CHUNK_BYTES
 from tests.conftest import S3Server
-from tests.integration.api_helpers import WORKER_TOKEN, h, operator_and_tenants, served
+from tests.integration.api_helpers import h, on_s3, served
 from tests.unit.test_sdk_client import Twin, twin
 
 __all__ = ["twin"]  # a fixture, used by name
@@ -33,17 +33,8 @@ PATH = "models/m/model.safetensors"
 
 
 @pytest.fixture
-def settings(database_url: str, redis_url: str, s3_env: S3Server) -> Settings:
-    return Settings(
-        database_url=database_url,
-        redis_url=redis_url,
-        s3_endpoint_url=s3_env.url,
-        worker_token=WORKER_TOKEN,
-        store_bucket=STORE,
-        results_bucket="results-uploads",
-        secret_key="test-secret-key-for-storage-credentials",
-        validate_models=False,
-    )
+def settings(settings: Settings, s3_env: S3Server) -> Settings:
+    return on_s3(settings, s3_env, store_bucket=STORE, results_bucket="results-uploads")
 
 
 @pytest.fixture
@@ -54,9 +45,9 @@ def server_url(settings: Settings, redis_client: Any) -> Iterator[str]:
 
 
 @pytest.fixture
-def tenant(settings: Settings) -> dict[str, str]:
+def tenant(tenants: dict[str, dict[str, str]]) -> dict[str, str]:
     """An ordinary tenant with an admin key: {id, key}."""
-    return operator_and_tenants(settings.database_url)["a"]
+    return tenants["a"]
 
 
 class Parts:

@@ -40,12 +40,11 @@ from control_plane.reconcile import batches as batch_reconciler
 from control_plane.services.jobs import events, webhook_delivery
 from control_plane.services.jobs.dispatch import make_celery
 from control_plane.services.jobs.webhook_delivery import DeliveryEnv, Message
-from control_plane.services.tenants import api_keys
 from control_plane.settings import Settings
 from control_plane.tasks_api import enqueue_output_follower
 from tests.conftest import S3Server
-from tests.integration.api_helpers import WORKER, WORKER_TOKEN, h
-from tests.integration.test_batches import include_routers
+from tests.helpers import wait_for
+from tests.integration.api_helpers import WORKER, WORKER_TOKEN, h, tenant_keys
 
 # Redis database of this module (others flush database 0 between tests).
 REDIS_DB = 3
@@ -120,20 +119,6 @@ class Receiver:
         self.server.server_close()
 
 
-def wait_for(
-    what: str, check: Callable[[], Any], worker: subprocess.Popen[bytes], log: Path
-) -> Any:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        if worker.poll() is not None:
-            pytest.fail(f"celery worker exited ({worker.returncode}):\n{log.read_text()[-3000:]}")
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}; worker log:\n{log.read_text()[-3000:]}")
-
-
 @dataclass
 class Env:
     client: TestClient  # the API (allow_private: the receiver is on loopback)
@@ -143,7 +128,22 @@ class Env:
     log: Path  # its log
 
     def wait(self, what: str, check: Callable[[], Any]) -> Any:
-        return wait_for(what, check, self.worker, self.log)
+        """`check()` once it is truthy; fails at once if the Celery worker exited, and with the
+        tail of its log either way."""
+
+        def checked() -> Any:
+            value = check()
+            if not value and self.worker.poll() is not None:
+                pytest.fail(f"celery worker exited ({self.worker.returncode}):\n{self.tail()}")
+            return value
+
+        try:
+            return wait_for(checked, WAIT_S, what=what)
+        except AssertionError as e:
+            pytest.fail(f"{e}; worker log:\n{self.tail()}")
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:]
 
 
 @pytest.fixture(scope="module")
@@ -209,7 +209,7 @@ def env(
     for k, v in s3_server.env().items():
         aws.setenv(k, v)  # this process writes batch results too
     try:
-        with TestClient(include_routers(create_app(settings))) as client:
+        with TestClient(create_app(settings)) as client:
             yield Env(client, settings, receiver, worker, log)
     finally:
         aws.undo()
@@ -224,18 +224,8 @@ def env(
 
 @pytest.fixture
 def keys(env: Env) -> dict[str, str]:
-    """Fresh tenants A and B (admin keys) and a read-only key of A."""
-    engine = make_engine(env.settings.database_url)
-    now = datetime.now(UTC)
-    with make_sessionmaker(engine)() as s:
-        a, b = api_keys.create_tenant(s, "a", now), api_keys.create_tenant(s, "b", now)
-        s.flush()
-        _, key_a = api_keys.create_api_key(s, a.id, {"admin"}, now)
-        _, key_b = api_keys.create_api_key(s, b.id, {"admin"}, now)
-        _, key_ro = api_keys.create_api_key(s, a.id, {"read"}, now)
-        s.commit()
-    engine.dispose()
-    return {"a": key_a, "b": key_b, "ro": key_ro}
+    """Fresh tenants A and B (admin keys) and a read-only key of A, in the module's database."""
+    return tenant_keys(env.settings.database_url)
 
 
 def unique(prefix: str) -> str:
@@ -339,7 +329,7 @@ def test_private_endpoint_refused_without_allow_private(
         worker_token=WORKER_TOKEN,
         webhook_allow_private=False,
     )
-    with TestClient(include_routers(create_app(strict))) as c:
+    with TestClient(create_app(strict)) as c:
         for url in ("http://127.0.0.1:9/x", "http://169.254.169.254/latest", "http://10.0.0.1/"):
             r = c.post("/v1/webhooks/endpoints", json={"url": url}, headers=h(keys["a"]))
             assert r.status_code == 422 and "non-public" in r.json()["detail"], url

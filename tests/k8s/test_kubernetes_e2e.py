@@ -8,30 +8,21 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from control_plane.embedded.supervisor import load_or_create_credentials
 from sdk import Client
 from tests.e2e.conftest import build_demo_model, cli, embedded_platform
+from tests.helpers import wait_for
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.conftest import NAMESPACE, REPO, WORKER_IMAGE, put_worker_token, start_kubelet
 from tests.k8s.kubelet import Image, Kubelet, subprocess_env
 
 pytestmark = pytest.mark.e2e
 DRAIN_GRACE_S = 30
-
-
-def wait_for(what: str, probe: Any, timeout_s: float = 90.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (value := probe()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-    return value
 
 
 @pytest.fixture
@@ -87,14 +78,21 @@ def test_a_sync_call_runs_in_a_worker_pod_deleted_with_grace_on_scale_down(
 
         # idle past its scale-down window: drained, its pod deleted with the grace
         wait_for(
-            "the worker to stop",
             lambda: client.workers.list("k8s")[0]["state"] in ("stopped", "failed"),
+            timeout_s=90,
+            every_s=0.1,
+            what="the worker to stop",
         )
         assert client.workers.list("k8s")[0]["state"] == "stopped"  # exit 0: drained
         (delete, *_) = server.deletes("pods", pod_name)
         assert delete.grace_s() == DRAIN_GRACE_S
         assert (pod_name, "SIGTERM") in node.actions and (pod_name, "SIGKILL") not in node.actions
-        wait_for("the pod to go", lambda: server.get("pods", NAMESPACE, pod_name) is None)
+        wait_for(
+            lambda: server.get("pods", NAMESPACE, pod_name) is None,
+            timeout_s=90,
+            every_s=0.1,
+            what="the pod to go",
+        )
         assert f"{pod_name}-storage" not in server.names("secrets")
         client.deployments.delete("k8s")
     assert node.running() == []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.kubernetes import KubernetesProvider
 from control_plane.providers.pods import pod_name, secret_name
 from control_plane.settings import Settings
+from tests.helpers import wait_for
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.conftest import NAMESPACE
 from tests.k8s.kubelet import Kubelet
@@ -31,15 +32,6 @@ def assigned(worker_id: str) -> WorkerSpec:
     return WorkerSpec(worker_id, "cpu", a)
 
 
-def wait_for(what: Callable[[], Any], timeout_s: float = 15.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if value := what():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def reaped(provider: KubernetesProvider, worker_id: str, timeout_s: float = 15.0) -> Exited:
     seen: list[Exited] = []
 
@@ -47,7 +39,7 @@ def reaped(provider: KubernetesProvider, worker_id: str, timeout_s: float = 15.0
         seen.extend(provider.reap())
         return next((e for e in seen if e.worker_id == worker_id), None)
 
-    exited: Exited = wait_for(ended, timeout_s)
+    exited: Exited = wait_for(ended, timeout_s, what=f"{worker_id}'s end")
     assert [e.worker_id for e in seen].count(worker_id) == 1  # reported once
     return exited
 

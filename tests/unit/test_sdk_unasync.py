@@ -1,6 +1,6 @@
-"""The blocking SDK modules are generated from their asyncio twins by infra/unasync.py: these
+"""The blocking SDK modules are generated from their asyncio twins by tests/tools/unasync.py: these
 tests fail when a generated file was edited by hand, or its source changed without running
-`python infra/unasync.py`."""
+`python tests/tools/unasync.py`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import unasync
+from tests.tools import unasync
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,8 +22,8 @@ def test_the_generated_blocking_module_is_current(source: str) -> None:
     diff = difflib.unified_diff(
         actual.splitlines(), expected.splitlines(), target, f"{target} from {source}", lineterm=""
     )
-    assert actual == expected, f"{target} is stale: run python infra/unasync.py\n" + "\n".join(
-        list(diff)[:40]
+    assert actual == expected, (
+        f"{target} is stale: run python tests/tools/unasync.py\n" + "\n".join(list(diff)[:40])
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.faults.tcp_proxy import FaultProxy
+from tests.helpers import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,15 +96,6 @@ def round_trip(sock: socket.socket, payload: bytes) -> bytes:
     return got
 
 
-def wait_for(cond: object, timeout_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return True
-        time.sleep(0.01)
-    return False
-
-
 def test_forwards_bytes_unchanged_both_ways(proxy: FaultProxy, echo: EchoServer) -> None:
     payload = bytes(range(256)) * 8192  # 2 MiB: many chunks
     with connect(proxy) as a, connect(proxy) as b:
@@ -180,7 +172,7 @@ def test_reset_sends_rst_to_both_ends(proxy: FaultProxy, echo: EchoServer) -> No
         assert proxy.reset() == 1
         with pytest.raises(ConnectionResetError):
             s.recv(100)
-    assert wait_for(lambda: echo.resets == 1)  # the upstream's side was reset too
+    wait_for(lambda: echo.resets == 1, 5, every_s=0.01)  # the upstream's side was reset too
     assert proxy.stats.reset == 1
     with connect(proxy) as s:  # no refusal asked: new connections go through at once
         assert round_trip(s, b"again") == b"again"
@@ -190,7 +182,7 @@ def test_reset_can_refuse_new_connections_for_a_while(proxy: FaultProxy) -> None
     proxy.reset(refuse_s=0.5)
     with pytest.raises(ConnectionRefusedError):
         connect(proxy)
-    assert wait_for(lambda: _connects(proxy), timeout_s=3)
+    wait_for(lambda: _connects(proxy), 3, every_s=0.01)
     with connect(proxy) as s:
         assert round_trip(s, b"open again") == b"open again"
 
