@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -201,44 +200,6 @@ def worker_assignment_key(worker_id: str) -> str:
 # An assignment nobody popped expires (its worker died; the reconciler fails that worker on
 # its heartbeat and assigns another).
 ASSIGNMENT_TTL_S = 120
-
-
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    """What a worker serves: given on the command line at a direct start, or read from
-    `worker_assignment_key` by a warm-pool worker (then the storage credentials travel through
-    Redis, which already carries every prompt and output: it is inside the trust boundary)."""
-
-    deployment_id: str  # deployment served
-    deployment_version: int  # spec version served
-    model_uri: str  # weights location as read (s3://, file://, hf://), tenancy resolved
-    queue: str  # broker queue consumed
-    max_concurrency: int  # jobs held at once (requests batched by the engine)
-    # The storage credentials of this deployment's tenant for that location, and only those
-    # (AWS_*, HF_TOKEN): a worker never holds what its deployment may not read.
-    storage_env: dict[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, raw: str | bytes) -> Assignment:
-        """Raises ValueError on anything but an assignment."""
-        try:
-            d = json.loads(raw)
-            env = d.get("storage_env") or {}
-            if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-                raise ValueError("storage_env: strings only")
-            return cls(
-                deployment_id=str(d["deployment_id"]),
-                deployment_version=int(d["deployment_version"]),
-                model_uri=str(d["model_uri"]),
-                queue=str(d["queue"]),
-                max_concurrency=max(1, int(d["max_concurrency"])),
-                storage_env=dict(env),
-            )
-        except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"not an assignment: {exc}") from None
 
 
 def rate_limit_key(tenant_id: str, kind: str) -> str:

@@ -1,14 +1,15 @@
-"""`python -m worker --worker-id … --model s3://… --deployment-id … --queue …`: one worker
-process serving one deployment, or with `--pool` a warm-pool worker that boots and waits for its
-assignment (started by a provider)."""
+"""`python -m worker --worker-id … [--accelerator …] [--pool]`: one worker process, started by a
+provider. It serves the deployment its environment's assignment names (PLATFORM_WORKER_ASSIGNMENT:
+`common.messages.Assignment` as JSON); with `--pool` it boots and waits for one through Redis."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from common import logs, tracing
-from common.protocol import Assignment
+from common.messages import ASSIGNMENT_ENV, Assignment
 from worker.runtime.lifecycle import WorkerRuntime
 from worker.settings import WorkerSettings
 
@@ -18,32 +19,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worker-id", required=True)
     p.add_argument("--accelerator", default="cpu")
     p.add_argument("--pool", action="store_true", help="boot, then wait for an assignment")
-    p.add_argument("--deployment-id")
-    p.add_argument("--deployment-version", type=int, default=1)
-    p.add_argument("--model", help="model directory URI (s3://, file://, path)")
-    p.add_argument("--queue")
-    p.add_argument("--max-concurrency", type=int, default=1)
     args = p.parse_args(argv)
     assignment = None
     if not args.pool:
-        missing = [
-            f"--{n}"
-            for n in ("deployment-id", "model", "queue")
-            if not getattr(args, n.replace("-", "_"))
-        ]
-        if missing:
-            p.error(f"{', '.join(missing)} required without --pool")
-        assignment = Assignment(
-            deployment_id=args.deployment_id,
-            deployment_version=args.deployment_version,
-            model_uri=args.model,
-            queue=args.queue,
-            max_concurrency=max(1, args.max_concurrency),
-        )
+        raw = os.environ.pop(ASSIGNMENT_ENV, None)  # read once; its credentials go below
+        if not raw:
+            p.error(f"{ASSIGNMENT_ENV} must hold the worker's assignment without --pool")
+        try:
+            assignment = Assignment.from_json(raw)
+        except ValueError as exc:
+            p.error(f"{ASSIGNMENT_ENV}: {exc}")
+        # its tenant's storage credentials, for the loader (boto3 and the S3 client)
+        os.environ.update(assignment.storage_env)
     settings = WorkerSettings()
     logs.configure("worker", settings)
     tracing.configure("worker", settings)
-    logs.set_process_fields(worker_id=args.worker_id, deployment_id=args.deployment_id)
+    logs.set_process_fields(
+        worker_id=args.worker_id, deployment_id=assignment.deployment_id if assignment else None
+    )
     if settings.worker_threads > 0:
         import torch
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from common.job_input import JobInput as ResolvedInput
 from common.protocol import MAX_JOBS_PER_REQUEST
 from control_plane.domain import uris
 from control_plane.domain.spec import default_of
@@ -91,12 +92,9 @@ class JobInput(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stop: list[str] | None = Field(None, max_length=8)
 
-    def resolved(self, defaults: dict[str, Any]) -> dict[str, Any]:
+    def resolved(self, defaults: dict[str, Any]) -> ResolvedInput:
         """The input with the deployment's defaults, then the platform's, filled in."""
-        out: dict[str, Any] = {"max_tokens": 64, "temperature": 0.0, "top_p": 1.0, "stop": []}
-        out.update({k: v for k, v in defaults.items() if v is not None})
-        out.update({k: v for k, v in self.model_dump().items() if v is not None})
-        return out
+        return ResolvedInput.resolve(self.model_dump(), defaults)
 
 
 class RunRequest(BaseModel):

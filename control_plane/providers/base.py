@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from common.protocol import Assignment
+from common.messages import Assignment
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,8 @@
 """Kubernetes provider: one pod per worker, through the official client.
 
-    start(spec)   Secret <pod>-storage  the assignment's storage credentials (none in the spec)
-                  Pod <pod>             `python -m worker …`, restartPolicy Never, the worker
-                                        token by secretKeyRef, the storage Secret by envFrom
+    start(spec)   Secret <pod>-assignment  its assignment, storage credentials included
+                  Pod <pod>                `python -m worker …`, restartPolicy Never, the worker
+                                           token by secretKeyRef, the assignment by envFrom
                   Secret ← ownerReferences [the pod]: the garbage collector deletes it with it
     stop / kill   DELETE the pod, grace = terminationGracePeriodSeconds (the worker drains on
                   SIGTERM) / 0
@@ -34,6 +34,7 @@ from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.pods import (
     PodConfig,
     PodTracker,
+    assignment_secret_manifest,
     cache_volumes,
     label_selector,
     owner_patch,
@@ -41,7 +42,6 @@ from control_plane.providers.pods import (
     pod_manifest,
     pod_name,
     secret_name,
-    storage_secret_manifest,
     worker_id_of,
 )
 from control_plane.settings import Settings
@@ -178,7 +178,7 @@ class KubernetesProvider:
         from kubernetes.client.rest import ApiException
 
         ns, name = self._cfg.namespace, pod_name(spec.worker_id)
-        secret = storage_secret_manifest(self._cfg, spec)
+        secret = assignment_secret_manifest(self._cfg, spec)
         if secret is not None:
             self._put_secret(secret)
         try:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from common.messages import ASSIGNMENT_ENV
 from common.protocol import (
     CREDENTIAL_ENV,
     METRICS_HOST_ENV,
@@ -50,14 +51,13 @@ class LocalProvider:
 
     def start(self, spec: WorkerSpec) -> int | None:
         cmd = [self._python, "-m", "worker", *worker_args(spec)]
-        storage_env = spec.assignment.storage_env if spec.assignment else {}
         # Its /metrics on loopback, on a port free now; should another process take the port
         # first, the worker binds any other and its heartbeat says which (metrics/targets.py).
         metrics_env = {METRICS_HOST_ENV: "127.0.0.1", METRICS_PORT_ENV: str(_free_port())}
         logfile = (self._log_dir / f"{spec.worker_id}.log").open("ab")
         proc = subprocess.Popen(
             cmd,
-            env={**self._env, **storage_env, **metrics_env},
+            env={**self._env, **assignment_env(spec), **metrics_env},
             stdin=subprocess.DEVNULL,
             stdout=logfile,
             stderr=subprocess.STDOUT,
@@ -121,19 +121,19 @@ class LocalProvider:
 
 
 def worker_args(spec: WorkerSpec) -> list[str]:
-    """The arguments of `python -m worker` for this worker (every provider's command line)."""
+    """The arguments of `python -m worker` for this worker (every provider's command line):
+    who it is; what it serves comes in its environment (`assignment_env`), or, with `--pool`,
+    later through Redis."""
     args = ["--worker-id", spec.worker_id, "--accelerator", spec.accelerator]
-    a = spec.assignment
-    if a is None:
-        return [*args, "--pool"]
-    return [
-        *args,
-        "--deployment-id", a.deployment_id,
-        "--deployment-version", str(a.deployment_version),
-        "--model", a.model_uri,
-        "--queue", a.queue,
-        "--max-concurrency", str(a.max_concurrency),
-    ]  # fmt: skip
+    return args if spec.assignment is not None else [*args, "--pool"]
+
+
+def assignment_env(spec: WorkerSpec) -> dict[str, str]:
+    """The environment that carries a directly started worker's assignment (with its storage
+    credentials): the one encoding, `Assignment.to_json`; none for a warm-pool worker."""
+    if spec.assignment is None:
+        return {}
+    return {ASSIGNMENT_ENV: spec.assignment.to_json()}
 
 
 def _free_port() -> int:
@@ -161,4 +161,4 @@ def worker_env(base: Mapping[str, str], extra: Mapping[str, str]) -> dict[str, s
     return env
 
 
-__all__ = ["LocalProvider", "die_with_parent", "worker_args", "worker_env"]
+__all__ = ["LocalProvider", "assignment_env", "die_with_parent", "worker_args", "worker_env"]

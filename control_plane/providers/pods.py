@@ -19,7 +19,7 @@ from typing import Any
 
 from common.protocol import CREDENTIAL_ENV, HOST_CACHE_DIR, METRICS_HOST_ENV, METRICS_PORT_ENV
 from control_plane.providers.base import Exited, WorkerSpec
-from control_plane.providers.local import worker_args
+from control_plane.providers.local import assignment_env, worker_args
 from control_plane.settings import Settings
 
 LABEL_PREFIX = "platform-serverless.io"
@@ -183,7 +183,7 @@ def pod_name(worker_id: str) -> str:
 
 
 def secret_name(worker_id: str) -> str:
-    return f"{pod_name(worker_id)}-storage"
+    return f"{pod_name(worker_id)}-assignment"
 
 
 def worker_labels(cfg: PodConfig, spec: WorkerSpec) -> dict[str, str]:
@@ -232,10 +232,10 @@ def container_resources(cfg: PodConfig, accelerator: str) -> dict[str, dict[str,
     return {part: q for part, q in out.items() if q}
 
 
-def storage_secret_manifest(cfg: PodConfig, spec: WorkerSpec) -> dict[str, Any] | None:
-    """The worker's storage credentials (`Assignment.storage_env`) as its own Secret, or None
-    when it has none (a warm-pool worker gets them with its assignment, through Redis)."""
-    if spec.assignment is None or not spec.assignment.storage_env:
+def assignment_secret_manifest(cfg: PodConfig, spec: WorkerSpec) -> dict[str, Any] | None:
+    """The worker's assignment (`assignment_env`: its storage credentials are in it) as a
+    Secret of its own, or None for a warm-pool worker (it gets its assignment through Redis)."""
+    if spec.assignment is None:
         return None
     return {
         "apiVersion": "v1",
@@ -246,10 +246,7 @@ def storage_secret_manifest(cfg: PodConfig, spec: WorkerSpec) -> dict[str, Any] 
             "labels": worker_labels(cfg, spec),
         },
         "type": "Opaque",
-        "data": {
-            k: base64.b64encode(v.encode()).decode()
-            for k, v in sorted(spec.assignment.storage_env.items())
-        },
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in assignment_env(spec).items()},
     }
 
 
@@ -268,7 +265,7 @@ def pod_manifest(cfg: PodConfig, spec: WorkerSpec, env: Mapping[str, str]) -> di
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    if spec.assignment is not None and spec.assignment.storage_env:
+    if spec.assignment is not None:
         container["envFrom"] = [{"secretRef": {"name": secret_name(spec.worker_id)}}]
     resources = container_resources(cfg, spec.accelerator)
     if resources:

@@ -26,10 +26,10 @@ import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from common.messages import Assignment
 from common.protocol import (
     ASSIGNMENT_TTL_S,
     HEARTBEAT_HOST_TIER_FIELD,
-    Assignment,
     WorkerState,
     worker_assignment_key,
     worker_heartbeat_key,

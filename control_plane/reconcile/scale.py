@@ -26,7 +26,8 @@ import redis
 from sqlalchemy.orm import Session
 
 from common import tracing
-from common.protocol import Assignment, EventType, WorkerState, deployment_queue
+from common.messages import Assignment
+from common.protocol import EventType, WorkerState, deployment_queue
 from control_plane.db.models import Deployment, Worker
 from control_plane.domain import fleet
 from control_plane.domain.clock import iso

@@ -176,7 +176,7 @@ def holding_consumer(
 
 def _runtime_on(redis_url: str, queue: str) -> tuple[Any, Any]:
     """A worker runtime on the real broker, its engine scripted and its control plane faked."""
-    from common.protocol import Assignment
+    from common.messages import Assignment
     from tests.unit.test_engine import _engine
     from tests.unit.test_engine_worker_runtime import FakeControl
     from worker.runtime.lifecycle import WorkerRuntime

@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from common.job_input import JobInput
+from common.messages import Claim
 from common.protocol import (
     HEARTBEAT_JOBS_FIELD,
     deployment_queue,
@@ -236,8 +238,8 @@ def test_a_hand_off_its_worker_never_received_is_requeued(
 
 
 def _handoff(redis_client: Any, worker_id: str, job_id: str, priority: int = 3) -> None:
-    claim = {"claimed": True, "job_id": job_id, "attempt": 1, "input": {"prompt": "x"}}
-    redis_client.lpush(worker_handoffs_key(worker_id), json.dumps({**claim, "priority": priority}))
+    claim = Claim(job_id, 1, JobInput("x"), 60.0, "d", priority=priority)
+    redis_client.lpush(worker_handoffs_key(worker_id), claim.to_json())
 
 
 def test_hand_offs_are_taken_before_wake_ups(redis_url: str, redis_client: Any) -> None:
@@ -254,7 +256,7 @@ def test_hand_offs_are_taken_before_wake_ups(redis_url: str, redis_client: Any) 
     handoffs = worker_handoffs_key("wrk_c")
     consume(redis_url, queue, 1, handle, lambda: len(seen) == 2, poll_s=0.1, handoffs=handoffs)
     assert [d.job_id for d in seen] == ["job_handed", "job_woken"]
-    assert seen[0].claim is not None and seen[0].claim["input"] == {"prompt": "x"}
+    assert seen[0].claim is not None and seen[0].claim.input == JobInput("x")
     assert seen[0].priority == 3 and seen[1].claim is None
     assert redis_client.llen(worker_handoffs_key("wrk_other")) == 1
 

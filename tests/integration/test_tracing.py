@@ -19,7 +19,8 @@ from opentelemetry.trace import SpanKind
 from sqlalchemy import select
 
 from common import tracing
-from common.protocol import Assignment, deployment_queue
+from common.messages import Assignment
+from common.protocol import deployment_queue
 from control_plane.api.app import create_app
 from control_plane.api.trace_requests import TraceRequests
 from control_plane.db.models import Job
@@ -61,9 +62,10 @@ def run_worker_until(
     queue = deployment_queue(dep_id)
     rt = WorkerRuntime(worker_settings, "wrk_trace", "cpu", Assignment(dep_id, 1, "x", queue, 2))
     rt.engine = engine
-    rt.loop = EngineLoop(engine, rt.redis, 0.05, rt._on_finished)
+    rt.loop = EngineLoop(engine, rt.redis, 0.05, rt.jobs.on_finished)
+    rt.jobs.attach(engine, rt.loop)
     rt.loop.start()
-    consume(settings.redis_url, queue, 2, rt._handle, done.is_set)
+    consume(settings.redis_url, queue, 2, rt.jobs.handle, done.is_set)
     rt.loop.stop(timeout_s=10)
     return rt
 

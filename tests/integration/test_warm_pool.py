@@ -15,12 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from common.protocol import (
-    HEARTBEAT_HOST_TIER_FIELD,
-    Assignment,
-    worker_assignment_key,
-    worker_heartbeat_key,
-)
+from common.messages import Assignment
+from common.protocol import HEARTBEAT_HOST_TIER_FIELD, worker_assignment_key, worker_heartbeat_key
 from control_plane.db.models import BillingRecord, Deployment, Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.providers.base import Exited, WorkerSpec

@@ -15,7 +15,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.protocol import HEARTBEAT_METRICS_FIELD, Assignment, WorkerState, worker_heartbeat_key
+from common.messages import Assignment
+from common.protocol import HEARTBEAT_METRICS_FIELD, WorkerState, worker_heartbeat_key
 from worker.engine.config import EngineConfig
 from worker.engine.llm_engine import LLMEngine
 from worker.engine.params import SamplingParams

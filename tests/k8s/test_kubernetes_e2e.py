@@ -74,7 +74,7 @@ def test_a_sync_call_runs_in_a_worker_pod_deleted_with_grace_on_scale_down(
         assert pod is not None and pod["spec"]["terminationGracePeriodSeconds"] == DRAIN_GRACE_S
         # the storage credentials are in the worker's Secret, not in its pod
         assert platform["env"]["AWS_SECRET_ACCESS_KEY"] not in json.dumps(pod)
-        assert f"{pod_name}-storage" in server.names("secrets")
+        assert f"{pod_name}-assignment" in server.names("secrets")
 
         # idle past its scale-down window: drained, its pod deleted with the grace
         wait_for(
@@ -93,7 +93,7 @@ def test_a_sync_call_runs_in_a_worker_pod_deleted_with_grace_on_scale_down(
             every_s=0.1,
             what="the pod to go",
         )
-        assert f"{pod_name}-storage" not in server.names("secrets")
+        assert f"{pod_name}-assignment" not in server.names("secrets")
         client.deployments.delete("k8s")
     assert node.running() == []
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from common.protocol import Assignment
+from common.messages import Assignment
 from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.kubernetes import KubernetesProvider
 from control_plane.providers.pods import pod_name, secret_name

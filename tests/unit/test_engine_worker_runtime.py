@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from common.protocol import Assignment, WorkerState
+from common.job_input import JobInput
+from common.messages import Assignment, Claim
+from common.protocol import WorkerState
 from tests.unit.test_engine import WORDS, _engine
 from tests.unit.test_engine_loop import FakeRedis
 from worker.runtime import lifecycle
@@ -36,7 +38,14 @@ class FakeControl:
         # as the control plane: the worker holding a running job gets its attempt again
         if job_id not in self.inputs or job_id in self.completed:
             return None
-        return {"attempt": 1, "input": self.inputs[job_id], "execution_timeout_s": 60}
+        return {
+            "claimed": True,
+            "job_id": job_id,
+            "attempt": 1,
+            "input": self.inputs[job_id],
+            "execution_timeout_s": 60,
+            "deployment": "demo",
+        }
 
     def complete(self, job_id: str, attempt: int, status: str, **fields: Any) -> bool:
         with self.lock:
@@ -64,12 +73,13 @@ class FakeControl:
 def _runtime(inputs: dict[str, dict[str, Any]], max_concurrency: int = 4) -> WorkerRuntime:
     assignment = Assignment("dep_1", 1, "file:///m", "q", max_concurrency)
     rt = WorkerRuntime(WorkerSettings(), "wrk_1", "cpu", assignment)
-    rt.control = FakeControl(inputs)  # type: ignore[assignment]
+    rt.control = rt.jobs.control = FakeControl(inputs)  # type: ignore[assignment]
     rt.state = WorkerState.IDLE  # loaded and consuming
     rt.redis = FakeRedis()  # type: ignore[assignment]
     rt.redis.set = lambda *a, **k: None  # type: ignore[attr-defined]
     rt.engine, _ = _engine(lambda rid, i: 2 + i % 3, max_num_seqs=max_concurrency)
-    rt.loop = EngineLoop(rt.engine, rt.redis, 0.01, rt._on_finished)
+    rt.loop = EngineLoop(rt.engine, rt.redis, 0.01, rt.jobs.on_finished)
+    rt.jobs.attach(rt.engine, rt.loop)
     rt.loop.start()
     return rt
 
@@ -77,7 +87,7 @@ def _runtime(inputs: dict[str, dict[str, Any]], max_concurrency: int = 4) -> Wor
 def _deliver(rt: WorkerRuntime, job_ids: list[str]) -> list[str]:
     acked: list[str] = []
     for job_id in job_ids:
-        rt._handle(Delivery(job_id, 0, lambda j=job_id: acked.append(j)))  # type: ignore[misc]
+        rt.jobs.handle(Delivery(job_id, 0, lambda j=job_id: acked.append(j)))  # type: ignore[misc]
     return acked
 
 
@@ -114,7 +124,7 @@ def test_jobs_run_together_and_are_reported_then_acked() -> None:
     # the control plane derives them from the claims and the job ends
     assert noted[0] == "busy" and noted[-1] == "idle" and rt.state is WorkerState.IDLE
     assert control.states == []
-    assert rt.inflight == 0
+    assert rt.jobs.inflight == 0
     assert rt.engine.block_manager.num_free_blocks == rt.engine.cache.num_blocks
 
 
@@ -139,7 +149,7 @@ def test_a_second_delivery_of_a_job_running_here_does_not_run_it_again() -> None
     rt.loop.stop(timeout_s=5)
     control: FakeControl = rt.control  # type: ignore[assignment]
     assert control.num_completes == 1 and control.completed["j"]["generated_tokens"] == 40
-    assert acked == ["j", "j"] and rt.inflight == 0 and rt._running == {}
+    assert acked == ["j", "j"] and rt.jobs.inflight == 0 and rt.jobs._running == {}
 
 
 def test_bad_input_fails_as_invalid_input_before_the_engine() -> None:
@@ -163,7 +173,7 @@ def test_bad_input_fails_as_invalid_input_before_the_engine() -> None:
     assert errors["bad-param"]["message"].startswith("temperature: ")
     assert errors["no-prompt"]["message"].startswith("prompt: ")
     assert sorted(acked) == sorted([*inputs, "not-claimable"])
-    assert rt.engine.scheduler.num_unfinished == 0 and rt.inflight == 0
+    assert rt.engine.scheduler.num_unfinished == 0 and rt.jobs.inflight == 0
 
 
 def _filler(rt: WorkerRuntime, fills: list[str]) -> threading.Thread:
@@ -187,13 +197,13 @@ def test_a_worker_stopped_before_its_fill_finishes_it_after_reporting_stopped(
     `stopped` (the tenant's records have ended), with the model let go."""
     monkeypatch.setattr(lifecycle, "FILL_DELAY_S", 0.01)
     rt = _runtime({})
-    rt.inflight = 1  # a job in hand
+    rt.jobs.inflight = 1  # a job in hand
     fills: list[str] = []
     filler = _filler(rt, fills)
     rt.request_stop(signal.SIGTERM)
     time.sleep(0.3)
     assert fills == [], "the fill waits for the jobs in hand"
-    rt.inflight = 0
+    rt.jobs.inflight = 0
     rt.loop.stop(timeout_s=5)
     rt._set_state(WorkerState.STOPPED, reason="drained")
     rt._finish_fill(filler)
@@ -208,12 +218,12 @@ def test_the_platform_shutting_down_or_a_second_signal_skips_the_fill(
 ) -> None:
     monkeypatch.setattr(lifecycle, "FILL_DELAY_S", 0.01)
     rt = _runtime({})
-    rt.inflight = 1
+    rt.jobs.inflight = 1
     fills: list[str] = []
     filler = _filler(rt, fills)
     for signum in signals:
         rt.request_stop(signum)
-    rt.inflight = 0
+    rt.jobs.inflight = 0
     rt.loop.stop(timeout_s=5)
     rt._finish_fill(filler)
     filler.join(5)
@@ -253,7 +263,7 @@ def test_an_idle_worker_claims_on_the_consumers_thread_a_busy_one_on_its_pool() 
     assert claimed_on["first"] == "consumer", "an idle worker claims on the consumer's thread"
     assert claimed_on["second"].startswith("jobs"), claimed_on
     assert sorted(control.completed) == ["first", "second"] and sorted(acked) == sorted(inputs)
-    assert rt.inflight == 0 and rt._starting == 0
+    assert rt.jobs.inflight == 0 and rt.jobs._starting == 0
 
 
 def test_a_job_handed_to_the_worker_runs_without_a_claim_and_is_held_until_reported() -> None:
@@ -263,13 +273,13 @@ def test_a_job_handed_to_the_worker_runs_without_a_claim_and_is_held_until_repor
     inputs = {"handed": {"prompt": "Hello", "max_tokens": 4}}
     rt = _runtime({})  # the fake control plane knows no job: a claim would find none
     control: FakeControl = rt.control  # type: ignore[assignment]
-    claim = {"job_id": "handed", "attempt": 3, "input": inputs["handed"], "execution_timeout_s": 60}
+    claim = Claim("handed", 3, JobInput.from_dict(inputs["handed"]), 60.0, "demo")
     reported = threading.Event()
     held_at_report: list[list[str]] = []
     complete = control.complete
 
     def complete_and_note(job_id: str, attempt: int, status: str, **fields: Any) -> bool:
-        held_at_report.append(rt._held_jobs())
+        held_at_report.append(rt.jobs.held_jobs())
         assert attempt == 3  # the attempt the admission's claim made
         reported.set()
         return complete(job_id, attempt, status, **fields)
@@ -278,11 +288,11 @@ def test_a_job_handed_to_the_worker_runs_without_a_claim_and_is_held_until_repor
     claims: list[Sequence[str]] = []
     control.claims = lambda ids: claims.append(ids) or []  # type: ignore[method-assign,func-returns-value]
     acked: list[str] = []
-    rt._handle(Delivery("handed", 0, lambda: acked.append("handed"), claim=claim))
+    rt.jobs.handle(Delivery("handed", 0, lambda: acked.append("handed"), claim=claim))
     assert reported.wait(10)
     _wait(rt, 0, acked, num_acks=1)
     rt.loop.stop(timeout_s=5)
     assert claims == [], "no claim was sent"
     assert control.completed["handed"]["status"] == "succeeded"
     assert control.completed["handed"]["generated_tokens"] == 4
-    assert held_at_report == [["handed"]] and rt._held_jobs() == []
+    assert held_at_report == [["handed"]] and rt.jobs.held_jobs() == []

@@ -10,19 +10,20 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
-from common.protocol import HOST_CACHE_DIR, Assignment
+from common.messages import ASSIGNMENT_ENV, Assignment
+from common.protocol import HOST_CACHE_DIR
 from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.local import worker_args
 from control_plane.providers.pods import (
     WORKER_ID_LABEL,
     PodTracker,
+    assignment_secret_manifest,
     cache_volumes,
     owner_patch,
     pod_config,
     pod_manifest,
     pod_name,
     secret_name,
-    storage_secret_manifest,
 )
 from control_plane.settings import Settings
 
@@ -100,7 +101,7 @@ def test_a_cpu_worker_asks_for_no_gpu_and_a_pool_worker_boots_with_pool() -> Non
     assert c["resources"] == {"requests": {"cpu": "2"}}
     assert "nodeSelector" not in pod["spec"] and "tolerations" not in pod["spec"]
     assert c["args"][-1] == "--pool" and "envFrom" not in c
-    assert storage_secret_manifest(cfg, WorkerSpec("wrk_pool1", "cpu", None)) is None
+    assert assignment_secret_manifest(cfg, WorkerSpec("wrk_pool1", "cpu", None)) is None
     assert pod["metadata"]["labels"]["platform-serverless.io/pool"] == "true"
 
 
@@ -127,10 +128,13 @@ def test_secrets_stay_out_of_the_pod_spec() -> None:
     (source,) = pod["spec"]["containers"][0]["envFrom"]
     assert source == {"secretRef": {"name": secret_name(spec.worker_id)}}
 
-    storage = storage_secret_manifest(cfg, spec)
-    assert storage is not None
-    valid(storage)
-    assert {k: base64.b64decode(v).decode() for k, v in storage["data"].items()} == STORAGE
+    secret = assignment_secret_manifest(cfg, spec)
+    assert secret is not None
+    valid(secret)
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert list(data) == [ASSIGNMENT_ENV]
+    assert Assignment.from_json(data[ASSIGNMENT_ENV]) == spec.assignment
+    assert Assignment.from_json(data[ASSIGNMENT_ENV]).storage_env == STORAGE
 
 
 def test_labels_carry_ids_only_and_select_this_platforms_pods() -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from common.job_input import DEFAULT_TEMPERATURE, JobInput
 from worker.engine.sampling import (
     SamplingParams,
     apply_penalties,
@@ -178,14 +179,17 @@ def test_logprobs_of_the_sampled_token_and_the_top_alternatives() -> None:
 
 
 def test_params_from_job_input() -> None:
-    params = SamplingParams.from_input(
-        {"prompt": "hi", "max_tokens": 5, "stop": "END", "seed": None, "stop_token_ids": [7]}
-    )
-    assert (params.max_tokens, params.stop, params.seed, params.stop_token_ids) == (
+    job_input = JobInput.from_dict({"prompt": "hi", "max_tokens": 5, "stop": "END", "seed": None})
+    params = SamplingParams.from_job_input(job_input)
+    assert (params.max_tokens, params.stop, params.seed, params.temperature) == (
         5,
         ("END",),
         None,
-        (7,),
+        DEFAULT_TEMPERATURE,
     )
+    # the job's defaults are the engine's: a job that sets nothing samples as the engine would
+    assert SamplingParams.from_job_input(JobInput("hi")) == SamplingParams()
     with pytest.raises(ValueError, match=r"^max_tokens: must be an integer"):
-        SamplingParams.from_input({"max_tokens": "5"})
+        JobInput.from_dict({"prompt": "hi", "max_tokens": "5"})
+    with pytest.raises(ValueError, match=r"^max_tokens: must be >= 1"):
+        SamplingParams.from_job_input(JobInput("hi", max_tokens=0))

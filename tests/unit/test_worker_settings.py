@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from common.protocol import Assignment
+from common.messages import Assignment
 from control_plane.providers.local import worker_env
 from control_plane.providers.select import workers_env
 from control_plane.settings import Settings

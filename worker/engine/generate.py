@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import tokenizers
 
+from common.tokenizer import encode_prompt
 from worker.engine.config import EngineConfig
 from worker.engine.errors import PromptTooLongError
 from worker.engine.llm_engine import LLMEngine
@@ -118,11 +119,7 @@ class Generator:
 
     def encode(self, prompt: str) -> list[int]:
         """Token ids of ``prompt``, starting with bos when the model has one."""
-        ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=True).ids
-        bos = self._bos_token_id
-        if bos is not None and (not ids or ids[0] != bos):
-            ids.insert(0, bos)  # the tokenizer's post-processor did not add it
-        return ids
+        return encode_prompt(self.tokenizer, prompt, self._bos_token_id)
 
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         """Raise ValueError for an empty prompt, PromptTooLongError when it does not fit."""

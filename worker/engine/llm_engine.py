@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import tokenizers
 
+from common.tokenizer import encode_prompt
 from worker.engine.block_manager import BlockManager, PrefixCacheStats
 from worker.engine.config import CacheSpec, EngineConfig
 from worker.engine.detokenize import IncrementalDetokenizer
@@ -160,11 +161,7 @@ class LLMEngine:
 
     def encode(self, prompt: str) -> list[int]:
         """Token ids of ``prompt``, starting with bos when the model has one."""
-        ids: list[int] = self.tokenizer.encode(prompt, add_special_tokens=True).ids
-        bos = self.bos_token_id
-        if bos is not None and (not ids or ids[0] != bos):
-            ids.insert(0, bos)  # the tokenizer's post-processor did not add it
-        return ids
+        return encode_prompt(self.tokenizer, prompt, self.bos_token_id)
 
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         """Raise ValueError (PromptTooLongError for sizes) if the request can never run.

@@ -3,16 +3,17 @@
 Example:
 
     >>> params = SamplingParams(max_tokens=32, temperature=0.8, top_p=0.95, seed=7)
-    >>> SamplingParams.from_input({"max_tokens": 16, "stop": "END"}).stop
+    >>> SamplingParams.from_job_input(JobInput("Hi", max_tokens=16, stop=("END",))).stop
     ('END',)
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
+
+from common.job_input import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, JobInput
 
 # Most alternatives a request may ask log-probabilities for (OpenAI's limit).
 MAX_LOGPROBS = 20
@@ -27,11 +28,11 @@ class SamplingParams:
     """
 
     # most tokens to generate (>= 1); generation ends with "length" when reached
-    max_tokens: int = 64
+    max_tokens: int = DEFAULT_MAX_TOKENS
     # 0 = greedy (argmax); higher flattens the distribution
-    temperature: float = 0.0
+    temperature: float = DEFAULT_TEMPERATURE
     # nucleus sampling: sample only from the smallest set of tokens holding this much mass
-    top_p: float = 1.0
+    top_p: float = DEFAULT_TOP_P
     # sample only from the k most likely tokens; 0 = no limit
     top_k: int = 0
     # drop tokens whose probability is below min_p times the most likely one's; 0 = off
@@ -87,22 +88,15 @@ class SamplingParams:
         return self.temperature == 0
 
     @classmethod
-    def from_input(cls, data: Mapping[str, Any]) -> SamplingParams:
-        """Parameters from a job's JSON input (unknown keys such as ``prompt`` are ignored).
-
-        A bare string ``stop`` is one stop string; ``null`` means the default.
-        """
-        kwargs: dict[str, Any] = {}
-        for f in fields(cls):
-            value = data.get(f.name)
-            if value is None:
-                continue
-            if f.name == "stop" and isinstance(value, str):
-                value = (value,)
-            elif f.name in ("stop", "stop_token_ids") and isinstance(value, list):
-                value = tuple(value)
-            kwargs[f.name] = value
-        return cls(**kwargs)
+    def from_job_input(cls, job_input: JobInput) -> SamplingParams:
+        """A job's parameters (`common.job_input.JobInput`: every default already resolved)."""
+        return cls(
+            max_tokens=job_input.max_tokens,
+            temperature=job_input.temperature,
+            top_p=job_input.top_p,
+            seed=job_input.seed,
+            stop=job_input.stop,
+        )
 
 
 def _is_int(x: object) -> bool:

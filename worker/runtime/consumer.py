@@ -41,6 +41,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from common.messages import Claim
 from common.protocol import UNACKED_INDEX_KEY, UNACKED_KEY, job_of_message, queue_keys
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class Delivery:
     # thread-safe: queues the acknowledgement for the consumer's thread
     ack: Callable[[], None]
     # a job handed to this worker at admission: its claim's answer (it needs no claim)
-    claim: dict[str, Any] | None = None
+    claim: Claim | None = None
 
 
 @dataclass
@@ -354,15 +355,13 @@ def _deliver_handoff(held: _Held, message: bytes, handle: Callable[[Delivery], N
     """A job the admission claimed for this worker: started even while it drains (it is
     running on this worker in the database); nothing to note (no wake-up to sweep)."""
     try:
-        claim = json.loads(message)
-        job_id = str(claim["job_id"])
-        int(claim["attempt"])
-    except (ValueError, KeyError, TypeError):
+        claim = Claim.from_json(message)
+    except ValueError:
         log.warning("dropping an unreadable hand-off")  # its job is requeued, not held
         return
     held.outstanding += 1
-    priority = priority_of(claim)
-    _handle(handle, Delivery(job_id, priority, _acker(held.done, None), claim=claim))
+    priority = max(0, claim.priority or 0)
+    _handle(handle, Delivery(claim.job_id, priority, _acker(held.done, None), claim=claim))
 
 
 def _count_done(held: _Held) -> None:

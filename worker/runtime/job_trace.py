@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from common import tracing
+from common.messages import Claim
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -140,32 +141,32 @@ def _never_raises(job_id: str) -> Iterator[None]:
 
 
 def start(
-    claim: Mapping[str, Any], worker_id: str, deployment_id: str | None, claim_started_ns: int
+    claim: Claim, worker_id: str, deployment_id: str | None, claim_started_ns: int
 ) -> JobTrace | None:
     """`job.run` and `job.claim` (from `claim_started_ns` to now) under the claim's trace, or a
     new trace when it names none; None when tracing is off (or starting them failed)."""
     if not tracing.enabled():
         return None
-    with _never_raises(str(claim.get("job_id"))):
+    with _never_raises(claim.job_id):
         return _start(claim, worker_id, deployment_id, claim_started_ns)
     return None
 
 
 def _start(
-    claim: Mapping[str, Any], worker_id: str, deployment_id: str | None, claim_started_ns: int
+    claim: Claim, worker_id: str, deployment_id: str | None, claim_started_ns: int
 ) -> JobTrace | None:
-    job_id = str(claim["job_id"])
-    model = claim.get("deployment")
+    job_id = claim.job_id
+    model = claim.deployment
     ids = {
         tracing.JOB_ID: job_id,
-        tracing.JOB_ATTEMPT: claim.get("attempt"),
+        tracing.JOB_ATTEMPT: claim.attempt,
         tracing.WORKER_ID: worker_id,
         tracing.DEPLOYMENT_ID: deployment_id,
         tracing.GEN_AI_MODEL: model,
     }
     run = tracing.start_span(
         "job.run",
-        parent=tracing.context_of(claim.get("traceparent")),
+        parent=tracing.context_of(claim.traceparent),
         kind="consumer",
         attributes=ids,
         start_ns=claim_started_ns,
@@ -181,4 +182,4 @@ def _start(
     )
     if claimed is not None:
         claimed.end(end_time=time.time_ns())
-    return JobTrace(run, str(model) if model else None, job_id)
+    return JobTrace(run, model or None, job_id)

@@ -23,8 +23,8 @@ Serving holds up to ``max_concurrency`` jobs at once in one continuous-batching 
     ack  ◀──── delivery.ack ◀─ complete (HTTP) ◀────────  finished job
     (on its own thread)
 
-The job path (claim, check, report, ack) is `JobFlow` (jobs.py); claims that wait at the same
-time go in one request, and so do reports (batching.py).
+The job path (claim, check, report, ack) is the runtime's `JobFlow` (jobs.py); claims that
+wait at the same time go in one request, and so do reports (batching.py).
 
 The worker is BUSY while it holds at least one claimed job, IDLE otherwise.
 """
@@ -47,6 +47,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from common import heap, logs
+from common.messages import Assignment
 from common.protocol import (
     HEARTBEAT_HOST_FIELD,
     HEARTBEAT_HOST_TIER_FIELD,
@@ -56,7 +57,6 @@ from common.protocol import (
     HEARTBEAT_PROGRESS_FIELD,
     HEARTBEAT_TTL_S,
     PROGRESS_BEAT_S,
-    Assignment,
     WorkerState,
     worker_assignment_key,
     worker_handoffs_key,
@@ -72,6 +72,7 @@ from worker.settings import WorkerSettings
 if TYPE_CHECKING:
     from loader import Progress, TierFill
     from worker.engine.llm_engine import LLMEngine
+    from worker.runtime.engine_loop import EngineLoop
     from worker.runtime.loading import LoadedModel
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,9 @@ FILL_WAIT_MAX_S = 60.0
 FILL_ON_EXIT_MAX_S = 120.0
 
 
-class WorkerRuntime(JobFlow):
+class WorkerRuntime:
+    """One worker process's life (boot, load, warm, serve, drain); its jobs are `self.jobs`."""
+
     def __init__(
         self,
         settings: WorkerSettings,
@@ -114,24 +117,23 @@ class WorkerRuntime(JobFlow):
         )
         self.redis = redis_client(settings.redis_url)
         self.state = WorkerState.BOOTING
-        self.inflight = 0
         self._stop = threading.Event()
         # set once the jobs in hand are done (a fill waiting for quiet may then run)
         self._drained = threading.Event()
         # set by a second stop signal or SIGINT: no cache-tier fill any more
         self._skip_fill = threading.Event()
         self._tier_fill: TierFill | None = None  # the load's, once loaded
-        # serialises inflight changes with the BUSY / IDLE they imply
-        self._state_lock = threading.Lock()
-        self.engine: Any = None
-        self.loop: Any = None
-        self._init_jobs(assignment)  # (jobs.py)
+        self.engine: LLMEngine | None = None
+        self.loop: EngineLoop | None = None
+        self.jobs = JobFlow(worker_id, self.control, self._on_busy)
+        if assignment is not None:
+            self.jobs.open(assignment)
         # weight bytes (done, total) while loading: sent with the heartbeat
         self._progress: tuple[int, int] | None = None
         self._progress_beat_at = 0.0
         # its own /metrics, served from `run` where the settings say; the heartbeat says where
         self.metrics = WorkerMetrics(process_started_at())
-        self.metrics.combiners.update(claim=self._claims, report=self._reports)
+        self.metrics.combiners.update(claim=self.jobs.claims, report=self.jobs.reports)
         self.metrics_target: str | None = None
 
     # lifecycle ------------------------------------------------------------------------------
@@ -142,6 +144,17 @@ class WorkerRuntime(JobFlow):
             if self._tier_fill is not None:
                 self._tier_fill.cancel()
         self._stop.set()
+
+    def _on_busy(self, busy: bool) -> None:
+        """The first job taken, or the last one ended (called under the jobs' lock): BUSY and
+        IDLE are only noted; the next periodic beat carries them (jobs.py says why)."""
+        if busy and self.state is WorkerState.IDLE:
+            self._note_state(WorkerState.BUSY)
+        elif not busy and self.state is WorkerState.BUSY:
+            self._note_state(WorkerState.IDLE)
+
+    def _note_state(self, state: WorkerState) -> None:
+        self.state = state
 
     def _set_state(
         self, state: WorkerState, reason: str | None = None, *, takes_handoffs: bool = False
@@ -157,11 +170,11 @@ class WorkerRuntime(JobFlow):
             "worker_id": self.worker_id,
             "deployment_id": a.deployment_id if a else None,
             "state": self.state.value,
-            "inflight": self.inflight,
+            "inflight": self.jobs.inflight,
             "at": time.time(),
         }
         if a is not None and self.loop is not None:  # serving: the jobs it holds (jobs.py)
-            beat[HEARTBEAT_JOBS_FIELD] = self._held_jobs()
+            beat[HEARTBEAT_JOBS_FIELD] = self.jobs.held_jobs()
         progress = self._progress
         if progress is not None and self.state is WorkerState.LOADING:
             beat[HEARTBEAT_PROGRESS_FIELD] = {"bytes_done": progress[0], "bytes_total": progress[1]}
@@ -228,8 +241,7 @@ class WorkerRuntime(JobFlow):
             return 1
         finally:
             self._done.set()
-            if self._pool is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
+            self.jobs.close()
             self.control.close()
             self.metrics.close()
 
@@ -255,7 +267,7 @@ class WorkerRuntime(JobFlow):
             assignment = Assignment.from_json(item[1])  # ValueError: fails the worker
             # its tenant's storage credentials, for the loader (boto3 and the S3 client)
             os.environ.update(assignment.storage_env)
-            self._open_job_pool(assignment)
+            self.jobs.open(assignment)
             logs.set_process_fields(deployment_id=assignment.deployment_id)
             log.info(
                 "assigned to deployment %s (version %d)",
@@ -310,9 +322,10 @@ class WorkerRuntime(JobFlow):
             self.engine,
             self.redis,
             self.settings.cancel_poll_s,
-            self._on_finished,
+            self.jobs.on_finished,
             observer=self.metrics,
         )
+        self.jobs.attach(self.engine, self.loop)
         self.loop.start()
         # from now on it pops the jobs handed to it at admission, with its queue's wake-ups
         self._set_state(WorkerState.IDLE, takes_handoffs=True)
@@ -330,7 +343,7 @@ class WorkerRuntime(JobFlow):
             self.settings.redis_url,
             assignment.queue,
             assignment.max_concurrency,
-            self._handle,
+            self.jobs.handle,
             self._stop.is_set,
             handoffs=worker_handoffs_key(self.worker_id),
         )
@@ -344,7 +357,7 @@ class WorkerRuntime(JobFlow):
         FILL_WAIT_MAX_S later); asked to stop first, once the drain is done."""
         deadline = time.monotonic() + FILL_WAIT_MAX_S
         if not self._stop.wait(FILL_DELAY_S):
-            while self.inflight and time.monotonic() < deadline:
+            while self.jobs.inflight and time.monotonic() < deadline:
                 if self._stop.wait(0.2):
                     break
         if self._stop.is_set():
@@ -357,6 +370,7 @@ class WorkerRuntime(JobFlow):
         down soon after its cold start still leaves its weights in the host tier for the next
         one, within FILL_ON_EXIT_MAX_S; the model is freed first."""
         self.engine = self.loop = self.metrics.engine = None
+        self.jobs.detach()
         if self.accelerator != "cpu":
             import torch
 
@@ -410,6 +424,7 @@ class WorkerRuntime(JobFlow):
 
         # One short generation compiles kernels and touches every weight once.
         engine = self.engine
+        assert engine is not None, "warm-up before the engine was built"
         engine.add_request("warm-up", engine.encode("warm up"), SamplingParams(max_tokens=2))
         while engine.has_unfinished_requests():
             engine.step()

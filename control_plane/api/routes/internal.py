@@ -32,8 +32,7 @@ from control_plane.context import AppContext
 from control_plane.db.models import Job
 from control_plane.domain.states import PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
-from control_plane.services.jobs import claims as claimed_
-from control_plane.services.jobs import events, finish, job_store
+from control_plane.services.jobs import claims, events, finish, job_store
 from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
@@ -73,11 +72,11 @@ def _claim(
 ) -> list[dict[str, Any] | None]:
     """Each job given to `worker_id` (its claim's answer), or None, in one transaction."""
     expired: list[tuple[str, finish.Ending]] = []
-    claimed: list[tuple[Job, bool]] = []  # (job, claimed again by the worker that holds it)
+    taken: list[tuple[Job, bool]] = []  # (job, claimed again by the worker that holds it)
     for job_id in job_ids:
-        fresh = claimed_.claim_queued(session, job_id, worker_id, at)  # the warm path's claim
+        fresh = claims.claim_queued(session, job_id, worker_id, at)  # the warm path's claim
         if fresh is not None:
-            claimed.append((fresh, False))
+            taken.append((fresh, False))
             continue
         pending = session.get(Job, job_id)
         if pending is not None and pending.status in PENDING and job_store.ttl_passed(pending, at):
@@ -86,16 +85,16 @@ def _claim(
             continue
         # the same worker claiming its running job again: its first answer was lost (jobs.claim)
         again = pending is not None and pending.status == JobStatus.RUNNING
-        job = claimed_.claim(session, job_id, worker_id, at)
+        job = claims.claim(session, job_id, worker_id, at)
         if job is not None:
-            claimed.append((job, again))
-    if any(not again for _, again in claimed):
+            taken.append((job, again))
+    if any(not again for _, again in taken):
         worker_records.follow_jobs(session, ctx.settings, worker_id, at)  # busy, if it was idle
     if expired:
         finish.finish(session, ctx.outbox, expired, at)  # commits the claims with them
     else:
         session.commit()
-    news = [job for job, again in claimed if not again]  # (again: announced the first time)
+    news = [job for job, again in taken if not again]  # (again: announced the first time)
     if news:
         pipe = ctx.redis.pipeline(transaction=False)  # every `running` event in a round trip
         for job in news:
@@ -103,10 +102,10 @@ def _claim(
             events.publish_to(pipe, [job.id], EventType.RUNNING, data)
         pipe.execute()
     for job in news:
-        claimed_.announce(ctx.celery, ctx.sessions, job, worker_id, at, session)
+        claims.announce(ctx.celery, ctx.sessions, job, worker_id, at, session)
     answers = {
-        job.id: claimed_.answer(job, ctx.specs.current(session, job.deployment_id))
-        for job, _ in claimed
+        job.id: claims.answer(job, ctx.specs.current(session, job.deployment_id)).to_dict()
+        for job, _ in taken
     }
     return [answers.get(job_id) for job_id in job_ids]
 

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from sqlalchemy.orm import Session
 
 from common import logs, tracing
+from common.job_input import JobInput
 from control_plane.context import AppContext
 from control_plane.db.models import Job
 from control_plane.domain.states import JobKind
@@ -36,10 +37,10 @@ from control_plane.services.webhooks import targets
 log = logging.getLogger(__name__)
 
 
-class JobInput(Protocol):
-    """A validated job input (`api.schemas.JobInput`)."""
+class CallInput(Protocol):
+    """A call's validated input (`api.schemas.JobInput`), before the defaults."""
 
-    def resolved(self, defaults: dict[str, Any]) -> dict[str, Any]:
+    def resolved(self, defaults: dict[str, Any]) -> JobInput:
         """The input with the deployment's `defaults`, then the platform's, filled in."""
         ...
 
@@ -48,7 +49,7 @@ def create(
     ctx: AppContext,
     token: str,
     name: str,
-    job_input: JobInput,
+    job_input: CallInput,
     kind: JobKind,
     *,
     webhook: str | None = None,
@@ -114,7 +115,7 @@ def create(
                     tracing.JOB_ID: public["id"],
                     tracing.JOB_KIND: str(kind),
                     tracing.DEPLOYMENT_ID: dep_id,
-                    tracing.GEN_AI_MAX_TOKENS: int(resolved["max_tokens"]),
+                    tracing.GEN_AI_MAX_TOKENS: resolved.max_tokens,
                 }
             )
             span.add_event("stored", {"platform.job.created": created})
@@ -138,10 +139,10 @@ def _decide(
     view: EdgeView,
     token: str,
     name: str,
-    job_input: JobInput,
+    job_input: CallInput,
     webhook: str | None,
     idempotency_key: str | None,
-) -> tuple[Principal, DeploymentRef, dict[str, Any], Job | None]:
+) -> tuple[Principal, DeploymentRef, JobInput, Job | None]:
     """Whether the call is admitted, charged to its tenant's quota: (caller, deployment, input
     with the deployment's defaults, the job an earlier call with `idempotency_key` created).
     Reads only; the charge is the last step (the quota script runs while the earlier call is
@@ -154,7 +155,7 @@ def _decide(
         targets.check_target(webhook, ctx.settings.webhook_allow_private)
     resolved = job_input.resolved(dep.spec.defaults)
     prompt_tokens = check_fits_context(ctx, dep, resolved)
-    tokens = prompt_tokens + int(resolved["max_tokens"])
+    tokens = prompt_tokens + resolved.max_tokens
     own = view.limits(session, who.tenant_id)
     generation = None if view.fresh else view.generation
     replay = admit(ctx, session, who.tenant_id, tokens, own, generation, idempotency_key)
@@ -195,7 +196,7 @@ def admit(
     return replay
 
 
-def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: dict[str, Any]) -> int:
+def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: JobInput) -> int:
     """Refuse a prompt that cannot fit the model's context, before anything is written.
 
     Returns the prompt's token count (an estimate when the model files are unreadable).
@@ -203,9 +204,9 @@ def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: dict[str, 
     meta = ctx.model_meta.get(dep.id, dep.version, dep.tenant_id, dep.spec.model)
     if meta is None:
         # Metadata unreadable: the worker checks and reports; ~4 characters per token.
-        return len(resolved["prompt"]) // 4 + 1
-    prompt_tokens = meta.count_prompt_tokens(resolved["prompt"])
-    max_tokens = int(resolved["max_tokens"])
+        return len(resolved.prompt) // 4 + 1
+    prompt_tokens = meta.count_prompt_tokens(resolved.prompt)
+    max_tokens = resolved.max_tokens
     if prompt_tokens + max_tokens > meta.max_context:
         raise InvalidRequest(
             f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the model's "

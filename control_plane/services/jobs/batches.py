@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common import tracing
+from common.job_input import JobInput
 from control_plane.db.models import Batch, Deployment, Job
 from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
@@ -65,7 +66,7 @@ def find_replay(
 def create(
     session: Session,
     dep: Deployment,
-    inputs: list[dict[str, Any]],
+    inputs: list[JobInput],
     now: datetime,
     *,
     max_in_flight: int,
@@ -110,7 +111,7 @@ def create(
             deployment_version=dep.version,
             kind="batch",
             status=JobStatus.QUEUED,
-            input=job_input,
+            input=job_input.to_dict(),
             webhook_status="none",
             batch_id=batch.id,
             batch_index=i,

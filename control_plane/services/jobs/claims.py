@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
 
 from celery import Celery
 from sqlalchemy import bindparam, case, func, insert, text, update
@@ -21,6 +20,8 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.orm.util import identity_key
 
 from common import tracing
+from common.job_input import JobInput
+from common.messages import Claim
 from control_plane.db.models import Job, JobAttempt
 from control_plane.domain.spec import Spec
 from control_plane.domain.states import PENDING, JobStatus
@@ -183,19 +184,19 @@ def end_attempt(
         session.expire(held)
 
 
-def answer(job: Job, spec: Spec) -> dict[str, Any]:
+def answer(job: Job, spec: Spec, priority: int | None = None) -> Claim:
     """What the worker gets for a claimed job; its execution limit from the deployment's
-    current `spec`."""
-    return {
-        "claimed": True,
-        "job_id": job.id,
-        "attempt": job.attempt,
-        "input": job.input,
-        "execution_timeout_s": spec.execution_limit_s(job.execution_timeout_s),
-        # the worker's spans join the job's trace (None: not traced); the name for its spans
-        "traceparent": job.traceparent,
-        "deployment": job.deployment_name,
-    }
+    current `spec`; `priority`: on a hand-off (a claim's worker knows it from its wake-up)."""
+    return Claim(
+        job_id=job.id,
+        attempt=job.attempt,
+        input=JobInput.from_dict(job.input),
+        execution_timeout_s=spec.execution_limit_s(job.execution_timeout_s),
+        deployment=job.deployment_name,
+        # the worker's spans join the job's trace (None: not traced)
+        traceparent=job.traceparent,
+        priority=priority,
+    )
 
 
 def announce(

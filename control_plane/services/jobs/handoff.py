@@ -27,7 +27,6 @@ worker's.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -122,6 +121,5 @@ def give(
 
 def message(job: Job, dep: DeploymentRef) -> bytes:
     """What the worker pops: the claim's answer, with the job's broker priority."""
-    body = claims.answer(job, dep.spec)
-    body["priority"] = PRIORITY_OF_KIND.get(job.kind, PRIORITY_OF_KIND["async"])
-    return json.dumps(body).encode()
+    priority = PRIORITY_OF_KIND.get(job.kind, PRIORITY_OF_KIND["async"])
+    return claims.answer(job, dep.spec, priority).to_json().encode()

@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common import tracing
+from common.job_input import JobInput
 from control_plane.db.models import Job
 from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
@@ -28,7 +29,7 @@ from control_plane.services.tenants.edge_cache import DeploymentRef
 def create(
     session: Session,
     deployment: DeploymentRef,
-    job_input: dict[str, Any],
+    job_input: JobInput,
     kind: str,
     now: datetime,
     *,
@@ -55,7 +56,7 @@ def create(
         deployment_version=deployment.version,
         kind=kind,
         status=JobStatus.QUEUED.value,
-        input=job_input,
+        input=job_input.to_dict(),
         attempt=0,
         webhook_url=webhook_url,
         webhook_events=webhook_events,

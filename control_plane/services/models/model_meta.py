@@ -16,6 +16,8 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from common.model_config import ModelConfig
+from common.tokenizer import encode_prompt
 from control_plane.errors import ControlPlaneError
 from control_plane.services.storage import object_store, storage_access
 from control_plane.services.storage.storage_access import Access
@@ -45,10 +47,7 @@ class ModelMeta:
     chat_template: str  # Jinja template (the model's own, or DEFAULT_CHAT_TEMPLATE)
 
     def count_prompt_tokens(self, prompt: str) -> int:
-        ids: list[int] = self.tokenizer.encode(prompt).ids
-        if self.bos_token_id is not None and (not ids or ids[0] != self.bos_token_id):
-            return len(ids) + 1
-        return len(ids)
+        return len(encode_prompt(self.tokenizer, prompt, self.bos_token_id))
 
     def render_chat(self, messages: list[dict[str, Any]]) -> str:
         return render_chat(self.chat_template, messages, self.bos_token, self.eos_token)
@@ -141,7 +140,8 @@ def _read(access: Access, name: str) -> bytes:
 def load(access: Access) -> ModelMeta:
     from tokenizers import Tokenizer
 
-    config = json.loads(_read(access, "config.json"))
+    # the worker's own parser: a config it would refuse is refused here too (ValueError)
+    config = ModelConfig.from_hf_dict(json.loads(_read(access, "config.json")))
     tokenizer = Tokenizer.from_str(_read(access, "tokenizer.json").decode())
     try:
         tok_config = json.loads(_read(access, "tokenizer_config.json"))
@@ -152,11 +152,10 @@ def load(access: Access) -> ModelMeta:
         template = next((t["template"] for t in template if t.get("name") == "default"), None)
     bos = _token_text(tok_config.get("bos_token"))
     eos = _token_text(tok_config.get("eos_token"))
-    bos_id = config.get("bos_token_id")
     return ModelMeta(
-        max_context=int(config.get("max_position_embeddings", 2048)),
+        max_context=config.max_position_embeddings,
         tokenizer=tokenizer,
-        bos_token_id=int(bos_id) if isinstance(bos_id, int) else None,
+        bos_token_id=config.bos_token_id,
         bos_token=bos,
         eos_token=eos,
         chat_template=template or DEFAULT_CHAT_TEMPLATE,

@@ -1,0 +1,20 @@
+"""A prompt's token ids as the engine sees them, for the API's count at the edge and the worker
+alike (both load the model's `tokenizer.json` with the `tokenizers` library; no torch).
+
+The model's beginning-of-sequence token starts every prompt when the model has one: the
+tokenizer's post-processor adds it for most models; for the others it is prepended here, never
+twice (`transformers` does the same for these families).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def encode_prompt(tokenizer: Any, prompt: str, bos_token_id: int | None) -> list[int]:
+    """Token ids of `prompt` (`tokenizer`: a `tokenizers.Tokenizer`), starting with
+    `bos_token_id` when the model has one."""
+    ids: list[int] = tokenizer.encode(prompt, add_special_tokens=True).ids
+    if bos_token_id is not None and (not ids or ids[0] != bos_token_id):
+        ids.insert(0, bos_token_id)  # the tokenizer's post-processor did not add it
+    return ids
