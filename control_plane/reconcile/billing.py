@@ -1,6 +1,7 @@
 """The billing reconciler, every tick: no open segment grows past a minute (a crash loses at
-most that much), and each closed busy segment whose attempts have all ended is split among
-them exactly (`domain.allocation.allocate`), so job costs + idle costs = worker cost.
+most that much: `domain/plans/billing.py`), and each closed busy segment whose attempts have
+all ended is split among them exactly (`domain.allocation.allocate`, pure; this step reads the
+segments and attempts and writes its shares), so job costs + idle costs = worker cost.
 
 Segments are written by `services/workers/billing.close_segment`, the one path for them.
 """
@@ -8,38 +9,40 @@ Segments are written by `services/workers/billing.close_segment`, the one path f
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, insert, or_, select, text
 from sqlalchemy.orm import Session
 
+from common.protocol import WorkerState
 from control_plane.db.models import BILLING_UNALLOCATED, BillingRecord, CostAllocation, JobAttempt
 from control_plane.domain.allocation import AttemptSpan, allocate
-from control_plane.domain.billing_math import phase_of
+from control_plane.domain.plans.billing import OpenSegment, plan_rolls
+from control_plane.reconcile.actuator import Actuator
+from control_plane.reconcile.env import Env
 from control_plane.services.workers import worker_records
-from control_plane.services.workers.billing import close_segment
-from control_plane.settings import Settings
 
-# No open segment grows past this: a crash loses at most this much, rebuilt from heartbeats.
-MAX_SEGMENT_S = 60.0
 # Attempts that ended through the platform's fault are not billed.
 PLATFORM_FAULTS = frozenset({"worker_lost"})
 # Busy segments split per tick at most (a backlog drains over the next ticks).
 ALLOCATE_BATCH = 500
 
 
-def roll_open_segments(session: Session, settings: Settings, now: datetime) -> None:
-    """Close the open segment of every live worker that has been in one phase for a minute."""
-    for w in worker_records.live(session):
-        phase = phase_of(w.state, pooled=w.deployment_id is None)
-        if phase is None or (now - w.state_since).total_seconds() < MAX_SEGMENT_S:
-            continue
-        # Only up to the last sign of life: a silent worker's time is not billed on trust.
-        end = min(now, w.last_heartbeat_at or w.state_since)
-        if end - w.state_since >= timedelta(seconds=MAX_SEGMENT_S / 2):
-            close_segment(session, settings, w, phase, w.state_since, end, note="rolled")
-            w.state_since = end
+def roll_open_segments(session: Session, env: Env, now: datetime) -> None:
+    """Close the open segment of every live worker that has been in one phase for a minute
+    (`domain/plans/billing.py`)."""
+    live = [
+        OpenSegment(
+            w.id,
+            WorkerState(w.state),
+            w.deployment_id is None,
+            w.state_since,
+            w.last_heartbeat_at,
+        )
+        for w in worker_records.live(session)
+    ]
+    Actuator(session, env, now).apply(plan_rolls(live, now))
 
 
 def allocate_ready(session: Session, now: datetime) -> int:

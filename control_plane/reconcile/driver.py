@@ -1,12 +1,16 @@
 """The reconciler's driver: one tick runs each reconciler in order, each with its own
-transaction, so one concern's failure or slowness is visible on its own.
+transaction, so one concern's failure or slowness is visible on its own. Each reads what it
+needs, asks its pure plan in `domain/plans/` (or `domain.scaling.decide`) what to do, and hands
+the actions to the one actuator (`actuator.py`), which alone starts, stops and kills workers
+and writes what a plan decided (the Kubernetes controller pattern).
 
     workers.reap, workers.check_liveness   → ids of workers that died this tick
     workers.settle_idle                    busy workers whose jobs all ended become idle
     jobs.requeue_orphans                   their running jobs: a new attempt, or failed
     jobs.requeue_unheld                    running jobs a live worker never received (a lost
                                            hand-off): the same
-    jobs.expire_overdue, jobs.time_out_overruns
+    jobs.end_overdue                       pending past their ttl expire; running far past
+                                           their limit time out
     scale.scale_all, scale.stop_deleted    decide() per deployment; start / drain workers
                                            (models from the refresher thread, refresh.py),
                                            taking idle warm-pool workers first when faster
@@ -106,17 +110,16 @@ class Reconciler:
             with tick_trace.step(trace, "jobs"):
                 jobs.requeue_orphans(session, env, dead, now)
                 jobs.requeue_unheld(session, env, self.unheld, now)
-                jobs.expire_overdue(session, env, now)
-                jobs.time_out_overruns(session, env, now)
+                jobs.end_overdue(session, env, now)
             with tick_trace.step(trace, "scale"):
                 scale.scale_all(session, env, self.demand, self.refresher.latest, now)
-                scale.stop_deleted(session, env)
+                scale.stop_deleted(session, env, now)
             with tick_trace.step(trace, "pool"):
                 pool.keep(session, env, self.refresher.latest, now)
             with tick_trace.step(trace, "batches"):
-                batches.pump(session, env.celery, env.redis, now, settings=env.settings)
+                batches.pump(session, env, now)
             with tick_trace.step(trace, "billing"):
-                billing.roll_open_segments(session, env.settings, now)
+                billing.roll_open_segments(session, env, now)
                 billing.allocate_ready(session, now)
                 session.commit()
             with tick_trace.step(trace, "sweeps"):
@@ -129,7 +132,7 @@ class Reconciler:
             self.last_redispatch = now
         elif now - self.last_redispatch > REDISPATCH_EVERY:
             self.last_redispatch = now
-            jobs.redispatch(session, env)
+            jobs.redispatch(session, env, now)
         if self.last_wakeup_sweep is None or now - self.last_wakeup_sweep > WAKEUP_SWEEP_EVERY:
             self.last_wakeup_sweep = now
             jobs.forget_stale_wakeups(session, env, now)

@@ -1,6 +1,7 @@
-"""Reconcilers of job lifecycles: requeue the jobs of dead workers, expire jobs whose ttl
-passed, time out jobs far past their execution limit, re-send lost wake-ups, and forget the
-broker's unacked wake-ups that nothing needs (domain/wakeups.py).
+"""Reconcilers of job lifecycles, each reading what it needs and applying its plan
+(`domain/plans/jobs.py`): requeue the jobs of dead workers and the hand-offs their worker never
+received, expire jobs whose ttl passed, time out jobs far past their execution limit, re-send
+lost wake-ups, and forget the broker's unacked wake-ups that nothing needs (domain/wakeups.py).
 
 Every job that ends here ends through `services.jobs.finish` (the one path to a terminal state).
 """
@@ -9,13 +10,13 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 
 import redis
-from sqlalchemy import select, text, update
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from common import tracing
 from common.protocol import (
     HEARTBEAT_INTERVAL_S,
     HEARTBEAT_JOBS_FIELD,
@@ -23,18 +24,24 @@ from common.protocol import (
     worker_heartbeat_key,
 )
 from control_plane.db.models import Job, Worker
-from control_plane.domain.fleet import Held, retries_left, unheld
-from control_plane.domain.states import PENDING, JobStatus
-from control_plane.domain.wakeups import JobState, stale
-from control_plane.reconcile import tick_trace
+from control_plane.domain.fleet import Held, unheld
+from control_plane.domain.plans.actions import Action
+from control_plane.domain.plans.jobs import (
+    HANDOFF_LOST,
+    WORKER_LOST,
+    plan_expiry,
+    plan_forget,
+    plan_redispatch,
+    plan_take_back,
+)
+from control_plane.domain.states import PENDING
+from control_plane.domain.wakeups import JobState
+from control_plane.reconcile.actuator import Actuator
 from control_plane.reconcile.env import Env
-from control_plane.services.jobs import claims, finish, job_queries
+from control_plane.services.jobs import job_queries
 from control_plane.services.jobs.dispatch import (
-    dispatch_job,
-    forget_unacked,
     queue_depth,
     unacked_wakeups,
-    wake,
 )
 
 log = logging.getLogger(__name__)
@@ -46,8 +53,6 @@ WAKEUP_GRACE_S = 10.0
 # still do not list this long after a beat that followed the commit was never received (five
 # heartbeats: a worker whose threads are starved for a few seconds is not robbed of a job).
 HANDOFF_GRACE_S = 5 * HEARTBEAT_INTERVAL_S
-# A requeued (or failed) job's status_reason: its worker died, or never received it.
-WORKER_LOST, HANDOFF_LOST = "worker_lost", "handoff_lost"
 _IN_CHUNK = 500  # ids per IN (...) query
 
 
@@ -58,49 +63,13 @@ def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) 
     for job in job_queries.running_on(session, dead):
         w = session.get(Worker, job.worker_id) if job.worker_id else None
         lost.append((job.id, job.attempt, (w.stopped_at if w is not None else None) or now))
-    _take_back(session, env, lost, WORKER_LOST, "the worker running this job stopped", now)
+    _apply(session, env, plan_take_back(lost, WORKER_LOST), now)
 
 
-def _take_back(
-    session: Session,
-    env: Env,
-    lost: list[tuple[str, int, datetime]],
-    reason: str,
-    lost_how: str,
-    now: datetime,
-) -> None:
-    """Attempts their worker lost (job id, attempt, when it ended): each job back in the queue
-    as a new attempt, or failed once it lost MAX_ATTEMPTS (error `lost_how` N times). The
-    attempt ends unbilled; its number stays the fence, so a late report of it can no longer
-    apply. A job that moved on meanwhile (its report arrived: it ended) is left as it is."""
-    requeued, exhausted = [], []
-    for job_id, attempt, ended_at in lost:
-        claims.end_attempt(session, job_id, attempt, WORKER_LOST, ended_at)
-        if not retries_left(attempt):
-            error = {"type": WORKER_LOST, "message": f"{lost_how} {attempt} times"}
-            exhausted.append((job_id, finish.failed(error, reason)))  # (only if still active)
-            continue
-        taken = session.execute(
-            update(Job)
-            .where(Job.id == job_id, Job.attempt == attempt, Job.status == JobStatus.RUNNING)
-            .values(status=JobStatus.QUEUED, status_reason=reason, worker_id=None)
-            .returning(Job.deployment_id, Job.kind, Job.traceparent)
-        ).first()
-        if taken is not None:
-            requeued.append((job_id, attempt, ended_at, taken))
-    finish.finish(session, env.outbox, exhausted, now)  # commits the requeues too
-    for job_id, attempt, ended_at, (dep_id, kind, traceparent) in requeued:
-        log.warning(
-            "job %s lost its worker (%s); requeued (attempt %d)",
-            job_id,
-            reason,
-            attempt,
-            extra={"job_id": job_id, "deployment_id": dep_id, "attempt": attempt, "reason": reason},
-        )
-        wake(env.redis, dep_id, job_id, kind, {"reason": reason})
-        ids = {tracing.JOB_ID: job_id, tracing.JOB_ATTEMPT: attempt}
-        tick_trace.note("job.requeue", **ids)
-        tick_trace.requeued(traceparent, ended_at, now, **ids, **{"platform.job.reason": reason})
+def _apply(session: Session, env: Env, actions: Sequence[Action], now: datetime) -> None:
+    act = Actuator(session, env, now)
+    act.apply(actions)
+    act.commit()
 
 
 def requeue_unheld(
@@ -126,7 +95,7 @@ def requeue_unheld(
     missing_since.clear()
     missing_since.update(still)
     lost_at = [(job_id, attempt, now) for job_id, attempt in lost]
-    _take_back(session, env, lost_at, HANDOFF_LOST, "the job was not received by its worker", now)
+    _apply(session, env, plan_take_back(lost_at, HANDOFF_LOST), now)
 
 
 def _held(beat: bytes | str | None) -> Held | None:
@@ -150,39 +119,29 @@ _RUNNING_ON_HANDOFF_WORKERS = (
 )
 
 
-def expire_overdue(session: Session, env: Env, now: datetime) -> None:
-    """Pending jobs whose ttl passed before a worker claimed them become `expired`."""
+def end_overdue(session: Session, env: Env, now: datetime) -> None:
+    """Pending jobs whose ttl passed before a worker claimed them become `expired`; running
+    jobs far past their limit (the worker missed it) become `timed_out`."""
     overdue = job_queries.overdue_ids(session, now)
-    finish.finish(session, env.outbox, [(i, finish.expired()) for i in overdue], now)
-
-
-def time_out_overruns(session: Session, env: Env, now: datetime) -> None:
-    """Running jobs far past their limit (the worker missed it) become `timed_out`."""
     overrun = job_queries.overrunning(session, EXECUTION_GRACE_S, now)
-    endings = [(job_id, finish.timed_out(limit_s)) for job_id, limit_s in overrun]
-    finish.finish(session, env.outbox, endings, now)
+    _apply(session, env, plan_expiry(overdue, overrun), now)
 
 
-def redispatch(session: Session, env: Env) -> None:
+def redispatch(session: Session, env: Env, now: datetime) -> None:
     """Re-send wake-ups only where jobs wait but their queue is empty (a lost message)."""
-    rows = session.execute(
-        select(Job.id, Job.deployment_id, Job.kind).where(
-            Job.status.in_([s.value for s in PENDING]),
-            # Batch jobs without a slot must stay asleep: the batch pump dispatches them.
-            Job.dispatched_at.is_not(None),
-        )
-    ).all()
-    empty: dict[str, bool] = {}
-    for job_id, dep_id, kind in rows:
-        if dep_id not in empty:
-            empty[dep_id] = queue_depth(env.celery, deployment_queue(dep_id)) == 0
-        if empty[dep_id]:
-            log.info(
-                "re-sending the wake-up of job %s",
-                job_id,
-                extra={"job_id": job_id, "deployment_id": dep_id},
+    waiting = [
+        (job_id, dep_id, kind)
+        for job_id, dep_id, kind in session.execute(
+            select(Job.id, Job.deployment_id, Job.kind).where(
+                Job.status.in_([s.value for s in PENDING]),
+                # Batch jobs without a slot must stay asleep: the batch pump dispatches them.
+                Job.dispatched_at.is_not(None),
             )
-            dispatch_job(env.redis, dep_id, job_id, kind)
+        )
+    ]
+    deployments = {dep_id for _, dep_id, _ in waiting}
+    empty = {d: queue_depth(env.celery, deployment_queue(d)) == 0 for d in deployments}
+    _apply(session, env, plan_redispatch(waiting, empty), now)
 
 
 def forget_stale_wakeups(session: Session, env: Env, now: datetime) -> int:
@@ -204,11 +163,9 @@ def forget_stale_wakeups(session: Session, env: Env, now: datetime) -> int:
             for job_id, status, completed_at in rows:
                 done = completed_at.timestamp() if completed_at is not None else None
                 states[job_id] = JobState(status, done)
-        tags = stale(entries, states, cutoff, WAKEUP_GRACE_S)
-        if tags:
-            forget_unacked(env.redis, tags)
-            log.info("forgot %d unacked wake-ups nothing needs", len(tags))
-        return len(tags)
+        actions = plan_forget(entries, states, cutoff, WAKEUP_GRACE_S)
+        _apply(session, env, actions, now)
+        return sum(len(x.tags) for x in actions)
     except redis.RedisError as exc:
         log.info("unacked wake-ups not checked: %s", type(exc).__name__)
         return 0

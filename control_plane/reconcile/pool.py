@@ -1,11 +1,12 @@
-"""The warm pool in the reconciler: hand idle pool workers to cold starts, and keep the pool
-at the size `domain.pool.targets` asks for.
+"""The warm pool in the reconciler: what idle pool workers a tick may hand out, and keeping
+the pool at the size `domain.pool.targets` asks for.
 
-    scale.scale_all ──► FreePool.take(...)   a deployment needing a worker takes an idle pool
-                        (domain.placement)    worker when that is faster than a boot: the row
-                                              is assigned (SQL, committed), then the worker
-                                              pops its `Assignment` from Redis
-    keep(...)       ──► boots / stops pool workers toward the target per accelerator type
+    read_free(...)  the idle pool workers, with what their hosts' memory tiers hold: the
+                    scaling plans place a deployment's new worker on one of them when that is
+                    faster than a boot (`domain.placement`); the actuator assigns it
+                    (`worker_actions.start`)
+    keep(...)       boots / stops pool workers toward the target per accelerator type
+                    (`domain/plans/pool.py`)
 
 A pool worker is assigned at most once (`services.workers.worker_records.assign` is a conditional
 update) and never returns to the pool. If the assignment cannot be sent, the worker is killed and
@@ -14,7 +15,6 @@ failed: the job goes on waiting and the next tick places it again.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 from collections.abc import Callable
@@ -26,28 +26,24 @@ import redis
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from common.messages import Assignment
 from common.protocol import (
-    ASSIGNMENT_TTL_S,
     HEARTBEAT_HOST_TIER_FIELD,
     WorkerState,
-    worker_assignment_key,
     worker_heartbeat_key,
 )
 from control_plane.db.models import Worker
 from control_plane.domain import pool as pool_policy
 from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
 from control_plane.domain.placement import PoolCandidate
+from control_plane.domain.plans.pool import SHRINK, PoolWorker, plan_pool, wants_history
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S
-from control_plane.providers.base import WorkerSpec
-from control_plane.reconcile import tick_trace
+from control_plane.reconcile.actuator import Actuator
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
 from control_plane.services import deployments
 from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
-SHRINK = "pool_shrink"
 
 
 @dataclass
@@ -68,10 +64,9 @@ class FreePool:
             if w.accelerator == accelerator
         ]
 
-    def take(self, worker_id: str) -> Worker:
-        w = next(w for w in self.idle if w.id == worker_id)
-        self.idle.remove(w)
-        return w
+    def taken(self, worker_ids: set[str]) -> None:
+        """These were handed out: no longer free this tick."""
+        self.idle = [w for w in self.idle if w.id not in worker_ids]
 
 
 def read_free(session: Session, r: redis.Redis) -> FreePool:
@@ -97,38 +92,49 @@ def _host_tier(beat: Any) -> frozenset[str]:
         return frozenset()
 
 
-def send(env: Env, w: Worker, assignment: Assignment, now: datetime) -> bool:
-    """Hand an assigned pool worker its assignment; on failure it is killed and failed."""
-    key = worker_assignment_key(w.id)
-    try:
-        with env.redis.pipeline() as pipe:
-            pipe.delete(key)
-            pipe.rpush(key, assignment.to_json())
-            pipe.expire(key, ASSIGNMENT_TTL_S)
-            pipe.execute()
-        return True
-    except redis.RedisError as exc:
-        log.warning("assignment of pool worker %s not sent (Redis: %s); failing it", w.id, exc)
-        env.provider.kill(w.id)
-        return False
-
-
 def keep(
     session: Session,
     env: Env,
     measured: Callable[[str], Measured | None],
     now: datetime,
 ) -> None:
-    """Boot or stop pool workers toward each accelerator type's target."""
+    """Boot or stop pool workers toward each accelerator type's target (`plans/pool.py`)."""
     all_live = worker_records.live(session)
-    pooled = [w for w in all_live if w.deployment_id is None and w.state != WorkerState.DRAINING]
+    pooled = [
+        PoolWorker(w.id, w.accelerator, WorkerState(w.state))
+        for w in all_live
+        if w.deployment_id is None and w.state != WorkerState.DRAINING
+    ]
     if not env.settings.warm_pool_max and not pooled:
         return  # no pool, none to stop: nothing to size
-    live_deps = deployments.list_live(session)
     serving = [w for w in all_live if w.deployment_id is not None]
+    targets = _targets(session, env, measured, serving, now)
+    # a pool worker's started_at is its assignment
+    under_way = pool_policy.cold_start_under_way(
+        ((WorkerState(w.state), w.started_at) for w in serving), now
+    )
+    grows = any(
+        wants_history(t.size, sum(1 for w in pooled if w.accelerator == a), under_way)
+        for a, t in targets.items()
+    )
+    history = _pool_history(session) if grows else None  # a query: only when growing
+    act = Actuator(session, env, now)
+    act.apply(plan_pool(targets, pooled, under_way, history, now))
+    act.commit()
+
+
+def _targets(
+    session: Session,
+    env: Env,
+    measured: Callable[[str], Measured | None],
+    serving: list[Worker],
+    now: datetime,
+) -> dict[str, pool_policy.PoolTarget]:
+    """Each accelerator type's pool target: the cold starts the live deployments' forecasts
+    expect over a boot, within what the types' free capacity allows."""
     outlooks, boots = [], []
     t = now.timestamp()
-    for dep in live_deps:
+    for dep in deployments.list_live(session):
         m = measured(dep.id)
         rate = 0.0
         if m is not None and m.models.forecast is not None:
@@ -143,48 +149,7 @@ def keep(
     free = {a: n - held.get(a, 0) for a, n in env.settings.accelerators.items()}
     budget = pool_policy.Budget(env.settings.warm_pool_max, free)
     horizon = max(boots, default=DEFAULT_BOOT_S)
-    targets = {t.accelerator: t for t in pool_policy.targets(outlooks, horizon, budget)}
-    # a pool worker's started_at is its assignment
-    under_way = pool_policy.cold_start_under_way(
-        ((WorkerState(w.state), w.started_at) for w in serving), now
-    )
-    history = functools.cache(lambda: _pool_history(session))  # a query: only when growing
-    for accelerator in sorted(set(targets) | {w.accelerator for w in pooled}):
-        target = targets.get(accelerator)
-        mine = [w for w in pooled if w.accelerator == accelerator]
-        size = target.size if target else 0
-        step = pool_policy.plan(size, len(mine), under_way, history, now)
-        for _ in range(step.start):
-            w = worker_records.create(session, None, accelerator, worker_records.POOL_REASON, now)
-            session.flush()
-            w.pid = env.provider.start(WorkerSpec(w.id, accelerator, None))
-            tick_trace.note(
-                "pool.start",
-                **{"platform.worker.id": w.id, "platform.worker.accelerator": accelerator},
-            )
-            log.info(
-                "warm pool (%s): booting %s (target %d: %s, %.3f cold starts expected)",
-                accelerator,
-                w.id,
-                size,
-                target.reason if target else "no_deployments",
-                target.expected_cold_starts if target else 0.0,
-                extra={"worker_id": w.id, "reason": worker_records.POOL_REASON},
-            )
-        # booting ones first: an idle one is ready to serve
-        victims = sorted(mine, key=lambda w: w.state == WorkerState.IDLE)[: step.stop]
-        for w in victims:
-            log.info(
-                "warm pool (%s): stopping %s (target %d)",
-                accelerator,
-                w.id,
-                size,
-                extra={"worker_id": w.id, "reason": SHRINK},
-            )
-            w.reason = SHRINK
-            env.provider.stop(w.id)
-            tick_trace.note("pool.stop", **{"platform.worker.id": w.id})
-    session.commit()
+    return {t.accelerator: t for t in pool_policy.targets(outlooks, horizon, budget)}
 
 
 def _pool_history(session: Session) -> BootHistory:

@@ -1,12 +1,18 @@
-"""The scaling reconciler: per live deployment and tick, drain workers of an old version, build
-the autoscaler's `DeploymentState`, ask the pure `domain.scaling.decide()` how many workers to
-run, then start workers, drain the surplus, or in a crash loop fail the jobs that wait (through
-`services.jobs.finish`). Workers of deleted deployments are drained.
+"""The scaling reconciler, each tick, for every live deployment at once:
 
-The tick only reads: work and workers from SQL, the last arrivals from Redis (one round trip), and
-the models and measured times the refresher thread keeps (`refresh.py`); nothing is fitted here.
-Each decision is stored for the API (`services/scaling/scale_decisions.py`), and logged when its
-(desired, reason) changed.
+    read     work and workers from SQL, the last arrivals from Redis (one round trip), and the
+             models and measured times the refresher thread keeps (`refresh.py`): nothing is
+             fitted here
+    decide   the pure `domain.scaling.decide()`, once per deployment
+    read     the crash-loop gate's input (the version's recent boots) and the model's location
+             (for placement), only for the deployments whose decision starts workers
+    plan     `domain/plans/scale.py`: drains, starts (from the warm pool when faster), holds,
+             failures, scale-downs
+    act      the actuator (`actuator.py`); then the cold starts under way are reported to the
+             jobs that wait (`cold_starts.py`) and each decision is stored for the API
+             (`services/scaling/scale_decisions.py`), logged when its (desired, reason) changed
+
+Workers of deleted deployments are drained (`stop_deleted`).
 
 `Demand` is what this process remembers between ticks: the KPA concurrency windows and the
 autoscaler's `Memory`. After a restart both start empty (the arrival history, in Redis, stays).
@@ -15,57 +21,48 @@ autoscaler's `Memory`. After a restart both start empty (the arrival history, in
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import redis
 from sqlalchemy.orm import Session
 
-from common import tracing
-from common.messages import Assignment
-from common.protocol import EventType, WorkerState, deployment_queue
+from common.protocol import WorkerState
 from control_plane.db.models import Deployment, Worker
-from control_plane.domain import fleet
-from control_plane.domain.clock import iso
 from control_plane.domain.cold_start import ColdStart, PhaseTimes
-from control_plane.domain.crash_loop import BootHistory, may_start
-from control_plane.domain.placement import Estimates, Placement, place
-from control_plane.domain.scaling.decide import (
-    DeploymentState,
-    Memory,
-    ScaleDecision,
-    counts_as_capacity,
-    decide,
-    keepalive_levels,
+from control_plane.domain.crash_loop import BootHistory
+from control_plane.domain.placement import Estimates
+from control_plane.domain.plans.actions import StartWorker
+from control_plane.domain.plans.scale import (
+    DeploymentView,
+    DeploymentWorker,
+    Fleet,
+    document,
+    iso_s,
+    plan_orphans,
+    plan_scale,
+    split,
 )
+from control_plane.domain.scaling.decide import DeploymentState, Memory, ScaleDecision, decide
 from control_plane.domain.scaling.history import ConcurrencyWindow
-from control_plane.domain.scaling.levels import hold_levels_s
 from control_plane.domain.scaling.models import NONE
-from control_plane.domain.scaling.policy import (
-    DEFAULT_BOOT_S,
-    DEFAULT_SERVICE_S,
-    counted_boot_s,
-    waits_allowed,
-)
+from control_plane.domain.scaling.policy import DEFAULT_BOOT_S, DEFAULT_SERVICE_S
 from control_plane.errors import InvalidRequest
-from control_plane.metrics import families, on_commit
-from control_plane.providers.base import WorkerSpec
-from control_plane.reconcile import cold_starts, tick_trace
+from control_plane.reconcile import cold_starts
 from control_plane.reconcile import pool as warm_pool
+from control_plane.reconcile.actuator import Actuator
 from control_plane.reconcile.env import Env
 from control_plane.reconcile.refresh import Measured
 from control_plane.services import deployments
-from control_plane.services.jobs import events, finish, job_queries, job_store
+from control_plane.services.jobs import job_queries
 from control_plane.services.scaling import arrivals, scale_decisions
 from control_plane.services.storage import storage_access
 from control_plane.services.workers import worker_records
 
 log = logging.getLogger(__name__)
-READY_STATES = worker_records.READY_STATES  # serving: idle or busy
 
 
 @dataclass
@@ -102,6 +99,17 @@ class Demand:
                 del table[dep_id]
 
 
+@dataclass(frozen=True, slots=True)
+class _Decided:
+    """One deployment after `decide`, before its plan."""
+
+    dep: Deployment
+    rows: dict[str, Worker]  # its live workers by id
+    fleet: Fleet
+    state: DeploymentState
+    decision: ScaleDecision
+
+
 def scale_all(
     session: Session,
     env: Env,
@@ -109,33 +117,37 @@ def scale_all(
     measured: Callable[[str], Measured | None],
     now: datetime,
 ) -> None:
-    """One decision per live deployment; `measured`: the refresher's snapshot of one."""
+    """One decision per live deployment, planned and applied; `measured`: the refresher's
+    snapshot of one."""
     load = job_queries.load_by_deployment(session)
     live = deployments.list_live(session)
     last_arrivals = _last_arrivals(env.redis, demand, [d.id for d in live])
-    free = warm_pool.read_free(session, env.redis)
     # Read for every deployment at once (set-based: a tick's queries do not grow with them).
     workers_of: dict[str, list[Worker]] = {}
     for w in worker_records.live(session):
         if w.deployment_id is not None:
             workers_of.setdefault(w.deployment_id, []).append(w)
-    published = []
-    cases: list[cold_starts.Case] = []
+    t = now.timestamp()
+    decided = []
     for dep in live:
-        _, doc = scale(
-            session,
-            env,
-            dep,
-            load.get(dep.id, (0, 0, None)),
-            demand,
-            measured(dep.id),
-            last_arrivals.get(dep.id),
-            now,
-            free,
-            workers_of.get(dep.id, []),
-            cases,
-        )
-        published.append((dep.id, doc))
+        rows = workers_of.get(dep.id, [])
+        fleet = split([_worker(w) for w in rows], dep.version)
+        queued, running, _ = load.get(dep.id, (0, 0, None))
+        window = demand.windows.setdefault(dep.id, ConcurrencyWindow())
+        window.record(t, queued + running)
+        last_arrival_at = last_arrivals.get(dep.id)
+        state = _state(dep, queued, running, fleet, window, measured(dep.id), demand, t)
+        state = dataclasses.replace(state, last_arrival_at=last_arrival_at)
+        decided.append(_Decided(dep, {w.id: w for w in rows}, fleet, state, decide(state, t)))
+    free = (
+        warm_pool.read_free(session, env.redis) if any(d.decision.start for d in decided) else None
+    )
+    published, cases = [], []
+    for d in decided:
+        doc, case = _plan_and_act(session, env, demand, d, measured(d.dep.id), free, now)
+        published.append((d.dep.id, doc))
+        if case is not None:
+            cases.append(case)
     cold_starts.report_all(session, env, cases, demand.cold_starts, demand.cold_start_keys, now)
     for c in cases:
         told = demand.cold_starts.get(c.deployment_id)
@@ -146,127 +158,107 @@ def scale_all(
     scale_decisions.publish(env.redis, published, demand.written, now.timestamp())
 
 
-def scale(
+def _plan_and_act(
     session: Session,
     env: Env,
-    dep: Deployment,
-    load: tuple[int, int, datetime | None],
     demand: Demand,
+    d: _Decided,
     measured: Measured | None,
-    last_arrival_at: float | None,
-    now: datetime,
     free: warm_pool.FreePool | None,
-    live: list[Worker],
-    cases: list[cold_starts.Case],
-) -> tuple[ScaleDecision, dict[str, Any]]:
-    """Decide for one deployment and act on it (a worker it needs comes from `free`, the idle
-    warm pool, when that is faster); returns the decision and its document. `live` are its
-    live workers; its cold-start report, made for all deployments at once after this, is
-    added to `cases`."""
-    queued, running, _ = load
-    t = now.timestamp()
-    views = [_view(w) for w in live]
-    for w in fleet.to_drain(views, dep.version):
-        log.info(
-            "draining worker %s of %s: new version",
-            w.id,
-            dep.name,
-            extra={"worker_id": w.id, "deployment_id": dep.id, "reason": fleet.NEW_VERSION},
+    now: datetime,
+) -> tuple[dict[str, Any], cold_starts.Case | None]:
+    """Plan one deployment's tick (reading what only a start needs) and apply it; its
+    decision's document, and its cold-start report's case (None when its jobs fail)."""
+    dep = d.dep
+    times = measured.phase_times if measured else PhaseTimes()
+    history: BootHistory | None = None
+    candidates = []
+    if d.decision.start:
+        # The crash-loop gate's input and the model's place, read only when workers would start.
+        history = worker_records.boot_history(session, dep.id, dep.version)
+        if free is not None:
+            candidates = free.candidates(dep.spec.accelerator, _model_uri(session, env, dep))
+    est = Estimates(times.boot_s, times.load_s, times.warm_s, demand.model_bytes.get(dep.id))
+    view = DeploymentView(dep.id, dep.name, dep.version)
+    plan = plan_scale(view, d.fleet, d.state, d.decision, history, candidates, est, now)
+    if free is not None:
+        free.taken(
+            {
+                x.placement.worker_id
+                for x in plan.actions
+                if isinstance(x, StartWorker) and x.placement.worker_id is not None
+            }
         )
-        _stop(session, env, w.id, fleet.NEW_VERSION)
-    spec = dep.spec
-    active_ids = {v.id for v in fleet.capacity(views, dep.version)}
-    ready = [w for w in live if w.id in active_ids and w.state in READY_STATES]
-    booting = [w for w in live if w.id in active_ids and w.state in fleet.BOOTING_STATES]
+    demand.memory[dep.id] = plan.decision.memory
+    _log_change(demand, dep, plan.decision)
+    act = Actuator(session, env, now)
+    if plan.actions:
+        act.apply(plan.actions)
+        act.commit()
+    if dep.id in act.placements:
+        demand.placements[dep.id] = act.placements[dep.id]
+    case = None
+    if plan.reports_cold_start:
+        booting = [d.rows[w.id] for w in d.fleet.booting] + act.started.get(dep.id, [])
+        case = cold_starts.Case(dep.id, booting, len(d.fleet.ready), times)
+    doc = document(d.state, plan.decision, now)
+    doc["placement"] = demand.placements.get(dep.id)
+    return doc, case
 
-    window = demand.windows.setdefault(dep.id, ConcurrencyWindow())
-    window.record(t, queued + running)
+
+def stop_deleted(session: Session, env: Env, now: datetime) -> None:
+    """Workers whose deployment was deleted drain and exit."""
+    live_ids = {d.id for d in deployments.list_live(session)}
+    workers = [
+        (w.id, w.deployment_id, WorkerState(w.state))
+        for w in worker_records.live(session)
+        if w.deployment_id is not None  # not the warm pool's (reconcile/pool.py)
+    ]
+    act = Actuator(session, env, now)
+    act.apply(plan_orphans(workers, live_ids))
+    act.commit()
+
+
+def _worker(w: Worker) -> DeploymentWorker:
+    return DeploymentWorker(
+        w.id, WorkerState(w.state), w.deployment_version, w.reason, w.started_at.timestamp()
+    )
+
+
+def _state(
+    dep: Deployment,
+    queued: int,
+    running: int,
+    fleet: Fleet,
+    window: ConcurrencyWindow,
+    measured: Measured | None,
+    demand: Demand,
+    t: float,
+) -> DeploymentState:
     stable, panic = window.averages(t)
-    state = DeploymentState(
-        policy=spec.scaling_policy(),
+    return DeploymentState(
+        policy=dep.spec.scaling_policy(),
         queued=queued,
         running=running,
-        ready=len(ready),
-        booting_since=tuple(w.started_at.timestamp() for w in booting),
+        ready=len(fleet.ready),
+        booting_since=tuple(w.started_at for w in fleet.booting),
         stable_concurrency=stable,
         panic_concurrency=panic,
-        last_arrival_at=last_arrival_at,
+        last_arrival_at=None,
         boot_s=measured.boot_s if measured else DEFAULT_BOOT_S,
         service_s=measured.service_s if measured else DEFAULT_SERVICE_S,
         models=measured.models if measured else NONE,
         memory=demand.memory.get(dep.id, Memory()),
     )
-    decision = decide(state, t)
-    history, verdict = None, None
-    started: list[Worker] = []
-    if decision.start:
-        # The crash-loop gate is read only when workers would start (it costs queries).
-        history = worker_records.boot_history(session, dep.id, dep.version)
-        verdict = may_start(history, now)
-        if not verdict.start:
-            gated = dataclasses.replace(state, start_allowed=False, give_up=verdict.give_up)
-            decision = decide(gated, t)
-    demand.memory[dep.id] = decision.memory
-    _log_change(demand, dep, decision)
-
-    if decision.fail_waiting:
-        assert history is not None
-        _fail_waiting(session, env, dep, history, now)
-    elif verdict is not None:
-        times = measured.phase_times if measured else PhaseTimes()
-        est = Estimates(times.boot_s, times.load_s, times.warm_s, demand.model_bytes.get(dep.id))
-        for _ in range(decision.start):
-            new, placement = _start(session, env, dep, decision.reason, free, est, now)
-            started.append(new)
-            count = functools.partial(families.cold_start, new.accelerator, placement.choice)
-            on_commit.after_commit(session, count)  # by tier: pool_host_tier, pool or boot
-            demand.placements[dep.id] = {
-                "choice": placement.choice,
-                "worker_id": new.id,
-                "eta_s": placement.eta_s,
-                "options": {o.choice: o.eta_s for o in placement.options},
-                "at": iso(now),
-            }
-        session.commit()
-        # With none ready, the cold-start report below tells the waiting jobs (phase, ETA).
-        if not started:  # held back by the crash-loop gate: they wait, saying why
-            waiting = [w.id for w in job_store.mark_starting(session, dep.id, verdict.reason)]
-            events.publish_many(env.redis, waiting, EventType.STARTING, {"reason": verdict.reason})
-        elif ready:  # more capacity on its way next to serving workers: no cold start to tell
-            job_store.mark_starting(session, dep.id, verdict.reason)
-    if decision.desired < decision.capacity:
-        counted = [_view(w) for w in ready] + [
-            _view(w)
-            for w in booting
-            if counts_as_capacity(w.started_at.timestamp(), t, state.policy)
-        ]
-        for v in fleet.scale_down_victims(counted, decision.desired):
-            # NOTE: a stop is a drain (SIGTERM): the worker finishes the jobs it holds first.
-            log.info(
-                "scaling down worker %s of %s (%s)",
-                v.id,
-                dep.name,
-                decision.reason,
-                extra={"worker_id": v.id, "deployment_id": dep.id, "reason": decision.reason},
-            )
-            _stop(session, env, v.id, fleet.SCALE_DOWN)
-    if not decision.fail_waiting:
-        times = measured.phase_times if measured else PhaseTimes()
-        cases.append(cold_starts.Case(dep.id, booting + started, len(ready), times))
-    doc = _document(state, decision, now)
-    doc["placement"] = demand.placements.get(dep.id)
-    return decision, doc
 
 
-def stop_deleted(session: Session, env: Env) -> None:
-    """Workers whose deployment was deleted drain and exit."""
-    live_ids = {d.id for d in deployments.list_live(session)}
-    for w in worker_records.live(session):
-        if w.deployment_id is None:  # the warm pool's (reconcile/pool.py)
-            continue
-        if w.deployment_id not in live_ids and w.state != WorkerState.DRAINING:
-            _stop(session, env, w.id, fleet.DEPLOYMENT_DELETED)
-    session.commit()
+def _model_uri(session: Session, env: Env, dep: Deployment) -> str:
+    """Where the deployment's model is, as a worker reads it (the pool's host tiers are keyed
+    by it); as written when its tenant can no longer read it (the start then says why)."""
+    try:
+        return storage_access.resolve(session, env.settings, dep.tenant_id, dep.spec.model).uri
+    except InvalidRequest:
+        return dep.spec.model
 
 
 def _last_arrivals(r: redis.Redis, demand: Demand, ids: list[str]) -> dict[str, float | None]:
@@ -290,170 +282,6 @@ def _log_change(demand: Demand, dep: Deployment, d: ScaleDecision) -> None:
         d.desired,
         d.capacity,
         d.reason,
-        _iso_s(d.next_prewarm_at) or "none",
+        iso_s(d.next_prewarm_at) or "none",
         extra={"deployment_id": dep.id, "reason": d.reason},
     )
-
-
-def _document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[str, Any]:
-    """The decision as the API shows it (`api/schemas.py::ScalingStatus`)."""
-    # NOTE: the models as the refresher last fitted them; decide() may set old ones aside
-    # (`models_fitted_at` shows their age).
-    models = state.models
-    idle = models.idle
-    boot_s = counted_boot_s(state.policy, state.boot_s)
-    forecast = None
-    if models.forecast is not None:
-        mean, sd = models.forecast.rate(now.timestamp())
-        forecast = {"rate_per_s": round(mean, 6), "rate_sd_per_s": round(sd, 6)}
-    levels = keepalive_levels(idle, state.policy, boot_s, state.service_s)
-    return {
-        "desired": d.desired,
-        "actual": d.capacity,
-        "ready": state.ready,
-        "needed": d.needed,
-        "reason": d.reason,
-        "next_prewarm_at": _iso_s(d.next_prewarm_at),
-        "decided_at": iso(now),
-        "queued": state.queued,
-        "running": state.running,
-        "boot_s": round(state.boot_s, 3),
-        "service_s": round(state.service_s, 3),
-        "may_wait": round(waits_allowed(state.policy, state.ready, boot_s, state.service_s), 3),
-        "backlog_workers": d.backlog_workers,
-        "holds_s": [round(h, 3) for h in hold_levels_s(d.memory.levels, boot_s, state.policy)],
-        "idle_windows": {
-            "representative": idle.representative,
-            "prewarm_s": None if idle.prewarm_s is None else round(idle.prewarm_s, 3),
-            "keepalive_s": round(levels[0], 3),
-            "wake_requests": round(idle.wake_requests, 3),
-            "keepalive_levels_s": [round(w, 3) for w in levels],
-        },
-        "forecast": forecast,
-        "recent_rate_per_s": None if models.recent_rate is None else round(models.recent_rate, 6),
-        "models_fitted_at": _iso_s(models.fitted_at) if models is not NONE else None,
-    }
-
-
-def _iso_s(t: float | None) -> str | None:
-    return None if t is None else iso(datetime.fromtimestamp(t, UTC))
-
-
-def _view(w: Worker) -> fleet.WorkerView:
-    return fleet.WorkerView(w.id, WorkerState(w.state), w.deployment_version, w.reason)
-
-
-def _stop(session: Session, env: Env, worker_id: str, reason: str) -> None:
-    w = session.get(Worker, worker_id)
-    if w is not None:
-        w.reason = reason
-    env.provider.stop(worker_id)
-    tick_trace.note(
-        "worker.stop", **{"platform.worker.id": worker_id, "platform.worker.reason": reason}
-    )
-
-
-def _start(
-    session: Session,
-    env: Env,
-    dep: Deployment,
-    reason: str,
-    free: warm_pool.FreePool | None,
-    est: Estimates,
-    now: datetime,
-) -> tuple[Worker, Placement]:
-    """A worker for `dep`: an idle warm-pool worker when placement says it is ready sooner,
-    else a new boot."""
-    spec = dep.spec
-    model_uri, storage_env = spec.model, {}
-    try:
-        access = storage_access.resolve(session, env.settings, dep.tenant_id, spec.model)
-        model_uri, storage_env = access.uri, access.worker_env(storage_access.platform_env())
-    except InvalidRequest as exc:
-        # A spec accepted before its tenant lost access (or before the rules existed): the
-        # worker gets no credentials, fails to read, and the crash-loop gate says why.
-        log.warning(
-            "deployment %s: model not readable by its tenant: %s",
-            dep.id,
-            exc.detail,
-            extra={"deployment_id": dep.id},
-        )
-    assignment = Assignment(
-        deployment_id=dep.id,
-        deployment_version=dep.version,
-        model_uri=model_uri,
-        queue=deployment_queue(dep.id),
-        max_concurrency=spec.target_concurrency,
-        storage_env=dict(storage_env),
-    )
-    candidates = free.candidates(spec.accelerator, model_uri) if free else []
-    placement = place(candidates, est)
-    if placement.worker_id is not None and free is not None:
-        w = free.take(placement.worker_id)
-        if worker_records.assign(session, env.settings, w, dep, reason, now):
-            session.commit()  # the worker acts on its assignment only once it is recorded
-            if warm_pool.send(env, w, assignment, now):
-                _noted_start(w, dep, reason, placement.reason)
-                log.info(
-                    "assigned pool worker %s to %s [%s] (%s)",
-                    w.id,
-                    dep.name,
-                    placement.reason,
-                    reason,
-                    extra={"worker_id": w.id, "deployment_id": dep.id, "reason": reason},
-                )
-                return w, placement
-            worker_records.transition(
-                session, env.settings, w.id, WorkerState.FAILED, now, now, "assignment_not_sent"
-            )
-        # gone from the pool meanwhile: a boot, then
-        placement = place([], est)
-    w = worker_records.create(session, dep, spec.accelerator, reason, now)
-    session.flush()
-    w.pid = env.provider.start(WorkerSpec(w.id, spec.accelerator, assignment))
-    _noted_start(w, dep, reason, placement.reason)
-    log.info(
-        "started worker %s for %s [%s] (%s)",
-        w.id,
-        dep.name,
-        placement.reason,
-        reason,
-        extra={"worker_id": w.id, "deployment_id": dep.id, "reason": reason},
-    )
-    return w, placement
-
-
-def _noted_start(w: Worker, dep: Deployment, reason: str, placement: str) -> None:
-    tick_trace.note(
-        "worker.start",
-        **{
-            "platform.worker.id": w.id,
-            tracing.DEPLOYMENT_ID: dep.id,
-            "platform.worker.reason": reason,
-            "platform.worker.placement": placement,
-        },
-    )
-
-
-def _fail_waiting(
-    session: Session, env: Env, dep: Deployment, history: BootHistory, now: datetime
-) -> None:
-    """Workers of this version keep failing: the jobs that wait for one fail now, saying why."""
-    error = {
-        "type": "deployment_unavailable",
-        "message": (
-            f"{history.consecutive_failures} workers of deployment '{dep.name}' (version "
-            f"{dep.version}) failed in a row (last: {history.last_reason or 'unknown'}); check "
-            "its model URI and worker logs, then update the deployment"
-        ),
-    }
-    ending = finish.failed(error, "crash_loop", pending_only=True)
-    ids = job_queries.pending_ids(session, dep.id)
-    failed = finish.finish(session, env.outbox, [(i, ending) for i in ids], now)
-    if failed:
-        log.warning(
-            "failed %d waiting jobs of %s: crash loop",
-            len(failed),
-            dep.name,
-            extra={"deployment_id": dep.id, "reason": "crash_loop"},
-        )

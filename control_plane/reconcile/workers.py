@@ -1,7 +1,7 @@
 """Reconcilers of workers: reap exited processes, fail workers that went silent or overran
-their boot (both return the ids of the workers that died this tick, whose running jobs
-`orphans.requeue` then hands back to the queue), and make busy workers whose jobs all ended
-idle."""
+their boot (both planned in `domain/plans/workers.py`; both return the ids of the workers that
+died this tick, whose running jobs `jobs.requeue_orphans` then hands back to the queue), and
+make busy workers whose jobs all ended idle."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ from sqlalchemy.orm import Session
 
 from common.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
 from control_plane.db.models import Deployment, Worker
-from control_plane.domain.fleet import liveness
+from control_plane.domain.plans.actions import LoseWorker
+from control_plane.domain.plans.workers import LiveWorker, plan_exits, plan_liveness
 from control_plane.domain.spec import Spec
 from control_plane.reconcile import tick_trace
+from control_plane.reconcile.actuator import Actuator
 from control_plane.reconcile.env import Env
 from control_plane.services import deployments
 from control_plane.services.workers import worker_records
@@ -29,78 +31,40 @@ POOL_MAX_BOOT_S = 600.0
 
 
 def reap(session: Session, env: Env, now: datetime) -> list[str]:
-    """Workers whose process ended: stopped (exit 0) or failed (any other status)."""
-    dead = []
-    for exited in env.provider.reap():
-        dead.append(exited.worker_id)
-        if session.get(Worker, exited.worker_id) is None:
-            continue
-        tick_trace.note(
-            "worker.exited",
-            **{
-                "platform.worker.id": exited.worker_id,
-                "platform.worker.exit_code": exited.returncode,
-            },
-        )
-        if exited.returncode == 0:
-            state, reason = WorkerState.STOPPED, None
-        else:
-            state, reason = WorkerState.FAILED, f"exit_{exited.returncode}"
-            log.warning(
-                "worker %s exited with %d",
-                exited.worker_id,
-                exited.returncode,
-                extra={"worker_id": exited.worker_id, "reason": reason},
-            )
-        worker_records.transition(session, env.settings, exited.worker_id, state, now, now, reason)
-    session.commit()
-    return dead
+    """Workers whose process ended: stopped (exit 0) or failed (any other status); returns
+    their ids (their running jobs go back to the queue)."""
+    exited = [(e.worker_id, e.returncode) for e in env.provider.reap()]
+    known = {w for w, _ in exited if session.get(Worker, w) is not None}
+    act = Actuator(session, env, now)
+    act.apply(plan_exits(exited, known))
+    act.commit()
+    return [w for w, _ in exited]
 
 
 def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:
-    """Record heartbeats; kill and fail the workers `fleet.liveness` says are lost."""
+    """Record heartbeats; kill and fail the workers `fleet.liveness` says are lost; returns
+    their ids."""
     live = worker_records.live(session)
     beats = env.redis.mget([worker_heartbeat_key(w.id) for w in live]) if live else []
     max_boot_s = _max_boot_s(session, {w.deployment_id for w in live if w.deployment_id})
-    lost = []
-    for w, beat in zip(live, beats, strict=True):
-        if beat is not None:
-            w.last_heartbeat_at = _heartbeat_time(beat, w.last_heartbeat_at, now)
-        verdict = liveness(
-            WorkerState(w.state),
-            w.started_at,
-            w.state_since,
-            w.last_heartbeat_at,
-            beat is not None,
-            max_boot_s.get(w.deployment_id or "", POOL_MAX_BOOT_S),
-            HEARTBEAT_GRACE_S,
-            now,
+    views = [
+        LiveWorker(
+            id=w.id,
+            deployment_id=w.deployment_id,
+            state=WorkerState(w.state),
+            started_at=w.started_at,
+            state_since=w.state_since,
+            last_heartbeat_at=w.last_heartbeat_at,
+            beat_at=None if beat is None else _beat_time(beat, now),
+            max_boot_s=max_boot_s.get(w.deployment_id or "", POOL_MAX_BOOT_S),
         )
-        if verdict.reason is None:
-            continue
-        log.warning(
-            "worker %s failed: %s",
-            w.id,
-            verdict.reason,
-            extra={"worker_id": w.id, "deployment_id": w.deployment_id, "reason": verdict.reason},
-        )
-        env.provider.kill(w.id)
-        tick_trace.note(
-            "worker.lost", **{"platform.worker.id": w.id, "platform.worker.reason": verdict.reason}
-        )
-        worker_records.transition(
-            session,
-            env.settings,
-            w.id,
-            WorkerState.FAILED,
-            verdict.ended_at,
-            now,
-            reason=verdict.reason,
-            note="heartbeat" if verdict.reason == "heartbeat_lost" else None,
-        )
-        lost.append(w.id)
-    session.commit()
-    return lost
+        for w, beat in zip(live, beats, strict=True)
+    ]
+    actions = plan_liveness(views, HEARTBEAT_GRACE_S, now)
+    act = Actuator(session, env, now)
+    act.apply(actions)
+    act.commit()
+    return [x.worker_id for x in actions if isinstance(x, LoseWorker)]
 
 
 def settle_idle(session: Session, env: Env, now: datetime) -> None:
@@ -125,10 +89,9 @@ def _max_boot_s(session: Session, deployment_ids: set[str]) -> dict[str, float]:
     return limits
 
 
-def _heartbeat_time(beat: bytes | str, previous: datetime | None, now: datetime) -> datetime:
-    """The heartbeat's own time, never earlier than the last one seen nor later than now."""
+def _beat_time(beat: bytes | str, now: datetime) -> datetime:
+    """A heartbeat's own time (`now` when it cannot be read)."""
     try:
-        seen = datetime.fromtimestamp(float(json.loads(beat)["at"]), UTC)
+        return datetime.fromtimestamp(float(json.loads(beat)["at"]), UTC)
     except (ValueError, KeyError, TypeError):
         return now
-    return min(max(seen, previous or seen), now)

@@ -203,7 +203,7 @@ def test_periodic_traffic_gets_a_prewarmed_worker_and_none_between_bursts(
     expect the next call at PERIOD_S and boot a worker one boot before it (`prewarm`); the
     call finds it ready. Between calls the deployment runs no worker (first after the plain
     ski-rental hold of boot + cold_penalty_s, then right after each call)."""
-    caplog.set_level(logging.INFO, logger="control_plane.reconcile.scale")
+    caplog.set_level(logging.INFO, logger="control_plane.reconcile")
     deploy(fleet.client, fleet.key, cold_penalty_s=10, scaledown_window_s=60)
     found_warm: list[bool] = []
     zero_between: list[bool] = []

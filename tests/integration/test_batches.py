@@ -18,10 +18,13 @@ from sqlalchemy import select
 from common.protocol import RECONCILER_NUDGE_KEY, deployment_queue, job_cancel_key
 from control_plane.db.models import Batch, Job
 from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.domain import endings
 from control_plane.reconcile import batches as batch_reconciler
+from control_plane.reconcile.env import Env as ReconcileEnv
 from control_plane.services.jobs import batch_slots
 from control_plane.services.jobs import finish as finish_
 from control_plane.services.jobs.dispatch import make_celery, queue_depth
+from control_plane.services.jobs.outbox import Outbox
 from control_plane.services.storage import object_store
 from control_plane.settings import Settings
 from tests.conftest import S3Server
@@ -62,9 +65,8 @@ class Db:
 
     def pump(self, redis_client: Any) -> None:
         with self.sessions() as s:
-            batch_reconciler.pump(
-                s, self.celery, redis_client, datetime.now(UTC), settings=self.settings
-            )
+            env = ReconcileEnv(self.settings, redis_client, self.celery, None)  # type: ignore[arg-type]
+            batch_reconciler.pump(s, env, datetime.now(UTC))
 
 
 @pytest.fixture
@@ -176,14 +178,14 @@ def test_only_a_line_that_held_a_slot_hands_one_on(
     rows = db.jobs(bid)
     queue = deployment_queue(dep["id"])
     assert queue_depth(db.celery, queue) == 2
-    outbox = finish_.Outbox(redis_client, db.celery)
+    outbox = Outbox(redis_client, db.celery)
     now = datetime.now(UTC)
     with db.sessions() as s:  # line 2 waits and ends: nothing is handed on
-        finish_.finish(s, outbox, [(rows[2].id, finish_.canceled("test"))], now)
+        finish_.finish(s, outbox, [(rows[2].id, endings.canceled("test"))], now)
     assert [j.dispatched_at is not None for j in db.jobs(bid)] == [True, True] + [False] * 4
     assert queue_depth(db.celery, queue) == 2
     with db.sessions() as s:  # lines 0 and 1 end together: lines 3 and 4 get their slots
-        ending = finish_.canceled("test")
+        ending = endings.canceled("test")
         finish_.finish(s, outbox, [(rows[0].id, ending), (rows[1].id, ending)], now)
     after = db.jobs(bid)
     assert [j.dispatched_at is not None for j in after] == [True] * 2 + [False] + [True] * 2 + [

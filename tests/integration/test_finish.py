@@ -23,7 +23,7 @@ from sqlalchemy import select
 
 from common.protocol import TERMINAL_EVENTS, job_cancel_key, job_events_key, worker_heartbeat_key
 from control_plane.db.models import Job, JobAttempt
-from control_plane.domain import webhook_resend
+from control_plane.domain import endings, webhook_resend
 from control_plane.reconcile.driver import Reconciler
 from control_plane.services.jobs import finish
 from control_plane.settings import Settings
@@ -253,7 +253,7 @@ def test_an_attempt_loaded_in_the_session_reads_as_its_end_wrote_it(world: World
         ).one()
         assert held.ended_at is None and held.outcome is None
         ended = finish.finish(
-            session, ctx.outbox, [(job_id, finish.canceled("test"))], world.clock()
+            session, ctx.outbox, [(job_id, endings.canceled("test"))], world.clock()
         )
         assert [j.id for j in ended] == [job_id]
         assert held.outcome == "canceled" and held.ended_at is not None

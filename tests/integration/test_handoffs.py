@@ -25,8 +25,9 @@ from common.protocol import (
 )
 from control_plane.db.models import Deployment, Job, JobAttempt, Worker
 from control_plane.domain import fleet
+from control_plane.domain.plans.jobs import HANDOFF_LOST
 from control_plane.reconcile.driver import Reconciler
-from control_plane.reconcile.jobs import HANDOFF_GRACE_S, HANDOFF_LOST
+from control_plane.reconcile.jobs import HANDOFF_GRACE_S
 from control_plane.services.jobs.dispatch import dispatch_job
 from tests.helpers import wait_for
 from tests.integration.api_helpers import WORKER, deploy, h, submit

@@ -37,6 +37,7 @@ from control_plane.db.models import Job, Tenant
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.providers.local import die_with_parent
 from control_plane.reconcile import batches as batch_reconciler
+from control_plane.reconcile.env import Env as ReconcileEnv
 from control_plane.services.jobs import events, webhook_delivery
 from control_plane.services.jobs.dispatch import make_celery
 from control_plane.services.jobs.webhook_delivery import DeliveryEnv, Message
@@ -563,9 +564,8 @@ def test_batch_completed_webhook(env: Env, keys: dict[str, str]) -> None:
         complete(env, jid, claim(env, jid), text=f"out {jid}")
     r = redis.Redis.from_url(env.settings.redis_url)
     with sessions() as s:
-        batch_reconciler.pump(
-            s, make_celery(env.settings), r, datetime.now(UTC), settings=env.settings
-        )
+        renv = ReconcileEnv(env.settings, r, make_celery(env.settings), None)  # type: ignore[arg-type]
+        batch_reconciler.pump(s, renv, datetime.now(UTC))
     [got] = env.wait("batch.completed", lambda: env.receiver.at(path))
     secret = env.client.get("/v1/webhooks/secret", headers=h(keys["a"])).json()["secret"]
     msg = verify(secret, got)
@@ -669,7 +669,6 @@ def test_a_lost_completed_webhook_is_sent_again_by_the_reconciler(
     from control_plane.db.models import WebhookDelivery
     from control_plane.domain.webhook_resend import GRACE
     from control_plane.reconcile import webhooks
-    from control_plane.reconcile.env import Env as ReconcileEnv
     from control_plane.services.webhooks.signing import message_id
 
     deploy(env, keys["a"])

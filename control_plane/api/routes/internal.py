@@ -30,6 +30,7 @@ from control_plane.api.schemas import (
 )
 from control_plane.context import AppContext
 from control_plane.db.models import Job
+from control_plane.domain import endings
 from control_plane.domain.states import PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
 from control_plane.services.jobs import claims, events, finish, job_store
@@ -71,7 +72,7 @@ def _claim(
     ctx: AppContext, session: Session, job_ids: list[str], worker_id: str, at: datetime
 ) -> list[dict[str, Any] | None]:
     """Each job given to `worker_id` (its claim's answer), or None, in one transaction."""
-    expired: list[tuple[str, finish.Ending]] = []
+    expired: list[tuple[str, endings.Ending]] = []
     taken: list[tuple[Job, bool]] = []  # (job, claimed again by the worker that holds it)
     for job_id in job_ids:
         fresh = claims.claim_queued(session, job_id, worker_id, at)  # the warm path's claim
@@ -81,7 +82,7 @@ def _claim(
         pending = session.get(Job, job_id)
         if pending is not None and pending.status in PENDING and job_store.ttl_passed(pending, at):
             # Its ttl ran out while it waited: it ends here, never runs.
-            expired.append((job_id, finish.expired()))
+            expired.append((job_id, endings.expired()))
             continue
         # the same worker claiming its running job again: its first answer was lost (jobs.claim)
         again = pending is not None and pending.status == JobStatus.RUNNING
@@ -134,7 +135,7 @@ def _complete(
 ) -> list[bool]:
     """End each reported job (one transaction); whether each report was current. A report
     that is not valid refuses them all, before anything is written."""
-    endings: list[tuple[str, finish.Ending]] = []
+    ends: list[tuple[str, endings.Ending]] = []
     for r in reports:
         try:
             status = JobStatus(r.status)
@@ -142,7 +143,7 @@ def _complete(
             raise InvalidRequest(f"unknown status {r.status!r}") from None
         if status not in TERMINAL:
             raise InvalidRequest(f"{status} is not a terminal status")
-        ending = finish.reported(
+        ending = endings.reported(
             status,
             r.attempt,
             output=r.output,
@@ -150,10 +151,10 @@ def _complete(
             prompt_tokens=r.prompt_tokens,
             generated_tokens=r.generated_tokens,
         )
-        endings.append((r.job_id, ending))
+        ends.append((r.job_id, ending))
     with _report_spans(reports):
         # (their worker goes back to idle at the reconciler's next tick: workers.settle_idle)
-        ended = {job.id for job in finish.finish(session, ctx.outbox, endings, at)}
+        ended = {job.id for job in finish.finish(session, ctx.outbox, ends, at)}
     return [r.job_id in ended for r in reports]
 
 

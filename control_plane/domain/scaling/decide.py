@@ -24,6 +24,7 @@ reconciler drains what it releases.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
@@ -311,12 +312,26 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     if desired == 0:
         reason = "idle"
 
-    fail_waiting = False
-    if desired > capacity and (state.give_up or not state.start_allowed):
-        fail_waiting = state.give_up and demand > 0
-        desired, reason = capacity, "crash_loop" if state.give_up else "crash_backoff"
-    return ScaleDecision(
-        desired, capacity, needed, reason, next_prewarm_at, fail_waiting, memory, more
+    decision = ScaleDecision(
+        desired, capacity, needed, reason, next_prewarm_at, False, memory, more
+    )
+    return gate(
+        decision, start_allowed=state.start_allowed, give_up=state.give_up, work_present=demand > 0
+    )
+
+
+def gate(
+    d: ScaleDecision, *, start_allowed: bool, give_up: bool, work_present: bool
+) -> ScaleDecision:
+    """The crash-loop gate over a decision: while the last workers failed, no more start
+    (`crash_backoff`); once starting more will not help, the work present fails instead
+    (`crash_loop`). Applied after `decide`, so the reconciler reads a version's boot history
+    only for the decisions that would start workers, and decides once."""
+    if d.desired <= d.capacity or (start_allowed and not give_up):
+        return d
+    reason = "crash_loop" if give_up else "crash_backoff"
+    return dataclasses.replace(
+        d, desired=d.capacity, reason=reason, fail_waiting=give_up and work_present
     )
 
 

@@ -2,8 +2,8 @@
 
     create   every line already validated → batch + one job per line in ONE transaction; the
              first `max_in_flight` jobs get `dispatched_at` in that same transaction
-    pump     the reconciler's tick (`reconcile/batches.py`): tops each running batch up to
-             `max_in_flight`, and completes it once every line ended
+    pump     the reconciler's tick (`reconcile/batches.py`) tops each running batch up to
+             `max_in_flight`, and completes it (`complete`) once every line ended
     cancel   pending jobs → canceled, running ones get a cancel flag, batch → canceled
 
 NOTE: a batch job is "in flight" when it runs, or is pending with `dispatched_at` set; a pending
@@ -18,13 +18,15 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from celery import Celery
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from common import tracing
 from common.job_input import JobInput
 from control_plane.db.models import Batch, Deployment, Job
+from control_plane.domain import endings
 from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
 from control_plane.domain.states import ACTIVE, JobStatus
@@ -32,7 +34,10 @@ from control_plane.errors import Conflict, NotFound
 from control_plane.services.jobs import finish
 from control_plane.services.jobs.outbox import Outbox
 from control_plane.services.paging import tenant_page
+from control_plane.services.storage import object_store
+from control_plane.services.webhooks import signing
 from control_plane.settings import Settings
+from control_plane.tasks_api import enqueue_batch_webhook
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +211,7 @@ def cancel(session: Session, outbox: Outbox, tenant_id: str, batch_id: str, now:
     )
     batch.status = CANCELED
     batch.completed_at = now
-    ending = finish.canceled("batch_canceled")
+    ending = endings.canceled("batch_canceled")
     finish.finish(session, outbox, [(job_id, ending) for job_id in ids], now)
     return batch
 
@@ -233,3 +238,33 @@ def iter_results(session: Session, batch_id: str, *, terminal_only: bool) -> Ite
 
 def results_uri(settings: Settings, batch: Batch) -> str:
     return f"s3://{settings.results_bucket}/batches/{batch.tenant_id}/{batch.id}.jsonl"
+
+
+def complete(
+    session: Session, celery: Celery, settings: Settings, batch_id: str, now: datetime
+) -> None:
+    """Every line of the running batch ended: its results JSONL written to object storage,
+    the batch marked completed (committed), and its `batch.completed` sent. A batch canceled
+    or completed meanwhile is left as it is."""
+    batch = session.get(Batch, batch_id)
+    if batch is None or batch.status != RUNNING:
+        return
+    uri = results_uri(settings, batch)
+    data = b"".join(iter_results(session, batch.id, terminal_only=False))
+    object_store.write(settings, uri, data, RESULTS_CONTENT_TYPE)
+    res = session.execute(
+        update(Batch)
+        .where(Batch.id == batch.id, Batch.status == RUNNING)
+        .values(status=COMPLETED, results_uri=uri, completed_at=now)
+    )
+    session.commit()
+    if res.rowcount == 0:  # type: ignore[attr-defined]
+        return  # canceled meanwhile, or another loop finished it
+    log.info("batch %s: completed, %d results at %s", batch.id, batch.total, uri)
+    if batch.webhook_url:
+        try:
+            enqueue_batch_webhook(
+                celery, batch.id, "batch.completed", signing.message_id(batch.id, "completed")
+            )
+        except Exception:
+            log.exception("batch %s: could not enqueue its webhook", batch.id)

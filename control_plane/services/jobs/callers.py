@@ -14,6 +14,7 @@ from typing import Any
 
 from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.context import AppContext
+from control_plane.domain import endings
 from control_plane.services.jobs import events, finish, job_store
 from control_plane.services.jobs.local_ends import End
 
@@ -30,7 +31,7 @@ def cancel(ctx: AppContext, job_id: str, tenant_id: str) -> dict[str, Any]:
     with ctx.sessions() as session:
         job = job_store.get(session, tenant_id, job_id)  # another tenant's job is a 404
         finish.finish(
-            session, ctx.outbox, [(job_id, finish.canceled("canceled_by_user"))], ctx.clock()
+            session, ctx.outbox, [(job_id, endings.canceled("canceled_by_user"))], ctx.clock()
         )
         return job_store.to_public(job)  # reloaded after the commit: the state it ended in
 

@@ -29,7 +29,6 @@ import functools
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -39,7 +38,8 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from common.protocol import CANCEL_FLAG_TTL_S, EventType, job_cancel_key
 from control_plane.db.models import Job
-from control_plane.domain.states import ACTIVE, PENDING, TERMINAL, JobKind, JobStatus
+from control_plane.domain.endings import Ending
+from control_plane.domain.states import JobKind, JobStatus
 from control_plane.metrics import families
 from control_plane.services.jobs import batch_slots, claims, events, job_store
 from control_plane.services.jobs.job_queries import states_sql
@@ -58,75 +58,6 @@ EVENT_OF_STATUS = {
     JobStatus.TIMED_OUT: EventType.TIMED_OUT,
 }
 COMPLETED_WEBHOOK = "job.completed"
-
-
-@dataclass(frozen=True, slots=True)
-class Ending:
-    """How a job ends. Build one with the constructors below rather than by hand."""
-
-    status: JobStatus  # terminal status
-    reason: str | None = None  # status_reason (ttl_passed, canceled_by_user, ...); None keeps it
-    error: dict[str, Any] | None = None  # {"type", "message"} for failures
-    output: dict[str, Any] | None = None  # the worker's output (text, finish_reason, ...)
-    prompt_tokens: int | None = None  # reported by the worker
-    generated_tokens: int | None = None  # reported by the worker
-    # The fence of a worker's report: applies only to this attempt while it runs.
-    attempt: int | None = None
-    # States the job may end from (a running job never expires; a pending one never overruns).
-    only_from: frozenset[JobStatus] = field(default=ACTIVE)
-
-
-def reported(
-    status: JobStatus,
-    attempt: int,
-    *,
-    output: dict[str, Any] | None,
-    error: dict[str, Any] | None,
-    prompt_tokens: int | None,
-    generated_tokens: int | None,
-) -> Ending:
-    """A worker's final report of `attempt` (fenced)."""
-    if status not in TERMINAL:
-        raise ValueError(f"{status} is not a terminal status")
-    return Ending(
-        status,
-        error=error,
-        output=output,
-        prompt_tokens=prompt_tokens,
-        generated_tokens=generated_tokens,
-        attempt=attempt,
-        only_from=frozenset({JobStatus.RUNNING}),
-    )
-
-
-def canceled(reason: str) -> Ending:
-    """A user's cancel (of the job, or of its batch)."""
-    return Ending(JobStatus.CANCELED, reason=reason)
-
-
-def expired() -> Ending:
-    """Its ttl passed before a worker claimed it."""
-    return Ending(JobStatus.EXPIRED, reason="ttl_passed", only_from=PENDING)
-
-
-def timed_out(limit_s: float) -> Ending:
-    """It ran past its execution limit and the worker did not end it."""
-    return Ending(
-        JobStatus.TIMED_OUT,
-        reason="execution_timeout",
-        error={
-            "type": "timed_out",
-            "message": f"the job ran longer than its execution limit of {limit_s:g} s",
-        },
-        only_from=frozenset({JobStatus.RUNNING}),
-    )
-
-
-def failed(error: dict[str, Any], reason: str, *, pending_only: bool = False) -> Ending:
-    """The platform gives up on it (crash loop, worker lost too often)."""
-    return Ending(
-        JobStatus.FAILED, reason=reason, error=error, only_from=PENDING if pending_only else ACTIVE
-    )
 
 
 def finish(
