@@ -46,7 +46,7 @@ from sqlalchemy import select
 
 from control_plane.db.models import ReconcilerFence
 from control_plane.embedded.processes import ManagedProcess, spawn, start_redis, start_s3
-from control_plane.providers.pods import WORKER_ID_LABEL
+from control_plane.providers.kubernetes.pods import WORKER_ID_LABEL
 from control_plane.reconcile.lease_kubernetes import LEASE_NAME
 from control_plane.services.tenants.api_keys import generate_key
 from sdk import APIError, Client
