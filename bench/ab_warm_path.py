@@ -75,7 +75,7 @@ def main() -> None:
 
     from bench.coldstart.driver import Platform
     from bench.coldstart.models import build_models
-    from bench.control_plane import PLATFORM_ENV, postgres
+    from bench.controlplane.measure import PLATFORM_ENV, postgres
 
     env = {**PLATFORM_ENV, "PLATFORM_API_PROCESSES": str(args.api_processes)}
     versions = {"base": args.base.resolve(), "this": REPO}
@@ -190,7 +190,8 @@ def admit(
     plats: dict[str, Any], names: dict[str, str], args: argparse.Namespace, httpx: Any
 ) -> dict[str, list[float]]:
     """Rounds of async admissions, alternating between the versions; admissions/s per round."""
-    from bench.control_plane import TERMINAL, drain, hammer
+    from bench.controlplane.load import hammer
+    from bench.controlplane.measure import TERMINAL, drain
 
     out: dict[str, list[float]] = {label: [] for label in plats}
     labels = list(plats)

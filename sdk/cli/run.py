@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from sdk._client import Stream
 from sdk._errors import JobFailed
+from sdk._jobs import Stream
 from sdk._sse import RunStatus
 from sdk.cli import _common
 from sdk.cli._progress import Progress

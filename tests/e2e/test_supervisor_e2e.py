@@ -16,8 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
+from control_plane.embedded.lifecycle import DUMP_SIGNAL, down
 from control_plane.embedded.processes import free_port
-from control_plane.embedded.supervisor import DUMP_SIGNAL, down, platform_log_path
+from control_plane.embedded.state import platform_log_path
 from tests.e2e.conftest import alive, cli, processes_mentioning
 
 

@@ -42,7 +42,7 @@ from tests.faults.invariants import assert_holds
 from tests.faults.ledger import Ledger
 
 FAILOVERS = int(os.environ.get("FAULTS_FAILOVERS", "2"))
-# The bound on a failover, with the default lease (PLATFORM_RECONCILER_LEASE_S=10).
+# The bound on a failover, with the default lease (PLATFORM_RECONCILER_LEASE_S=10).
 FAILOVER_BOUND_S = 15.0
 
 pytestmark = scenario_marks()

@@ -46,7 +46,7 @@ from sqlalchemy import select
 
 from control_plane.db.models import ReconcilerFence
 from control_plane.embedded.processes import ManagedProcess, spawn, start_redis, start_s3
-from control_plane.providers.pods import WORKER_ID_LABEL
+from control_plane.providers.kubernetes.pods import WORKER_ID_LABEL
 from control_plane.reconcile.lease_kubernetes import LEASE_NAME
 from control_plane.services.tenants.api_keys import generate_key
 from sdk import APIError, Client
@@ -71,7 +71,7 @@ from tests.k8s.kubelet import Image, Kubelet, subprocess_env
 # Jobs long enough that each kill finds some in flight (FAULTS_* still win).
 SIZES = Sizes.from_env({"FAULTS_JOBS": "24", "FAULTS_MAX_TOKENS": "100", **os.environ})
 FAILOVERS = int(os.environ.get("FAULTS_FAILOVERS", "2"))
-FAILOVER_BOUND_S = 15.0  # the issue's, with the default Lease (10 s)
+FAILOVER_BOUND_S = 15.0  # the bound on a failover, with the default Lease (10 s)
 API_PORT, REDIS_PORT, S3_PORT = 8000, 6379, 9000
 ENTRYPOINT = REPO / "infra" / "docker" / "entrypoint.sh"
 CONTROL_PLANES = ("cp1", "cp2")

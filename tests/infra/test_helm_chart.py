@@ -158,7 +158,8 @@ def test_cache_tiers_from_the_values_reach_the_worker_pods(
     """Values → the reconciler's environment → Settings → the pod the provider would create:
     the node directories behind both cache tiers, mounted where the workers look."""
     from control_plane.providers.base import WorkerSpec
-    from control_plane.providers.pods import pod_config, pod_manifest
+    from control_plane.providers.kubernetes.config import pod_config
+    from control_plane.providers.kubernetes.pods import pod_manifest
     from control_plane.settings import Settings
 
     values = VARIANTS["monitoring-and-policies"]

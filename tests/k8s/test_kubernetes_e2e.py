@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.embedded.supervisor import load_or_create_credentials
+from control_plane.embedded.state import load_or_create_credentials
 from sdk import Client
 from tests.e2e.conftest import build_demo_model, cli, embedded_platform
 from tests.helpers import wait_for

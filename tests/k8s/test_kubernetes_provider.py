@@ -15,7 +15,7 @@ import pytest
 from common.messages import Assignment
 from control_plane.providers.base import Exited, WorkerSpec
 from control_plane.providers.kubernetes import KubernetesProvider
-from control_plane.providers.pods import pod_name, secret_name
+from control_plane.providers.kubernetes.pods import pod_name, secret_name
 from control_plane.settings import Settings
 from tests.helpers import wait_for
 from tests.k8s.apiserver import ApiServer
@@ -170,7 +170,7 @@ def test_the_watch_lists_again_after_410_gone_and_reports_what_ended_meanwhile(
     wait_for(lambda: _watching(apiserver))
     # the watch has seen both pods (a pod created after the first LIST arrives as an event:
     # compacted away before that, it would be a pod the provider never saw, not one that ended)
-    wait_for(lambda: provider._tracker.alive() >= {"wrk_g1", "wrk_g2"})
+    wait_for(lambda: provider._watch.tracker.alive() >= {"wrk_g1", "wrk_g2"})
     apiserver.compact(forget=(("pods", NAMESPACE, pod_name("wrk_g1")),))
     assert reaped(provider, "wrk_g1") == Exited("wrk_g1", -9)
     calls = [
@@ -221,7 +221,7 @@ def test_closing_while_the_watch_ends_its_own_response_does_not_raise(
     ended that response itself, the shutdown meets a closed socket (EBADF, seen once in a
     full run) and `close` goes on."""
     provider = KubernetesProvider.from_settings(k8s_settings, WORKER_ENV)
-    response = wait_for(lambda: provider._response)
+    response = wait_for(lambda: provider._watch.response)
     real_shutdown = type(response).shutdown
 
     def shutdown_of_a_closed_socket() -> None:
@@ -230,7 +230,7 @@ def test_closing_while_the_watch_ends_its_own_response_does_not_raise(
 
     response.shutdown = shutdown_of_a_closed_socket
     provider.close()
-    assert not provider._thread.is_alive()
+    assert not provider._watch.thread.is_alive()
 
 
 @pytest.mark.parametrize(

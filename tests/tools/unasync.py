@@ -28,6 +28,10 @@ PAIRS = {
     "sdk/_async_files.py": "sdk/_files.py",
     "sdk/_async_usage.py": "sdk/_usage.py",
     "sdk/_async_batches.py": "sdk/_batches.py",
+    "sdk/_async_jobs.py": "sdk/_jobs.py",
+    "sdk/_async_deployments.py": "sdk/_deployments.py",
+    "sdk/_async_billing.py": "sdk/_billing.py",
+    "sdk/_async_webhooks.py": "sdk/_webhooks.py",
     "sdk/_async_client.py": "sdk/_client.py",
 }
 

@@ -55,10 +55,10 @@ def _call(_client: _Client, i: int) -> _Answer:
 
 
 def test_load_spread_over_forked_processes_is_all_counted() -> None:
-    """bench/control_plane.hammer with client processes: every process's answers come back,
+    """bench/controlplane/load.hammer with client processes: every process's answers come back,
     each call once, and the processes' CPU counts as the bench client's though they are gone
     from /proc when the sampler reads it last."""
-    from bench.control_plane import hammer
+    from bench.controlplane.load import hammer
 
     for processes in (1, 3):
         ids, refused, share = hammer(_Client, _call, 6, 0.3, processes)

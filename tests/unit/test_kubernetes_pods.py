@@ -1,5 +1,6 @@
-"""Worker pods as Kubernetes objects (control_plane/providers/pods.py): pure, checked against the
-official schemas (kubernetes_validate, strict: unknown fields are errors)."""
+"""Worker pods as Kubernetes objects (control_plane/providers/kubernetes/: config.py, pods.py,
+tracker.py): pure, checked against the official schemas (kubernetes_validate, strict: unknown
+fields are errors)."""
 
 from __future__ import annotations
 
@@ -13,18 +14,18 @@ import pytest
 from common.messages import ASSIGNMENT_ENV, Assignment
 from common.protocol import HOST_CACHE_DIR
 from control_plane.providers.base import Exited, WorkerSpec
-from control_plane.providers.local import worker_args
-from control_plane.providers.pods import (
+from control_plane.providers.kubernetes.config import pod_config
+from control_plane.providers.kubernetes.pods import (
     WORKER_ID_LABEL,
-    PodTracker,
     assignment_secret_manifest,
     cache_volumes,
     owner_patch,
-    pod_config,
     pod_manifest,
     pod_name,
     secret_name,
 )
+from control_plane.providers.kubernetes.tracker import PodTracker
+from control_plane.providers.local import worker_args
 from control_plane.settings import Settings
 
 K8S_VERSION = "1.33"

@@ -43,7 +43,7 @@ from sdk import (
     ServerError,
 )
 from sdk._async_batches import AsyncBatchResults
-from sdk._async_client import AsyncStream
+from sdk._async_jobs import AsyncStream
 from sdk._async_resource import AsyncResource
 from sdk._base import RetryPolicy, backoff_s, parse_retry_after, poll_interval_s
 from sdk._config import Credentials, write_config
