@@ -7,7 +7,7 @@ one `webhook-id`, every attempt signed, and nothing else may suffer: the one che
 arrived only if the receiver answered it 2xx.
 
 A 410 is not among the faults: it disables the tenant's endpoint by design (later messages to
-it are not sent), which tests/integration/test_webhooks.py covers.
+it are not sent), which tests/integration/webhooks/test_delivery.py covers.
 
 Sizes: FAULTS_JOBS (12); `make faults` runs the long form.
 """
