@@ -10,9 +10,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from control_plane.embedded.processes import free_port
@@ -78,6 +80,24 @@ def build_demo_model(out: Path) -> Path:
         timeout=120,
     )
     return out
+
+
+def wait_for_usage(
+    platform: dict[str, Any], deployment: str, expect_jobs: int
+) -> list[dict[str, Any]]:
+    """Usage rows once every job's busy time has been allocated (the loop does it)."""
+    headers = {"Authorization": f"Bearer {platform['api_key']}"}
+    deadline = time.monotonic() + 20
+    while True:
+        rows: list[dict[str, Any]] = httpx.get(
+            platform["url"] + "/v1/usage", params={"deployment": deployment}, headers=headers
+        ).json()["data"]
+        done = [
+            r for r in rows if r["status"] in ("succeeded", "failed") and Decimal(r["cost"]) > 0
+        ]
+        if len(done) >= expect_jobs or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.5)
 
 
 @pytest.fixture(scope="session")

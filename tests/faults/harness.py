@@ -6,7 +6,7 @@ fault injectors, and the record of one run for the summary.
                               FAULTS_COLD_START_KILLS, FAULTS_MAX_TOKENS (short defaults;
                               `make faults` sets long ones)
     scenario_marks()          a scenario module's pytestmark: faults, e2e and its timeout
-    INVARIANTS                what every scenario checks (invariants.py), one test each
+    INVARIANTS                what every scenario checks (invariants/), one test each
     Submitter                 a thread: submits jobs, at most `window` unfinished at a time;
                               only a 201/202 makes a job admitted
     Ledger (ledger.py)        SQL reads the scenarios need (running jobs and their worker's pid,
@@ -88,7 +88,7 @@ class Sizes:
 
 # This run's sizes (a scenario with counts of its own reads them from the environment too).
 SIZES = Sizes.from_env()
-# Every scenario checks every invariant of invariants.py.
+# Every scenario checks every invariant of invariants/.
 INVARIANTS = ("I1", "I2", "I3", "I4", "I5", "I6")
 
 

@@ -1,7 +1,7 @@
 """Workers killed with SIGKILL in the middle of their cold start, alternately while loading
 their weights and while warming up, again and again, while async jobs keep arriving: the
 reconciler reaps each dead worker, bills its start-up phases up to its death and starts
-another. Then the one checker (invariants.py) runs over the ledger, Redis and the webhooks.
+another. Then the one checker (invariants/) runs over the ledger, Redis and the webhooks.
 
 A kill needs a worker in its cold start, so each fault makes one: it kills a serving worker
 (preferably one with no job), watches the workers table every POLL_S for the replacement to

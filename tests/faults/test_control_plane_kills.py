@@ -3,7 +3,7 @@ submitted and run: the API, the Celery worker and the reconciler in turn. The su
 each again; the API may refuse connections meanwhile (not admitted), a killed Celery worker
 leaves a webhook delivery unacknowledged, and a killed reconciler takes the workers it started
 with it (they die with their parent). Nothing admitted may be lost, doubled or billed twice:
-the one checker (invariants.py) runs over the ledger, Redis and the webhook receiver's log.
+the one checker (invariants/) runs over the ledger, Redis and the webhook receiver's log.
 
 Sizes: FAULTS_JOBS (12), FAULTS_CONTROL_PLANE_KILLS (3); `make faults` runs the long form.
 """

@@ -3,7 +3,7 @@ while async jobs (with webhooks) flow through a deployment held at two warm work
 fault sends two more wake-ups for every job not ended yet (a broker's redelivery, a
 reconciler's redispatch racing the first). Claims are fenced: one worker gets each attempt,
 the other's claim is refused. Nothing may run twice to a second accepted result, be billed
-twice or leave a message unacknowledged: the one checker (invariants.py) runs over the
+twice or leave a message unacknowledged: the one checker (invariants/) runs over the
 ledger, Redis and the webhook receiver's log.
 
 Sizes: FAULTS_JOBS (12), FAULTS_DUPLICATIONS (4); `make faults` runs the long form.

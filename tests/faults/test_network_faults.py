@@ -13,7 +13,7 @@ PLATFORM_WORKER_S3_ENDPOINT_URL. The faults, in turn:
 
 After each, a sync call is made (the scenario's own jobs may all have ended during the
 fault), and a job picked up later must succeed (recovery); at the end the one checker
-(invariants.py, I1–I6) must find nothing, and no worker may have failed but those killed.
+(invariants/, I1–I6) must find nothing, and no worker may have failed but those killed.
 
 The platform is this module's own (the workers' paths are set when it starts), without the
 weight cache tiers, so that every cold start reads the store.

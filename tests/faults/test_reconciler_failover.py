@@ -5,7 +5,7 @@ async jobs (with webhooks) run, in turn:
   finds a newer fencing token or a lease that is not its own, and only steps down;
 - killed (SIGKILL): its workers die with it; a replica (the supervisor restarts the killed one
   under its own name, or the standby) takes a new token within 15 s and requeues their jobs.
-Nothing admitted may be lost, doubled or billed twice (invariants.py).
+Nothing admitted may be lost, doubled or billed twice (invariants/).
 
 Sizes: FAULTS_JOBS (12), FAULTS_FAILOVERS (2); `make faults` runs the long form.
 """

@@ -1,7 +1,7 @@
 """redis-server killed with SIGKILL while jobs are being submitted and run: the supervisor
 restarts it on the same port from its AOF; the API may refuse submissions meanwhile (503:
 not admitted), but nothing admitted may be lost, doubled or billed twice. Then the one
-checker (invariants.py) runs over the ledger, Redis and the webhook receiver's log.
+checker (invariants/) runs over the ledger, Redis and the webhook receiver's log.
 
 Each restart is framed by two sync calls: one before (so the API holds a connection to the
 old redis-server, as it does under any traffic) and one right after it is back (the probe).

@@ -3,11 +3,11 @@
 answer slower than the platform's webhook timeout, or a redirect (never followed) — and half
 of them at their second too; later attempts get a 200. Every message must still arrive under
 one `webhook-id`, every attempt signed, and nothing else may suffer: the one checker
-(invariants.py) runs over the ledger, Redis and the receiver's log, where an attempt counts as
+(invariants/) runs over the ledger, Redis and the receiver's log, where an attempt counts as
 arrived only if the receiver answered it 2xx.
 
 A 410 is not among the faults: it disables the tenant's endpoint by design (later messages to
-it are not sent), which tests/integration/test_webhooks.py covers.
+it are not sent), which tests/integration/webhooks/test_delivery.py covers.
 
 Sizes: FAULTS_JOBS (12); `make faults` runs the long form.
 """

@@ -1,6 +1,6 @@
 """Workers killed with SIGKILL in the middle of a job, again and again, while async jobs keep
 arriving: the reconciler reaps each dead worker, requeues its job as a new attempt and starts
-a replacement. Then the one checker (invariants.py) runs over the ledger, Redis and the
+a replacement. Then the one checker (invariants/) runs over the ledger, Redis and the
 webhook receiver's log.
 
 Sizes: FAULTS_JOBS (12), FAULTS_WORKER_KILLS (2); `make faults` runs the long form.

@@ -16,7 +16,7 @@ hosts in turn while the leading reconciler is SIGKILLed, FAILOVERS times (then s
 as the pod's restart would). After each kill the other replica must take the Lease and a new
 fencing token within 15 s, and a sync call through one API host and a stream through the other
 must be answered. Every admitted job ends exactly once, billing tiles each worker's life (no
-gap, no duplicate) and every webhook is signed and sent once: tests/faults/invariants.py. No
+gap, no duplicate) and every webhook is signed and sent once: tests/faults/invariants/. No
 worker gets a second pod.
 
 Sizes: FAULTS_JOBS (24), FAULTS_MAX_TOKENS (100), FAULTS_FAILOVERS (2), as tests/faults.

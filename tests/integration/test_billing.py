@@ -1,83 +1,24 @@
 """Billing end to end through the API and the loop, on real Redis and SQL (SQLite and
-PostgreSQL): phase records, exact job cost shares, policy, exports, summaries, drift check."""
+PostgreSQL): phase records tiling a worker's life, exact job cost shares (however many ways a
+busy segment splits, and only among the jobs it served), what is not billed (a boot past
+max_boot_s, a lost worker's attempt), and long phases closed every minute."""
 
 from __future__ import annotations
 
-import csv
-import io
 import itertools
 import json
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
 from common.protocol import worker_heartbeat_key
 from control_plane.db.models import Worker
 from control_plane.reconcile.driver import Reconciler
-from control_plane.services.workers import worker_records
-from control_plane.settings import Settings
-from tests.integration.api_helpers import WORKER, deploy, h
+from tests.integration.api_helpers import deploy, h
+from tests.integration.billing_helpers import claim, complete, records, report, start_worker, submit
 from tests.integration.conftest import SteppedClock, provider
-
-
-def report(
-    client: TestClient, clock: SteppedClock, wid: str, state: str, at: float | None = None
-) -> None:
-    body = {"state": state, "at": clock().timestamp() if at is None else at}
-    assert (
-        client.post(f"/internal/workers/{wid}/state", json=body, headers=WORKER).status_code == 200
-    )
-
-
-def start_worker(
-    client: TestClient, clock: SteppedClock, key: str, loop: Reconciler, **spec: Any
-) -> str:
-    """Deploy, queue a job so the loop starts a worker, and bring it to idle; returns its id."""
-    deploy(client, key, **spec)
-    submit(client, key)
-    loop.tick(clock())
-    wid = provider(loop).started[-1].worker_id
-    for state in ("loading", "warming", "idle"):
-        report(client, clock, wid, state)
-    return wid  # the queued job stays for the caller to claim
-
-
-def submit(client: TestClient, key: str, prompt: str = "x") -> str:
-    r = client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": prompt}}, headers=h(key))
-    assert r.status_code == 202
-    job_id: str = r.json()["id"]
-    return job_id
-
-
-def claim(client: TestClient, jid: str, wid: str) -> int:
-    r = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": wid}, headers=WORKER)
-    assert r.status_code == 200, r.text
-    attempt: int = r.json()["attempt"]
-    return attempt
-
-
-def complete(client: TestClient, jid: str, wid: str, attempt: int, prompt: int, gen: int) -> None:
-    body = {
-        "worker_id": wid,
-        "attempt": attempt,
-        "status": "succeeded",
-        "output": {"text": "t", "finish_reason": "length"},
-        "prompt_tokens": prompt,
-        "generated_tokens": gen,
-    }
-    assert (
-        client.post(f"/internal/jobs/{jid}/complete", json=body, headers=WORKER).status_code == 200
-    )
-
-
-def records(client: TestClient, key: str, **filters: str) -> list[dict[str, Any]]:
-    data: list[dict[str, Any]] = client.get(
-        "/v1/billing/records", params={"limit": 1000, **filters}, headers=h(key)
-    ).json()["data"]
-    return data
 
 
 def test_overlapping_jobs_split_busy_cost_by_tokens_exactly(
@@ -210,44 +151,6 @@ def test_long_phases_are_closed_every_minute(
     assert idle and idle[-1]["note"] == "rolled" and Decimal(idle[-1]["seconds"]) > 60
 
 
-def test_exports_and_summaries(
-    client: TestClient,
-    keys: dict[str, str],
-    loop: Reconciler,
-    settings: Settings,
-    clock: SteppedClock,
-) -> None:
-    key = keys["a"]
-    wid = start_worker(client, clock, key, loop)
-    jid = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
-    report(client, clock, wid, "busy")
-    complete(client, jid, wid, claim(client, jid, wid), prompt=1, gen=1)
-    report(client, clock, wid, "idle")
-    loop.tick(clock())
-
-    csv_text = client.get("/v1/billing/records?format=csv", headers=h(key)).text
-    rows = list(csv.DictReader(io.StringIO(csv_text)))
-    assert [r["phase"] for r in rows] == [r["phase"] for r in records(client, key)]
-    jsonl = client.get("/v1/usage?format=jsonl", headers=h(key)).text.splitlines()
-    assert json.loads(jsonl[0])["job_id"] == jid
-
-    total = sum(Decimal(r["amount"]) for r in records(client, key))
-    for group_by in ("deployment", "day", "hour", "phase", "api_key"):
-        s = client.get(f"/v1/usage/summary?group_by={group_by}", headers=h(key)).json()
-        assert Decimal(s["total_amount"]) == total, group_by
-    by_phase = client.get("/v1/usage/summary?group_by=phase", headers=h(key)).json()["data"]
-    assert {g["group"] for g in by_phase} >= {"boot", "load", "warm", "idle", "busy"}
-    bad = client.get("/v1/usage/summary?group_by=color", headers=h(key))
-    assert bad.status_code == 422
-    assert client.get("/v1/usage", headers=h(keys["b"])).json()["data"] == []
-    metrics = client.get("/metrics", headers=h(key)).text
-    assert "platform_billing_drift_issues 0" in metrics
-    # platform-wide numbers: the operator's admin keys only
-    assert client.get("/metrics").status_code == 401
-    assert client.get("/metrics", headers=h(keys["b"])).status_code == 403
-    assert client.get("/metrics", headers=h(keys["ro"])).status_code == 403
-
-
 def test_many_way_splits_balance_exactly(
     client: TestClient,
     keys: dict[str, str],
@@ -281,80 +184,6 @@ def test_many_way_splits_balance_exactly(
     }
     assert sum(Decimal(usage[j]["cost"]) for j in ids) == sum(Decimal(r["amount"]) for r in busy)
     assert client.get("/v1/billing/check", headers=h(key)).json() == {"ok": True, "issues": []}
-
-
-def test_a_worker_that_gets_a_job_while_the_tick_settles_it_stays_busy(
-    client: TestClient,
-    keys: dict[str, str],
-    loop: Reconciler,
-    clock: SteppedClock,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The tick reads which busy workers hold no running job, then writes; a claim that
-    commits between the two keeps its worker busy (the tick reads again under its lock)."""
-    key = keys["a"]
-    wid = start_worker(client, clock, key, loop, target_concurrency=2)
-    first = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
-    claim(client, first, wid)  # busy, with a running job
-    real = worker_records._without_running_jobs
-    reads: list[list[str]] = []
-
-    def first_read_before_the_claim(session: Any, worker_ids: list[str]) -> list[str]:
-        reads.append(list(worker_ids))
-        return list(worker_ids) if len(reads) == 1 else real(session, worker_ids)
-
-    monkeypatch.setattr(worker_records, "_without_running_jobs", first_read_before_the_claim)
-    clock.advance(0.3)
-    loop.tick(clock())
-    assert wid in reads[0] and len(reads) == 2
-    data = client.get("/v1/workers", headers=h(key)).json()["data"]
-    assert next(w["state"] for w in data if w["id"] == wid) == "busy"
-
-
-def test_busy_and_idle_follow_the_claims_and_job_ends(
-    client: TestClient, keys: dict[str, str], loop: Reconciler, clock: SteppedClock
-) -> None:
-    """The worker reports neither: a claim makes an idle worker busy; the reconciler's next
-    tick makes a busy worker none of whose jobs runs idle again, as of its last job's end (a
-    job ended by a cancel, whose report is fenced off, included)."""
-    key = keys["a"]
-    wid = start_worker(client, clock, key, loop, target_concurrency=2)
-
-    def state() -> str:
-        data = client.get("/v1/workers", headers=h(key)).json()["data"]
-        return str(next(w["state"] for w in data if w["id"] == wid))
-
-    first = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
-    second = submit(client, key)
-    clock.advance(0.2)
-    a1 = claim(client, first, wid)
-    assert state() == "busy"
-    a2 = claim(client, second, wid)
-    clock.advance(0.3)
-    complete(client, first, wid, a1, prompt=1, gen=1)
-    loop.tick(clock())
-    assert state() == "busy", "the second job still runs"
-    clock.advance(0.1)
-    complete(client, second, wid, a2, prompt=1, gen=1)
-    last_end = client.get(f"/v1/jobs/{second}", headers=h(key)).json()["completed_at"]
-    assert state() == "busy", "a job's end writes nothing to its worker"
-    clock.advance(0.4)
-    loop.tick(clock())
-    assert state() == "idle"
-    third = submit(client, key)
-    a3 = claim(client, third, wid)
-    assert client.post(f"/v1/jobs/{third}/cancel", headers=h(key)).status_code == 200
-    body = {"worker_id": wid, "attempt": a3, "status": "canceled"}
-    r = client.post(f"/internal/jobs/{third}/complete", json=body, headers=WORKER)
-    assert r.status_code == 409, "fenced off"
-    clock.advance(0.2)
-    loop.tick(clock())
-    assert state() == "idle", "idle all the same"
-    recs = records(client, key, worker_id=wid)
-    # (the idle phase it is in now is still open: not a record yet)
-    assert [r["phase"] for r in recs] == ["boot", "load", "warm", "idle", "busy", "idle", "busy"]
-    busy = recs[4]
-    assert busy["end"] == last_end, "idle from the last job's end, not from the tick"
 
 
 def test_a_busy_segment_waits_for_its_running_job_and_older_jobs_get_none_of_it(

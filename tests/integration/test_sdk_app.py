@@ -2,7 +2,7 @@
 deployments, jobs, idempotent retries after a lost answer, 429 + Retry-After, keys,
 batches, the error mapping, and AsyncClient over ASGI.
 
-Each test runs over both clients (the `twin` fixture of tests/unit/test_sdk_client.py). They
+Each test runs over both clients (the `twin` fixture of tests/unit/sdk/twin.py). They
 talk to the app through the TestClient (which runs the app's event loop in its own thread),
 adapted into an httpx transport; test_async_client_over_asgi uses httpx.ASGITransport too.
 """
@@ -32,7 +32,7 @@ from sdk import (
 )
 from tests.integration.api_helpers import WORKER, h
 from tests.integration.test_quotas import tenant_key
-from tests.unit.test_sdk_client import Twin, twin
+from tests.unit.sdk.twin import Twin, twin
 
 __all__ = ["twin"]  # a fixture, used by name
 

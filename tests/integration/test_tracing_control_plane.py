@@ -34,7 +34,7 @@ from control_plane.services.jobs.webhook_delivery import DeliveryEnv, Message
 from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import SteppedClock, lines_of, provider
-from tests.integration.test_webhooks import Receiver
+from tests.integration.webhooks.receiver import Receiver
 
 PROMPT = "Tangerine okapi lighthouse, private prompt 5532"
 STEPS = {"workers", "jobs", "scale", "pool", "batches", "billing", "sweeps"}

@@ -23,7 +23,7 @@ from control_plane.settings import Settings
 from sdk._base import CHUNK_BYTES
 from tests.conftest import S3Server
 from tests.integration.api_helpers import h, on_s3, served
-from tests.unit.test_sdk_client import Twin, twin
+from tests.unit.sdk.twin import Twin, twin
 
 __all__ = ["twin"]  # a fixture, used by name
 

@@ -12,14 +12,14 @@ Kubernetes provider, the reconciler's Lease and the test kubelet use.
 Every object written is validated against the official JSON schemas (schemas.py:
 `kubernetes_validate`'s bundled ones, strict) and refused with 422 and a Status body otherwise.
 Owned objects go with their owner (ownerReferences, as the garbage collector does). `requests`
-logs every request, so tests assert on deletes and their grace. The HTTP side: apiserver_http.py.
+logs every request, so tests assert on deletes and their grace. The HTTP side: apiserver_http.py;
+resources, label selectors and merge patches: objects.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import re
 import socket
 import threading
 import uuid
@@ -29,71 +29,8 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from tests.k8s.errors import ApiError
+from tests.k8s.objects import RESOURCES, Event, Request, bookmark, flag, matches, merge_patch, typed
 from tests.k8s.schemas import validate
-
-# resource → (apiVersion, kind, list kind)
-RESOURCES = {
-    "pods": ("v1", "Pod", "PodList"),
-    "secrets": ("v1", "Secret", "SecretList"),
-    "leases": ("coordination.k8s.io/v1", "Lease", "LeaseList"),
-}
-
-
-@dataclass
-class Request:
-    method: str
-    path: str
-    query: dict[str, str]
-    body: Any  # parsed JSON, or None
-    status: int = 0  # the answer's code
-
-    def grace_s(self) -> int | None:
-        """A DELETE's gracePeriodSeconds (query or DeleteOptions body), or None."""
-        if "gracePeriodSeconds" in self.query:
-            return int(self.query["gracePeriodSeconds"])
-        if isinstance(self.body, dict) and "gracePeriodSeconds" in self.body:
-            return int(self.body["gracePeriodSeconds"])
-        return None
-
-
-@dataclass
-class _Event:
-    version: int
-    resource: str
-    namespace: str
-    type: str  # ADDED, MODIFIED, DELETED
-    obj: dict[str, Any]
-
-
-def matches(labels: dict[str, str], selector: str) -> bool:
-    """Equality- and set-based label selectors (`a=b,c!=d,e,!f,g in (h,i)`)."""
-    for term in re.findall(r"[^,(]+(?:\([^)]*\))?", selector or ""):
-        term = term.strip()
-        if not term:
-            continue
-        if m := re.fullmatch(r"(\S+)\s+(in|notin)\s+\(([^)]*)\)", term):
-            key, op, values = m[1], m[2], {v.strip() for v in m[3].split(",")}
-            if (labels.get(key) in values) != (op == "in"):
-                return False
-        elif "!=" in term:
-            key, value = term.split("!=", 1)
-            if labels.get(key.strip()) == value.strip():
-                return False
-        elif "=" in term:
-            key, value = term.replace("==", "=").split("=", 1)
-            if labels.get(key.strip()) != value.strip():
-                return False
-        elif term.startswith("!"):
-            if term[1:] in labels:
-                return False
-        elif term not in labels:
-            return False
-    return True
-
-
-def flag(value: str | None) -> bool:
-    """A boolean query parameter, as Go's strconv.ParseBool reads it (the client sends True)."""
-    return (value or "").lower() in ("1", "t", "true")
 
 
 def _now() -> str:
@@ -109,7 +46,7 @@ class ApiServer:
     requests: list[Request] = field(default_factory=list)
     url: str = ""
     _objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
-    _history: list[_Event] = field(default_factory=list)
+    _history: list[Event] = field(default_factory=list)
     _version: int = 1
     _compacted: int = 0  # watches from a version below this get 410 Gone
     _kicks: int = 0  # bumped to end every open watch
@@ -205,7 +142,7 @@ class ApiServer:
             self._objects.pop(key, None)
         else:
             self._objects[key] = obj
-        self._history.append(_Event(self._version, resource, ns, type_, copy.deepcopy(obj)))
+        self._history.append(Event(self._version, resource, ns, type_, copy.deepcopy(obj)))
         self._cond.notify_all()
         if type_ == "DELETED":
             self._collect_garbage(obj["metadata"].get("uid"))
@@ -226,7 +163,7 @@ class ApiServer:
     def create(
         self, resource: str, ns: str, body: dict[str, Any], query: dict[str, str]
     ) -> dict[str, Any]:
-        _typed(resource, body)
+        typed(resource, body)
         validate(body)
         meta = body.setdefault("metadata", {})
         if not meta.get("name"):
@@ -254,7 +191,7 @@ class ApiServer:
     def replace(
         self, resource: str, ns: str, name: str, body: dict[str, Any], sub: str | None
     ) -> dict[str, Any]:
-        _typed(resource, body)
+        typed(resource, body)
         validate(body)
         with self._cond:
             current = self._current(resource, ns, name)
@@ -288,7 +225,7 @@ class ApiServer:
         if not isinstance(body, dict):
             raise ApiError(400, "BadRequest", "a merge patch is a JSON object")
         with self._cond:
-            obj = _merge(copy.deepcopy(self._current(resource, ns, name)), body)
+            obj = merge_patch(copy.deepcopy(self._current(resource, ns, name)), body)
             validate({k: v for k, v in obj.items() if k != "status"})
             return self._write(resource, ns, "MODIFIED", obj)
 
@@ -353,7 +290,7 @@ class ApiServer:
         bookmarks = flag(query.get("allowWatchBookmarks"))
         deadline = datetime.now(UTC).timestamp() + timeout_s
 
-        def wanted(e: _Event) -> bool:
+        def wanted(e: Event) -> bool:
             return (
                 e.resource == resource
                 and e.namespace == ns
@@ -365,7 +302,7 @@ class ApiServer:
             since = query.get("resourceVersion", "")
             if since in ("", "0"):  # the current state as ADDED events, then what follows
                 backlog = [
-                    _Event(int(o["metadata"]["resourceVersion"]), r, n, "ADDED", copy.deepcopy(o))
+                    Event(int(o["metadata"]["resourceVersion"]), r, n, "ADDED", copy.deepcopy(o))
                     for (r, n, _), o in sorted(self._objects.items())
                 ]
                 last = self._version
@@ -392,7 +329,7 @@ class ApiServer:
                 )
                 if self._kicks != kicks or datetime.now(UTC).timestamp() >= deadline:
                     if bookmarks and not self._stopping and self._kicks == kicks:
-                        send({"type": "BOOKMARK", "object": _bookmark(resource, self._version)})
+                        send({"type": "BOOKMARK", "object": bookmark(resource, self._version)})
                     return
                 events = [e for e in self._history if e.version > last]
                 last = self._version
@@ -407,32 +344,3 @@ class ApiServer:
         answer = copy.deepcopy(body)
         answer["status"] = {"allowed": not denied, **({"denied": True} if denied else {})}
         return answer
-
-
-def _typed(resource: str, body: dict[str, Any]) -> None:
-    """Like the real server, take apiVersion and kind from the URL when the body leaves them
-    out (the client's models do), and refuse them when they name another kind."""
-    api_version, kind, _ = RESOURCES[resource]
-    body.setdefault("apiVersion", api_version)
-    body.setdefault("kind", kind)
-    if body["kind"] != kind or body["apiVersion"] != api_version:
-        raise ApiError(400, "BadRequest", f"expected {api_version} {kind}, not {body['kind']}")
-
-
-def _bookmark(resource: str, version: int) -> dict[str, Any]:
-    api_version, kind, _ = RESOURCES[resource]
-    return {"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": str(version)}}
-
-
-def _merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    if not isinstance(target, dict):
-        target = {}
-    for k, v in patch.items():
-        if v is None:
-            target.pop(k, None)
-        else:
-            target[k] = _merge(target.get(k), v)
-    return target

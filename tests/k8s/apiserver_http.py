@@ -9,8 +9,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.k8s.apiserver import RESOURCES, ApiServer, Request, flag
+from tests.k8s.apiserver import ApiServer
 from tests.k8s.errors import ApiError
+from tests.k8s.objects import RESOURCES, Request, flag
 from tests.k8s.schemas import K8S_VERSION
 
 _PATH = re.compile(

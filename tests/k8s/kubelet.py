@@ -2,10 +2,10 @@
 
 It watches the server's pods, binds those whose nodeSelector and tolerations fit its node
 (scheduler and kubelet in one), and runs each one's container — command and args, env with
-secretKeyRef / envFrom Secrets resolved from the server, `python` mapped to an interpreter by the
-image — reporting Pending → Running → Succeeded / Failed with the exit code in containerStatuses.
-A graceful delete gets SIGTERM, then SIGKILL after the grace; grace 0 (the pod vanishes) SIGKILL
-at once; then the pod is removed.
+secretKeyRef / envFrom Secrets resolved from the server, `python` mapped to an interpreter by
+the image (pod_spec.py reads what a pod asks for) — reporting Pending → Running → Succeeded /
+Failed with the exit code in containerStatuses. A graceful delete gets SIGTERM, then SIGKILL
+after the grace; grace 0 (the pod vanishes) SIGKILL at once; then the pod is removed.
 
 A pod that could not boot a worker (unknown image, a missing Secret or key, a command that is
 not `python …`, a restartPolicy other than Never, a worker that refuses its arguments) lands in
@@ -32,19 +32,10 @@ from typing import Any
 import httpx
 
 from control_plane.providers.local import die_with_parent
+from tests.k8s.pod_spec import Image, Unbootable, container_argv, container_env, fits
 
 # argparse's exit status: the worker refused its command line
 USAGE_ERROR = 2
-
-
-@dataclass(frozen=True)
-class Image:
-    python: str  # the interpreter the image's `python` is
-    workdir: Path  # where the container starts
-    # the image's own environment (Dockerfile ENV), under the pod's
-    env: dict[str, str] = field(default_factory=dict)
-    # replaces `-m worker` (a stub worker image for tests that need no real one)
-    module: str | None = None
 
 
 @dataclass
@@ -155,7 +146,7 @@ class Kubelet:
                 self._signal(name, container, signal.SIGKILL)
             return
         if spec.get("nodeName") is None:
-            if self._fits(pod):
+            if fits(spec, self.labels, self.taints, self.capacity):
                 self._bind(name)
             return
         if spec["nodeName"] != self.node:
@@ -169,20 +160,6 @@ class Kubelet:
                 self._launching.add(name)
             # off the watch: resolving its Secrets may wait for them
             threading.Thread(target=self._launch_safely, args=(pod,), daemon=True).start()
-
-    def _fits(self, pod: dict[str, Any]) -> bool:
-        spec = pod["spec"]
-        if any(self.labels.get(k) != v for k, v in (spec.get("nodeSelector") or {}).items()):
-            return False
-        tolerations = spec.get("tolerations") or []
-        for taint in self.taints:
-            if not any(_tolerates(t, taint) for t in tolerations):
-                return False
-        for c in spec["containers"]:
-            for resource, qty in ((c.get("resources") or {}).get("limits") or {}).items():
-                if "/" in resource and int(qty) > self.capacity.get(resource, 0):
-                    return False
-        return True
 
     def _bind(self, name: str) -> None:
         body = {
@@ -206,22 +183,9 @@ class Kubelet:
         name, spec = pod["metadata"]["name"], pod["spec"]
         (c,) = spec["containers"]
         try:
-            if spec.get("restartPolicy") != "Never":
-                raise _Unbootable(f"restartPolicy {spec.get('restartPolicy')} (a worker: Never)")
-            image = self.images.get(c["image"])
-            if image is None:
-                raise _Unbootable(f"ErrImagePull: no image {c['image']!r} on this node")
-            argv = [*c.get("command", []), *c.get("args", [])]
-            if argv[:1] != ["python"]:
-                raise _Unbootable(f"command {argv[:3]} is not the image's python")
-            if image.module is not None:
-                if argv[1:3] != ["-m", "worker"]:
-                    raise _Unbootable(f"{argv[:3]}: not a worker")
-                argv = [image.python, "-m", image.module, *argv[3:]]
-            else:
-                argv = [image.python, *argv[1:]]
+            image, argv = container_argv(spec, c, self.images)
             env = {**image.env, **self._env(pod, c)}
-        except _Unbootable as exc:
+        except Unbootable as exc:
             with self._lock:
                 self._launching.discard(name)
             self.problems.append(f"{name}: {exc}")
@@ -262,35 +226,13 @@ class Kubelet:
         die_with_parent()
 
     def _env(self, pod: dict[str, Any], c: dict[str, Any]) -> dict[str, str]:
-        env: dict[str, str] = {}
-        for source in c.get("envFrom") or []:
-            ref = source.get("secretRef")
-            if ref is None:
-                raise _Unbootable(f"envFrom {source}: only secretRef here")
-            prefix = source.get("prefix", "")
-            for k, v in self._secret(ref["name"]).items():
-                env[prefix + k] = v
-        for var in c.get("env") or []:
-            if "value" in var:
-                env[var["name"]] = var["value"]
-            elif ref := (var.get("valueFrom") or {}).get("secretKeyRef"):
-                data = self._secret(ref["name"])
-                if ref["key"] not in data:
-                    raise _Unbootable(f"secret {ref['name']!r} has no key {ref['key']!r}")
-                env[var["name"]] = data[ref["key"]]
-            elif ref := (var.get("valueFrom") or {}).get("fieldRef"):
-                fields = {
-                    "status.podIP": self.host_ip,
-                    "metadata.name": pod["metadata"]["name"],
-                    "metadata.namespace": self.namespace,
-                    "spec.nodeName": self.node,
-                }
-                if ref["fieldPath"] not in fields:
-                    raise _Unbootable(f"fieldRef {ref['fieldPath']} unsupported")
-                env[var["name"]] = fields[ref["fieldPath"]]
-            else:
-                raise _Unbootable(f"env {var['name']}: no value")
-        return env
+        fields = {
+            "status.podIP": self.host_ip,
+            "metadata.name": pod["metadata"]["name"],
+            "metadata.namespace": self.namespace,
+            "spec.nodeName": self.node,
+        }
+        return container_env(c, self._secret, fields)
 
     def _secret(self, name: str) -> dict[str, str]:
         # a Secret created just after its pod: the real kubelet retries too
@@ -300,7 +242,7 @@ class Kubelet:
                 data = r.json().get("data") or {}
                 return {k: base64.b64decode(v).decode() for k, v in data.items()}
             time.sleep(0.2)
-        raise _Unbootable(f"CreateContainerConfigError: secret {name!r} not found")
+        raise Unbootable(f"CreateContainerConfigError: secret {name!r} not found")
 
     def _wait(self, pod: dict[str, Any], container: _Container) -> None:
         try:
@@ -383,18 +325,6 @@ class Kubelet:
             if fresh.status_code != 200:
                 return
             body = {**fresh.json(), "status": status}
-
-
-class _Unbootable(Exception):
-    pass
-
-
-def _tolerates(toleration: dict[str, Any], taint: dict[str, str]) -> bool:
-    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
-        return False
-    if toleration.get("operator") == "Exists":
-        return not toleration.get("key") or toleration["key"] == taint["key"]
-    return toleration.get("key") == taint["key"] and toleration.get("value") == taint.get("value")
 
 
 def _now() -> str:

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from common.model_config import ModelConfig
-from tests.unit.test_llama_matches_transformers import _id_tokenizer, _our_model
+from tests.unit.hf_reference import _id_tokenizer, _our_model
 from worker.engine.block_manager import NULL_BLOCK
 from worker.engine.config import EngineConfig
 from worker.engine.errors import PromptTooLongError

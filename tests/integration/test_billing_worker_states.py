@@ -1,0 +1,90 @@
+"""A worker's busy and idle phases (SQLite and PostgreSQL): set by claims and by the loop after
+its jobs end (not by the worker's reports), as of its last job's end, and kept busy when a claim
+commits while a tick settles it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from control_plane.reconcile.driver import Reconciler
+from control_plane.services.workers import worker_records
+from tests.integration.api_helpers import WORKER, h
+from tests.integration.billing_helpers import claim, complete, records, start_worker, submit
+from tests.integration.conftest import SteppedClock
+
+
+def test_a_worker_that_gets_a_job_while_the_tick_settles_it_stays_busy(
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    clock: SteppedClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The tick reads which busy workers hold no running job, then writes; a claim that
+    commits between the two keeps its worker busy (the tick reads again under its lock)."""
+    key = keys["a"]
+    wid = start_worker(client, clock, key, loop, target_concurrency=2)
+    first = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
+    claim(client, first, wid)  # busy, with a running job
+    real = worker_records._without_running_jobs
+    reads: list[list[str]] = []
+
+    def first_read_before_the_claim(session: Any, worker_ids: list[str]) -> list[str]:
+        reads.append(list(worker_ids))
+        return list(worker_ids) if len(reads) == 1 else real(session, worker_ids)
+
+    monkeypatch.setattr(worker_records, "_without_running_jobs", first_read_before_the_claim)
+    clock.advance(0.3)
+    loop.tick(clock())
+    assert wid in reads[0] and len(reads) == 2
+    data = client.get("/v1/workers", headers=h(key)).json()["data"]
+    assert next(w["state"] for w in data if w["id"] == wid) == "busy"
+
+
+def test_busy_and_idle_follow_the_claims_and_job_ends(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, clock: SteppedClock
+) -> None:
+    """The worker reports neither: a claim makes an idle worker busy; the reconciler's next
+    tick makes a busy worker none of whose jobs runs idle again, as of its last job's end (a
+    job ended by a cancel, whose report is fenced off, included)."""
+    key = keys["a"]
+    wid = start_worker(client, clock, key, loop, target_concurrency=2)
+
+    def state() -> str:
+        data = client.get("/v1/workers", headers=h(key)).json()["data"]
+        return str(next(w["state"] for w in data if w["id"] == wid))
+
+    first = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
+    second = submit(client, key)
+    clock.advance(0.2)
+    a1 = claim(client, first, wid)
+    assert state() == "busy"
+    a2 = claim(client, second, wid)
+    clock.advance(0.3)
+    complete(client, first, wid, a1, prompt=1, gen=1)
+    loop.tick(clock())
+    assert state() == "busy", "the second job still runs"
+    clock.advance(0.1)
+    complete(client, second, wid, a2, prompt=1, gen=1)
+    last_end = client.get(f"/v1/jobs/{second}", headers=h(key)).json()["completed_at"]
+    assert state() == "busy", "a job's end writes nothing to its worker"
+    clock.advance(0.4)
+    loop.tick(clock())
+    assert state() == "idle"
+    third = submit(client, key)
+    a3 = claim(client, third, wid)
+    assert client.post(f"/v1/jobs/{third}/cancel", headers=h(key)).status_code == 200
+    body = {"worker_id": wid, "attempt": a3, "status": "canceled"}
+    r = client.post(f"/internal/jobs/{third}/complete", json=body, headers=WORKER)
+    assert r.status_code == 409, "fenced off"
+    clock.advance(0.2)
+    loop.tick(clock())
+    assert state() == "idle", "idle all the same"
+    recs = records(client, key, worker_id=wid)
+    # (the idle phase it is in now is still open: not a record yet)
+    assert [r["phase"] for r in recs] == ["boot", "load", "warm", "idle", "busy", "idle", "busy"]
+    busy = recs[4]
+    assert busy["end"] == last_end, "idle from the last job's end, not from the tick"

@@ -1,0 +1,109 @@
+"""What the webhook tests share: the environment the package's `env` fixture builds (the API in
+process, a Celery worker process, a receiver) and the steps of a job's life driven through the
+API (deploy, submit, claim and complete as the worker would), read back (the job, its delivery
+log) and checked (a signature, with `standardwebhooks`)."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from standardwebhooks import Webhook
+
+from control_plane.settings import Settings
+from tests.helpers import wait_for
+from tests.integration.api_helpers import WORKER, h
+from tests.integration.webhooks.receiver import Received, Receiver
+
+# Redis database of these tests (others flush database 0 between tests).
+REDIS_DB = 3
+OUTPUT_INTERVAL_S = 0.4
+RETRY_SCHEDULE_S = "[0.2,0.2,0.2]"
+WAIT_S = 20.0
+
+
+@dataclass
+class Env:
+    client: TestClient  # the API (allow_private: the receiver is on loopback)
+    settings: Settings
+    receiver: Receiver
+    worker: subprocess.Popen[bytes]  # the Celery worker process
+    log: Path  # its log
+
+    def wait(self, what: str, check: Callable[[], Any]) -> Any:
+        """`check()` once it is truthy; fails at once if the Celery worker exited, and with the
+        tail of its log either way."""
+
+        def checked() -> Any:
+            value = check()
+            if not value and self.worker.poll() is not None:
+                pytest.fail(f"celery worker exited ({self.worker.returncode}):\n{self.tail()}")
+            return value
+
+        try:
+            return wait_for(checked, WAIT_S, what=what)
+        except AssertionError as e:
+            pytest.fail(f"{e}; worker log:\n{self.tail()}")
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}/{random.getrandbits(40):x}"
+
+
+def deploy(env: Env, key: str) -> None:
+    spec = {"name": "demo", "model": "store://models/demo/"}
+    assert env.client.post("/v1/deployments", json=spec, headers=h(key)).status_code == 201
+
+
+def submit(env: Env, key: str, url: str, events: list[str] | None = None) -> str:
+    body: dict[str, Any] = {"input": {"prompt": "hi"}, "webhook": url}
+    if events is not None:
+        body["webhook_events"] = events
+    r = env.client.post("/v1/deployments/demo/jobs", json=body, headers=h(key))
+    assert r.status_code == 202, r.text
+    job_id: str = r.json()["id"]
+    return job_id
+
+
+def claim(env: Env, job_id: str) -> int:
+    r = env.client.post(f"/internal/jobs/{job_id}/claim", json={"worker_id": "w"}, headers=WORKER)
+    assert r.status_code == 200, r.text
+    attempt: int = r.json()["attempt"]
+    return attempt
+
+
+def complete(env: Env, job_id: str, attempt: int, text: str = "the answer") -> None:
+    body = {
+        "worker_id": "w",
+        "attempt": attempt,
+        "status": "succeeded",
+        "output": {"text": text, "finish_reason": "stop"},
+    }
+    r = env.client.post(f"/internal/jobs/{job_id}/complete", json=body, headers=WORKER)
+    assert r.status_code == 200, r.text
+
+
+def job(env: Env, key: str, job_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = env.client.get(f"/v1/jobs/{job_id}", headers=h(key)).json()
+    return out
+
+
+def deliveries(env: Env, key: str, job_id: str) -> list[dict[str, Any]]:
+    r = env.client.get(f"/v1/jobs/{job_id}/webhook/deliveries", headers=h(key))
+    assert r.status_code == 200, r.text
+    data: list[dict[str, Any]] = r.json()["data"]
+    return data
+
+
+def verify(secret: str, r: Received) -> dict[str, Any]:
+    out: dict[str, Any] = Webhook(secret).verify(r.body, r.headers)
+    return out
