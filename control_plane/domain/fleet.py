@@ -22,6 +22,7 @@ NEW_VERSION, SCALE_DOWN, DEPLOYMENT_DELETED = (
 )
 STOP_REASONS = (NEW_VERSION, SCALE_DOWN, DEPLOYMENT_DELETED)
 BOOTING_STATES = frozenset({WorkerState.BOOTING, WorkerState.LOADING, WorkerState.WARMING})
+READY_STATES = frozenset({WorkerState.IDLE, WorkerState.BUSY})  # serving
 # Scale-down order: idle workers first, then booting ones; a busy one last (it drains its jobs).
 _STOP_ORDER = {WorkerState.IDLE: 0, **dict.fromkeys(BOOTING_STATES, 1), WorkerState.BUSY: 2}
 

@@ -33,7 +33,7 @@ from control_plane.reconcile.env import Env
 from control_plane.services import deployments
 from control_plane.services.jobs import job_queries
 from control_plane.services.scaling import arrivals
-from control_plane.services.workers import worker_records
+from control_plane.services.workers import boot_history
 
 log = logging.getLogger(__name__)
 # The thread looks for deployments due a refit this often (seconds).
@@ -117,12 +117,12 @@ class ModelRefresher:
 def measure(session: Session, env: Env, dep: Deployment, now: datetime) -> Measured:
     """Boot and service times from SQL, arrivals from Redis, and the models fitted on them."""
     policy = dep.spec.scaling_policy()
-    boot_s = worker_records.recent_boot_s(session, dep.id, dep.version)
+    boot_s = boot_history.recent_boot_s(session, dep.id, dep.version)
     service_s = mean_service_s(job_queries.recent_executions(session, dep.id, now), now.timestamp())
     boot_s = DEFAULT_BOOT_S if boot_s is None else boot_s
     service_s = DEFAULT_SERVICE_S if service_s is None else service_s
     models = refit(arrivals.read(env.redis, dep.id, now), policy, boot_s, service_s)
-    phases = worker_records.recent_phase_s(session, dep.id, dep.version)
+    phases = boot_history.recent_phase_s(session, dep.id, dep.version)
     return Measured(
         at=now,
         version=dep.version,

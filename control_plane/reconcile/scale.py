@@ -60,7 +60,7 @@ from control_plane.services import deployments
 from control_plane.services.jobs import job_queries
 from control_plane.services.scaling import arrivals, scale_decisions
 from control_plane.services.storage import storage_access
-from control_plane.services.workers import worker_records
+from control_plane.services.workers import boot_history, worker_records
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def _plan_and_act(
     candidates = []
     if d.decision.start:
         # The crash-loop gate's input and the model's place, read only when workers would start.
-        history = worker_records.boot_history(session, dep.id, dep.version)
+        history = boot_history.boot_history(session, dep.id, dep.version)
         if free is not None:
             candidates = free.candidates(dep.spec.accelerator, _model_uri(session, env, dep))
     est = Estimates(times.boot_s, times.load_s, times.warm_s, demand.model_bytes.get(dep.id))

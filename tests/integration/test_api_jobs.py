@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from fastapi.testclient import TestClient
 
+from common.job_input import JobInput
 from control_plane.db.models import Deployment, Job
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.errors import Conflict
@@ -110,12 +111,13 @@ def test_a_keyed_insert_that_loses_the_race_answers_with_the_winner(
         assert row is not None
         dep = DeploymentRef.of(s.get(Deployment, row.deployment_id))  # type: ignore[arg-type]
         now = datetime.now(UTC)
-        job, created = job_store.create(s, dep, row.input, "async", now, idempotency_key="k-race",
-                                   request_hash=row.request_hash, replay=None)  # fmt: skip
+        job_input = JobInput.from_dict(row.input)
+        job, created = job_store.create(s, dep, job_input, "async", now, idempotency_key="k-race",
+                                        request_hash=row.request_hash, replay=None)  # fmt: skip
         assert (job.id, created) == (first["id"], False)
         with pytest.raises(Conflict):  # the same key with another body, in the same race
-            job_store.create(s, dep, row.input, "async", now, idempotency_key="k-race",
-                        request_hash="another", replay=None)  # fmt: skip
+            job_store.create(s, dep, job_input, "async", now, idempotency_key="k-race",
+                             request_hash="another", replay=None)  # fmt: skip
     listed = client.get("/v1/jobs", headers=h(keys["a"])).json()["data"]
     assert [j["id"] for j in listed] == [first["id"]]
 

@@ -19,7 +19,8 @@ from control_plane.services.jobs.dispatch import (
 )
 from control_plane.settings import Settings
 from tests.helpers import wait_for
-from worker.runtime.consumer import Delivery, consume, jobs_waiting
+from worker.runtime.broker import jobs_waiting
+from worker.runtime.consumer import Delivery, consume
 
 
 def test_sent_wake_ups_are_consumed_in_priority_order(redis_url: str, redis_client: Any) -> None:

@@ -17,7 +17,7 @@ from common.protocol import deployment_queue, worker_heartbeat_key
 from control_plane.services.jobs.dispatch import dispatch_job
 from tests.faults.tcp_proxy import FaultProxy
 from tests.integration.test_dispatch import _runtime_on, holding_consumer, wait_for
-from worker.runtime.consumer import BROKER_SOCKET_TIMEOUT_S, jobs_waiting
+from worker.runtime.broker import BROKER_SOCKET_TIMEOUT_S, jobs_waiting
 from worker.runtime.lifecycle import REDIS_TIMEOUT_S
 
 DROP_S = 3.0

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from common.job_input import JobInput
-from control_plane.api.schemas import JobPublic, JobUsage, KeyPublic, WorkerPublic
+from control_plane.api.responses import JobPublic, JobUsage, KeyPublic, WorkerPublic
 from control_plane.db.models import ApiKey, Job, Worker
 from control_plane.services.jobs import job_store
 from control_plane.services.tenants import api_keys

@@ -16,7 +16,7 @@ from common.messages import Assignment
 from control_plane.providers.local import worker_env
 from control_plane.providers.select import workers_env
 from control_plane.settings import Settings
-from worker.runtime.lifecycle import WorkerRuntime
+from worker.runtime import engine_setup
 from worker.settings import WorkerSettings
 
 
@@ -113,9 +113,7 @@ def test_the_worker_sizes_its_engine_from_the_settings(tmp_path: Path) -> None:
     assignment = Assignment("dep_1", 1, "file:///m", "q", 3)
 
     def build(**settings: Any) -> Any:
-        return WorkerRuntime(WorkerSettings(**settings), "wrk_1", "cpu", assignment)._build_engine(
-            loaded
-        )
+        return engine_setup.build_engine(WorkerSettings(**settings), assignment, loaded)
 
     block_bytes = kv_block_bytes(config, 8, torch_dtype(config))
     engine = build(

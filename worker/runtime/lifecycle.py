@@ -46,7 +46,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from common import heap, logs
+from common import logs
 from common.messages import Assignment
 from common.protocol import (
     HEARTBEAT_HOST_FIELD,
@@ -63,7 +63,9 @@ from common.protocol import (
     worker_heartbeat_key,
 )
 from common.signals import on_signals
-from worker.runtime.consumer import consume, jobs_waiting
+from worker.runtime import engine_setup
+from worker.runtime.broker import jobs_waiting
+from worker.runtime.consumer import consume
 from worker.runtime.control_client import ControlClient
 from worker.runtime.jobs import JobFlow
 from worker.runtime.metrics import WorkerMetrics, process_started_at
@@ -73,7 +75,6 @@ if TYPE_CHECKING:
     from loader import Progress, TierFill
     from worker.engine.llm_engine import LLMEngine
     from worker.runtime.engine_loop import EngineLoop
-    from worker.runtime.loading import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,9 @@ class WorkerRuntime:
                     self._set_state(WorkerState.STOPPED, reason="drained")
                     return 0
             else:
-                self._prepare_runtime(collect=False)  # part of the boot: the load is urgent
+                engine_setup.prepare_runtime(
+                    self.accelerator, collect=False
+                )  # part of the boot: the load is urgent
             self._serve(self.assignment)
             return 0
         except Exception as exc:
@@ -248,7 +251,7 @@ class WorkerRuntime:
     def _wait_in_pool(self) -> Assignment | None:
         """Warm-pool worker: get ready for any deployment, say so, then wait for one."""
         t0 = time.monotonic()
-        self._prepare_runtime(collect=True)
+        engine_setup.prepare_runtime(self.accelerator, collect=True)
         ready_s = round(time.monotonic() - t0, 3)
         log.info(
             "in the warm pool (runtime ready in %.2fs)", ready_s, extra={"duration_s": ready_s}
@@ -277,27 +280,6 @@ class WorkerRuntime:
             return assignment
         return None
 
-    def _prepare_runtime(self, collect: bool) -> None:
-        """What a cold start pays before it can load anything: importing torch, the model,
-        engine and loader code, and (on a GPU) creating the device context; `collect`: the
-        imports' garbage too (~0.1 s), when nobody waits."""
-        import tokenizers  # noqa: F401
-        import torch
-
-        import loader
-        import worker.engine.llm_engine
-        import worker.model.llama
-        import worker.runtime.engine_loop
-        import worker.runtime.loading  # noqa: F401
-
-        loader.preload()  # the S3 client's imports
-        if self.accelerator != "cpu":
-            torch.cuda.init()  # type: ignore[no-untyped-call]
-            torch.empty(1, device="cuda")
-        # NOTE: a full collection walks the runtime's ~200k objects (0.1 s on 2 cores), and the
-        # allocations of a load or a model build trigger one: it fell inside cold starts.
-        heap.settle(collect=collect)
-
     def _serve(self, assignment: Assignment) -> None:
         """Load, warm up, serve until asked to stop, drain, finish the cache-tier fill."""
         self._set_state(WorkerState.LOADING)
@@ -312,7 +294,9 @@ class WorkerRuntime:
             on_progress=self._on_load_progress,
         )
         self.metrics.model_loaded(loaded.metrics)
-        self.engine = self.metrics.engine = self._build_engine(loaded)
+        self.engine = self.metrics.engine = engine_setup.build_engine(
+            self.settings, assignment, loaded
+        )
         self._tier_fill = loaded.tier_fill
         del loaded  # the engine holds the model; the fill needs only `tier_fill`
         self._warm_up_unless_jobs_wait(assignment.queue)
@@ -385,31 +369,6 @@ class WorkerRuntime:
             self._tier_fill.cancel()
             filler.join(5)
 
-    def _build_engine(self, loaded: LoadedModel) -> LLMEngine:
-        """A continuous-batching engine over the loaded model, sized for max_concurrency."""
-        from worker.engine.config import EngineConfig
-        from worker.engine.llm_engine import LLMEngine
-
-        # PLATFORM_ENGINE_* settings override the engine's defaults (ValueError if invalid).
-        assert self.assignment is not None
-        config = EngineConfig(
-            max_num_seqs=self.assignment.max_concurrency,
-            max_model_len=loaded.max_context,
-            **self.settings.engine_overrides(),  # type: ignore[arg-type]
-        )
-        engine = LLMEngine.from_model(loaded.model, loaded.tokenizer, loaded.eos_token_ids, config)
-        log.info(
-            "engine: %d KV blocks of %d tokens, max_model_len %d, max_num_seqs %d, "
-            "token budget %d, prefix caching %s",
-            engine.cache.num_blocks,
-            engine.cache.block_size,
-            engine.cache.max_model_len,
-            config.max_num_seqs,
-            config.max_num_batched_tokens,
-            config.enable_prefix_caching,
-        )
-        return engine
-
     def _warm_up_unless_jobs_wait(self, queue: str) -> None:
         if jobs_waiting(self.settings.redis_url, queue):
             # A cold start: the jobs that woke this worker would wait through the warm-up
@@ -417,17 +376,8 @@ class WorkerRuntime:
             log.info("no warm-up: jobs are waiting")
             return
         self._set_state(WorkerState.WARMING)
-        self._warm_up()
-
-    def _warm_up(self) -> None:
-        from worker.engine.params import SamplingParams
-
-        # One short generation compiles kernels and touches every weight once.
-        engine = self.engine
-        assert engine is not None, "warm-up before the engine was built"
-        engine.add_request("warm-up", engine.encode("warm up"), SamplingParams(max_tokens=2))
-        while engine.has_unfinished_requests():
-            engine.step()
+        assert self.engine is not None
+        engine_setup.warm_up(self.engine)
 
 
 def redis_client(url: str) -> redis.Redis:

@@ -13,7 +13,7 @@ from fastapi import APIRouter, Query, Response
 from sqlalchemy import select
 
 from control_plane.api.context import Db, Now, Principal
-from control_plane.api.schemas import (
+from control_plane.api.responses import (
     BillingCheck,
     BillingRecordList,
     PoolView,

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Query, Response
 from sqlalchemy.orm import Session
 
 from control_plane.api.context import Ctx, Db, Now, Principal
-from control_plane.api.schemas import DeploymentList, DeploymentPublic, DeploymentSpec
+from control_plane.api.responses import DeploymentList, DeploymentPublic
+from control_plane.api.schemas import DeploymentSpec
 from control_plane.db.models import Deployment
 from control_plane.domain.clock import iso
 from control_plane.errors import InvalidRequest

@@ -20,7 +20,7 @@ from starlette.concurrency import run_in_threadpool
 from common import tracing
 from common.protocol import REPORTS_PATH, EventType, WorkerState
 from control_plane.api.context import Ctx, Db, Now, worker_auth
-from control_plane.api.schemas import (
+from control_plane.api.worker_schemas import (
     ClaimManyRequest,
     ClaimRequest,
     CompleteManyRequest,

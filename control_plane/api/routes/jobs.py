@@ -17,7 +17,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from control_plane.api import offload
 from control_plane.api.context import Ctx, Db, Now, Principal, bearer_token
-from control_plane.api.schemas import JobCreate, JobList, JobPublic, JobTimeline, RunRequest
+from control_plane.api.responses import JobList, JobPublic, JobTimeline
+from control_plane.api.schemas import JobCreate, RunRequest
 from control_plane.context import AppContext
 from control_plane.db.models import Deployment
 from control_plane.domain.eta import estimate_wait_s

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Db, Now, Principal
-from control_plane.api.schemas import KeyCreated, KeyList, TenantCreated, TenantList
+from control_plane.api.responses import KeyCreated, KeyList, TenantCreated, TenantList
 from control_plane.db.models import Tenant
 from control_plane.domain.clock import iso
 from control_plane.services.tenants import api_keys

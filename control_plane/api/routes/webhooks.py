@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Ctx, Db, Now, Principal
-from control_plane.api.schemas import WebhookSecret
+from control_plane.api.responses import WebhookSecret
 from control_plane.db.models import Tenant
 from control_plane.domain.states import is_terminal
 from control_plane.errors import Conflict

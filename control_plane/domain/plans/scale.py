@@ -44,8 +44,6 @@ from control_plane.domain.scaling.levels import hold_levels_s
 from control_plane.domain.scaling.models import NONE
 from control_plane.domain.scaling.policy import ScalingPolicy, counted_boot_s, waits_allowed
 
-READY_STATES = frozenset({WorkerState.IDLE, WorkerState.BUSY})  # serving
-
 
 @dataclass(frozen=True, slots=True)
 class DeploymentView:
@@ -84,7 +82,7 @@ def split(workers: Sequence[DeploymentWorker], version: int) -> Fleet:
     drain = {v.id for v in fleet.to_drain(views, version)}
     active = {v.id for v in fleet.capacity(views, version)}
     return Fleet(
-        ready=[w for w in workers if w.id in active and w.state in READY_STATES],
+        ready=[w for w in workers if w.id in active and w.state in fleet.READY_STATES],
         booting=[w for w in workers if w.id in active and w.state in fleet.BOOTING_STATES],
         to_drain=[w for w in workers if w.id in drain],
     )
