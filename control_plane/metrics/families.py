@@ -3,7 +3,7 @@
     job ended            services/jobs/finish.finish, after its commit (every terminal path)
     request answered     api/request_log.RequestLog (ASGI, outermost)
     startup phase ended  services/workers/worker_records.transition, after the commit
-    cold start placed    reconcile/scale._start, after the commit
+    cold start placed    reconcile/actuator.Actuator (a StartWorker), after the commit
     segment billed       services/workers/billing.close_segment, after the commit
     webhook attempt      services/jobs/webhook_delivery.deliver, after its commit
 

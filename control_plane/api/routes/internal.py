@@ -84,7 +84,7 @@ def _claim(
             # Its ttl ran out while it waited: it ends here, never runs.
             expired.append((job_id, endings.expired()))
             continue
-        # the same worker claiming its running job again: its first answer was lost (jobs.claim)
+        # the same worker claiming its running job again: its first answer was lost (claims.claim)
         again = pending is not None and pending.status == JobStatus.RUNNING
         job = claims.claim(session, job_id, worker_id, at)
         if job is not None:

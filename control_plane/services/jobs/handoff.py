@@ -5,8 +5,8 @@ The warm path of a call was three HTTP exchanges: the call, the worker's claim o
 worker's report. The claim's (its wake-up, the request, its transaction, the answer back) was
 1.4-1.7 ms of the platform's 4.6-5.5 ms per call in interleaved runs of this machine's bench
 (docs/benchmarks.md, Control plane). When one of the deployment's workers has a free slot, the
-admission can make the same claim itself (`jobs.claim_queued`, the one path of pending →
-running, and `workers.follow_jobs`), commit it with the job, and push the claim's answer to
+admission can make the same claim itself (`claims.claim_queued`, the one path of pending →
+running, and `worker_records.follow_jobs`), commit it with the job, and push the claim's answer to
 that worker's own list (`worker_handoffs_key`), which the worker pops before its queue's
 wake-ups.
 
