@@ -34,6 +34,7 @@ from control_plane.domain.plans.workers import LiveWorker, plan_exits, plan_live
 from control_plane.domain.pool import PoolTarget
 from control_plane.domain.scaling import DeploymentState, ScalingPolicy, decide
 from control_plane.domain.scaling.decide import gate
+from tests.unit.test_scaling_decide import state as decide_state
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 T = NOW.timestamp()
@@ -111,19 +112,8 @@ def worker(
 
 
 def scale_state(**kw: object) -> DeploymentState:
-    base = DeploymentState(
-        policy=POLICY,
-        queued=0,
-        running=0,
-        ready=0,
-        booting_since=(),
-        stable_concurrency=0.0,
-        panic_concurrency=0.0,
-        last_arrival_at=T,
-        boot_s=30.0,
-        service_s=5.0,
-    )
-    return dataclasses.replace(base, **kw)  # type: ignore[arg-type]
+    """A deployment called just now, one job per worker (`decide`'s tests' state otherwise)."""
+    return decide_state(**{"policy": POLICY, "last_arrival_at": T, **kw})
 
 
 def test_workers_of_an_old_version_drain_and_the_decision_starts_new_ones_from_the_pool() -> None:
