@@ -199,7 +199,8 @@ def test_json_logs_join_by_ids_and_hold_no_prompt_or_output(
     started = [
         x
         for x in lines
-        if x["logger"] == "control_plane.reconcile.scale" and x["message"].startswith("started")
+        if x["logger"] == "control_plane.reconcile.worker_actions"
+        and x["message"].startswith("started")
     ]
     assert started and started[0]["deployment_id"] and started[0]["reason"]
     # refused requests are logged as such

@@ -183,10 +183,12 @@ def test_foreground_up_stops_every_child_on_sigterm(
         assert client.run("fg", input={"prompt": "hi", "max_tokens": 2})
         assert httpx.get(state["url"] + "/healthz").status_code == 200
         tree = descendants(proc.pid)
-        # Only this platform's children: other deployments of the shared demo model run too.
+        # Only this platform's children, found by the worker's id (its command line names no
+        # model: the assignment is in its environment).
+        (worker,) = client.workers.list("fg")
         worker_procs = [
             p
-            for p in processes_mentioning(str(demo_model))
+            for p in processes_mentioning(worker["id"])
             if "-m worker" in p and int(p.split(":")[0]) in tree
         ]
         assert len(worker_procs) == 1, "a worker process serves the deployment"
