@@ -218,6 +218,10 @@ def rclone_binary() -> str:
     return found
 
 
+# How long the embedded store's listings may lag a write it refused (see start_s3).
+S3_DIR_CACHE_S = 1
+
+
 def start_s3(
     root: Path,
     port: int,
@@ -238,6 +242,11 @@ def start_s3(
         "--auth-key", f"{access_key},{secret_key}",
         "--force-path-style=true",
         "--no-check-certificate",
+        # A write the filesystem refuses (a file where a directory is: two uploads racing,
+        # services/storage/files.py) leaves rclone's directory cache listing a file that is not
+        # there and hiding one that is, until the entry expires: after 1 s, not rclone's
+        # 5 min. (0 s, re-reading every time, made each request take seconds.)
+        f"--dir-cache-time={S3_DIR_CACHE_S}s",
         str(root),
     ]  # fmt: skip
     proc = spawn("s3", cmd, log_path, env=env, before_exec=before_exec)

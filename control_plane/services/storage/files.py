@@ -7,19 +7,24 @@ parts (`part_bytes_for`) go to object storage as they arrive (S3 multipart), up 
 `MAX_PARTS_IN_FLIGHT` of them at once while the body keeps coming, so a multi-GB checkpoint
 never sits in the API's memory (at most `MAX_PARTS_IN_FLIGHT + 1` parts per upload) and
 goes at the store's speed; a failed or oversized upload is aborted and leaves nothing behind.
+
+A path is refused (422) before the store is touched when an S3-compatible store could not hold
+it, and an upload is refused (409) when its file would sit where a prefix of other files is, or
+below one of the tenant's files (`store_paths.py` says which).
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from control_plane.domain import uris
-from control_plane.errors import InvalidRequest, NotFound, TooLarge, Unavailable
-from control_plane.services.storage import object_store, storage_access
+from control_plane.errors import Conflict, InvalidRequest, NotFound, TooLarge, Unavailable
+from control_plane.services.storage import object_store, storage_access, store_paths
 from control_plane.settings import Settings
 
 if TYPE_CHECKING:
@@ -34,28 +39,48 @@ MAX_PARTS = 10_000
 # at most MAX_PARTS_IN_FLIGHT + 1 parts in memory (the one filling, those being sent).
 MAX_PARTS_IN_FLIGHT = 3
 MAX_LIST = 1_000
+# How long a store's listing may lag a write it refused before a conflict shows (the embedded
+# rclone's directory cache, 1 s, and a margin); waited only after a refused write.
+SETTLE_S = 1.5
+
+# The store's answers that mean "this key cannot be stored": the client's path, not an outage.
+_INVALID_KEY = {"KeyTooLongError", "InvalidObjectName", "XMinioInvalidObjectName", "InvalidURI"}
+_INVALID_KEY |= {"InvalidArgument"}  # rclone, for a key it will not hold ("a/./b")
 
 
 @contextlib.contextmanager
-def storage_errors() -> Iterator[None]:
-    """Object storage failing under a request: 503 (the client may retry), never a 500."""
+def storage_errors(field: str = "path") -> Iterator[None]:
+    """Object storage failing under a request: 422 naming `field` when it refused the key
+    (a client's mistake), else 503 (the client may retry), never a 500."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     try:
         yield
     except ClientError as exc:
-        raise Unavailable(f"object storage answered {object_store.error_code(exc)}") from None
+        code = object_store.error_code(exc)
+        if code in _INVALID_KEY:
+            raise InvalidRequest(
+                f"object storage cannot hold this {field} ({code})",
+                errors=[{"field": field, "message": f"refused by object storage ({code})"}],
+            ) from None
+        raise Unavailable(f"object storage answered {code}") from None
     except BotoCoreError as exc:
         raise Unavailable(f"object storage is unavailable: {type(exc).__name__}") from None
 
 
 def file_location(path: str) -> uris.Location:
-    """`path` as a file of the caller's namespace; 422 for a prefix or a traversal."""
+    """`path` as a file of the caller's namespace; 422 for a prefix, a traversal, or a path
+    the store cannot hold."""
     loc = storage_access.parse(uris.STORE_SCHEME + path, "path")
     if loc.key.endswith("/"):
         raise InvalidRequest(
             f"path {path!r} names a directory; give a file name",
             errors=[{"field": "path", "message": "ends with '/'"}],
+        )
+    problem = store_paths.path_problem(loc.key)
+    if problem is not None:
+        raise InvalidRequest(
+            f"path {problem}", errors=[{"field": "path", "message": problem}], path=path
         )
     return loc
 
@@ -122,17 +147,59 @@ class Upload:
                 part = b"".join(self._pending)  # the one copy a part costs
                 self._pending.clear()
                 self._pending_bytes = 0
-                with storage_errors():
+                with self._writing():
                     self._start_part(part)
             if chunk:
                 self._pending.append(chunk)
                 self._pending_bytes += len(chunk)
 
     def _client(self) -> S3Client:
+        """The store's client; the first call checks that the file may go there (409)."""
         if self._s3 is None:
-            self._s3 = object_store.client(self.settings)
-            object_store.ensure_bucket(self._s3, self.bucket)
+            s3 = object_store.client(self.settings)
+            object_store.ensure_bucket(s3, self.bucket)
+            self._refuse_conflict(s3)
+            self._s3 = s3
         return self._s3
+
+    def _refuse_conflict(self, s3: S3Client) -> None:
+        other = store_paths.conflict(s3, self.bucket, self.tenant_id, self.location.key)
+        if other is None:
+            return
+        path = self.location.key
+        inside = other.startswith(path + "/")
+        raise Conflict(
+            f"'{path}' cannot be a file: "
+            + (f"'{other}' is a file under it" if inside else f"'{other}' is a file, not a prefix")
+            + "; delete that file first, or choose another path",
+            path=path,
+            conflicts_with=other,
+        )
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[None]:
+        """The store's errors while the file is written.
+
+        NOTE: two uploads that would clash ("a" and "a/b") can both pass the check before
+        either writes; the store then decides. S3 keeps both keys. A store over a filesystem
+        refuses the second write (the embedded rclone: InternalError) and keeps the first file;
+        rclone's listing may show the refused file instead of the kept one until its directory
+        cache expires (1 s, `embedded/processes.py`; an aborted multipart upload restarts
+        that). So after a write the store refused, the upload is aborted, the store given
+        SETTLE_S to show what it kept, and the path checked again: the conflict (409) it is when
+        the other upload won, else the store's error."""
+        from botocore.exceptions import ClientError
+
+        with storage_errors():
+            try:
+                yield
+            except ClientError as exc:
+                # A key the store calls invalid is no race: storage_errors answers 422.
+                if self._s3 is not None and object_store.error_code(exc) not in _INVALID_KEY:
+                    self.abort()
+                    time.sleep(SETTLE_S)
+                    self._refuse_conflict(self._s3)
+                raise
 
     def _start_part(self, data: bytes) -> None:
         """Send `data` as the next part, once fewer than MAX_PARTS_IN_FLIGHT are on their way;
@@ -160,7 +227,7 @@ class Upload:
 
     def finish(self) -> dict[str, Any]:
         """Store the file (replacing any previous one at its path); its public description."""
-        with storage_errors():
+        with self._writing():
             return self._finish()
 
     def _finish(self) -> dict[str, Any]:
@@ -195,6 +262,7 @@ class Upload:
                 self._client().abort_multipart_upload(
                     Bucket=self.bucket, Key=self.key, UploadId=self._upload_id
                 )
+            self._upload_id = None  # aborted once, even when called again
 
     def _close_pool(self) -> None:
         if self._pool is not None:
@@ -229,7 +297,7 @@ def list_(
     kwargs["MaxKeys"] = max(1, min(limit, MAX_LIST))
     if cursor:
         kwargs["StartAfter"] = base + cursor
-    with storage_errors():
+    with storage_errors("prefix"):
         try:
             page = object_store.client(settings).list_objects_v2(**kwargs)
         except ClientError as exc:
