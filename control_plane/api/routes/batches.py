@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from common import logs
 from control_plane.api.context import Ctx, Db, Now, Principal
-from control_plane.api.schemas import JobInput
+from control_plane.api.schemas import JobInput, Line, Text
 from control_plane.errors import InvalidRequest
 from control_plane.services import deployments
 from control_plane.services.jobs import admission, batch_slots, batches
@@ -39,12 +39,12 @@ MAX_IN_FLIGHT_LIMIT = 1024
 class BatchCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    deployment: str = Field(max_length=100)
+    deployment: Line = Field(max_length=100)
     # Exactly one of the three inputs: a list of JobInput, JSONL text, or an s3:// JSONL object.
     inputs: list[Any] | None = None
-    input_jsonl: str | None = None
-    input_uri: str | None = Field(None, max_length=2_000)
-    webhook: str | None = Field(None, max_length=2_000)
+    input_jsonl: Text | None = None
+    input_uri: Line | None = Field(None, max_length=2_000)
+    webhook: Line | None = Field(None, max_length=2_000)
     max_in_flight: int = Field(4, ge=1, le=MAX_IN_FLIGHT_LIMIT)
 
     @model_validator(mode="after")

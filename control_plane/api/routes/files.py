@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Ctx, Db, Now, Principal
+from control_plane.api.schemas import Line
 from control_plane.services.storage import files, storage_access
 
 router = APIRouter(tags=["files"])
@@ -18,11 +19,11 @@ router = APIRouter(tags=["files"])
 class CredentialCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    bucket: str = Field(min_length=3, max_length=63)
-    access_key_id: str = Field(min_length=1, max_length=200)
-    secret_access_key: str = Field(min_length=1, max_length=500)
-    endpoint_url: str | None = Field(None, max_length=500)
-    region: str | None = Field(None, max_length=40)
+    bucket: Line = Field(min_length=3, max_length=63)
+    access_key_id: Line = Field(min_length=1, max_length=200)
+    secret_access_key: Line = Field(min_length=1, max_length=500)
+    endpoint_url: Line | None = Field(None, max_length=500)
+    region: Line | None = Field(None, max_length=40)
 
 
 # The server hands the body over in pieces of up to 256 KB; this many bytes of them go to a
