@@ -9,6 +9,7 @@ cannot encode one."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,7 +20,6 @@ from sqlalchemy import func, select
 
 from control_plane.db.models import Base
 from control_plane.db.session import make_engine, make_sessionmaker
-from control_plane.services.storage import storage_access
 from control_plane.settings import Settings
 from tests.conftest import S3Server
 from tests.integration.api_helpers import h, on_s3
@@ -34,13 +34,21 @@ def settings(settings: Settings, s3_env: S3Server) -> Settings:
     return on_s3(settings, s3_env, store_bucket=STORE_BUCKET, results_bucket=RESULTS_BUCKET)
 
 
-@pytest.fixture(autouse=True)
-def fresh_s3_clients() -> None:
-    """Forget the S3 clients kept by earlier tests. Each is kept under the credential
-    variables it was built with; a previous test's model prefetch (a thread) may build one
-    while that test's teardown removes the variables, and keep it, without credentials, under
-    the names this test sets again (the same session-wide S3 server)."""
-    storage_access._client.cache_clear()
+@pytest.fixture(scope="package", autouse=True)
+def s3_variables(s3_server: S3Server) -> Iterator[None]:
+    """The S3 server's variables for the whole package, under each test's own (`s3_env`).
+    A test's deploy starts a model prefetch on a thread that may still build an S3 client
+    while the test's teardown removes the variables; boto3 then builds it without credentials
+    and it is kept (services/storage/storage_access.py keys its clients by the variables it
+    read first). With the variables never removed between these tests, that cannot happen."""
+    saved = {k: os.environ.get(k) for k in s3_server.env()}
+    os.environ.update(s3_server.env())
+    yield
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def send(client: TestClient, method: str, path: str, body: Any, key: str) -> httpx.Response:
