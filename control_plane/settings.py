@@ -141,6 +141,9 @@ class Settings(LogSettings, TraceSettings):
     # --- tenant-scoped storage (docs/security.md) ---
     # Bucket of the platform's store: a tenant's `store://path` is `tenants/<id>/path` there.
     store_bucket: str = "platform-store"
+    # Buckets of the platform besides the store and results buckets (the embedded S3 server's
+    # own: `platform up` sets them); no tenant may register credentials for any of them.
+    reserved_buckets: tuple[str, ...] = ()
     # Largest file one `PUT /v1/files/{path}` accepts (bytes).
     upload_max_bytes: int = Field(200 * 2**30, gt=0)
     # Encrypts the storage credentials tenants register; without it they cannot register any.

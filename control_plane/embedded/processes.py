@@ -218,13 +218,18 @@ def rclone_binary() -> str:
     return found
 
 
+# Buckets the embedded S3 server creates (for `platform models upload DIR s3://models/...` by
+# the operator); the platform's, so no tenant may register credentials for them.
+EMBEDDED_BUCKETS = ("models",)
+
+
 def start_s3(
     root: Path,
     port: int,
     access_key: str,
     secret_key: str,
     log_path: Path,
-    buckets: Sequence[str] = ("models",),
+    buckets: Sequence[str] = EMBEDDED_BUCKETS,
     host: str = "127.0.0.1",
     before_exec: Callable[[], None] | None = None,
 ) -> ManagedProcess:
