@@ -77,6 +77,12 @@ class Settings(LogSettings, TraceSettings):
     sync_wait_default_s: float = Field(60.0, gt=0)
     sync_wait_max_s: float = Field(300.0, gt=0)
     max_request_bytes: int = Field(1_000_000, gt=0)
+    # A request's head: its header fields at most this many bytes in all (names, values) and
+    # this many fields; past either, 431 before any route runs (api/header_limit.py), and the
+    # API's server stops reading a head past the byte limit (api/server.py). 64 KiB is AWS
+    # load balancers' bound, 100 fields Apache's and http.client's; API clients send ~10.
+    max_header_bytes: int = Field(65_536, ge=8_192)
+    max_header_count: int = Field(100, ge=32)
 
     # Webhook targets on private/loopback/link-local addresses are refused unless allowed.
     webhook_allow_private: bool = False
@@ -135,6 +141,9 @@ class Settings(LogSettings, TraceSettings):
     # --- tenant-scoped storage (docs/security.md) ---
     # Bucket of the platform's store: a tenant's `store://path` is `tenants/<id>/path` there.
     store_bucket: str = "platform-store"
+    # Buckets of the platform besides the store and results buckets (the embedded S3 server's
+    # own: `platform up` sets them); no tenant may register credentials for any of them.
+    reserved_buckets: tuple[str, ...] = ()
     # Largest file one `PUT /v1/files/{path}` accepts (bytes).
     upload_max_bytes: int = Field(200 * 2**30, gt=0)
     # Encrypts the storage credentials tenants register; without it they cannot register any.

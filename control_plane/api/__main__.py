@@ -14,6 +14,7 @@ import socket
 import uvicorn
 
 from common import heap, logs, tracing
+from control_plane.api import server
 from control_plane.api.app import create_app
 from control_plane.settings import Settings
 
@@ -35,18 +36,17 @@ def main() -> None:
     # Imports are done: a full collection walked them all (~0.2 s with the event loop stopped,
     # a few times a minute under load) before they were frozen.
     heap.settle()
-    config = uvicorn.Config(
+    config = server.config(
         app,
-        host=settings.api_host,
-        port=settings.api_port,
+        settings,
         log_config=None,  # uvicorn's records go to the handler above, at the API's level
         access_log=False,
     )
-    server = uvicorn.Server(config)
+    serving = uvicorn.Server(config)
     if settings.api_processes > 1:
-        server.run(sockets=[shared_socket(settings.api_host, settings.api_port)])
+        serving.run(sockets=[shared_socket(settings.api_host, settings.api_port)])
     else:
-        server.run()
+        serving.run()
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from common import tracing
 from control_plane.api import openapi, problems
 from control_plane.api.body_limit import BodyLimit
 from control_plane.api.catch_all import CatchAll
+from control_plane.api.header_limit import HeaderLimit
 from control_plane.api.request_log import RequestLog
 from control_plane.api.routes import (
     batches,
@@ -85,6 +86,10 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
     )
     if tracing.enabled():  # off: not even a pass-through layer on the hot path
         app.add_middleware(TraceRequests)  # inside RequestLog: spans carry the request id
+    # before anything reads a header or the body; inside RequestLog, so a 431 is logged
+    app.add_middleware(
+        HeaderLimit, max_bytes=settings.max_header_bytes, max_count=settings.max_header_count
+    )
     app.add_middleware(RequestLog)  # added last, so outermost: every answer has its request id,
     # and its log line and count see the status the client got
 

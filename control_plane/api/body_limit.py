@@ -10,8 +10,6 @@ memory is the same cost the route's JSON parsing pays anyway.
 
 from __future__ import annotations
 
-import re
-
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.api import problems
@@ -20,17 +18,31 @@ from control_plane.api import problems
 # leaves room for users' metadata and stays far below what the JSON parser, pydantic and the
 # serializers that echo it back can recurse through.
 MAX_JSON_DEPTH = 64
-_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+# Every byte but a quote or a bracket.
+_NOT_MARKS = bytes(b for b in range(256) if b not in b'"[]{}')
+_QUOTE = ord('"')
+_OPENING = frozenset(b"[{")
 
 
 def json_depth(body: bytes) -> int:
-    """Deepest nesting of arrays and objects in `body` (strings skipped); no parsing."""
-    brackets = _STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    """Deepest nesting of arrays and objects in `body` (strings skipped); no parsing.
+
+    Memory stays a few copies of the body however many strings it holds: no object per string
+    (a regex `sub` removing the strings held ~200 bytes for each: 400 MB for a batch of a
+    million small lines, and its backtracking 2 GB to skip one 21 MB string)."""
+    # Escaped backslashes, then escaped quotes, gone: every quote left opens or closes a string.
+    plain = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    # Only the quotes and brackets; a pair of quotes with nothing between them (a string with
+    # no bracket in it) dropped, which changes no bracket's side of any quote.
+    marks = plain.translate(None, _NOT_MARKS).replace(b'""', b"")
     depth = deepest = 0
-    for b in brackets:
-        depth += 1 if b in b"[{" else -1
-        deepest = max(deepest, depth)
+    in_string = False
+    for b in marks:
+        if b == _QUOTE:
+            in_string = not in_string
+        elif not in_string:
+            depth += 1 if b in _OPENING else -1
+            deepest = max(deepest, depth)
     return deepest
 
 

@@ -4,19 +4,62 @@ error. The answers are `responses.py`; the worker's internal routes `worker_sche
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from common.job_input import JobInput as ResolvedInput
 from control_plane.domain import uris
 from control_plane.domain.spec import default_of
 from control_plane.services.webhooks.signing import WEBHOOK_EVENTS
 
-NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+# NOTE: patterns are applied with `fullmatch`: `match` with `$` also takes a trailing newline.
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 # A model URI's shape (its scheme, no control characters); domain/uris.py has the whole rule.
 MODEL_URI_PATTERN = r"^(store|s3|hf|file)://[^\x00-\x1f\x7f]+$"
 MAX_PROMPT_CHARS = 200_000
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def unicode_text(value: Any) -> Any:
+    """Refuse a string that is not Unicode text. JSON can spell a lone surrogate (`"\\ud800"`);
+    Python decodes it, but no UTF-8 writer (the answer, Redis, the worker, PostgreSQL) can
+    encode it, so it would fail far from here, after the job was stored."""
+    if isinstance(value, str) and not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"is not valid Unicode text: character {exc.start} is a lone surrogate "
+                f"(U+{ord(value[exc.start]):04X}), which cannot be encoded as UTF-8"
+            ) from None
+    return value
+
+
+def _one_line(value: str) -> str:
+    found = _CONTROL.search(value)
+    if found:
+        raise ValueError(
+            f"holds a control character (U+{ord(found.group()):04X} at character "
+            f"{found.start()}); names, URLs and credentials take printable text only"
+        )
+    return value
+
+
+# Every string of a request body is one of these two (tests/integration/abuse checks it):
+# Text: prompts, stop sequences, messages: any Unicode text, newlines included.
+Text = Annotated[str, BeforeValidator(unicode_text)]
+# Line: names, URLs, ids, credentials: Unicode text without control characters (a NUL, CR or
+# LF in a URL or a header-bound value would be cut or smuggled further on).
+Line = Annotated[str, BeforeValidator(unicode_text), AfterValidator(_one_line)]
 
 
 class SamplingDefaults(BaseModel):
@@ -25,7 +68,7 @@ class SamplingDefaults(BaseModel):
     max_tokens: int | None = Field(None, ge=1, le=32_768)
     temperature: float | None = Field(None, ge=0, le=5)
     top_p: float | None = Field(None, gt=0, le=1)
-    stop: list[str] | None = Field(None, max_length=8)
+    stop: list[Text] | None = Field(None, max_length=8)
 
 
 class DeploymentSpec(BaseModel):
@@ -33,18 +76,18 @@ class DeploymentSpec(BaseModel):
 
     # The patterns are documentation (clients and generated tests see the rule); the
     # validators below enforce it, with messages that say what is wrong.
-    name: str = Field(
+    name: Line = Field(
         description="lowercase letters, digits and '-', at most 63 characters",
-        json_schema_extra={"pattern": NAME_RE.pattern},
+        json_schema_extra={"pattern": f"^{NAME_RE.pattern}$"},
     )
-    model: str = Field(
+    model: Line = Field(
         max_length=2_000,
         description="store://prefix/ (your namespace), s3://bucket/prefix/ (a bucket you "
         "registered credentials for), hf://org/repo[@rev]; file:///path for the operator only",
         json_schema_extra={"pattern": MODEL_URI_PATTERN},
     )
     # Defaults live in the domain's Spec; these shapes only add the bounds.
-    accelerator: str = default_of("accelerator")
+    accelerator: Line = default_of("accelerator")
     accelerator_count: int = Field(default_of("accelerator_count"), ge=1, le=8)
     min_workers: int = Field(default_of("min_workers"), ge=0, le=64)
     max_workers: int = Field(default_of("max_workers"), ge=1, le=64)
@@ -59,7 +102,7 @@ class DeploymentSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not NAME_RE.match(v):
+        if not NAME_RE.fullmatch(v):
             raise ValueError("must be lowercase letters, digits and '-', starting alphanumeric")
         return v
 
@@ -85,12 +128,12 @@ class DeploymentSpec(BaseModel):
 class JobInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    prompt: str = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
+    prompt: Text = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
     max_tokens: int | None = Field(None, ge=1, le=32_768)
     temperature: float | None = Field(None, ge=0, le=5)
     top_p: float | None = Field(None, gt=0, le=1)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
-    stop: list[str] | None = Field(None, max_length=8)
+    stop: list[Text] | None = Field(None, max_length=8)
 
     def resolved(self, defaults: dict[str, Any]) -> ResolvedInput:
         """The input with the deployment's defaults, then the platform's, filled in."""
@@ -109,8 +152,8 @@ class JobCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     input: JobInput
-    webhook: str | None = Field(None, max_length=2_000)
-    webhook_events: list[str] = Field(default_factory=lambda: ["completed"])
+    webhook: Line | None = Field(None, max_length=2_000)
+    webhook_events: list[Line] = Field(default_factory=lambda: ["completed"])
     ttl_s: float | None = Field(None, gt=0, le=7 * 86_400)
     # Overrides the deployment's execution_timeout_s for this job.
     execution_timeout_s: float | None = Field(None, gt=0, le=86_400)

@@ -19,6 +19,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
+from control_plane.db.types import load_json
+
 # Enough pooled connections for every thread of the API's thread pool (anyio's default is 40):
 # an overflow connection is closed on return, and each new one pays the PRAGMAs below.
 SQLITE_POOL_SIZE = 40
@@ -115,7 +117,12 @@ def make_engine(database_url: str, idle_transaction_s: float | None = None) -> E
         ms = int(idle_transaction_s * 1000)
         connect_args["options"] = f"-c idle_in_transaction_session_timeout={ms}"
     return create_engine(
-        database_url, pool_pre_ping=True, pool_size=10, max_overflow=10, connect_args=connect_args
+        database_url,
+        pool_pre_ping=True,
+        pool_size=10,
+        max_overflow=10,
+        connect_args=connect_args,
+        json_deserializer=load_json,
     )
 
 
@@ -126,6 +133,7 @@ def _sqlite_engine(database_url: str) -> Engine:
         connect_args={"timeout": GATE_TIMEOUT_S, "factory": _GatedConnection},
         pool_size=SQLITE_POOL_SIZE,
         max_overflow=SQLITE_POOL_SIZE,
+        json_deserializer=load_json,
     )
 
     @event.listens_for(engine, "connect")

@@ -72,7 +72,7 @@ def parse(uri: str) -> Location:
         return Location("store", "", _key(uri, uri[len(STORE_SCHEME) :]))
     if uri.startswith("s3://"):
         bucket, _, rest = uri[len("s3://") :].partition("/")
-        if not _BUCKET.match(bucket) or ".." in bucket:
+        if not _BUCKET.fullmatch(bucket) or ".." in bucket:
             raise UriError(uri, "the bucket name is not a valid S3 bucket name")
         return Location("s3", bucket, _key(uri, rest))
     if uri.startswith("file://"):
@@ -84,9 +84,9 @@ def parse(uri: str) -> Location:
         return Location("host", "", "/" + _key(uri, uri[1:]))
     if uri.startswith("hf://"):
         repo, _, revision = uri[len("hf://") :].partition("@")
-        if not _HF_REPO.match(repo) or ".." in repo:
+        if not _HF_REPO.fullmatch(repo) or ".." in repo:
             raise UriError(uri, "expected hf://org/repo[@revision]")
-        if revision and (not _HF_REVISION.match(revision) or ".." in revision.split("/")):
+        if revision and (not _HF_REVISION.fullmatch(revision) or ".." in revision.split("/")):
             raise UriError(uri, "the revision is not a valid Hub revision")
         return Location("hf", repo, revision)
     raise UriError(uri, "expected store://path, s3://bucket/key, hf://org/repo or a host path")

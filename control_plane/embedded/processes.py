@@ -220,6 +220,9 @@ def rclone_binary() -> str:
 
 # How long the embedded store's listings may lag a write it refused (see start_s3).
 S3_DIR_CACHE_S = 1
+# Buckets the embedded S3 server creates (for `platform models upload DIR s3://models/...` by
+# the operator); the platform's, so no tenant may register credentials for them.
+EMBEDDED_BUCKETS = ("models",)
 
 
 def start_s3(
@@ -228,7 +231,7 @@ def start_s3(
     access_key: str,
     secret_key: str,
     log_path: Path,
-    buckets: Sequence[str] = ("models",),
+    buckets: Sequence[str] = EMBEDDED_BUCKETS,
     host: str = "127.0.0.1",
     before_exec: Callable[[], None] | None = None,
 ) -> ManagedProcess:

@@ -33,6 +33,7 @@ from typing import Any
 import httpx
 
 from control_plane.embedded.processes import (
+    EMBEDDED_BUCKETS,
     ManagedProcess,
     StartError,
     free_port,
@@ -55,6 +56,15 @@ from control_plane.tasks_api import CONTROL_QUEUE
 log = logging.getLogger(__name__)
 # Children whose start returns only once they answer (start_redis pings, start_s3 connects).
 READY_AT_START = frozenset({"redis", "s3"})
+
+
+def reserve_store_buckets(env: dict[str, str]) -> None:
+    """Add the embedded S3 server's own buckets to PLATFORM_RESERVED_BUCKETS in `env` (kept
+    with any the operator listed), so no tenant registers credentials for them."""
+    listed = json.loads(env.get("PLATFORM_RESERVED_BUCKETS") or "[]")
+    env["PLATFORM_RESERVED_BUCKETS"] = json.dumps(
+        [*listed, *(b for b in EMBEDDED_BUCKETS if b not in listed)]
+    )
 
 
 class Supervisor:
@@ -137,6 +147,7 @@ class Supervisor:
                 ),
             )
             s3_url = s3.extra["url"]
+            reserve_store_buckets(env)
             env["AWS_ACCESS_KEY_ID"] = creds.s3_access_key
             env["AWS_SECRET_ACCESS_KEY"] = creds.s3_secret_key
         env.setdefault("AWS_DEFAULT_REGION", "us-east-1")

@@ -86,7 +86,7 @@ def _target_of(raw: bytes | str | None) -> str | None:
     except ValueError:
         return None
     target = beat.get(HEARTBEAT_METRICS_FIELD) if isinstance(beat, dict) else None
-    if not isinstance(target, str) or not _TARGET.match(target):
+    if not isinstance(target, str) or not _TARGET.fullmatch(target):
         return None
     port = int(target.rsplit(":", 1)[1])
     return target if 0 < port < 65536 else None

@@ -235,7 +235,7 @@ def _field_order(field: str) -> tuple[int, str]:
 
 
 def _check_value(field: str, value: Any) -> str | None:
-    if field == "name" and not _NAME_RE.match(value):
+    if field == "name" and not _NAME_RE.fullmatch(value):
         return f"{value!r} is not a valid name (lowercase letters, digits, '-'; at most 63)"
     if field == "model":
         return check_model_uri(value)

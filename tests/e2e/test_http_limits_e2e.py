@@ -62,3 +62,25 @@ def test_an_inline_batch_has_its_own_larger_limit(platform: dict[str, Any]) -> N
         # past the general limit, within the batch limit: read and answered on its merits
         assert r.status_code == 404, r.text
         assert client.post("/v1/deployments/x/jobs", content=iter([body])).status_code == 413
+
+
+def test_request_heads_are_bounded(platform: dict[str, Any]) -> None:
+    """`platform up`'s API processes serve with the header limits (api/server.py)."""
+    headers = {"Authorization": f"Bearer {platform['api_key']}"}
+    with httpx.Client(base_url=platform["url"], headers=headers, timeout=30) as client:
+        r = client.get("/v1/jobs", headers={"X-Big": "a" * 1_000_000})
+        assert r.status_code == 431, r.text
+        assert r.headers["content-type"].startswith("application/problem+json")
+        r = client.get("/v1/jobs", headers=[(f"x-h{i}", "1") for i in range(2_000)])
+        assert r.status_code == 431, r.text
+        assert client.get("/v1/jobs").status_code == 200
+
+
+def test_the_embedded_stores_buckets_cannot_be_registered(platform: dict[str, Any]) -> None:
+    headers = {"Authorization": f"Bearer {platform['api_key']}"}
+    body = {"bucket": "models", "access_key_id": "AKIA1", "secret_access_key": "s"}
+    with httpx.Client(base_url=platform["url"], headers=headers, timeout=30) as client:
+        r = client.post("/v1/storage-credentials", json=body)
+        assert r.status_code == 422, r.text
+        assert "is the platform's own bucket" in r.json()["detail"]
+        assert client.get("/v1/storage-credentials").json()["data"] == []

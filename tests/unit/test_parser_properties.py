@@ -14,7 +14,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from control_plane.api.routes.batches import BatchCreate, _raw_lines, _validate_lines
+from control_plane.api import batch_lines
 from control_plane.errors import InvalidRequest
 from sdk._base import parse_jsonl_line
 from sdk._errors import PlatformError
@@ -71,9 +71,8 @@ def test_any_yaml_mapping_is_checked_field_by_field(spec: dict[str, Any]) -> Non
 
 
 def _batch_lines(text: str) -> None:
-    body = BatchCreate(deployment="demo", input_jsonl=text)
-    lines = _raw_lines(body, None, None, "ten_x")  # type: ignore[arg-type]  # JSONL: no I/O
-    _validate_lines(lines, "input_jsonl", max_lines=100)
+    batch_lines.parse(batch_lines.text_lines(text), "input_jsonl", max_lines=100, raw=True)
+    batch_lines.parse(batch_lines.byte_lines(text.encode()), "input_uri", max_lines=100, raw=True)
 
 
 @SETTINGS

@@ -1,8 +1,8 @@
 """/v1/batches: create from JSONL (inline lines, a list, or an s3:// object), read, list,
 cancel, and results as JSONL.
 
-Every line is validated before anything is written: one bad line is a 422 naming its line
-number and field, and no batch exists afterwards.
+Every line is validated before anything is written (batch_lines.py): one bad line is a 422
+naming its line number and field, and no batch exists afterwards.
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy.orm import Session
 
 from common import logs
+from control_plane.api import batch_lines
 from control_plane.api.context import Ctx, Db, Now, Principal
-from control_plane.api.schemas import JobInput
+from control_plane.api.schemas import JobInput, Line, Text
 from control_plane.errors import InvalidRequest
 from control_plane.services import deployments
 from control_plane.services.jobs import admission, batch_slots, batches
@@ -30,8 +30,6 @@ from control_plane.settings import Settings
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/v1/batches", tags=["batches"])
-# At most this many line errors are reported in one answer.
-MAX_LINE_ERRORS = 20
 # Upper bound of `max_in_flight` in the schema; settings.batch_max_in_flight may lower it.
 MAX_IN_FLIGHT_LIMIT = 1024
 
@@ -39,12 +37,12 @@ MAX_IN_FLIGHT_LIMIT = 1024
 class BatchCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    deployment: str = Field(max_length=100)
+    deployment: Line = Field(max_length=100)
     # Exactly one of the three inputs: a list of JobInput, JSONL text, or an s3:// JSONL object.
     inputs: list[Any] | None = None
-    input_jsonl: str | None = None
-    input_uri: str | None = Field(None, max_length=2_000)
-    webhook: str | None = Field(None, max_length=2_000)
+    input_jsonl: Text | None = None
+    input_uri: Line | None = Field(None, max_length=2_000)
+    webhook: Line | None = Field(None, max_length=2_000)
     max_in_flight: int = Field(4, ge=1, le=MAX_IN_FLIGHT_LIMIT)
 
     @model_validator(mode="after")
@@ -82,77 +80,21 @@ def _request_hash(body: BatchCreate) -> str:
     return hashlib.sha256(json.dumps(body.model_dump(), sort_keys=True).encode()).hexdigest()
 
 
-def _raw_lines(
+def _lines(
     body: BatchCreate, session: Session, settings: Settings, tenant_id: str
-) -> list[tuple[int, Any]]:
-    """(line number, parsed JSON or the undecodable text) of every non-blank input line."""
+) -> list[JobInput]:
+    """The batch's inputs, read one line at a time up to the line limit (batch_lines.py)."""
+    max_lines = settings.batch_max_lines
     if body.inputs is not None:
-        return [(i + 1, v) for i, v in enumerate(body.inputs)]
+        return batch_lines.parse(body.inputs, "inputs", max_lines, raw=False)
     if body.input_jsonl is not None:
-        text = body.input_jsonl
-    else:
-        uri = body.input_uri or ""
-        access = storage_access.resolve(session, settings, tenant_id, uri, "input_uri")
-        data = object_store.read(access, settings.batch_max_input_bytes)
-        try:
-            text = data.decode()
-        except UnicodeDecodeError as exc:
-            raise InvalidRequest(
-                f"{uri} is not UTF-8 text (byte {exc.start})",
-                errors=[{"field": "input_uri", "message": "not UTF-8"}],
-            ) from None
-    out: list[tuple[int, Any]] = []
-    for n, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue  # blank lines (a trailing newline) are no input
-        try:
-            out.append((n, json.loads(line)))
-        except json.JSONDecodeError as exc:
-            out.append((n, _BadJson(f"not valid JSON: {exc.msg} at column {exc.colno}")))
-        except RecursionError:
-            # No job input nests deeply: a line the parser cannot even hold is refused as such.
-            out.append((n, _BadJson("JSON nested too deeply")))
-    return out
-
-
-@dataclass(frozen=True, slots=True)
-class _BadJson:
-    message: str  # why the line is not JSON (kept to report it with the other line errors)
-
-
-def _validate_lines(lines: list[tuple[int, Any]], source: str, max_lines: int) -> list[JobInput]:
-    if not lines:
-        raise InvalidRequest(
-            "a batch needs at least one input line",
-            errors=[{"field": source, "message": "no input lines"}],
-        )
-    if len(lines) > max_lines:
-        raise InvalidRequest(
-            f"{len(lines)} input lines; the limit is {max_lines}",
-            errors=[{"field": source, "message": f"at most {max_lines} lines"}],
-            limit=max_lines,
-        )
-    parsed: list[JobInput] = []
-    errors: list[dict[str, Any]] = []
-    for n, value in lines:
-        if isinstance(value, _BadJson):
-            errors.append({"line": n, "field": source, "message": value.message})
-            continue
-        try:
-            parsed.append(JobInput.model_validate(value))
-        except ValidationError as exc:
-            for e in exc.errors():
-                loc = ".".join(str(p) for p in e.get("loc", ())) or source
-                errors.append({"line": n, "field": loc, "message": e.get("msg", "invalid")})
-    if errors:
-        shown = errors[:MAX_LINE_ERRORS]
-        first = shown[0]
-        raise InvalidRequest(
-            f"{len(errors)} invalid input field(s); first: line {first['line']}: "
-            f"{first['field']}: {first['message']}",
-            errors=shown,
-        )
-    return parsed
+        lines = batch_lines.text_lines(body.input_jsonl)
+        return batch_lines.parse(lines, "input_jsonl", max_lines, raw=True)
+    uri = body.input_uri or ""
+    access = storage_access.resolve(session, settings, tenant_id, uri, "input_uri")
+    # NOTE: held whole, within batch_max_input_bytes; its lines are decoded as they are reached
+    data = object_store.read(access, settings.batch_max_input_bytes)
+    return batch_lines.parse(batch_lines.byte_lines(data), "input_uri", max_lines, raw=True)
 
 
 @router.post(
@@ -171,6 +113,9 @@ def create_batch(
 ) -> Any:
     who.require("run")
     settings = ctx.settings
+    if body.inputs is not None and len(body.inputs) > settings.batch_max_lines:
+        # before anything copies the list (the request's hash dumps it whole)
+        raise batch_lines.too_many("inputs", settings.batch_max_lines)
     request_hash = _request_hash(body)
     if idempotency_key is not None:
         replay = batches.find_replay(session, who.tenant_id, idempotency_key, request_hash)
@@ -185,10 +130,7 @@ def create_batch(
     dep = deployments.get(session, who.tenant_id, body.deployment)
     if body.webhook:
         targets.check_target(body.webhook, settings.webhook_allow_private)
-    source = "inputs" if body.inputs is not None else "input_jsonl"
-    source = "input_uri" if body.input_uri is not None else source
-    lines = _raw_lines(body, session, settings, who.tenant_id)
-    parsed = _validate_lines(lines, source, settings.batch_max_lines)
+    parsed = _lines(body, session, settings, who.tenant_id)
     # A batch is one request against the tenant's rate; its jobs run at batch priority and
     # enter the in-flight count as pump dispatches them.
     admission.admit(ctx, session, who.tenant_id, 0, ctx.edge.view().limits(session, who.tenant_id))

@@ -4,12 +4,15 @@ a tenant registers for its own buckets). See docs/security.md."""
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import unquote_to_bytes
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Ctx, Db, Now, Principal
+from control_plane.api.schemas import Line
+from control_plane.errors import InvalidRequest
 from control_plane.services.storage import files, storage_access
 
 router = APIRouter(tags=["files"])
@@ -18,11 +21,11 @@ router = APIRouter(tags=["files"])
 class CredentialCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    bucket: str = Field(min_length=3, max_length=63)
-    access_key_id: str = Field(min_length=1, max_length=200)
-    secret_access_key: str = Field(min_length=1, max_length=500)
-    endpoint_url: str | None = Field(None, max_length=500)
-    region: str | None = Field(None, max_length=40)
+    bucket: Line = Field(min_length=3, max_length=63)
+    access_key_id: Line = Field(min_length=1, max_length=200)
+    secret_access_key: Line = Field(min_length=1, max_length=500)
+    endpoint_url: Line | None = Field(None, max_length=500)
+    region: Line | None = Field(None, max_length=40)
 
 
 # The server hands the body over in pieces of up to 256 KB; this many bytes of them go to a
@@ -31,10 +34,26 @@ class CredentialCreate(BaseModel):
 HANDOFF_BYTES = 1024 * 1024
 
 
+def _utf8_path(request: Request) -> None:
+    """Refuse a path whose percent-escapes are not UTF-8. The server decodes them leniently
+    (`a%ff` becomes `a\ufffd`), so the file would be stored under a name the client never
+    wrote, and a second such path would land on the same one."""
+    raw = request.scope.get("raw_path") or b""
+    try:
+        unquote_to_bytes(raw).decode()
+    except UnicodeDecodeError:
+        raise InvalidRequest(
+            "the file path is not UTF-8 once percent-decoded: escapes such as %ff must spell "
+            "UTF-8 bytes",
+            errors=[{"field": "path", "message": "percent-escapes must spell UTF-8"}],
+        ) from None
+
+
 @router.put("/v1/files/{path:path}", status_code=201)
 async def upload_file(path: str, request: Request, ctx: Ctx, who: Principal) -> Any:
     """Store the request body as `store://<path>` (replacing any file there)."""
     who.require("deploy")
+    _utf8_path(request)
     declared = request.headers.get("content-length", "")
     upload = files.Upload(
         ctx.settings,
@@ -73,8 +92,9 @@ def list_files(
 
 
 @router.delete("/v1/files/{path:path}", status_code=204)
-def delete_file(path: str, ctx: Ctx, who: Principal) -> Response:
+def delete_file(path: str, request: Request, ctx: Ctx, who: Principal) -> Response:
     who.require("deploy")
+    _utf8_path(request)
     files.delete(ctx.settings, who.tenant_id, path)
     return Response(status_code=204)
 

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Db, Now, Principal
 from control_plane.api.responses import KeyCreated, KeyList, TenantCreated, TenantList
+from control_plane.api.schemas import Line
 from control_plane.db.models import Tenant
 from control_plane.domain.clock import iso
 from control_plane.services.tenants import api_keys
@@ -19,14 +20,14 @@ router = APIRouter(tags=["keys"])
 class KeyCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field("", max_length=200)
-    scopes: list[str] = Field(default_factory=lambda: ["run", "read"], min_length=1)
+    name: Line = Field("", max_length=200)
+    scopes: list[Line] = Field(default_factory=lambda: ["run", "read"], min_length=1)
 
 
 class TenantCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
+    name: Line = Field(min_length=1, max_length=200)
     # Bounded: stored as 32-bit integers.
     requests_per_min: int | None = Field(None, ge=1, le=1_000_000_000)
     tokens_per_min: int | None = Field(None, ge=1, le=1_000_000_000)

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.api import offload
 from control_plane.api.context import Ctx, Db, Principal, bearer_token
-from control_plane.api.schemas import JobInput
+from control_plane.api.schemas import JobInput, Line, Text, unicode_text
 from control_plane.context import AppContext
 from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest, JobFailed, JobStillRunning
@@ -39,11 +39,11 @@ class _Common(BaseModel):
     # the ones this platform cannot honour are refused explicitly below.
     model_config = ConfigDict(extra="allow")
 
-    model: str = Field(min_length=1, description="deployment name")
+    model: Line = Field(min_length=1, description="deployment name")
     max_tokens: int | None = Field(None, ge=1, le=32_768)
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    stop: str | list[str] | None = None
+    stop: Text | list[Text] | None = None
     seed: int | None = Field(None, ge=0)
     n: int = Field(1, ge=1, le=1, description="only 1 is supported")
     stream: bool = False
@@ -76,7 +76,7 @@ class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+    content: Text | list[dict[str, Any]] | None = None
 
     @field_validator("content")
     @classmethod
@@ -90,6 +90,7 @@ class ChatMessage(BaseModel):
                     f"message content of type {part.get('type')!r} is not supported "
                     "(text parts only)"
                 )
+            unicode_text(part.get("text", ""))  # a part's text is Text too
         return v
 
     def text(self) -> str:
@@ -104,7 +105,7 @@ class ChatCompletionRequest(_Common):
 
 
 class CompletionRequest(_Common):
-    prompt: str | list[str]
+    prompt: Text | list[Text]
     max_tokens: int | None = Field(16, ge=1, le=32_768)
 
     def single_prompt(self) -> str:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.responses import WebhookSecret
+from control_plane.api.schemas import Line
 from control_plane.db.models import Tenant
 from control_plane.domain.states import is_terminal
 from control_plane.errors import Conflict
@@ -25,7 +26,7 @@ router = APIRouter(tags=["webhooks"])
 class EndpointCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    url: str = Field(max_length=2_000)
+    url: Line = Field(max_length=2_000)
 
 
 class EndpointPublic(BaseModel):

@@ -90,13 +90,13 @@ def pod_config(settings: Settings) -> PodConfig:
                 f"PLATFORM_KUBERNETES_WORKER_RESOURCES[{accelerator!r}]: unknown field "
                 f"{', '.join(extra)} (only requests and limits)"
             )
-    if not DNS_LABEL.match(settings.kubernetes_namespace):
+    if not DNS_LABEL.fullmatch(settings.kubernetes_namespace):
         raise ValueError(
             f"PLATFORM_KUBERNETES_NAMESPACE {settings.kubernetes_namespace!r} is not a "
             "namespace name"
         )
     if (
-        not LABEL_VALUE.match(settings.kubernetes_instance)
+        not LABEL_VALUE.fullmatch(settings.kubernetes_instance)
         or len(settings.kubernetes_instance) > 63
     ):
         raise ValueError(

@@ -67,7 +67,7 @@ def secret_name(worker_id: str) -> str:
 
 def worker_labels(cfg: PodConfig, spec: WorkerSpec) -> dict[str, str]:
     """Ids only (deployment, version, worker, accelerator): never tenant data such as names."""
-    if not LABEL_VALUE.match(spec.worker_id) or len(spec.worker_id) > 63:
+    if not LABEL_VALUE.fullmatch(spec.worker_id) or len(spec.worker_id) > 63:
         raise ValueError(f"worker id {spec.worker_id!r} is not a label value")
     labels = {
         **selector_labels(cfg.instance),

@@ -79,7 +79,7 @@ def _weights(access: Access) -> CheckpointObjects:
     if not isinstance(weight_map, dict) or not weight_map:
         raise _bad(access, f"{INDEX_NAME}: weight_map must be a non-empty object")
     shards = sorted({str(s) for s in weight_map.values()})
-    bad = [s for s in shards if not _SHARD_NAME.match(s)]
+    bad = [s for s in shards if not _SHARD_NAME.fullmatch(s)]
     if bad:
         raise _bad(access, f"{INDEX_NAME}: shard {bad[0]!r} is not a file name")
     if len(shards) > MAX_SHARDS:

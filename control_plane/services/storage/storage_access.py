@@ -251,9 +251,9 @@ def register(
     parse(f"s3://{bucket}/x", "bucket")  # the bucket name's own rules
     region = str(body.get("region") or settings.s3_region)
     # boto3 builds AWS hostnames from the region: anything but a region name could redirect it
-    if not _REGION.match(region):
+    if not _REGION.fullmatch(region):
         raise _invalid("region", region, "is not a region name (e.g. eu-west-1)")
-    if bucket in (settings.store_bucket, settings.results_bucket):
+    if bucket in (settings.store_bucket, settings.results_bucket, *settings.reserved_buckets):
         raise _invalid("bucket", bucket, "is the platform's own bucket")
     endpoint = body.get("endpoint_url")
     endpoint = endpoint.rstrip("/") if endpoint else None
