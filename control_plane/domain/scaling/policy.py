@@ -19,6 +19,12 @@ PANIC_WINDOW_S = 6.0
 PANIC_THRESHOLD = 2.0
 # Knative `max-scale-down-rate` 2.0: one tick removes at most half the workers.
 MAX_SCALE_DOWN_RATE = 2.0
+# The reconciler calls decide() at least this often (`autoscaler_interval_s` is capped at it;
+# the simulator ticks at it). A pre-warm falls due between two ticks, so it is started this much
+# early: whatever the phase of the ticks, its worker is ready when the call is expected. (Started
+# at the first tick after it was due, it was up to a tick late, and the calls that came at the
+# shortest gap seen, where the fit puts the pre-warm, found it still booting.)
+MAX_TICK_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +46,7 @@ class ScalingPolicy:
     # time (a few hundred tokens at tens of tokens per second: DEFAULT_SERVICE_S below), so
     # the caller sees a slower first token, not a cold start. 0: a worker for every job that
     # waits.
-    queue_wait_s: float = 2.0
+    queue_wait_s: float = 1.0
 
 
 def counted_boot_s(policy: ScalingPolicy, boot_s: float) -> float:
