@@ -4,11 +4,15 @@ After each arrival the autoscaler may keep its worker for a while, or let it go 
 again shortly before the next arrival is likely. "Serverless in the Wild" (ATC'20) sets these
 windows at the 5th and 99th percentiles of an idle-time histogram, with 10 % margins. Here the
 histogram is the deployment's recent gaps (`history.ArrivalStats.gaps`), each idle one spread
-to its neighbours (no fixed bins: a 25 % bin at 15 min is wider than a boot), and both windows
-are chosen to minimise the expected cost over it: idle worker-seconds plus cold starts, priced
-as in `policy.py`.
-Percentile rules fall out as special cases (a sharp period gives a pre-warm just before it; a
-flat distribution gives keep-or-release), and nothing is tuned to a trace.
+to its neighbours (no fixed bins: a 25 % bin at 15 min is wider than a boot), and the windows
+are the pair of least expected cost over it (idle worker-seconds plus cold starts, priced as in
+`policy.py`) among the pairs that make no call cold which keeping the worker for the whole
+scale-down window after each call would have served. That keep-alive is the rule with a
+guarantee (the ski-rental rule for a cold start priced at the window) and the fallback while
+the gaps are too few; what the past buys is idle time (a pre-warm for a period, a release for
+pauses longer than the window) and warm calls beyond the window, never a colder call within
+it. Percentile rules fall out as special cases (a sharp period gives a pre-warm just before
+it), and nothing is tuned to a trace.
 
 Fitting is vectorised over at most a few hundred candidates; it runs off the hot path.
 """
