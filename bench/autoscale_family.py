@@ -192,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
                 log(line)
         for line in family_report.generator_table(verdicts):
             log(line)
+        if args.by_generator:
+            for g in dict.fromkeys(v.generator for v in verdicts):
+                rows = [v for v in verdicts if v.generator == g]
+                members = len({v.member for v in rows})
+                for line in family_report.policy_table(rows, f"{g}: {members} members"):
+                    log(line)
         for line in family_report.member_table(verdicts, share):
             log(line)
         if args.all_rows:
@@ -204,9 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"\n# decide(): p99 {decide_ms:.2f} ms per tick for 1,000 deployments ({len(states)} "
         f"ticks of the {record_for} ours run, each tick's states repeated to 1,000)")  # fmt: skip
     log(f"# wall time {time.perf_counter() - started:.0f} s")
+    print(json.dumps(family_report.summary_json(by_t, args.seed, decide_ms, len(names))))
     if args.plot_member:
         _plots(args, source, settings, t_colds)
-    print(json.dumps(family_report.summary_json(by_t, args.seed, decide_ms, len(names))))
     return 0
 
 
@@ -268,6 +274,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nice", type=int, default=10, help="lower this process's priority by this")
     p.add_argument("--json", action="store_true", help="print only the final JSON line")
     p.add_argument("--all-rows", action="store_true", help="every policy on every member")
+    p.add_argument(
+        "--by-generator", action="store_true", help="every policy's table per generator too"
+    )
     p.add_argument("--progress", action="store_true", help="a line on stderr per run")
     p.add_argument("--plot-member", action="append", help="a member to sweep and plot")
     p.add_argument("--plot-dir", type=Path, default=DEFAULT_PLOT_DIR)
