@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from bench.autoscale.metrics import RunResult, summarize
 from bench.autoscale.oracle import Oracle
-from bench.autoscale.ours import Ours
+from bench.autoscale.ours import PENALTY_S, Ours
 from bench.autoscale.policies import KEDA, KPA, Histogram, KeepAlive, Policy
 from bench.autoscale.sim import Sim
 from bench.autoscale.workloads import ServiceModel, Workload
@@ -25,8 +25,6 @@ from control_plane.domain import scaling
 from control_plane.domain.scaling import DeploymentState, ScalingPolicy
 
 Knob = tuple[float, ...]
-# ours runs at the domain's default price of a cold start (whatever it is now)
-_PENALTY_S = ScalingPolicy().cold_penalty_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,8 +58,8 @@ POLICIES: dict[str, PolicySpec] = {
         PolicySpec(
             "ours",
             "cold_penalty_s",
-            (_PENALTY_S,),
-            tuple((v,) for v in sorted({0.0, 30.0, 100.0, 300.0, 1000.0, _PENALTY_S})),
+            (PENALTY_S,),
+            tuple((v,) for v in sorted({0.0, 30.0, 100.0, 300.0, 1000.0, PENALTY_S})),
             lambda k, s: Ours(
                 k[0],
                 refit_s=s.refit_s,

@@ -17,7 +17,7 @@ class ScalingIdleWindows(BaseModel):
 
     representative: bool = Field(
         description="false: fewer than 10 idle gaps between arrivals (longer than service_s), "
-        "and not 3 that agree as a period; the plain keep-alive applies"
+        "and not 3 that agree as a period; the scale-down window's keep-alive applies"
     )
     prewarm_s: float | None = Field(
         description="be ready this long after the last arrival (null: keep from the arrival)"
@@ -30,11 +30,11 @@ class ScalingIdleWindows(BaseModel):
     )
     keepalive_levels_s: list[float] = Field(
         default_factory=list,
-        description="once no work is left, how long each worker is kept (counted as "
-        "keepalive_s is): the last worker's keepalive_s first, then one per further worker "
-        "the next wake wants, each for the ski-rental time of the callers it would serve; on "
-        "the pre-warm plan (prewarm_s set), the workers booted ahead of the next wake, each "
-        "kept until keepalive_s",
+        description="how long each worker a wake wants is kept (counted as keepalive_s is): "
+        "the last worker's keepalive_s first, then one per further worker the recent wakes "
+        "want, each for the ski-rental time of the callers it would serve; on the pre-warm "
+        "plan (prewarm_s set), the workers booted ahead of the next wake, each kept until "
+        "keepalive_s",
     )
 
 
@@ -81,9 +81,11 @@ class ScalingStatus(BaseModel):
     holds_s: list[float] = Field(
         default_factory=list,
         description="once no longer needed, how long each worker above the last is kept: [0] "
-        "the second worker, [1] the third, ...: the ski-rental time, min(boot_s + "
-        "cold_penalty_s, scaledown_window_s), or longer where that count of workers was needed "
-        "again after gaps that cost less to hold through than to boot again",
+        "the second worker, [1] the third, ...: the ski-rental time of the callers that count "
+        "of workers still held a boot after it was needed, min(boot_s + callers × "
+        "cold_penalty_s, scaledown_window_s), or longer where it was needed again after gaps "
+        "that cost less to hold through than to boot again; 0 where its past says it is not "
+        "needed again within the window",
     )
     idle_windows: ScalingIdleWindows
     forecast: ScalingForecast | None = Field(description="null: too little history to forecast")

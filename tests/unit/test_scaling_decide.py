@@ -19,7 +19,13 @@ from control_plane.domain.scaling import (
     refit,
 )
 from control_plane.domain.scaling.backlog import backlog_workers
-from control_plane.domain.scaling.decide import MAX_TICK_S, REASONS, keepalive_levels, wake_levels
+from control_plane.domain.scaling.decide import (
+    MAX_TICK_S,
+    REASONS,
+    keepalive_levels,
+    wake_callers,
+    wake_levels,
+)
 from control_plane.domain.scaling.idle import PLAIN, IdleWindows
 from control_plane.domain.scaling.levels import Levels
 from control_plane.domain.scaling.models import NONE, Models
@@ -85,13 +91,17 @@ def test_panic_scales_up_and_never_down_while_it_lasts() -> None:
     assert (d.desired, d.reason) == (3, "panic")
     assert d.memory.panic_until == T0 + 60
     # the burst is gone but panic mode holds the count for a stable window
-    later = state(ready=3, running=0, panic_concurrency=0.0, memory=d.memory, last_arrival_at=T0)
+    later = state(ready=3, running=4, panic_concurrency=0.0, memory=d.memory, last_arrival_at=T0)
     d2 = run(later, T0 + 30)
     assert d2.desired == 3
-    d3 = run(dataclasses.replace(later, memory=d2.memory), T0 + 61)
-    assert d3.reason == "hold"  # panic is over; the workers are held, then released
-    d4 = run(dataclasses.replace(later, memory=d3.memory), T0 + 30 + hold_s(POLICY, 30.0) + 1)
-    assert d4.desired < 3
+    d3 = run(dataclasses.replace(later, memory=d2.memory), T0 + 59)
+    assert (d3.desired, d3.reason) == (3, "panic")
+    # panic is over; the workers are held for the ski-rental time of the callers they held a
+    # boot after their need (none: a boot, 30 s, from their last need), then released
+    d4 = run(dataclasses.replace(later, memory=d3.memory), T0 + 61)
+    assert (d4.desired, d4.reason) == (3, "hold")
+    d5 = run(dataclasses.replace(later, memory=d4.memory), T0 + 59 + 30 + 1)
+    assert (d5.desired, d5.reason) == (1, "scale_down")
 
 
 def test_stable_window_adds_workers_above_the_first() -> None:
@@ -207,52 +217,60 @@ def test_min_and_max_workers_bound_the_count() -> None:
 
 
 def test_unneeded_workers_are_held_for_the_ski_rental_time_then_halved() -> None:
-    busy = run(state(ready=4, running=16, last_arrival_at=T0), T0)
-    assert busy.desired == 4
-    hold = hold_s(POLICY, 30.0)  # 30 s boot + 60 s penalty
-    quiet = state(ready=4, last_arrival_at=T0, memory=busy.memory)
-    d = run(quiet, T0 + hold - 1)
+    busy = state(ready=4, running=16, last_arrival_at=T0)
+    d = run(busy, T0)
+    assert d.desired == 4
+    # still busy a boot later: each worker above the first holds 4 callers that a
+    # replacement started at the need would only now serve
+    d = run(dataclasses.replace(busy, memory=d.memory), T0 + 30)
+    hold = hold_s(POLICY, 30.0, 4.0)  # 30 s boot + 4 × 60 s penalty
+    quiet = state(ready=4, last_arrival_at=T0 + 30, memory=d.memory)
+    d = run(quiet, T0 + 30 + hold - 1)
     assert (d.desired, d.reason) == (4, "hold")
-    d = run(dataclasses.replace(quiet, memory=d.memory), T0 + hold + 1)
+    d = run(dataclasses.replace(quiet, memory=d.memory), T0 + 30 + hold + 1)
     # scale-down removes at most half per tick; the reconciler drains what goes
     assert (d.desired, d.reason) == (2, "scale_down")
 
 
 def test_a_worker_needed_again_at_each_swing_is_held_through_the_swings() -> None:
-    # three workers' slots full every 120 s, two workers' worth between: past the 90 s
-    # ski-rental time, the third worker is held once it has seen the swings (`levels.py`)
+    # three workers' slots full for 40 s every 400 s, two workers' worth between: the third
+    # worker still holds 4 callers a boot into each swing (a 270 s ski-rental time), and the
+    # swings come 360 s apart: it is held through them once it has seen them (`levels.py`)
     swing = state(ready=3, running=12)
     calm = state(ready=3, running=8)
-    gap = 120.0
     memory = swing.memory
     for i in range(4):
-        at = T0 + i * gap
-        memory = run(dataclasses.replace(swing, last_arrival_at=at, memory=memory), at).memory
-    last = T0 + 3 * gap
+        at = T0 + i * 400.0
+        for t in (at, at + 30.0, at + 40.0):
+            s = dataclasses.replace(swing, last_arrival_at=t, memory=memory)
+            memory = run(s, t).memory
+    last = T0 + 3 * 400.0 + 40.0
     calm = dataclasses.replace(calm, last_arrival_at=last, memory=memory)
-    assert run(calm, last + hold_s(POLICY, 30.0) + 10).reason == "hold"
-    d = run(calm, last + gap + 1)
+    assert run(calm, last + hold_s(POLICY, 30.0, 4.0) + 10).reason == "hold"
+    assert run(calm, last + 350.0).reason == "hold"
+    d = run(calm, last + 362.0)
     assert (d.desired, d.reason) == (2, "scale_down")
 
 
 def test_last_worker_follows_the_plain_window_until_the_histogram_is_representative() -> None:
-    hold = hold_s(POLICY, 30.0)
+    hold = POLICY.scaledown_window_s  # the window's keep-alive: the ski-rental rule at its price
     s = state(ready=1, last_arrival_at=T0)
     assert run(s, T0 + hold - 1).desired == 1
     assert run(s, T0 + hold + 1).desired == 0
 
 
-def test_the_plain_window_prices_a_cold_start_for_every_caller_it_makes_wait() -> None:
+def test_the_plain_window_is_the_scale_down_window_whatever_a_wake_costs() -> None:
     # a deployment called in bursts: three callers come within a boot of each wake (too few
-    # gaps yet for the idle windows)
+    # gaps yet for the idle windows); priced for one caller or three, the last worker is kept
+    # for the window: nothing learned yet may make a call colder than the window's keep-alive
     history = ArrivalHistory()
     for burst in range(3):
         for i in range(3):
             history.record(T0 - 3000 + burst * 900 + i)
     models = refit(history.stats(T0), POLICY, 30.0, SERVICE_S)
     assert not models.idle.representative and models.idle.wake_requests == 3.0
-    hold = hold_s(POLICY, 30.0, cold_requests=3.0)
-    assert hold == 30 + 3 * 60 > hold_s(POLICY, 30.0)
+    assert models.idle.wakes == (3.0, 3.0)  # the first burst starts the history: not a wake
+    hold = POLICY.scaledown_window_s
     s = state(ready=1, last_arrival_at=T0, models=dataclasses.replace(models, fitted_at=T0))
     assert run(s, T0 + hold - 1).reason == "keepalive"
     assert run(s, T0 + hold + 1).desired == 0
@@ -414,7 +432,7 @@ def test_concurrency_window_averages() -> None:
 
 
 def test_keepalive_counts_from_the_end_of_a_long_job() -> None:
-    hold = hold_s(POLICY, 30.0)
+    hold = POLICY.scaledown_window_s
     # a job that arrived long ago runs until now: its worker is kept a full window after it
     running = run(state(ready=1, running=1, last_arrival_at=T0 - 5 * hold), T0)
     done = state(ready=1, last_arrival_at=T0 - 5 * hold, memory=running.memory)
@@ -443,6 +461,44 @@ def test_a_quiet_deployment_called_in_bursts_keeps_the_workers_its_next_wake_wan
     # the fifth goes when its own window ends, the other four with the last one's
     assert run(quiet, T0 + hold_s(POLICY, 30.0, 8.0) + 1).needed == 4
     assert run(quiet, T0 + window + 1).needed == 0
-    # while work runs, the other parts size the workers: the keep-alive asks for one
-    busy = dataclasses.replace(quiet, ready=1, running=1)
-    assert run(busy, T0 + 100).desired == 1
+    # and while work runs too: the first calls of a wake come before its queue does (released
+    # at the wake's first tick, they were booted again for its queue)
+    wake = dataclasses.replace(quiet, ready=5, running=4, last_arrival_at=T0 + 300)
+    assert (run(wake, T0 + 300).desired, run(wake, T0 + 300).reason) == (5, "keepalive")
+
+
+def test_the_workers_a_wake_wants_are_priced_by_the_wakes_seen_not_their_mean() -> None:
+    """A worker ready at a wake serves 4 × (1 + 30 / 5) = 28 of its callers over a boot. Wakes
+    of 20 and 100 callers: at their mean (60), a second worker for 28 callers and a third for
+    4; over the wakes themselves, the large one wants three more workers, each priced by its
+    share: 28 / 2, 28 / 2 and 16 / 2 callers a wake."""
+    mean_only = IdleWindows(None, 0.0, representative=False, wake_requests=60.0)
+    assert wake_callers(mean_only, POLICY, 30.0, SERVICE_S) == [28.0, 4.0]
+    seen = dataclasses.replace(mean_only, wakes=(20.0, 100.0))
+    assert wake_callers(seen, POLICY, 30.0, SERVICE_S) == [14.0, 14.0, 8.0]
+    window = POLICY.scaledown_window_s
+    assert wake_levels(seen, POLICY, 30.0, SERVICE_S, window) == [window] + [
+        min(hold_s(POLICY, 30.0, c), window) for c in (14.0, 14.0, 8.0)
+    ]
+
+
+def test_the_workers_kept_for_the_next_wake_are_not_held_again_after_it() -> None:
+    """Four workers' work, still there a boot later (its levels priced by 4 callers: a 270 s
+    hold), then quiet: the next wake wants 5 workers, kept for the window from the end of the
+    work. Once the window ends they go; the levels' holds, which ran from the end of the work
+    too, do not start again after the keep-alive."""
+    idle = IdleWindows(None, 0.0, representative=False, wake_requests=120.0)
+    models = Models(T0 + 30, None, idle)  # fitted after the last arrival: current
+    busy = state(ready=4, running=16, last_arrival_at=T0, models=models)
+    memory = run(busy, T0).memory
+    memory = run(dataclasses.replace(busy, memory=memory), T0 + 30).memory
+    quiet = state(ready=5, last_arrival_at=T0 + 30, models=models, memory=memory)
+    window = POLICY.scaledown_window_s
+    t = T0 + 30
+    while t < T0 + 30 + window + 10:
+        t += 2.0
+        d = run(quiet, t)
+        quiet = dataclasses.replace(quiet, memory=d.memory)
+        if t < T0 + 30 + hold_s(POLICY, 30.0, 8.0):
+            assert d.desired == 5
+    assert d.needed == 0 and d.desired == 2  # halved: the reconciler drains what goes

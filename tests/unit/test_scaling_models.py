@@ -23,9 +23,11 @@ from control_plane.domain.scaling.history import (
 from control_plane.domain.scaling.idle import (
     MIN_GAPS,
     PLAIN,
+    WAKES_KEPT,
     _Spread,
     fit_idle_windows,
     wake_requests,
+    wake_sizes,
 )
 from control_plane.domain.scaling.service import (
     MAX_SAMPLES,
@@ -142,21 +144,21 @@ def test_calls_that_come_together_do_not_hide_the_period() -> None:
     assert w.representative and w.prewarm_s is not None
     first = min(g for g in gaps if g > 1)  # the shortest period
     assert 0.85 * first <= w.prewarm_s <= first < w.keepalive_s  # ready for each firing
-    # counted as if each short gap released the worker, keeping for 0.2 s looked cheapest:
-    # every firing cold
+    # counted as if each short gap released the worker, no pre-warm is as warm as the window:
+    # the worker is kept the whole window after each firing
     blind = fit_idle_windows(gaps, 30, 60, 600, wake=3.0)
-    assert blind.prewarm_s is None and blind.keepalive_s < 1
+    assert blind.prewarm_s is None and blind.keepalive_s == 600
 
 
-def test_memoryless_long_gaps_release_at_once() -> None:
+def test_memoryless_long_gaps_keep_the_window_s_keep_alive() -> None:
+    """An hour between callers on average: at a 390 s cold start, releasing at once would cost
+    less than keeping the worker, but every call that comes within the window would be cold
+    where the window's keep-alive serves it warm (one in six). Nothing in a memoryless past
+    says which ones: kept for the window."""
     rng = random.Random(3)
     gaps = [rng.expovariate(1 / 3600) for _ in range(200)]
     w = fit_idle_windows(gaps, 30, 300, 600)
-    # an hour between callers on average: keeping a worker costs more than the cold starts
-    if w.prewarm_s is None:
-        assert w.keepalive_s < 600
-    else:  # at most a pre-warm for the far tail, hours out
-        assert w.prewarm_s > 3600
+    assert w.representative and w.keepalive_s >= 600 and w.prewarm_s is None
 
 
 def test_short_gaps_keep_the_worker_through_them() -> None:
@@ -164,6 +166,27 @@ def test_short_gaps_keep_the_worker_through_them() -> None:
     gaps = [rng.uniform(20, 90) for _ in range(200)]
     w = fit_idle_windows(gaps, 30, 300, 600)
     assert w.prewarm_s is None and w.keepalive_s >= max(gaps)
+
+
+def test_a_new_longest_gap_within_the_window_finds_the_worker_kept() -> None:
+    """How much longer than any seen the next longest gap is, nothing seen says: up to the
+    window it is one the window's keep-alive catches, so the worker is kept the window, not
+    just past the longest gap seen (where every new record was a cold call)."""
+    rng = random.Random(4)
+    gaps = [rng.uniform(20, 90) for _ in range(200)]
+    assert fit_idle_windows(gaps, 30, 300, 600).keepalive_s == 600
+
+
+def test_a_plan_may_not_trade_calls_the_window_catches_for_longer_pauses() -> None:
+    """13 pauses after bursts: three within the window, the rest up to half an hour, four of
+    them at 1,800 s. Pre-warming for 1,800 s catches those four and misses the three (as many
+    cold calls, counted): never chosen, since each of the three would have found the window's
+    keep-alive. A pre-warm ready before the shortest pause, kept past the window, is."""
+    pauses = [288.8, 331.9, 386.9, 720.6, 721.0, 952.9, 995.9, 1051.4, 1784.1] + [1800.0] * 4
+    w = fit_idle_windows([0.5] * 100 + pauses, 30, 60, 600, wake=13.0, busy_s=3.6)
+    assert w.representative
+    assert w.prewarm_s is None or w.prewarm_s <= 288.8 * 0.9
+    assert w.keepalive_s >= 600
 
 
 def test_the_keepalive_never_passes_the_scaledown_window() -> None:
@@ -188,17 +211,26 @@ def test_a_wake_catches_one_caller_of_a_sparse_deployment_and_a_boot_s_worth_of_
     assert wake_requests([], 30) == 1.0 and wake_requests([0.0] * 10, 30) == 1.0
 
 
-def test_a_cold_start_that_catches_many_callers_keeps_the_worker_longer() -> None:
+def test_each_wake_is_kept_for_the_sizing_of_the_next() -> None:
+    # wakes of 60, 20 and 5 callers (a boot covers 3 buckets); the last one still going on
+    counts = [0] * 5 + [20] * 12 + [0] * 5 + [10] * 2 + [0] * 5 + [5]
+    assert wake_sizes(counts, 30) == (60.0, 20.0, 5.0)
+    assert wake_requests(counts, 30) == pytest.approx(85 / 3)
+    many = ([0] * 4 + [3]) * (WAKES_KEPT + 4)
+    assert wake_sizes(many, 30) == (3.0,) * WAKES_KEPT
+    assert wake_sizes([], 30) == () and wake_sizes([0.0] * 5, 30) == ()
+
+
+def test_however_cheap_a_cold_start_the_last_worker_is_as_warm_as_the_window() -> None:
     rng = random.Random(5)
     gaps = [rng.expovariate(1 / 300) for _ in range(200)]
-    # one caller per cold start: a 90 s cold start is cheaper than keeping through 300 s gaps
+    # one caller per cold start (90 s, less than keeping through a 300 s gap) or 50: the same
+    # keep-alive, the window's; the price only weighs what lies beyond the window
     alone = fit_idle_windows(gaps, 30, 60, 600)
-    assert alone.wake_requests == 1.0
-    released = alone.prewarm_s is not None and alone.prewarm_s > 1000  # (a far-tail pre-warm)
-    assert released or alone.keepalive_s < 300
-    # 50 callers wait through each: kept through nearly every gap, up to the scale-down window
     burst = fit_idle_windows(gaps, 30, 60, 600, wake=50.0)
-    assert burst.prewarm_s is None and burst.keepalive_s >= 0.99 * 600
+    assert alone.wake_requests == 1.0 and burst.wake_requests == 50.0
+    for w in (alone, burst):
+        assert w.prewarm_s is None and w.keepalive_s >= 600
     # not representative yet: the plain window prices the cold start the same way
     few = fit_idle_windows(gaps[:5], 30, 60, 600, wake=50.0)
     assert not few.representative and few.wake_requests == 50.0
@@ -222,15 +254,14 @@ def test_the_service_time_is_the_recent_mean_of_at_least_min_samples_at_most_max
 
 
 def test_the_next_gap_may_come_sooner_than_any_seen() -> None:
-    """Five gaps of a scheduled job, 590-605 s. When a miss makes 100 callers wait, the worker
-    is ready before the shortest gap seen, with the margin: the next gap is the shortest of six
-    one time in six. When it makes one caller wait, being ready 60 s sooner at each gap costs
-    more than that, and the pre-warm stays at the shortest gap seen."""
+    """Five gaps of a scheduled job, 590-605 s: the next gap is the shortest of six one time in
+    six, and the window (900 s) would catch it. Whatever a miss costs (one caller or 100), the
+    worker is ready before the shortest gap seen, with the margin."""
     gaps = [600.0, 598.0, 602.0, 590.0, 605.0]
-    batch = fit_idle_windows(gaps, 30, 60, 900, wake=100.0, busy_s=5.0)
-    assert batch.prewarms and batch.prewarm_s <= 590 * 0.9
-    single = fit_idle_windows(gaps, 30, 60, 900, wake=1.0, busy_s=5.0)
-    assert single.prewarms and 590 * 0.9 < single.prewarm_s <= 590
+    for wake in (1.0, 100.0):
+        w = fit_idle_windows(gaps, 30, 60, 900, wake=wake, busy_s=5.0)
+        assert w.prewarms and w.prewarm_s <= 590 * 0.9
+        assert w.keepalive_s >= 605
 
 
 def test_the_pauses_between_batches_outlast_the_last_gaps() -> None:
@@ -276,9 +307,9 @@ def test_a_pause_may_end_between_two_seen() -> None:
     windows = fit_idle_windows(burst + pauses, 30, 60, 600, wake=65.5, busy_s=5.9)
     assert windows.representative and not windows.prewarms
     assert windows.keepalive_s == 600
-    # a cold start of one caller is worth less than that idle time: released when its work ends
+    # a cold start of one caller too: no plan as warm as the window's keeps the worker less
     single = fit_idle_windows(burst + pauses, 30, 60, 600, wake=1.0, busy_s=5.9)
-    assert single.prewarms and single.prewarm_s > 600
+    assert not single.prewarms and single.keepalive_s == 600
 
 
 def test_the_spread_gaps_count_what_a_dense_sample_of_them_counts() -> None:

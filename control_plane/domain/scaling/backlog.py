@@ -4,10 +4,10 @@ A worker started now serves nothing until it is ready, a boot from now. By then 
 already there will have started part of the backlog: each ready one turns its slots over every
 service time, and each booting one starts its slots when it is ready and turns them over from
 then on. Counted slot for slot instead (a booting worker as `target` slots, as the demand part
-counts it), a deployment woken by a stream started a worker for every `target` jobs queued,
+counts it), a deployment woken by a stream starts a worker for every `target` jobs queued,
 while the workers booting ahead of them would have started those jobs before the new ones
-were up: on the Mooncake trace, the last three of the first wave's twelve workers (simulator,
-T_cold 30 s) were ready after the backlog they were started for had been served.
+were up: the last workers of such a first wave are ready after the backlog they were started
+for has been served.
 """
 
 from __future__ import annotations

@@ -5,21 +5,22 @@ with the state they observed; it does no I/O and keeps no state of its own (what
 remember between ticks travels in `Memory`, returned with the decision).
 
 The parts, each a worker count:
-- demand: the work present now (queued + reserved + running), never queue length alone; while
+- demand: the work present now (queued + running), never queue length alone; while
   workers boot, no more than the backlog still needs once a new one could be ready
   (`backlog.py`: the booting workers serve part of it first), which bounds KPA's parts too;
 - KPA: Knative-style stable (60 s) and panic (6 s) windows over concurrency; in panic the
   count never goes down;
 - forecast (dense traffic): arrivals forecast over the boot horizon, turned into concurrency by
   Little's law and into workers at the demand quantile the cost rule picks (`policy.py`);
-- idle windows (sparse traffic): keep-alive and pre-warm from the gap histogram (`idle.py`),
-  or the plain ski-rental window while the histogram is not representative.
+- idle windows: the workers the next wake wants, kept from the end of the last work or
+  pre-warmed ahead of the next call (`idle.py`). The last one is never released where the
+  scale-down window's keep-alive would have served the next call; the others are priced by the
+  callers of the recent wakes they would serve.
 Each part counts only the work that cannot wait `queue_wait_s` for a worker already ready
-(`policy.waits_allowed`). The last worker is the idle windows' to keep or release: the windows
-and KPA only add workers above it. Workers above what is needed are held for the ski-rental
-time, or longer where that count of workers keeps being needed again just after it
-(`levels.py`), then released at most half at a time (Knative's max scale-down rate); the
-reconciler drains what it releases.
+(`policy.waits_allowed`). Workers above those the work needs are held once no longer needed,
+each level for its own learned hold (`levels.py`: priced by the callers it held a boot after
+it was needed, spanning the gaps its past shows when that costs less), then released at most
+half at a time (Knative's max scale-down rate); the reconciler drains what it releases.
 """
 
 from __future__ import annotations
@@ -43,13 +44,8 @@ from control_plane.domain.scaling.policy import (
     under_quantile,
     waits_allowed,
 )
+from control_plane.domain.scaling.policy import MAX_TICK_S as MAX_TICK_S  # (re-exported)
 
-# The reconciler calls decide() at least this often (`autoscaler_interval_s` is capped at it;
-# the simulator ticks at it). A pre-warm falls due between two ticks, so it is started this much
-# early: whatever the phase of the ticks, its worker is ready when the call is expected. (Started
-# at the first tick after it was due, it was up to a tick late, and the calls that came at the
-# shortest gap seen, where the fit puts the pre-warm, found it still booting.)
-MAX_TICK_S = 2.0
 # Above this mean concurrency the Poisson quantile is taken from its normal approximation
 # (error well under one job), which keeps decide() a few microseconds at any load.
 POISSON_EXACT_MAX = 50.0
@@ -120,13 +116,16 @@ REASONS = (
 _Z: dict[float, float] = {}
 
 
-def keepalive_window(idle: IdleWindows, policy: ScalingPolicy, boot_s: float) -> float:
+def keepalive_window(idle: IdleWindows, policy: ScalingPolicy) -> float:
     """How long the last worker is kept after its work: the idle windows' keep-alive, or the
-    plain ski-rental window while they are not representative (its cold start priced for the
-    callers it makes wait)."""
+    scale-down window while they are not representative. Keeping a worker for the window is the
+    ski-rental rule for a cold start priced at the window (the owner keeps an unneeded worker
+    that long for the chance of a call): within 2× of the best choice made in hindsight at that
+    price, whatever comes next; the idle windows only ever shorten it where the deployment's
+    own gaps show the shorter keep-alive makes no call colder (`idle.fit_idle_windows`)."""
     if idle.representative:
         return idle.keepalive_s
-    return hold_s(policy, boot_s, idle.wake_requests)
+    return policy.scaledown_window_s
 
 
 def wake_levels(
@@ -159,17 +158,23 @@ def prewarm_levels(
 def wake_callers(
     idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
 ) -> list[float]:
-    """The callers of a wake (`idle.wake_requests`) each worker after the first would serve: a
-    worker ready when a wake comes starts its slots at once, then each again every service
-    time, so `target × (1 + boot / service)` callers over a boot; those beyond that many per
-    worker wait for the next one (a replacement would take a boot)."""
+    """The callers of a wake each worker after the first would serve, on average over the
+    recent wakes (`idle.wakes`; their mean `idle.wake_requests` before any was seen): a worker
+    ready when a wake comes starts its slots at once, then each again every service time, so
+    `target × (1 + boot / service)` callers over a boot; those beyond that many per worker wait
+    for the next one (a replacement would take a boot). The j-th worker after the first serves
+    a wake of A callers min(max(A − j × that, 0), that) of them; averaged over the wakes seen,
+    not taken at their mean, so that a worker the larger wakes need is priced by them."""
     target = max(policy.target_concurrency, 1)
     per_worker = target * (1.0 + boot_s / max(service_s, 1e-3))
+    wakes = idle.wakes or (idle.wake_requests,)
     callers: list[float] = []
-    rest = idle.wake_requests - per_worker
-    while rest > 0 and len(callers) + 1 < policy.max_workers:
-        callers.append(min(rest, per_worker))
-        rest -= per_worker
+    while len(callers) + 1 < policy.max_workers:
+        j = len(callers) + 1
+        served = sum(min(max(a - j * per_worker, 0.0), per_worker) for a in wakes) / len(wakes)
+        if served <= 0.0:
+            break
+        callers.append(served)
     return callers
 
 
@@ -181,7 +186,7 @@ def keepalive_levels(
     `wake_levels`."""
     if idle.prewarms:
         return prewarm_levels(idle, policy, boot_s, service_s)
-    return wake_levels(idle, policy, boot_s, service_s, keepalive_window(idle, policy, boot_s))
+    return wake_levels(idle, policy, boot_s, service_s, keepalive_window(idle, policy))
 
 
 def counts_as_capacity(booting_since: float, now: float, policy: ScalingPolicy) -> bool:
@@ -271,6 +276,15 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             worst = max(worst, math.ceil(max(concurrency - waits, load) / target))
         parts.append((worst, "forecast"))
 
+    # The parts above size the workers for the work present or forecast; each worker above the
+    # last is held once no longer needed by them, for its level's hold (`levels.py`).
+    work_needed = min(max(n for n, _ in parts), p.max_workers)
+    held_levels, held = update_levels(mem.levels, work_needed, now, boot_s, p, demand)
+
+    # The idle windows' parts below keep or pre-warm the workers of the next wake, counted
+    # from the last work: the levels' holds do not start again after them. (Counted as needed,
+    # the workers a quiet deployment kept for its next wake were held again for their levels'
+    # holds once the keep-alive ended: twice the window.)
     # A pre-warm counts from the last arrival (the gaps are between arrivals); a keep-alive
     # from the later of the last arrival and the end of the last work, so a long job does not
     # find its keep-alive spent when it finishes.
@@ -286,13 +300,13 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         if boot_at <= arrived and idle_for < idle.keepalive_s:
             parts.append((len(prewarm_levels(idle, p, boot_s, state.service_s)), "prewarm"))
     else:
-        window = keepalive_window(idle, p, boot_s)
+        window = keepalive_window(idle, p)
         if idle_for < window:
-            # While work runs, the parts above size the workers; once it is quiet, as many are
-            # kept as the next wake will want, each for its own price.
-            windows = (
-                wake_levels(idle, p, boot_s, state.service_s, window) if demand == 0 else [window]
-            )
+            # As many workers are kept as a wake wants, each for its own price, while work runs
+            # too: a wake is when they are needed (asked for only once the deployment was quiet,
+            # they were released by the first tick of the next wake, whose calls had not yet
+            # queued, and booted again for its queue).
+            windows = wake_levels(idle, p, boot_s, state.service_s, window)
             parts.append((sum(1 for w in windows if idle_for < w), "keepalive"))
     parts.append((p.min_workers, "min_workers"))
 
@@ -300,10 +314,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     if needed > p.max_workers:
         needed, reason = p.max_workers, "max_workers"
 
-    # each worker above the last is held once no longer needed, for its level's hold
-    held_levels, held = update_levels(mem.levels, needed, now, boot_s, p)
     memory = Memory(held_levels, panic_until, busy_at)
-    desired = min(held, p.max_workers)
+    desired = min(max(held, needed), p.max_workers)
     if desired > needed:
         reason = "hold"
     if desired < capacity:

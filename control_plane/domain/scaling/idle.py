@@ -4,11 +4,15 @@ After each arrival the autoscaler may keep its worker for a while, or let it go 
 again shortly before the next arrival is likely. "Serverless in the Wild" (ATC'20) sets these
 windows at the 5th and 99th percentiles of an idle-time histogram, with 10 % margins. Here the
 histogram is the deployment's recent gaps (`history.ArrivalStats.gaps`), each idle one spread
-to its neighbours (no fixed bins: a 25 % bin at 15 min is wider than a boot), and both windows
-are chosen to minimise the expected cost over it: idle worker-seconds plus cold starts, priced
-as in `policy.py`.
-Percentile rules fall out as special cases (a sharp period gives a pre-warm just before it; a
-flat distribution gives keep-or-release), and nothing is tuned to a trace.
+to its neighbours (no fixed bins: a 25 % bin at 15 min is wider than a boot), and the windows
+are the pair of least expected cost over it (idle worker-seconds plus cold starts, priced as in
+`policy.py`) among the pairs that make no call cold which keeping the worker for the whole
+scale-down window after each call would have served. That keep-alive is the rule with a
+guarantee (the ski-rental rule for a cold start priced at the window) and the fallback while
+the gaps are too few; what the past buys is idle time (a pre-warm for a period, a release for
+pauses longer than the window) and warm calls beyond the window, never a colder call within
+it. Percentile rules fall out as special cases (a sharp period gives a pre-warm just before
+it), and nothing is tuned to a trace.
 
 Fitting is vectorised over at most a few hundred candidates; it runs off the hot path.
 """
@@ -48,6 +52,10 @@ class IdleWindows:
     # price of releasing it is a boot plus this many penalties, whether or not the windows are
     # representative.
     wake_requests: float = 1.0
+    # The callers of each recent wake, oldest first (`wake_sizes`): how many workers the next
+    # wake wants is priced on these, not on their mean (a mean undershoots every wake larger
+    # than the average one).
+    wakes: tuple[float, ...] = ()
 
     @property
     def prewarms(self) -> bool:
@@ -69,16 +77,32 @@ def wake_requests(counts: Sequence[float], boot_s: float) -> float:
     One caller for a sparse deployment; for one called in bursts, the burst's rate times the
     boot: 24 calls that come together all wait through the boot one of them starts. A burst
     still going on at the end of the history is counted as far as it has come."""
+    sizes = wake_sizes(counts, boot_s, last=None)
+    return sum(sizes) / len(sizes) if sizes else 1.0
+
+
+# The wakes kept to size the next one: as many as a level keeps gaps (`levels.GAPS_KEPT`), the
+# recent ones, so that the sizing follows a change of the bursts within a few of them.
+WAKES_KEPT = 8
+
+
+def wake_sizes(
+    counts: Sequence[float], boot_s: float, last: int | None = WAKES_KEPT
+) -> tuple[float, ...]:
+    """The callers of each wake in the history (see `wake_requests`), oldest first; the `last`
+    ones only (None: all)."""
     span = max(math.ceil(boot_s / BUCKET_S), 1)  # buckets a boot covers
     c = np.asarray(counts, dtype=np.float64)
     i = np.flatnonzero(c)
     if not i.size:
-        return 1.0
+        return ()
     empty = np.concatenate(([0], np.cumsum(c == 0)))  # [n + 1]: empty buckets before each
     woken = (i >= span) & (empty[i] - empty[np.maximum(i - span, 0)] == span)
     starts = i[woken] if woken.any() else i
+    if last is not None:
+        starts = starts[-last:]
     window = np.concatenate(([0.0], np.cumsum(c)))
-    return float((window[np.minimum(starts + span, c.size)] - window[starts]).mean())
+    return tuple(float(x) for x in window[np.minimum(starts + span, c.size)] - window[starts])
 
 
 def fit_idle_windows(
@@ -130,7 +154,13 @@ def fit_idle_windows(
     # pause ends between 240 and 648 s: its workers, whose wake costs 65 callers a boot, were
     # released 264 s after each burst, where the scale-down window (600 s) was cheaper. (Gaps
     # shorter than a job are served by the worker still at it: those stay points.)
-    knots = np.concatenate(([idle[0] * EARLY_MARGIN], idle, [idle[-1] * LATE_MARGIN]))
+    # How much longer a new longest gap is, nothing seen says: it may end anywhere up to and
+    # past the window, so the last span reaches past it. (Ended at the longest seen, the model
+    # said no gap ends between it and the window, and a keep-alive just past the longest gap
+    # made every new longest gap a cold call the window's keep-alive catches: a few per trace,
+    # as gaps get longer records the way exchangeable samples do.)
+    top = max(idle[-1], max_keepalive_s) * LATE_MARGIN
+    knots = np.concatenate(([idle[0] * EARLY_MARGIN], idle, [top]))
     busy = g[g < busy_s]
     below = _Spread(busy, knots)
     n = below.total
@@ -143,6 +173,20 @@ def fit_idle_windows(
     )
     w_b, g_b = below(ends)
     keep = g_b + (n - w_b) * (ends + cold)
+    # No plan may make a call cold that keeping the worker for the whole window after each call
+    # (`max_keepalive_s`, the owner's scale-down window) would have served: a plan is allowed
+    # only if none of the spread gaps up to the window falls where it has no worker ready.
+    # What the past buys is idle time, and warm calls beyond the window, never a colder call
+    # within it. (Compared by counts instead, a plan that pre-warmed for the longest pauses
+    # and missed the shorter ones was "as warm" on 13 gaps, and colder on the next 30.)
+    window = np.array([max_keepalive_s])
+    (w_window,), _ = below(window)
+    rounding = 1e-9 * n
+
+    def within(x: np.ndarray) -> np.ndarray:
+        return below(np.minimum(x, max_keepalive_s))[0]
+
+    keep[w_window - within(ends) > rounding] = np.inf
     i = int(np.argmin(keep))
     best = IdleWindows(None, float(ends[i]), True, float(keep[i]))
     # candidate pre-warm points: each gap and each gap with the early margin, after one boot
@@ -168,6 +212,11 @@ def fit_idle_windows(
             + (n - w_e[None, :]) * (e_ - s_ + cold)
         )
         cost[(e_ < a_) | (e_ - s_ > max_keepalive_s)] = np.inf
+        # cold up to the window: from the end of the last work to the ready time, and after
+        # the end
+        head_cold = within(starts) - within(np.minimum(busy_s, s))
+        colder = head_cold[:, None] + (w_window - within(ends2))[None, :]
+        cost[colder > rounding] = np.inf
         r, c = np.unravel_index(int(np.argmin(cost)), cost.shape)
         if cost[r, c] < best.expected_cost_s:
             best = IdleWindows(float(starts[r]), float(ends2[c]), True, float(cost[r, c]))

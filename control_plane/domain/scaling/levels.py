@@ -1,25 +1,36 @@
 """How long each worker above the last is kept once no part of the decision asks for it.
 
-A worker released and needed again costs a cold start: its boot, and the callers that queue
-while it boots. Kept, it costs one worker-second per second. Without knowing when it will be
-needed again, keeping it for as long as a cold start of one caller costs (`policy.hold_s`) is
-the ski-rental rule: never more than twice the best choice made in hindsight.
+A worker released and needed again costs a cold start: its boot, and the wait of the callers
+it would have served while its replacement boots. Kept, it costs one worker-second per second.
+Without knowing when it will be needed again, keeping it for as long as a cold start costs
+(`policy.hold_s`) is the ski-rental rule: never more than twice the best choice made in
+hindsight, whatever comes next.
 
-Each level (the k-th worker, k ≥ 2; the last one is the idle windows') also remembers its own
-past: the gaps between the times it was needed, those longer than a boot (a shorter one is
-held through whatever the hold, since a new boot alone costs more than it). A level released at
-the end of each swing of a stream and needed again at the next, a minute or two later, sees
-such gaps again and again; the first backlog's levels see that they were not needed again
-within the scale-down window. A level is held for the longer of the ski-rental time and the
-hold that would have cost least over its gaps (the ATC'20 histogram policy's idea, per level):
-long enough to span the gaps it keeps seeing, when spanning them costs less than booting
-again.
+Each level (the k-th worker, k ≥ 2; the last one is the idle windows') learns both sides of
+that rule from its own past:
+- the price of its cold start: how many callers it makes wait through a boot. Each time the
+  level is needed again after more than a boot (an episode), the jobs it holds once a boot has
+  passed (the work present beyond the k − 1 workers below it, at most a worker's slots) are
+  the callers a replacement started at the need would only then be ready to serve: those
+  wait through a whole boot, the wait `cold_penalty_s` prices. A level that carries a burst
+  longer than a boot costs many; one that a stream or a short burst touches for a moment,
+  none (its callers wait for a slot of the workers below, `policy.queue_wait_s`'s business).
+  The recent episodes' mean prices the level.
+- the gaps between the times it was needed, those longer than a boot (a shorter one is held
+  through whatever the hold, since a new boot alone costs more than it). A level released at
+  the end of each swing of a stream and needed again at the next sees such gaps again and
+  again; the first backlog's levels see that they were not needed again within the
+  scale-down window.
+A level is held for the longer of the ski-rental time at its price and the hold that would have
+cost least over its gaps at that price (the ATC'20 histogram policy's idea, per level).
 
-The learned hold only lengthens the ski-rental time, never shortens it. Under load, a level
-needed again makes wait every caller that queues while it boots, not one: the one-caller price
-is a floor. Allowed to shorten on that price (simulator, Mooncake trace, T_cold 30 s), the
-holds fell to the shortest gaps seen, boots went from 19 to 26 and the p99 from keep-alive's
-+ 0.98 s to + 2.37 s.
+The learned hold only lengthens the ski-rental time, with one exception: a hold shorter than
+the price of a cold start has no bound on its cost against hindsight (a need that comes just
+after it costs a cold start where keeping would have cost next to nothing), one longer than it
+at most 1 + hold / price times hindsight's. The exception is no hold at all, for a level whose
+own past says it is not needed again within the window, weighed against the chance that the
+next need comes sooner than any seen (`best_hold_s`): a burst's workers are released once the
+bursts have shown that the next one comes after the window, instead of being held for it.
 """
 
 from __future__ import annotations
@@ -30,19 +41,31 @@ from dataclasses import dataclass
 
 from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s, hold_s
 
-# Gaps kept per level: the recent ones, so that a level follows a change of the stream's rhythm
-# within a few swings, and no one gap decides alone once a few are in (each weighs an eighth).
+# Gaps and episodes kept per level: the recent ones, so that a level follows a change of the
+# stream's rhythm within a few swings, and no one gap decides alone once a few are in (each
+# weighs an eighth).
 GAPS_KEPT = 8
 # The gap of a level not needed again within the scale-down window: no hold spans it.
 NOT_AGAIN = math.inf
+# The price of a level's cold start before any episode of it was measured: one caller, the
+# fewest a level that is needed can hold.
+PRIOR_CALLERS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class LevelFit:
-    """One level's recent gaps between needs (oldest first) and the hold they ask for."""
+    """One level's recent gaps between needs and its episodes' callers (oldest first), and the
+    hold they ask for."""
 
     gaps: tuple[float, ...] = ()
     hold_s: float = 0.0  # the hold (≥ the ski-rental time) that would have cost least (0: none)
+    callers: tuple[float, ...] = ()  # callers of its recent episodes (see the module doc)
+
+    @property
+    def cold_callers(self) -> float:
+        """The callers a cold start of this level makes wait through a boot, on average over
+        its recent episodes (PRIOR_CALLERS before the first)."""
+        return sum(self.callers) / len(self.callers) if self.callers else PRIOR_CALLERS
 
 
 NO_FIT = LevelFit()
@@ -54,72 +77,108 @@ class Levels:
 
     needed_at: tuple[float | None, ...] = ()  # [k - 1]: when k workers were last needed
     fits: tuple[LevelFit, ...] = ()  # [k - 1]: level k's gaps (only changed when one ends)
+    # [k - 1]: when level k's episode began, until its first boot has passed (else None)
+    began_at: tuple[float | None, ...] = ()
 
 
 NO_LEVELS = Levels()
 
 
 def update_levels(
-    levels: Levels, needed: int, now: float, boot_s: float, policy: ScalingPolicy
+    levels: Levels,
+    needed: int,
+    now: float,
+    boot_s: float,
+    policy: ScalingPolicy,
+    demand: float = 0.0,
 ) -> tuple[Levels, int]:
-    """The levels after a tick where `needed` workers are asked for, and how many workers to
-    keep: the `needed`, or more up to the highest level from 2 up whose hold has not run out."""
+    """The levels after a tick where `needed` workers are asked for with `demand` jobs present
+    (queued + running), and how many workers to keep: the `needed`, or more up to the highest
+    level from 2 up whose hold has not run out."""
     cap = policy.scaledown_window_s
-    default = hold_s(policy, boot_s)
+    target = max(policy.target_concurrency, 1)
     n = max(len(levels.needed_at), needed)
     needed_at = list(levels.needed_at) + [None] * (n - len(levels.needed_at))
     fits = list(levels.fits) + [NO_FIT] * (n - len(levels.fits))
-    refit = False
+    began_at = list(levels.began_at) + [None] * (n - len(levels.began_at))
+    refit = n > len(levels.fits)
     held = needed
-    for k in range(n):
+    if n:  # the last worker is the idle windows' to keep: only its last need is kept
+        needed_at[0] = now if needed else needed_at[0]
+    for k in range(1, n):
+        start = began_at[k]
+        if start is not None and now - start >= boot_s:
+            # the episode's callers: those the level would hold now, which a replacement
+            # started at its need would only now be ready to serve
+            callers = min(max(demand - k * target, 0.0), target)
+            fits[k] = _with(fits[k], policy, boot_s, callers=callers)
+            began_at[k], refit = None, True
         last = needed_at[k]
         if k < needed:
-            if k > 0 and last is not None and now - last > boot_s:
-                fits[k] = _with_gap(fits[k], now - last, default, policy, boot_s)
-                refit = True
+            if last is None or now - last > boot_s:  # needed again: an episode begins
+                if last is not None:
+                    fits[k] = _with(fits[k], policy, boot_s, gap=now - last)
+                began_at[k], refit = now, True
             needed_at[k] = now
             continue
         if last is None:
             continue
         if now - last >= cap:  # not needed again within the longest hold there is
-            fits[k] = _with_gap(fits[k], NOT_AGAIN, default, policy, boot_s)
-            needed_at[k] = None
-            refit = True
-        elif k > 0 and now - last < _hold_s(fits[k], default, cap):
+            fits[k] = _with(fits[k], policy, boot_s, gap=NOT_AGAIN)
+            needed_at[k], refit = None, True
+        elif now - last < _hold_s(fits[k], policy, boot_s):
             held = k + 1
-    kept = tuple(fits) if refit or n > len(levels.fits) else levels.fits
-    return Levels(tuple(needed_at), kept), held
+    if not refit:
+        return Levels(tuple(needed_at), levels.fits, levels.began_at), held
+    return Levels(tuple(needed_at), tuple(fits), tuple(began_at)), held
 
 
 def hold_levels_s(levels: Levels, boot_s: float, policy: ScalingPolicy) -> list[float]:
     """How long each level from 2 up that has been needed is held once no longer needed:
     [0] the second worker's hold, [1] the third's, ..."""
-    default = hold_s(policy, boot_s)
-    return [_hold_s(fit, default, policy.scaledown_window_s) for fit in levels.fits[1:]]
+    return [_hold_s(fit, policy, boot_s) for fit in levels.fits[1:]]
 
 
-def _hold_s(fit: LevelFit, default: float, cap: float) -> float:
+def _hold_s(fit: LevelFit, policy: ScalingPolicy, boot_s: float) -> float:
     # Fitted against the prices and window of its time: the boot measured since, or a policy
     # changed since, may have moved the ski-rental time or the window past it.
-    return min(max(fit.hold_s, default), cap)
+    if fit.hold_s == 0.0 and fit.gaps:  # released at once: its past says so (`best_hold_s`)
+        return 0.0
+    floor = hold_s(policy, boot_s, fit.cold_callers)
+    return min(max(fit.hold_s, floor), policy.scaledown_window_s)
 
 
 def best_hold_s(gaps: Sequence[float], floor_s: float, cold_s: float, cap: float) -> float:
-    """The hold of at least `floor_s` that would have cost least over `gaps`: a gap within
-    the hold costs its length in idle worker-seconds, a longer one the hold and then a cold
-    start (`cold_s`). Tried: the floor and each gap between it and `cap` (the cost bends only
-    there); ties go to the shorter hold."""
-    best, best_cost = floor_s, math.inf
-    for hold in sorted({floor_s, *(g for g in gaps if floor_s < g <= cap)}):
-        cost = sum(g if g <= hold else hold + cold_s for g in gaps)
-        if cost < best_cost:
-            best, best_cost = hold, cost
-    return best
+    """The hold that would have cost least over `gaps`: a gap within the hold costs its length
+    in idle worker-seconds, a longer one the hold and then a cold start (`cold_s`). Tried: the
+    floor (the ski-rental time) and each gap between it and `cap` (the cost bends only there),
+    and no hold at all. Ties go to a hold, the shorter one.
+
+    No hold at all is the one choice below the floor, and it is weighed against one gap more
+    than were seen, which it meets cold: the next need may come before any seen did (of n + 1
+    exchangeable gaps, the next is the shortest one time in n + 1). So a level is released at
+    once only when its own past pays for that risk: n gaps beyond the window against a cold
+    start of price C when C < (n + 1) × the window, i.e. a level that carried a burst's callers
+    only after several bursts that did not need it again within the window; never without a
+    past."""
+    costs = {0.0: cold_s + sum(cold_s for _ in gaps)}
+    for hold in {floor_s, *(g for g in gaps if floor_s < g <= cap)}:
+        costs[hold] = sum(g if g <= hold else hold + cold_s for g in gaps)
+    # ties: no hold at all last (the rule with a guarantee wins them), then the shorter hold
+    return min(costs, key=lambda h: (costs[h], h == 0.0, h))
 
 
-def _with_gap(
-    fit: LevelFit, gap: float, default: float, policy: ScalingPolicy, boot_s: float
+def _with(
+    fit: LevelFit,
+    policy: ScalingPolicy,
+    boot_s: float,
+    gap: float | None = None,
+    callers: float | None = None,
 ) -> LevelFit:
-    gaps = (*fit.gaps, gap)[-GAPS_KEPT:]
-    cold_s = cold_cost_s(policy, boot_s)
-    return LevelFit(gaps, best_hold_s(gaps, default, cold_s, policy.scaledown_window_s))
+    """The fit with one more gap or one more episode's callers, and its hold refit."""
+    gaps = fit.gaps if gap is None else (*fit.gaps, gap)[-GAPS_KEPT:]
+    episodes = fit.callers if callers is None else (*fit.callers, callers)[-GAPS_KEPT:]
+    price = LevelFit(gaps, 0.0, episodes).cold_callers
+    cold_s = cold_cost_s(policy, boot_s, price)
+    floor = hold_s(policy, boot_s, price)
+    return LevelFit(gaps, best_hold_s(gaps, floor, cold_s, policy.scaledown_window_s), episodes)

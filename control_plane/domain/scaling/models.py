@@ -4,12 +4,19 @@ simulator's refit event), never inside `decide()`."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from control_plane.domain.scaling.forecast import Forecast, fit_forecast
 from control_plane.domain.scaling.history import BUCKET_S, ArrivalStats
-from control_plane.domain.scaling.idle import PLAIN, IdleWindows, fit_idle_windows, wake_requests
+from control_plane.domain.scaling.idle import (
+    PLAIN,
+    IdleWindows,
+    fit_idle_windows,
+    wake_requests,
+    wake_sizes,
+)
 from control_plane.domain.scaling.policy import ScalingPolicy, counted_boot_s
 
 # "Recent" for the density test: the last five minutes of buckets.
@@ -43,13 +50,16 @@ def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float, service_s: 
     return Models(
         fitted_at=stats.at,
         forecast=fit_forecast(stats.counts, stats.buckets_end_at) if dense else None,
-        idle=fit_idle_windows(
-            stats.gaps,
-            boot_s,
-            policy.cold_penalty_s,
-            policy.scaledown_window_s,
-            wake_requests(stats.counts, boot_s),
-            service_s,
+        idle=dataclasses.replace(
+            fit_idle_windows(
+                stats.gaps,
+                boot_s,
+                policy.cold_penalty_s,
+                policy.scaledown_window_s,
+                wake_requests(stats.counts, boot_s),
+                service_s,
+            ),
+            wakes=wake_sizes(stats.counts, boot_s),
         ),
         recent_rate=recent_rate(stats.counts, boot_s),
     )

@@ -7,14 +7,11 @@ the simulator (`bench/autoscale/ours.py`) both measure it with `mean_service_s`.
 
 The mean is taken over the jobs that ended within the last `SERVICE_WINDOW_S`, and over at
 least the latest `MIN_SAMPLES`:
-- a fixed count alone is noisy where traffic is dense: 20 jobs of a chat trace (lognormal
-  lengths) are a few seconds of a busy deployment, and their mean has a standard error of
-  about 16 %, so it swings from one refit to the next. In the simulator, on the Azure trace,
-  a 20-job mean took 0.84× keep-alive's GPU-seconds and 22 boots where the window took 0.73×
-  and 9 (`bench/autoscale_sim.py`, T_cold 30 s);
-- a mean since the start lags when lengths change: the same trace's early jobs are longer, and
-  its running mean stayed 14-54 % above the last minute's from t = 600 s to 1,700 s, so the
-  forecast part asked for a worker more than the load needed.
+- a fixed count alone is noisy where traffic is dense: 20 jobs with lengths of coefficient of
+  variation 0.7 (lognormal chat lengths) have a mean with a standard error of about 16 %, a
+  few seconds of a busy deployment, so it swings from one refit to the next, and a worker asked
+  for on a high reading is held for its ski-rental time;
+- a mean since the start lags when lengths drift, as chat lengths do over tens of minutes.
 """
 
 from __future__ import annotations
@@ -25,15 +22,13 @@ from control_plane.domain.scaling.history import BUCKET_S
 from control_plane.domain.scaling.models import RECENT_BUCKETS
 
 # The jobs that ended within the last five minutes: the "recent" of the forecast's density test
-# (`models.RECENT_BUCKETS`). Job lengths drift over tens of minutes (the Azure trace's), and five
-# minutes of a deployment with one job a second are 300 jobs, a standard error of ~4 %. A
-# one-minute window, tried, tracked no better and its noise cost 6 % more GPU-seconds on the
-# simulator's synthetic fleet, whose lengths do not drift (a worker asked for on a high reading
-# is held for the ski-rental time; a low reading releases none sooner).
+# (`models.RECENT_BUCKETS`), so that the rate and the service time it multiplies describe the
+# same stretch of traffic. Five minutes of a deployment ending one job a second are 300 jobs, a
+# standard error of ~4 %.
 SERVICE_WINDOW_S = RECENT_BUCKETS * BUCKET_S
-# A sparse deployment ends few jobs in five minutes: below this many the mean reaches further back.
-# 20 lengths with the traces' coefficient of variation (0.5-0.7) give a standard error of
-# 12-16 %: enough to tell a 2 s job from a 20 s one, which is what a sparse deployment needs.
+# A sparse deployment ends few jobs in five minutes: below this many the mean reaches further
+# back. 20 lengths with a coefficient of variation of 0.5-0.7 give a standard error of 12-16 %:
+# enough to tell a 2 s job from a 20 s one, which is what a sparse deployment needs.
 MIN_SAMPLES = 20
 # The most samples read per measurement, so a deployment ending thousands of jobs a minute costs
 # a bounded read; 1,000 put the standard error of the mean near 2 %.
