@@ -34,7 +34,7 @@ from control_plane.domain.plans.workers import LiveWorker, plan_exits, plan_live
 from control_plane.domain.pool import PoolTarget
 from control_plane.domain.scaling import DeploymentState, ScalingPolicy, decide
 from control_plane.domain.scaling.decide import gate
-from tests.unit.test_scaling_decide import state as decide_state
+from tests.unit.scaling_states import state as decide_state
 
 NOW = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 T = NOW.timestamp()
