@@ -22,8 +22,8 @@ def default_host_cache_bytes(shm: str = "/dev/shm") -> int:
 def default_api_processes() -> int:
     """API processes when PLATFORM_API_PROCESSES is not set: two on a machine with two cores or
     more. One process is held by its own event loop and GIL at about one core; a second one
-    nearly doubled the async admissions on 2 cores with SQLite (docs/benchmarks.md, "Control
-    plane"), and more than two would mostly queue on SQLite's one writer."""
+    took the async admissions 1.4-1.7x higher on 2 cores with SQLite (docs/benchmarks.md,
+    "Control plane"), and more than two would mostly queue on SQLite's one writer."""
     return 2 if (os.cpu_count() or 1) >= 2 else 1
 
 
