@@ -85,8 +85,17 @@ def liveness(
     if state in BOOTING_STATES and age_s > max_boot_s:
         return Liveness("boot_timeout", now)
     if not has_heartbeat and age_s > heartbeat_grace_s:
-        return Liveness("heartbeat_lost", max(last_heartbeat_at or state_since, state_since))
+        return Liveness("heartbeat_lost", last_sign_of_life(last_heartbeat_at, state_since, now))
     return Liveness(None, now)
+
+
+def last_sign_of_life(
+    last_heartbeat_at: datetime | None, state_since: datetime, now: datetime
+) -> datetime:
+    """Where a dead worker's life (and its open billing segment) ends: its last heartbeat, or
+    the start of its current state when that is later (a state the control plane recorded is a
+    sign of life too; the segment is then empty), never after `now`."""
+    return min(max(last_heartbeat_at or state_since, state_since), now)
 
 
 def retries_left(attempt: int) -> bool:

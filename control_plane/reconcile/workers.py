@@ -15,7 +15,12 @@ from sqlalchemy.orm import Session
 from common.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
 from control_plane.db.models import Deployment, Worker
 from control_plane.domain.plans.actions import LoseWorker
-from control_plane.domain.plans.workers import LiveWorker, plan_exits, plan_liveness
+from control_plane.domain.plans.workers import (
+    ExitedWorker,
+    LiveWorker,
+    plan_exits,
+    plan_liveness,
+)
 from control_plane.domain.spec import Spec
 from control_plane.reconcile import tick_trace
 from control_plane.reconcile.actuator import Actuator
@@ -34,9 +39,13 @@ def reap(session: Session, env: Env, now: datetime) -> list[str]:
     """Workers whose process ended: stopped (exit 0) or failed (any other status); returns
     their ids (their running jobs go back to the queue)."""
     exited = [(e.worker_id, e.returncode) for e in env.provider.reap()]
-    known = {w for w, _ in exited if session.get(Worker, w) is not None}
+    known = {
+        w.id: ExitedWorker(w.last_heartbeat_at, w.state_since)
+        for worker_id, _ in exited
+        if (w := session.get(Worker, worker_id)) is not None
+    }
     act = Actuator(session, env, now)
-    act.apply(plan_exits(exited, known))
+    act.apply(plan_exits(exited, known, now))
     act.commit()
     return [w for w, _ in exited]
 
