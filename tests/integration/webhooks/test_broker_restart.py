@@ -10,10 +10,8 @@ database; the API in process on them.
 from __future__ import annotations
 
 import os
-import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -22,12 +20,12 @@ from fastapi.testclient import TestClient
 from common.protocol import UNACKED_KEY
 from control_plane.api.app import create_app
 from control_plane.db.migrate import upgrade
-from control_plane.embedded.processes import ManagedProcess, free_port, start_redis
 from control_plane.services.jobs.dispatch import make_celery
 from control_plane.settings import Settings
 from control_plane.tasks_api import CONTROL_QUEUE, DELIVER_WEBHOOK_TASK
 from tests.helpers import wait_for
 from tests.integration.api_helpers import WORKER_TOKEN, h, tenant_keys
+from tests.integration.killable_redis import KillableRedis, killable_redis
 from tests.integration.webhooks.helpers import (
     Env,
     claim,
@@ -43,33 +41,14 @@ from tests.integration.webhooks.helpers import (
 from tests.integration.webhooks.receiver import Receiver
 
 
-class Broker:
-    """A redis-server with its AOF, that the test kills and starts again on the same port."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.data_dir, self.port = data_dir, free_port()
-        self.proc: ManagedProcess = self._start()
-        self.url: str = self.proc.extra["url"]
-
-    def _start(self) -> ManagedProcess:
-        return start_redis(self.data_dir, self.port, self.data_dir / "redis.log", appendonly=True)
-
-    def restart(self) -> None:
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.popen.wait(10)
-        time.sleep(1.0)  # down for a second, as under the supervisor's restart
-        self.proc = self._start()
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KillableRedis]:
+    with killable_redis(tmp_path_factory.mktemp("broker")) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker]:
-    b = Broker(tmp_path_factory.mktemp("broker"))
-    yield b
-    b.proc.stop()
-
-
-@pytest.fixture(scope="module")
-def own_env(tmp_path_factory: pytest.TempPathFactory, broker: Broker) -> Iterator[Env]:
+def own_env(tmp_path_factory: pytest.TempPathFactory, broker: KillableRedis) -> Iterator[Env]:
     d = tmp_path_factory.mktemp("broker-restart")
     database_url = f"sqlite:///{d / 'platform.db'}"
     upgrade(database_url)
@@ -98,7 +77,7 @@ def own_env(tmp_path_factory: pytest.TempPathFactory, broker: Broker) -> Iterato
         stop_celery_worker(worker)
 
 
-def test_the_celery_worker_rides_out_a_broker_restart(own_env: Env, broker: Broker) -> None:
+def test_the_celery_worker_rides_out_a_broker_restart(own_env: Env, broker: KillableRedis) -> None:
     env = own_env
     key = tenant_keys(env.settings.database_url)["a"]
     deploy(env, key)
