@@ -1,6 +1,7 @@
 """What a stream's client is sent of a job's text (`domain/stream_text.py`): whatever the event
 stream carried (attempts, late deltas of a lost attempt, lost deltas), the client's text ends
 as the job's output, and it is told to restart only when the text it holds cannot be continued.
+And when a waiting caller reads its job's row for an end Redis lost (`domain/row_checks.py`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from control_plane.domain import stream_text
+from control_plane.domain.row_checks import AFTER_FAILURE_S, EVERY_S, RowChecks
 from control_plane.domain.stream_text import (
     EVENTS_LOST,
     NEW_ATTEMPT,
@@ -172,3 +174,17 @@ def test_one_attempt_without_losses_never_restarts(text: str, cuts: list[int]) -
         at += n
     steps += s.end(text)
     assert all(isinstance(x, Text) for x in steps) and client_text(steps) == text
+
+
+def test_a_waiting_caller_reads_the_row_every_few_seconds_and_each_second_after_a_failure() -> None:
+    checks = RowChecks(0.0)
+    assert not checks.due(EVERY_S - 0.1) and checks.due(EVERY_S)
+    checks.read(EVERY_S)
+    checks.redis(ok=False)  # an outage: the end may be lost
+    assert checks.due(EVERY_S + AFTER_FAILURE_S)
+    checks.read(EVERY_S + AFTER_FAILURE_S)
+    assert checks.due(EVERY_S + 2 * AFTER_FAILURE_S), "still every second while it fails"
+    checks.redis(ok=True)  # Redis is back
+    checks.read(EVERY_S + 2 * AFTER_FAILURE_S)  # a read after that: whatever was lost, found
+    assert not checks.due(EVERY_S + 3 * AFTER_FAILURE_S)
+    assert checks.due(2 * EVERY_S + 2 * AFTER_FAILURE_S)
