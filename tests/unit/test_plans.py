@@ -53,19 +53,22 @@ def ago(s: float) -> datetime:
 
 def test_exits_are_recorded_for_the_workers_the_database_knows() -> None:
     """A clean exit ends its worker at the reap; a crash or a kill at its last sign of life:
-    its last heartbeat, or its current state's start when later (never after now)."""
+    its last heartbeat, its current state's start or its latest job claim or report, whichever
+    is latest (never after now)."""
     known = {
-        "w1": ExitedWorker(ago(3), ago(60)),
-        "w2": ExitedWorker(ago(3), ago(60)),
-        "w3": ExitedWorker(ago(3), ago(1)),
-        "w4": ExitedWorker(None, ago(2)),
+        "w1": ExitedWorker(ago(3), ago(60), None),
+        "w2": ExitedWorker(ago(3), ago(60), ago(10)),
+        "w3": ExitedWorker(ago(3), ago(1), None),
+        "w4": ExitedWorker(None, ago(2), None),
+        "w5": ExitedWorker(ago(3), ago(60), ago(0.5)),  # reported a job after its last beat
     }
-    exited = [("w1", 0), ("w2", 137), ("w3", -9), ("w4", 1), ("gone", 1)]
+    exited = [("w1", 0), ("w2", 137), ("w3", -9), ("w4", 1), ("w5", -9), ("gone", 1)]
     assert plan_exits(exited, known, NOW) == [
         a.RecordExit("w1", 0, NOW),
         a.RecordExit("w2", 137, ago(3)),
         a.RecordExit("w3", -9, ago(1)),
         a.RecordExit("w4", 1, ago(2)),
+        a.RecordExit("w5", -9, ago(0.5)),
     ]
 
 

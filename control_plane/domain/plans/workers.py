@@ -31,6 +31,7 @@ class ExitedWorker:
 
     last_heartbeat_at: datetime | None  # the latest beat recorded before this tick
     state_since: datetime  # since when it is in its current state
+    last_activity_at: datetime | None  # the latest claim or end of an attempt it ran
 
 
 def plan_exits(
@@ -38,14 +39,19 @@ def plan_exits(
 ) -> list[RecordExit]:
     """The exited processes (worker id, exit code) the database knows, recorded. A clean exit
     ends its worker now (it drained and reported `stopped` itself: this only confirms it); a
-    crash or a kill ends it at its last sign of life, as a worker that went silent does: the
-    time between its last heartbeat and the reap is not billed (docs/billing.md)."""
+    crash or a kill ends it at its last sign of life (a heartbeat, a state, a job's claim or
+    report), as a worker that went silent does: the time between then and the reap is not
+    billed (docs/billing.md)."""
     out = []
     for worker_id, code in exited:
         w = known.get(worker_id)
         if w is None:
             continue
-        ended_at = now if code == 0 else last_sign_of_life(w.last_heartbeat_at, w.state_since, now)
+        ended_at = (
+            now
+            if code == 0
+            else last_sign_of_life(w.last_heartbeat_at, w.state_since, now, w.last_activity_at)
+        )
         out.append(RecordExit(worker_id, code, ended_at))
     return out
 
