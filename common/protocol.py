@@ -280,6 +280,9 @@ class EventType(StrEnum):
     EXPIRED = "expired"
     # It ran past its execution limit.
     TIMED_OUT = "timed_out"
+    # Never in Redis: sent by the API's SSE stream to a client whose text cannot be continued
+    # (the job was run again and its new text differs): discard it, the text starts anew.
+    RESTARTED = "restarted"
 
 
 # One terminal event per terminal job status (`completed` is the event of `succeeded`).

@@ -34,6 +34,7 @@ from sdk._errors import (
     PlatformError,
     RateLimitError,
     ServerError,
+    StreamRestarted,
     WebhookVerificationError,
 )
 from sdk._jobs import Job
@@ -66,6 +67,7 @@ __all__ = [
     "RunStatus",
     "ServerError",
     "StoredFile",
+    "StreamRestarted",
     "WebhookVerificationError",
 ]
 

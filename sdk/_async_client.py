@@ -181,7 +181,7 @@ class AsyncClient:
         job = AsyncJob(raw, self)
         if not wait:
             return job
-        settle(job, "", recovered=False)
+        settle(job, "")
         return job.text or ""
 
     async def submit(

@@ -180,7 +180,7 @@ class Client:
         job = Job(raw, self)
         if not wait:
             return job
-        settle(job, "", recovered=False)
+        settle(job, "")
         return job.text or ""
 
     def submit(

@@ -12,7 +12,8 @@
     ├── JobError                    about one job (.job_id always set)
     │   ├── JobFailed               the job ended failed / canceled / expired / timed_out (.job)
     │   │   └── ModelError          ... because of the model or its input ("your model failed")
-    │   └── JobTimeout              the client stopped waiting; the job may still finish
+    │   ├── JobTimeout              the client stopped waiting; the job may still finish
+    │   └── StreamRestarted         a stream's text cannot add up to its job's output (.job)
     ├── BatchTimeout                the client stopped waiting for a batch (.batch_id)
     ├── DeploymentNotReady          no worker of the version became ready (.reason, .timed_out)
     └── WebhookVerificationError    a webhook's signature, timestamp or headers are not valid
@@ -180,6 +181,29 @@ class JobTimeout(JobError):
             job_id=job_id,
         )
         self.timeout_s = timeout_s
+
+
+class StreamRestarted(JobError):
+    """A streamed run's job was run again (its worker was lost) and its new text departs from
+    the text already streamed, which cannot be taken back: raised once the stream has ended,
+    instead of a text that would differ from the job's output. `.job` is the job as it ended
+    (its `.text` the true output); `.attempt` the attempt that produced it.
+
+    Example:
+        try:
+            text = "".join(client.run("demo", {"prompt": "Hi"}, stream=True))
+        except StreamRestarted as e:
+            text = e.job.text  # redraw what was shown with this
+    """
+
+    def __init__(self, job: JobView, attempt: int | None) -> None:
+        self.job = job
+        self.attempt = attempt
+        super().__init__(
+            f"job {job.id} was run again after its worker was lost and its text departs from "
+            "what was streamed; its output is in .job.text",
+            job_id=job.id,
+        )
 
 
 class BatchTimeout(PlatformError):

@@ -60,7 +60,7 @@ class Job(JobView):
         self._raw = self._client._execute(
             flows.wait_for_job(self._client._rt, self._raw, timeout, hook)
         )
-        settle(self, "", recovered=False)
+        settle(self, "")
         return self
 
     def cancel(self) -> Job:
@@ -80,8 +80,12 @@ class Stream(ResponseIterator[str]):
                 print(delta, end="", flush=True)
         print(stream.job.usage)
 
-    If the connection breaks off mid-stream the job is polled to its end and the text not yet
-    streamed is yielded as one last delta, so the deltas always add up to the job's output.
+    The deltas always add up to the job's output. If the connection breaks off mid-stream,
+    the job is polled to its end and the text not yet streamed is yielded as one last delta.
+    If the job was run again (its worker lost) and its new text departs from what was already
+    yielded (the server's `restarted` event), no more deltas come: the stream is read to its
+    end and raises StreamRestarted, whose `.job.text` is the output. `text` is the job's text
+    as the stream has it so far (the new attempt's after a restart; the output at the end).
     """
 
     def __init__(
@@ -110,6 +114,13 @@ class Stream(ResponseIterator[str]):
         return self._job
 
     @property
+    def text(self) -> str:
+        """The job's text so far; once the stream ended with its job, the job's output."""
+        if self._job is not None and self._job.status == "succeeded":
+            return self._job.text or ""
+        return self._state.text
+
+    @property
     def status(self) -> RunStatus | None:
         """The latest status the stream reported (None before the first)."""
         return self._state.status
@@ -128,7 +139,6 @@ class Stream(ResponseIterator[str]):
                 raise APIConnectionError(f"the run stream broke off: {e}") from e
         finally:
             self._response.close()
-        recovered = state.final is None
         if state.final is not None:
             self._job = Job(state.final, self._client)
         elif state.job_id is None:
@@ -141,7 +151,7 @@ class Stream(ResponseIterator[str]):
                 flows.recover_stream(self._client._rt, state.job_id, remaining_s)
             )
             self._job = Job(raw, self._client)
-        rest = settle(self._job, state.seen_text, recovered=recovered)
+        rest = settle(self._job, state.seen_text, restarted=state.restarted)
         if rest:
             yield rest
 

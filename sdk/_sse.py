@@ -1,8 +1,10 @@
 """Server-sent events of a streamed run, decoded into text deltas (no I/O here).
 
 A run stream (docs/api.md) is: queued, starting*, running, output*, then one of completed /
-failed / canceled carrying the final Job. `StreamState` follows it line by line; the clients
-only read lines and act on what it says.
+failed / canceled carrying the final Job; a `restarted` event tells the client to discard the
+text it has (the job was run again and its new text departs from it: the output deltas after
+it start the text anew). `StreamState` follows it line by line; the clients only read lines
+and act on what it says.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sdk._errors import PlatformError, job_failure
+from sdk._errors import PlatformError, StreamRestarted, job_failure
 from sdk._models import JobView
 
 # The event that ends a run stream; each but `completed` (= succeeded) is the job's status.
@@ -97,7 +99,11 @@ class RunStatus:
 
 class StreamState:
     """Where a run stream stands: the job id, the text streamed so far, the final job, and its
-    latest status (`on_status` hears each new one, in the thread that reads the stream)."""
+    latest status (`on_status` hears each new one, in the thread that reads the stream).
+
+    NOTE: deltas handed to the reader cannot be taken back, so after a `restarted` event none
+    is handed over any more: the stream is read to its end and `settle` raises StreamRestarted
+    with the job (unless its output still continues what the reader has)."""
 
     def __init__(
         self, job_id: str | None, on_status: Callable[[RunStatus], None] | None = None
@@ -105,9 +111,11 @@ class StreamState:
         self.job_id = job_id  # from X-Job-Id, else from the `queued` event
         self.final: dict[str, Any] | None = None  # the Job of the terminal event
         self.status: RunStatus | None = None
+        self.restarted: int | None = None  # the attempt of the last `restarted` event
         self._on_status = on_status
         self._decoder = SSEDecoder()
-        self._seen: list[str] = []
+        self._seen: list[str] = []  # the deltas handed to the reader
+        self._text: list[str] = []  # the job's text as the stream has it (since a restart)
 
     @property
     def done(self) -> bool:
@@ -115,7 +123,13 @@ class StreamState:
 
     @property
     def seen_text(self) -> str:
+        """The text handed to the reader."""
         return "".join(self._seen)
+
+    @property
+    def text(self) -> str:
+        """The job's text as streamed so far: after a `restarted` event, from it on."""
+        return "".join(self._text)
 
     def feed_line(self, line: str) -> str | None:
         """The text delta this line completes, if any; records the final job when it comes."""
@@ -131,8 +145,14 @@ class StreamState:
         elif event.event == "output":
             delta = data.get("delta")
             if isinstance(delta, str) and delta:
-                self._seen.append(delta)
-                return delta
+                self._text.append(delta)
+                if self.restarted is None:
+                    self._seen.append(delta)
+                    return delta
+        elif event.event == "restarted":
+            attempt = data.get("attempt")
+            self.restarted = attempt if isinstance(attempt, int) else 0
+            self._text = []
         elif event.event in TERMINAL_EVENTS:
             final = dict(data)
             if self.job_id and not final.get("id"):
@@ -160,23 +180,22 @@ class StreamState:
         return data if isinstance(data, dict) else {}
 
 
-def remaining_text(seen: str, final_text: str, job_id: str) -> str:
-    """The part of a finished job's text that an interrupted stream did not deliver."""
-    if not final_text.startswith(seen):
-        raise PlatformError(
-            f"the stream of job {job_id} was interrupted and its final text does not continue "
-            "what was streamed; read the job's output instead",
-            job_id=job_id,
-        )
-    return final_text[len(seen) :]
+def settle(job: JobView, seen: str, *, restarted: int | None = None) -> str:
+    """Raise unless the streamed job succeeded; else the text still owed to a reader that was
+    handed `seen`: the output past it (a stream that broke off, or whose server lost deltas).
 
-
-def settle(job: JobView, seen: str, *, recovered: bool) -> str:
-    """Raise unless the streamed job succeeded; else the text still owed to the reader.
-
-    Only a recovered stream (one that broke off, after which the job was polled to its end)
-    owes text: the final output minus what was already streamed.
+    An output that does not continue `seen` raises: StreamRestarted after a `restarted` event
+    (`restarted`: its attempt), else PlatformError; never a text that differs from the output.
     """
     if job.status != "succeeded":
         raise job_failure(job)
-    return remaining_text(seen, job.text or "", job.id) if recovered else ""
+    final_text = job.text or ""
+    if final_text.startswith(seen):
+        return final_text[len(seen) :]
+    if restarted is not None:
+        raise StreamRestarted(job, restarted)
+    raise PlatformError(
+        f"the text streamed for job {job.id} does not continue into its output; read the "
+        "job's output instead",
+        job_id=job.id,
+    )

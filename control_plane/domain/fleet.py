@@ -85,8 +85,23 @@ def liveness(
     if state in BOOTING_STATES and age_s > max_boot_s:
         return Liveness("boot_timeout", now)
     if not has_heartbeat and age_s > heartbeat_grace_s:
-        return Liveness("heartbeat_lost", max(last_heartbeat_at or state_since, state_since))
+        return Liveness("heartbeat_lost", last_sign_of_life(last_heartbeat_at, state_since, now))
     return Liveness(None, now)
+
+
+def last_sign_of_life(
+    last_heartbeat_at: datetime | None,
+    state_since: datetime,
+    now: datetime,
+    last_activity_at: datetime | None = None,
+) -> datetime:
+    """Where a dead worker's life (and its open billing segment) ends: the latest sign of life
+    the control plane has of it, never after `now`. Its last heartbeat recorded; the start of
+    its current state; `last_activity_at`, the latest claim or report of its jobs (a worker
+    reports jobs between beats: a job it completed after its last recorded beat is billed in
+    its segment)."""
+    signs = [s for s in (last_heartbeat_at, state_since, last_activity_at) if s is not None]
+    return min(max(signs), now)
 
 
 def retries_left(attempt: int) -> bool:

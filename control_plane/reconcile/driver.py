@@ -17,7 +17,8 @@ and writes what a plan decided (the Kubernetes controller pattern).
     pool.keep                              boot / stop warm-pool workers toward the target
     batches.pump                           bounded fan-out and completion of batches
     billing                                roll open segments, allocate busy cost to jobs
-    jobs.redispatch                        every REDISPATCH_EVERY_S: re-send lost wake-ups
+    jobs.redispatch                        every REDISPATCH_EVERY_S, and at once when Redis
+                                           came back: re-send lost wake-ups
     jobs.forget_stale_wakeups              every WAKEUP_SWEEP_EVERY: drop unacked wake-ups
                                            nothing needs (kombu would redeliver them in 1 h)
     webhooks.resend_lost                   every WEBHOOK_SWEEP_EVERY: completed webhooks whose
@@ -29,6 +30,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime, timedelta
 
+import redis
 from sqlalchemy.orm import Session, sessionmaker
 
 from common import heap
@@ -80,6 +82,10 @@ class Reconciler:
         self.unheld: dict[tuple[str, int], float] = {}
         self.refresher = refresh.ModelRefresher(env, sessions)
         self.last_redispatch: datetime | None = None
+        # Redis failed this process's last round trip (a restart, an outage); when it answers
+        # again, the jobs accepted meanwhile (their wake-ups lost) are woken at once
+        self.redis_down = False
+        self.redispatch_now = False
         self.last_wakeup_sweep: datetime | None = None
         self.last_webhook_sweep: datetime | None = None
 
@@ -101,6 +107,7 @@ class Reconciler:
 
     def _tick(self, now: datetime, token: int | None, trace: tick_trace.TickTrace | None) -> None:
         env = self.env
+        self._watch_redis()
         with self.sessions() as session:
             if token is not None:
                 fence.fence(session, token)
@@ -128,17 +135,34 @@ class Reconciler:
     def _sweep(self, session: Session, now: datetime) -> None:
         """The periodic sweeps, each when due."""
         env = self.env
-        if self.last_redispatch is None:
-            self.last_redispatch = now
-        elif now - self.last_redispatch > REDISPATCH_EVERY:
+        last = self.last_redispatch
+        if self.redispatch_now or (last is not None and now - last > REDISPATCH_EVERY):
             self.last_redispatch = now
             jobs.redispatch(session, env, now)
+            self.redispatch_now = False  # (done: a redispatch that failed is tried again)
+        elif last is None:
+            self.last_redispatch = now
         if self.last_wakeup_sweep is None or now - self.last_wakeup_sweep > WAKEUP_SWEEP_EVERY:
             self.last_wakeup_sweep = now
             jobs.forget_stale_wakeups(session, env, now)
         if self.last_webhook_sweep is None or now - self.last_webhook_sweep > WEBHOOK_SWEEP_EVERY:
             self.last_webhook_sweep = now
             webhooks.resend_lost(session, env, now)
+
+    def _watch_redis(self) -> None:
+        """One round trip to Redis, first in every tick (a tick that meets a dead Redis fails
+        later on, before its sweeps). A failure, then an answer: Redis is back, and the jobs
+        admitted while it was down, whose wake-ups were lost, are woken at this tick's
+        redispatch instead of waiting up to REDISPATCH_EVERY for the sweep."""
+        try:
+            self.env.redis.ping()
+        except redis.RedisError:
+            self.redis_down = True
+            return
+        if self.redis_down:
+            log.info("Redis is back: waking the jobs that wait", extra={"reason": "redis_back"})
+            self.redis_down = False
+            self.redispatch_now = True
 
     def stop(self) -> list[Exited]:
         """Stop the refits and the workers only this process reaches (they drain); those that

@@ -45,7 +45,16 @@ def record_exit(session: Session, env: Env, x: a.RecordExit, now: datetime) -> N
             x.exit_code,
             extra={"worker_id": x.worker_id, "reason": reason},
         )
-    worker_records.transition(session, env.settings, x.worker_id, state, now, now, reason)
+    worker_records.transition(
+        session,
+        env.settings,
+        x.worker_id,
+        state,
+        x.ended_at,
+        now,
+        reason,
+        note="heartbeat" if x.exit_code != 0 else None,
+    )
 
 
 def lose(session: Session, env: Env, x: a.LoseWorker, now: datetime) -> None:

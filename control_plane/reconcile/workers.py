@@ -9,13 +9,18 @@ import json
 import logging
 from datetime import UTC, datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from common.protocol import HEARTBEAT_TTL_S, WorkerState, worker_heartbeat_key
-from control_plane.db.models import Deployment, Worker
+from control_plane.db.models import Deployment, JobAttempt, Worker
 from control_plane.domain.plans.actions import LoseWorker
-from control_plane.domain.plans.workers import LiveWorker, plan_exits, plan_liveness
+from control_plane.domain.plans.workers import (
+    ExitedWorker,
+    LiveWorker,
+    plan_exits,
+    plan_liveness,
+)
 from control_plane.domain.spec import Spec
 from control_plane.reconcile import tick_trace
 from control_plane.reconcile.actuator import Actuator
@@ -34,11 +39,32 @@ def reap(session: Session, env: Env, now: datetime) -> list[str]:
     """Workers whose process ended: stopped (exit 0) or failed (any other status); returns
     their ids (their running jobs go back to the queue)."""
     exited = [(e.worker_id, e.returncode) for e in env.provider.reap()]
-    known = {w for w, _ in exited if session.get(Worker, w) is not None}
+    activity = _last_activity(session, [w for w, code in exited if code != 0])
+    known = {
+        w.id: ExitedWorker(w.last_heartbeat_at, w.state_since, activity.get(w.id))
+        for worker_id, _ in exited
+        if (w := session.get(Worker, worker_id)) is not None
+    }
     act = Actuator(session, env, now)
-    act.apply(plan_exits(exited, known))
+    act.apply(plan_exits(exited, known, now))
     act.commit()
     return [w for w, _ in exited]
+
+
+def _last_activity(session: Session, worker_ids: list[str]) -> dict[str, datetime]:
+    """Each worker's latest claim or attempt end (a sign of life between its heartbeats)."""
+    if not worker_ids:
+        return {}
+    rows = session.execute(
+        select(
+            JobAttempt.worker_id,
+            func.max(JobAttempt.started_at),
+            func.max(JobAttempt.ended_at),
+        )
+        .where(JobAttempt.worker_id.in_(worker_ids))
+        .group_by(JobAttempt.worker_id)
+    ).all()
+    return {w: max(t for t in (started, ended) if t is not None) for w, started, ended in rows}
 
 
 def check_liveness(session: Session, env: Env, now: datetime) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from sdk._errors import JobFailed
+from sdk._errors import JobFailed, StreamRestarted
 from sdk._jobs import Stream
 from sdk._sse import RunStatus
 from sdk.cli import _common
@@ -116,7 +116,10 @@ def run(
                     deployment, job_input, stream=True, timeout=timeout, on_status=bar
                 ) as text,
             ):
-                whole = "".join(text)
+                try:
+                    whole = "".join(text)
+                except StreamRestarted as e:  # nothing was printed yet: print the output
+                    whole = e.job.text or ""
             typer.echo(whole)
         else:
             typer.echo(client.run(deployment, job_input, timeout=timeout))
@@ -190,6 +193,12 @@ def _stream(deltas: Stream, bar: ColdStartBar) -> None:
                 bar.close()
                 typer.echo(delta, nl=False)  # click.echo flushes: text appears as it comes
                 last = delta
+    except StreamRestarted as e:
+        # what was printed cannot be taken back: say so, then print the job's whole output
+        typer.echo()
+        typer.echo(f"[job {e.job_id} was run again and its text changed; its output:]", err=True)
+        typer.echo(e.job.text or "", nl=False)
+        last = e.job.text or ""
     except KeyboardInterrupt:
         if deltas.job_id:
             typer.echo(f"\ninterrupted; the job goes on: {deltas.job_id}", err=True)

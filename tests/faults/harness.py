@@ -3,8 +3,8 @@ submits jobs through the SDK, a read-only view of the platform's ledger, the bas
 fault injectors, and the record of one run for the summary.
 
     Sizes.from_env(), SIZES   FAULTS_JOBS, FAULTS_WORKER_KILLS, FAULTS_REDIS_RESTARTS,
-                              FAULTS_COLD_START_KILLS, FAULTS_MAX_TOKENS (short defaults;
-                              `make faults` sets long ones)
+                              FAULTS_COLD_START_KILLS, FAULTS_CALLER_FAULTS, FAULTS_MAX_TOKENS
+                              (short defaults; `make faults` sets long ones)
     scenario_marks()          a scenario module's pytestmark: faults, e2e and its timeout
     INVARIANTS                what every scenario checks (invariants/), one test each
     Submitter                 a thread: submits jobs, at most `window` unfinished at a time;
@@ -61,6 +61,7 @@ class Sizes:
     cold_start_kills: int = 2  # SIGKILLs of a worker loading its weights or warming up, in turn
     max_tokens: int = 24  # tokens per job: the demo model is untrained, it uses them all
     network_faults: int = 5  # worker↔Redis / worker↔S3 faults, each kind in turn
+    caller_faults: int = 4  # worker, Redis, API, Celery kills in turn, callers in flight
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> Sizes:
@@ -73,6 +74,7 @@ class Sizes:
             cold_start_kills=int(env.get("FAULTS_COLD_START_KILLS", d.cold_start_kills)),
             max_tokens=int(env.get("FAULTS_MAX_TOKENS", d.max_tokens)),
             network_faults=int(env.get("FAULTS_NETWORK_FAULTS", d.network_faults)),
+            caller_faults=int(env.get("FAULTS_CALLER_FAULTS", d.caller_faults)),
         )
 
     def timeout_s(self) -> float:
@@ -82,6 +84,7 @@ class Sizes:
             + self.redis_restarts
             + self.control_plane_kills
             + self.cold_start_kills
+            + self.caller_faults
         )
         return 600 + 3 * self.jobs + 60 * faults
 

@@ -135,3 +135,20 @@ class Ledger:
                 chunk = ids[i : i + 500]
                 out.update(s.scalars(select(Job.status).where(Job.id.in_(chunk))))
         return out
+
+    def prompts_since(self, deployment: str, t: datetime) -> dict[str, str]:
+        """prompt → job id of the deployment's jobs created after `t` (callers that cannot name
+        their job before it answers are told apart by their prompts)."""
+        with self._sessions() as s:
+            rows = s.execute(
+                select(Job.id, Job.input).where(
+                    Job.deployment_name == deployment, Job.created_at > t
+                )
+            ).all()
+        return {str((doc or {}).get("prompt")): job_id for job_id, doc in rows}
+
+    def job(self, job_id: str) -> tuple[str, str | None]:
+        """(status, output text) of a job."""
+        with self._sessions() as s:
+            status, output = s.execute(select(Job.status, Job.output).where(Job.id == job_id)).one()
+        return status, (output or {}).get("text")

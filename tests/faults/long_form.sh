@@ -24,3 +24,4 @@ run network FAULTS_JOBS=150 FAULTS_NETWORK_FAULTS=20 test_network_faults.py
 run duplicates FAULTS_JOBS=300 FAULTS_DUPLICATIONS=50 test_duplicate_deliveries.py
 run webhooks FAULTS_JOBS=200 test_webhook_receiver_faults.py
 run sdk_restart FAULTS_JOBS=12 test_sdk_api_restart.py
+run callers FAULTS_JOBS=100 FAULTS_CALLER_FAULTS=16 test_callers_across_faults.py

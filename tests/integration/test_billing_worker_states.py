@@ -4,16 +4,23 @@ commits while a tick settles it."""
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import select
 
+from common.protocol import worker_heartbeat_key
+from control_plane.db.models import JobAttempt, Worker
+from control_plane.providers.base import Exited
 from control_plane.reconcile.driver import Reconciler
 from control_plane.services.workers import worker_records
 from tests.integration.api_helpers import WORKER, h
 from tests.integration.billing_helpers import claim, complete, records, start_worker, submit
-from tests.integration.conftest import SteppedClock
+from tests.integration.conftest import SteppedClock, provider
 
 
 def test_a_worker_that_gets_a_job_while_the_tick_settles_it_stays_busy(
@@ -88,3 +95,50 @@ def test_busy_and_idle_follow_the_claims_and_job_ends(
     assert [r["phase"] for r in recs] == ["boot", "load", "warm", "idle", "busy", "idle", "busy"]
     busy = recs[4]
     assert busy["end"] == last_end, "idle from the last job's end, not from the tick"
+
+
+def test_a_killed_workers_life_ends_at_its_last_sign_of_life_not_at_the_reap(
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    redis_client: Any,
+    clock: SteppedClock,
+) -> None:
+    """A worker whose process is killed (SIGKILL: exit -9) is found by the reaper a tick or
+    more later; its open segment and its life end at its last sign of life (docs/billing.md):
+    its last heartbeat, or a job it reported after that beat (billed in its segment), and
+    its running attempt ends there too (unbilled). A clean exit ends at the reap."""
+    key = keys["a"]
+    wid = start_worker(client, clock, key, loop, target_concurrency=2)
+    first = client.get("/v1/jobs", headers=h(key)).json()["data"][0]["id"]
+    second = submit(client, key)
+    a1 = claim(client, first, wid)
+    claim(client, second, wid)
+    clock.advance(0.5)
+    beat = clock()
+    redis_client.set(worker_heartbeat_key(wid), json.dumps({"at": beat.timestamp()}), ex=10)
+    loop.tick(clock())  # records the heartbeat
+    clock.advance(1.0)
+    complete(client, first, wid, a1, prompt=1, gen=1)  # reported between two beats
+    reported = datetime.fromisoformat(
+        client.get(f"/v1/jobs/{first}", headers=h(key)).json()["completed_at"]
+    )
+    assert reported > beat
+    clock.advance(3.0)  # killed meanwhile; the reaper sees it now
+    provider(loop).exits.append(Exited(wid, -9))
+    loop.tick(clock())
+    recs = records(client, key, worker_id=wid)
+    assert (recs[-1]["phase"], recs[-1]["note"]) == ("busy", "heartbeat")
+    assert datetime.fromisoformat(recs[-1]["end"]) == reported, "not the reap, not the beat"
+    with loop.sessions() as s:
+        w = s.get(Worker, wid)
+        assert w is not None and (w.state, w.reason) == ("failed", "exit_-9")
+        assert w.stopped_at == reported
+        lost = s.scalars(
+            select(JobAttempt).where(JobAttempt.job_id == second, JobAttempt.attempt == 1)
+        ).one()
+        assert lost.ended_at == reported, "the lost attempt ends with its worker"
+    loop.tick(clock())  # allocates the closed busy record
+    usage = {u["job_id"]: u for u in client.get("/v1/usage", headers=h(key)).json()["data"]}
+    assert Decimal(usage[first]["cost"]) > 0, "the job it reported is billed"
+    assert client.get("/v1/billing/check", headers=h(key)).json() == {"ok": True, "issues": []}

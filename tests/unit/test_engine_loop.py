@@ -92,6 +92,10 @@ def test_jobs_share_the_engine_and_stream_their_text() -> None:
         assert r.output["finish_reason"] == "length" and r.output["cached_tokens"] == 0
         assert set(r.output["timings"]) >= {"queue_s", "ttft_s", "itl_mean_s"}
         assert (r.prompt_tokens, r.generated_tokens) == (2, 3 + i)
+        # each delta names its attempt and where it starts in the attempt's text
+        entries = [json.loads(e["data"]) for e in h.redis.streams[job_events_key(f"j{i}")]]
+        offsets = [len("".join(e["delta"] for e in entries[:k])) for k in range(len(entries))]
+        assert [(e["attempt"], e["offset"]) for e in entries] == [(1, o) for o in offsets]
     # one pipeline per step for all deltas (plus cancel polls), not one round trip per token
     assert h.redis.pipelines < sum(3 + i for i in range(5)) * 2
     assert not h.loop._thread.is_alive()

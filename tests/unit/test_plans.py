@@ -30,7 +30,7 @@ from control_plane.domain.plans.scale import (
     plan_scale,
     split,
 )
-from control_plane.domain.plans.workers import LiveWorker, plan_exits, plan_liveness
+from control_plane.domain.plans.workers import ExitedWorker, LiveWorker, plan_exits, plan_liveness
 from control_plane.domain.pool import PoolTarget
 from control_plane.domain.scaling import DeploymentState, ScalingPolicy, decide
 from control_plane.domain.scaling.decide import gate
@@ -52,8 +52,24 @@ def ago(s: float) -> datetime:
 
 
 def test_exits_are_recorded_for_the_workers_the_database_knows() -> None:
-    actions = plan_exits([("w1", 0), ("w2", 137), ("gone", 1)], known={"w1", "w2"})
-    assert actions == [a.RecordExit("w1", 0), a.RecordExit("w2", 137)]
+    """A clean exit ends its worker at the reap; a crash or a kill at its last sign of life:
+    its last heartbeat, its current state's start or its latest job claim or report, whichever
+    is latest (never after now)."""
+    known = {
+        "w1": ExitedWorker(ago(3), ago(60), None),
+        "w2": ExitedWorker(ago(3), ago(60), ago(10)),
+        "w3": ExitedWorker(ago(3), ago(1), None),
+        "w4": ExitedWorker(None, ago(2), None),
+        "w5": ExitedWorker(ago(3), ago(60), ago(0.5)),  # reported a job after its last beat
+    }
+    exited = [("w1", 0), ("w2", 137), ("w3", -9), ("w4", 1), ("w5", -9), ("gone", 1)]
+    assert plan_exits(exited, known, NOW) == [
+        a.RecordExit("w1", 0, NOW),
+        a.RecordExit("w2", 137, ago(3)),
+        a.RecordExit("w3", -9, ago(1)),
+        a.RecordExit("w4", 1, ago(2)),
+        a.RecordExit("w5", -9, ago(0.5)),
+    ]
 
 
 def test_a_silent_worker_is_lost_at_its_last_beat_and_a_beat_is_noted() -> None:

@@ -53,8 +53,9 @@ class Job:
     deadline: float
     # scheduling class (broker priority: lower first)
     priority: int = 0
-    # the generated text so far
+    # the generated text so far, and its length in characters
     text_parts: list[str] = field(default_factory=list)
+    text_chars: int = 0
     # log-probabilities per generated token, when asked for
     logprobs: list[dict[str, Any]] = field(default_factory=list)
     # "canceled" or "timed_out" once an abort was requested
@@ -211,8 +212,17 @@ class EngineLoop:
             if job is None:
                 continue
             if out.text_delta:
+                # The attempt and where in its text the delta starts let a stream's reader
+                # drop a lost attempt's deltas and see that some were lost
+                # (control_plane/domain/stream_text.py).
+                delta = {
+                    "delta": out.text_delta,
+                    "generated_tokens": out.num_generated_tokens,
+                    "attempt": job.attempt,
+                    "offset": job.text_chars,
+                }
                 job.text_parts.append(out.text_delta)
-                delta = {"delta": out.text_delta, "generated_tokens": out.num_generated_tokens}
+                job.text_chars += len(out.text_delta)
                 events.append((job_events_key(job.job_id), json.dumps(delta)))
             if out.logprobs:
                 job.logprobs.extend(

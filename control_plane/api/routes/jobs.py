@@ -103,8 +103,10 @@ async def run(
 
 
 async def _sse(ctx: AppContext, job_id: str, tenant_id: str) -> AsyncIterator[str]:
+    """The job's events (`callers.Follow`: its deltas add up to its output, a `restarted` event
+    telling the client to discard its text when they cannot), keep-alives while silent."""
     idle_ticks = 0
-    async for event, data in callers.follow_or_cancel(ctx, job_id, tenant_id):
+    async for event, data in callers.Follow(ctx, job_id, tenant_id).events():
         if event is None:
             idle_ticks += 1
             if idle_ticks % KEEPALIVE_EVERY_S == 0:

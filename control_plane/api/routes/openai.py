@@ -189,6 +189,13 @@ def _sse(obj: dict[str, Any]) -> str:
     return f"data: {json.dumps(obj)}\n\n"
 
 
+def _stream_error(job_id: str, message: str, code: str) -> str:
+    """The error chunk that ends an OpenAI stream; it names the job (`X-Job-Id` too)."""
+    error = {"message": f"job {job_id}: {message}", "type": "server_error", "param": None,
+             "code": code, "job_id": job_id}  # fmt: skip
+    return _sse({"error": error})
+
+
 async def _stream(
     ctx: AppContext,
     job: dict[str, Any],
@@ -196,13 +203,28 @@ async def _stream(
     chunk: Any,
     include_usage: bool,
 ) -> AsyncIterator[str]:
-    """OpenAI streaming: `chunk(delta_text | None, finish_reason)` builds each data object."""
+    """OpenAI streaming: `chunk(delta_text | None, finish_reason)` builds each data object.
+
+    The deltas add up to the job's output (`callers.Follow`). An OpenAI stream cannot take
+    back text it sent: when the job was run again (its worker lost) and its new text departs
+    from what was streamed, the stream ends with an error chunk naming the job instead, and the
+    job runs on (its output: GET /v1/jobs/{id})."""
     first = chunk(None, None)
     if first is not None:
         yield _sse(first)
-    async for event, data in callers.follow_or_cancel(ctx, job["id"], tenant_id):
+    follow = callers.Follow(ctx, job["id"], tenant_id)
+    async for event, data in follow.events():
         if event == EventType.OUTPUT:
             yield _sse(chunk(data.get("delta", ""), None))
+        elif event == EventType.RESTARTED:
+            follow.let_run()
+            message = (
+                "its worker was lost and the job was run again; the new attempt's text does not "
+                "continue the text streamed, which cannot be taken back. The job runs on: read "
+                f"its output with GET /v1/jobs/{job['id']}"
+            )
+            yield _stream_error(job["id"], message, "job_restarted")
+            break
         elif event == EventType.COMPLETED:
             yield _sse(chunk("", _finish_reason(data)))
             if include_usage:
@@ -210,9 +232,9 @@ async def _stream(
                 yield _sse(usage)
             break
         elif event in TERMINAL_EVENTS:  # failed, canceled, expired, timed_out
-            message = (data.get("error") or {}).get("message") or f"job {data.get('status')}"
-            yield _sse({"error": {"message": message, "type": "server_error", "param": None,
-                                  "code": None}})  # fmt: skip
+            message = (data.get("error") or {}).get("message") or "no detail"
+            yield _stream_error(job["id"], f"the job ended {data.get('status')}: {message}",
+                                f"job_{data.get('status')}")  # fmt: skip
             break
     yield "data: [DONE]\n\n"
 

@@ -17,10 +17,13 @@ from control_plane.domain.placement import Placement
 
 @dataclass(frozen=True, slots=True)
 class RecordExit:
-    """A worker's process ended: `stopped` on exit code 0, else `failed` (`exit_<code>`)."""
+    """A worker's process ended: `stopped` on exit code 0, else `failed` (`exit_<code>`). Its
+    open billing segment ends at `ended_at`: the reap for a clean exit, the worker's last sign
+    of life for any other (`note: heartbeat`)."""
 
     worker_id: str
     exit_code: int
+    ended_at: datetime
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from common.protocol import WorkerState
-from control_plane.domain.fleet import liveness
+from control_plane.domain.fleet import last_sign_of_life, liveness
 from control_plane.domain.plans.actions import LoseWorker, NoteHeartbeat, RecordExit
 
 
@@ -25,9 +25,35 @@ class LiveWorker:
     max_boot_s: float  # its deployment's boot limit (the pool's for a pool worker)
 
 
-def plan_exits(exited: list[tuple[str, int]], known: set[str]) -> list[RecordExit]:
-    """The exited processes (worker id, exit code) the database knows, recorded."""
-    return [RecordExit(worker_id, code) for worker_id, code in exited if worker_id in known]
+@dataclass(frozen=True, slots=True)
+class ExitedWorker:
+    """A worker whose process ended, as the database knew it."""
+
+    last_heartbeat_at: datetime | None  # the latest beat recorded before this tick
+    state_since: datetime  # since when it is in its current state
+    last_activity_at: datetime | None  # the latest claim or end of an attempt it ran
+
+
+def plan_exits(
+    exited: list[tuple[str, int]], known: dict[str, ExitedWorker], now: datetime
+) -> list[RecordExit]:
+    """The exited processes (worker id, exit code) the database knows, recorded. A clean exit
+    ends its worker now (it drained and reported `stopped` itself: this only confirms it); a
+    crash or a kill ends it at its last sign of life (a heartbeat, a state, a job's claim or
+    report), as a worker that went silent does: the time between then and the reap is not
+    billed (docs/billing.md)."""
+    out = []
+    for worker_id, code in exited:
+        w = known.get(worker_id)
+        if w is None:
+            continue
+        ended_at = (
+            now
+            if code == 0
+            else last_sign_of_life(w.last_heartbeat_at, w.state_since, now, w.last_activity_at)
+        )
+        out.append(RecordExit(worker_id, code, ended_at))
+    return out
 
 
 def plan_liveness(

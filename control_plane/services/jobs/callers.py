@@ -2,19 +2,28 @@
 
 read / cancel     a job of the caller's tenant (cancel ends it through `finish.py`)
 end_of            a sync job as it ended, for a caller that waits for the end alone
-follow_or_cancel  a job's events until its end; a consumer that goes away cancels it
+Follow            a job's events for a stream, true to the job: deltas that add up to its
+                  output (`domain/stream_text.py`), its end even when Redis lost it; a consumer
+                  that goes away cancels the job
+
+Both waits read the job's row when its end may have been lost in Redis (`domain/row_checks.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.context import AppContext
 from control_plane.domain import endings
+from control_plane.domain.row_checks import RowChecks
+from control_plane.domain.states import JobStatus, is_terminal
+from control_plane.domain.stream_text import Restart, Step, StreamText
 from control_plane.services.jobs import events, finish, job_store
 from control_plane.services.jobs.local_ends import End
 
@@ -58,19 +67,29 @@ async def end_of(
 
     Its end comes handed over in this process (`LocalEnds`: the worker's report reached it) or
     read from Redis (`events.wait_end`), whichever comes first; both carry the job as
-    committed. Between reads (every half second) a caller that went away (`disconnected()`)
-    cancels the job, so its worker frees the slot: CallerGone.
+    committed; or, when Redis may have lost it, from the job's row (`RowChecks`). Between
+    reads (every half second) a caller that went away (`disconnected()`) cancels the job, so
+    its worker frees the slot: CallerGone.
     """
     local = ctx.ends.expect(job_id)
+    checks = RowChecks(time.monotonic())
     try:
         async with asyncio.timeout(wait_s):
             while True:
-                end = await _end_from_either(ctx, job_id, local)
+                try:
+                    end = await _end_from_either(ctx, job_id, local)
+                    checks.redis(ok=True)
+                except events.Unavailable:
+                    end = None
+                    checks.redis(ok=False)
                 if end is not None:
                     _event, job = end
                     if job.get("id") == job_id:
                         return job
                     return await asyncio.to_thread(read, ctx, job_id, tenant_id)
+                ended = await _ended_row(ctx, job_id, tenant_id, checks)
+                if ended is not None:
+                    return ended
                 if await disconnected():
                     await asyncio.to_thread(cancel_quietly, ctx, job_id, tenant_id)
                     raise CallerGone(job_id)
@@ -110,18 +129,112 @@ def _left_read_done(task: asyncio.Future[Any]) -> None:
         task.exception()  # retrieved: no "exception never retrieved" warning
 
 
-async def follow_or_cancel(
-    ctx: AppContext, job_id: str, tenant_id: str
-) -> AsyncIterator[tuple[EventType | None, dict[str, Any]]]:
-    """A job's events until a terminal one; if the consumer goes away first (the client
-    disconnected), the job is canceled so its worker frees the slot. `None` = idle tick."""
-    ended = False
+async def _ended_row(
+    ctx: AppContext, job_id: str, tenant_id: str, checks: RowChecks
+) -> dict[str, Any] | None:
+    """The job from its row if a read is due and it has ended (its end lost in Redis)."""
+    now = time.monotonic()
+    if not checks.due(now):
+        return None
     try:
-        async for event, data in events.follow(ctx.aredis, job_id):
-            if event in TERMINAL_EVENTS:
-                ended = True
-            yield event, data
-    finally:
-        if not ended:
-            # Not awaited: this task is being cancelled itself.
-            asyncio.get_running_loop().run_in_executor(None, cancel_quietly, ctx, job_id, tenant_id)
+        job = await asyncio.to_thread(read, ctx, job_id, tenant_id)
+    except Exception:  # the database failing too: the next read is due after the same wait
+        log.exception("job %s: its row could not be read", job_id)
+        checks.read(now)
+        return None
+    checks.read(now)
+    if not is_terminal(job["status"]):
+        return None
+    log.info("job %s: its end came from its row (lost in Redis)", job_id)
+    return job
+
+
+class Follow:
+    """A job's events for one stream consumer (`events()`), as the consumer must see them:
+
+    - `running`, `starting`, `queued` as they come; `(None, {})` on each idle tick;
+    - `output` deltas (`{"delta": text}`) that, with each `restarted` clearing what came
+      before it, add up to the job's output (`StreamText`: a lost attempt's deltas dropped, a
+      retry's text held back while it repeats what was sent, lost deltas filled in at the end);
+    - `restarted` (`{"job_id", "attempt", "reason"}`) when the text sent cannot be continued;
+    - one terminal event, the last, carrying the job; read from the row when Redis lost it.
+
+    A consumer that goes away before the end (the client disconnected) cancels the job, so its
+    worker frees the slot, unless it said `let_run()` first.
+    """
+
+    def __init__(self, ctx: AppContext, job_id: str, tenant_id: str) -> None:
+        self.ctx, self.job_id, self.tenant_id = ctx, job_id, tenant_id
+        self.text = StreamText()
+        self._cancel_on_exit = True
+
+    def let_run(self) -> None:
+        """The consumer stops reading (it told its client why); the job runs on."""
+        self._cancel_on_exit = False
+
+    async def events(self) -> AsyncIterator[tuple[EventType | None, dict[str, Any]]]:
+        ctx, job_id = self.ctx, self.job_id
+        checks = RowChecks(time.monotonic())
+        ended = False
+        try:
+            async with contextlib.aclosing(events.follow(ctx.aredis, job_id)) as stream:
+                async for event, data in stream:
+                    if event is None:
+                        checks.redis(ok=not data.get("unavailable"))
+                        job = await _ended_row(ctx, job_id, self.tenant_id, checks)
+                        if job is None:
+                            yield None, {}
+                            continue
+                        event, data = finish.EVENT_OF_STATUS[JobStatus(job["status"])], job
+                    else:
+                        checks.redis(ok=True)
+                    for step in self._steps(event, data):
+                        yield step
+                    if event in TERMINAL_EVENTS:
+                        ended = True
+                        return
+        finally:
+            if not ended and self._cancel_on_exit:
+                # Not awaited: this task is being cancelled itself.
+                asyncio.get_running_loop().run_in_executor(
+                    None, cancel_quietly, ctx, job_id, self.tenant_id
+                )
+
+    def _steps(
+        self, event: EventType, data: dict[str, Any]
+    ) -> list[tuple[EventType, dict[str, Any]]]:
+        """What the consumer sees of one event from Redis."""
+        if event == EventType.RUNNING:
+            attempt = data.get("attempt")
+            if isinstance(attempt, int):
+                self.text.running(attempt)
+            return [(event, data)]
+        if event == EventType.OUTPUT:
+            delta = data.get("delta")
+            if not isinstance(delta, str) or not delta:
+                return []
+            attempt, offset = data.get("attempt"), data.get("offset")
+            return self._sent(
+                self.text.delta(
+                    delta,
+                    attempt if isinstance(attempt, int) else None,
+                    offset if isinstance(offset, int) else None,
+                )
+            )
+        if event in TERMINAL_EVENTS:
+            output: str | None = None  # (a job that did not succeed: its text is not repaired)
+            if event == EventType.COMPLETED:
+                text = (data.get("output") or {}).get("text")
+                output = text if isinstance(text, str) else ""
+            return [*self._sent(self.text.end(output)), (event, data)]
+        return [(event, data)]
+
+    def _sent(self, steps: list[Step]) -> list[tuple[EventType, dict[str, Any]]]:
+        out: list[tuple[EventType, dict[str, Any]]] = []
+        for step in steps:
+            if isinstance(step, Restart):
+                data = {"job_id": self.job_id, "attempt": step.attempt, "reason": step.reason}
+                out.append((EventType.RESTARTED, data))
+            else:
+                out.append((EventType.OUTPUT, {"delta": step.text}))
+        return out

@@ -35,8 +35,15 @@ from control_plane.tasks_api import CONTROL_QUEUE
 log = logging.getLogger(__name__)
 
 
+# kombu's Redis transport, fixed so that the Celery worker outlives a broker restart
+# (broker_transport.py); a TLS broker (`rediss://`) keeps kombu's own, which sets up its TLS.
+BROKER_TRANSPORT = "control_plane.broker_transport:Transport"
+
+
 def make_celery(settings: Settings) -> Celery:
     app = Celery("control_plane", broker=settings.redis_url, backend=None)
+    if settings.redis_url.startswith("redis://"):
+        app.conf.broker_transport = BROKER_TRANSPORT
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import redis
@@ -24,6 +24,13 @@ from common.protocol import (
 )
 
 log = logging.getLogger(__name__)
+
+# What `follow` yields for a tick on which Redis failed (an idle tick yields `{}`).
+UNAVAILABLE: dict[str, Any] = {"unavailable": True}
+
+
+class Unavailable(Exception):
+    """Redis failed a read of a job's events (down, or restarted under a pooled connection)."""
 
 
 def publish(r: redis.Redis, job_id: str, event: EventType, data: dict[str, Any]) -> None:
@@ -87,7 +94,8 @@ async def wait_end(
     One blocking call that wakes only at the end, where `follow` wakes at every event (queued,
     running, each output delta). The list is rotated, not popped (BLMOVE from and to itself):
     every waiter of the job (a replayed call waits on the same job) sees its end. Redis failing
-    is silence, as in `follow`: the caller reads the job from the database in the end.
+    raises Unavailable after `block_s`: the end published meanwhile may be lost, so the caller
+    reads the job from the database (`callers.end_of`).
     """
     key = job_end_key(job_id)
     try:
@@ -96,7 +104,7 @@ async def wait_end(
     except redis.RedisError as exc:
         log.warning("job %s: end unavailable (%s); waiting", job_id, type(exc).__name__)
         await asyncio.sleep(block_s)
-        return None
+        raise Unavailable(job_id) from exc
     if raw is None:
         return None
     end = json.loads(_text(raw))
@@ -105,15 +113,16 @@ async def wait_end(
 
 async def follow(
     r: aioredis.Redis, job_id: str, *, block_ms: int = 1000
-) -> AsyncIterator[tuple[EventType | None, dict[str, Any]]]:
+) -> AsyncGenerator[tuple[EventType | None, dict[str, Any]], None]:
     """Yield a job's events from the first one, blocking for new ones, until a terminal one.
 
     Yields `(None, {})` after each `block_ms` without events, so callers can send keep-alives.
     The caller bounds the wait (it is an async generator: cancel or stop iterating).
 
     Redis failing (restarted: the pooled connection is dead; or down) is waited out the same
-    way, as silence: the database holds the job, and a caller that stops waiting reads it
-    there. A sync call must still answer with its job, never a 500 (DESIGN §5).
+    way, as a tick, `(None, UNAVAILABLE)`: events published meanwhile (the end among them) may
+    be lost, and the caller reads the job from the database (`callers.Follow`). A sync call
+    must still answer with its job, never a 500 (DESIGN §5).
     """
     key = job_events_key(job_id)
     last_id = "0-0"
@@ -125,7 +134,7 @@ async def follow(
                 "job %s: event stream unavailable (%s); waiting", job_id, type(exc).__name__
             )
             await asyncio.sleep(min(block_ms, 500) / 1000)
-            yield None, {}
+            yield None, UNAVAILABLE
             continue
         if not resp:
             yield None, {}

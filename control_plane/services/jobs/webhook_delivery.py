@@ -170,7 +170,8 @@ def _prepare(session: Session, env: DeliveryEnv, msg: Message, now: datetime) ->
         tenant_id, url, data = job.tenant_id, job.webhook_url, job_store.to_public(job)
         traceparent = job.traceparent
         if msg.event_type == OUTPUT_EVENT:
-            data["output"] = {"text": read_progress(env.redis, job.id).text, "finish_reason": None}
+            text = read_progress(env.redis, job.id, job.attempt).text
+            data["output"] = {"text": text, "finish_reason": None}
         elif msg.event_type == STARTING_EVENT:
             # the cold start as it stands when sent (None: over by then)
             data["cold_start"] = cold_starts.read(env.redis, job.deployment_id, now.timestamp())
@@ -280,8 +281,10 @@ class Progress:
     terminal: bool  # a terminal event is in the stream
 
 
-def read_progress(r: redis.Redis, job_id: str) -> Progress:
-    """Read a job's event stream from the start."""
+def read_progress(r: redis.Redis, job_id: str, attempt: int) -> Progress:
+    """Read a job's event stream from the start: the text of `attempt` (a job run again after
+    its worker died has the deltas of each attempt in its stream; a delta that does not name
+    its attempt counts)."""
     parts: list[str] = []
     last_id: str | None = None
     terminal = False
@@ -289,7 +292,10 @@ def read_progress(r: redis.Redis, job_id: str) -> Progress:
     for entry_id, fields in entries:
         event = _text(fields[b"type"])
         if event == EventType.OUTPUT:
-            parts.append(str(json.loads(_text(fields[b"data"])).get("delta", "")))
+            data = json.loads(_text(fields[b"data"]))
+            if data.get("attempt", attempt) != attempt:
+                continue
+            parts.append(str(data.get("delta", "")))
             last_id = _text(entry_id)
         elif event in TERMINAL_EVENTS:
             terminal = True
@@ -320,7 +326,7 @@ def follow_step(
             or "output" not in (job.webhook_events or [])
         ):
             return stop
-    progress = read_progress(env.redis, job_id)
+    progress = read_progress(env.redis, job_id, attempt)
     if progress.terminal:
         return stop  # job.completed carries the final text
     if progress.last_output_id is None or progress.last_output_id == sent_id:

@@ -8,11 +8,7 @@ tenants, so tests do not see each other's data."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import redis
@@ -20,11 +16,17 @@ from fastapi.testclient import TestClient
 
 from control_plane.api.app import create_app
 from control_plane.db.migrate import upgrade
-from control_plane.providers.local import die_with_parent
 from control_plane.settings import Settings
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER_TOKEN, tenant_keys
-from tests.integration.webhooks.helpers import OUTPUT_INTERVAL_S, REDIS_DB, RETRY_SCHEDULE_S, Env
+from tests.integration.webhooks.helpers import (
+    OUTPUT_INTERVAL_S,
+    REDIS_DB,
+    RETRY_SCHEDULE_S,
+    Env,
+    start_celery_worker,
+    stop_celery_worker,
+)
 from tests.integration.webhooks.receiver import Receiver
 
 
@@ -57,35 +59,7 @@ def env(
         "PLATFORM_WEBHOOK_TIMEOUT_S": "3",
     }
     log = d / "celery.log"
-    with log.open("wb") as out:
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "control_plane.tasks",
-                "worker",
-                "-Q",
-                "platform.control",
-                "-P",
-                "threads",
-                "-c",
-                "2",
-                "-l",
-                "INFO",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=child_env,
-            cwd=Path(__file__).resolve().parents[3],
-            start_new_session=True,
-            preexec_fn=die_with_parent,
-        )
+    worker = start_celery_worker(child_env, log)
     receiver = Receiver()
     aws = pytest.MonkeyPatch()
     for k, v in s3_server.env().items():
@@ -96,12 +70,7 @@ def env(
     finally:
         aws.undo()
         receiver.close()
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop_celery_worker(worker)
 
 
 @pytest.fixture

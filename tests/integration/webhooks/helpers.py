@@ -6,7 +6,9 @@ log) and checked (a signature, with `standardwebhooks`)."""
 from __future__ import annotations
 
 import random
+import signal
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 from standardwebhooks import Webhook
 
+from control_plane.providers.local import die_with_parent
 from control_plane.settings import Settings
 from tests.helpers import wait_for
 from tests.integration.api_helpers import WORKER, h
@@ -53,6 +56,33 @@ class Env:
 
     def tail(self) -> str:
         return self.log.read_text()[-3000:]
+
+
+def start_celery_worker(child_env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """The control plane's Celery worker as the platform runs it (`-P threads`), its output in
+    `log`; it dies with this process."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "control_plane.tasks", "worker",
+             "-Q", "platform.control", "-P", "threads", "-c", "2", "-l", "INFO",
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=child_env,
+            cwd=Path(__file__).resolve().parents[3],
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )  # fmt: skip
+
+
+def stop_celery_worker(worker: subprocess.Popen[bytes]) -> None:
+    worker.send_signal(signal.SIGTERM)
+    try:
+        worker.wait(15)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
 
 
 def unique(prefix: str) -> str:

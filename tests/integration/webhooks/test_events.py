@@ -1,5 +1,5 @@
-"""The events beyond a job's end: throttled job.output events carrying the text so far,
-batch.completed, and a job.starting event for each phase of a cold start."""
+"""The events beyond a job's end: throttled job.output events carrying the text so far (of
+the attempt that runs), batch.completed, and a job.starting event for each phase of a cold start."""
 
 from __future__ import annotations
 
@@ -46,8 +46,10 @@ def test_output_events_are_throttled_and_carry_the_text_so_far(
     enqueue_output_follower(celery, jid, attempt)
     enqueue_output_follower(celery, jid, attempt)
     pieces = [f"tok{i} " for i in range(30)]
-    for p in pieces:
-        events.publish(r, jid, EventType.OUTPUT, {"delta": p})
+    for i, p in enumerate(pieces):
+        events.publish(r, jid, EventType.OUTPUT, {"delta": p, "attempt": attempt})
+        if i % 10 == 5:  # a late delta of an attempt lost before this one: not this text
+            events.publish(r, jid, EventType.OUTPUT, {"delta": "stale ", "attempt": attempt - 1})
         time.sleep(0.05)
     time.sleep(OUTPUT_INTERVAL_S * 3)  # the follower sends the last text before completion
     complete(env, jid, attempt, text="".join(pieces))

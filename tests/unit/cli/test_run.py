@@ -64,6 +64,24 @@ def test_run_stream_prints_deltas() -> None:
     assert routes.body("POST /v1/deployments/demo/run")["stream"] is True
 
 
+def test_run_stream_says_when_the_job_restarted_and_prints_its_output() -> None:
+    """Printed text cannot be taken back: a job run again whose text departs from it gets a
+    notice on stderr and its whole output after it; the exit code is the job's (succeeded)."""
+    final = {"id": "job_1", "status": "succeeded", "attempt": 2, "output": {"text": "Bye."}}
+    events = (
+        'event: output\ndata: {"delta": "Hel"}\n\n'
+        'event: restarted\ndata: {"job_id": "job_1", "attempt": 2, "reason": "new_attempt"}\n\n'
+        'event: output\ndata: {"delta": "Bye."}\n\n'
+        f"event: completed\ndata: {json.dumps(final)}\n\n"
+    )
+    answer = httpx.Response(200, text=events, headers={"content-type": "text/event-stream"})
+    routes = Routes({"POST /v1/deployments/demo/run": answer})
+    result = invoke(["run", "demo", "-i", "prompt=Hi", "--stream"], routes)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "Hel\nBye.\n"
+    assert "job job_1 was run again" in result.stderr
+
+
 def test_run_input_mistakes_exit_1() -> None:
     assert invoke(["run", "demo"], Routes({})).exit_code == 1
     result = invoke(["run", "demo", "--input", "prompt"], Routes({}))

@@ -1,5 +1,6 @@
 """Streamed runs: SSE framing, text deltas, cold-start status events, terminal events and their
-errors, a refused stream, closing a stream early."""
+errors, a `restarted` event and text that does not add up, a refused stream, closing a stream
+early."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import json
 import httpx
 import pytest
 
-from sdk import JobFailed, ModelError, NotFoundError
+from sdk import JobFailed, ModelError, NotFoundError, PlatformError, StreamRestarted
 from sdk._sse import RunStatus, SSEDecoder
 from tests.unit.sdk.mock_platform import Chunks, FakeTime, Server, job, problem, sse
 from tests.unit.sdk.twin import MakeClient
@@ -70,12 +71,13 @@ def test_a_stream_reports_the_cold_start_before_the_text(
             ("starting", {"reason": "warming", "phase": "warming", "eta_s": 0.2}),
             ("running", {"attempt": 1, "worker_id": "wrk_1"}),
             ("output", {"delta": "Hello"}),
+            ("output", {"delta": " there"}),
             ("completed", job()),
         )
     )
     seen: list[RunStatus] = []
     stream = make_client(server, fake_time).run("demo", "Hi", stream=True, on_status=seen.append)
-    assert list(stream) == ["Hello"]
+    assert list(stream) == ["Hello", " there"]
     assert [(s.status, s.phase) for s in seen] == [
         ("queued", None),
         ("starting", "booting"),
@@ -94,7 +96,7 @@ def test_stream_handles_crlf_and_chunks_split_anywhere(
     text = (
         'event: output\r\ndata: {"delta": "a"}\r\n\r\n'
         'event: output\r\ndata: {"delta": "b"}\r\n\r\n'
-        f"event: completed\r\ndata: {json.dumps(job())}\r\n\r\n"
+        f"event: completed\r\ndata: {json.dumps(job(output={'text': 'ab'}))}\r\n\r\n"
     ).encode()
     chunks = [text[i : i + 7] for i in range(0, len(text), 7)]
     response = httpx.Response(200, stream=Chunks(chunks), headers={"X-Job-Id": "job_1"})
@@ -112,6 +114,53 @@ def test_a_failed_stream_raises_after_the_deltas(
     with pytest.raises(ModelError) as caught:
         next(stream)
     assert caught.value.job_id == "job_1"
+
+
+def test_a_restart_whose_text_departs_raises_with_the_job_once_the_stream_ended(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    """Deltas already handed over cannot be taken back: after `restarted` none is handed over,
+    the stream is read to its end (the job runs on, not canceled by a disconnect), and the
+    caller gets the job's output through the error, never a text that differs from it."""
+    server = Server(
+        sse(
+            ("running", {"attempt": 1, "worker_id": "wrk_1"}),
+            ("output", {"delta": "Hi "}),
+            ("running", {"attempt": 2, "worker_id": "wrk_2"}),
+            ("restarted", {"job_id": "job_1", "attempt": 2, "reason": "new_attempt"}),
+            ("output", {"delta": "Hello"}),
+            ("output", {"delta": " there"}),
+            ("completed", job(attempt=2)),
+        )
+    )
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    assert next(stream) == "Hi "
+    with pytest.raises(StreamRestarted) as caught:
+        next(stream)
+    assert caught.value.job_id == "job_1" and caught.value.attempt == 2
+    assert caught.value.job.text == "Hello there" == stream.text
+    assert server.requests[-1].url.path.endswith("/run"), "read to its end: no poll, no cancel"
+
+
+def test_the_text_a_stream_misses_comes_as_one_last_delta(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    """A server that lost deltas and did not fill them in: the output past what was handed
+    over is yielded last, so the deltas add up to it."""
+    server = Server(sse(("output", {"delta": "Hello"}), ("completed", job())))
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    assert list(stream) == ["Hello", " there"] and stream.text == "Hello there"
+
+
+def test_deltas_that_the_output_does_not_continue_raise(
+    fake_time: FakeTime, make_client: MakeClient
+) -> None:
+    server = Server(sse(("output", {"delta": "Bye"}), ("completed", job())))
+    stream = make_client(server, fake_time).run("demo", "Hi", stream=True)
+    assert next(stream) == "Bye"
+    with pytest.raises(PlatformError, match="does not continue") as caught:
+        next(stream)
+    assert caught.value.job_id == "job_1" and not isinstance(caught.value, StreamRestarted)
 
 
 def test_a_canceled_event_raises_job_failed(fake_time: FakeTime, make_client: MakeClient) -> None:

@@ -13,12 +13,14 @@ import sdk
 from sdk import APIConnectionError, AsyncClient, ModelError
 from tests.unit.sdk.mock_platform import BASE, KEY, FakeTime, Server, answer, job, sse
 
+AB = job(output={"text": "ab", "finish_reason": "stop"})  # the deltas add up to its output
+
 
 def test_async_client_natively(fake_time: FakeTime) -> None:
     """`async with`, `async for` and awaits, without the Blocking view the other tests use."""
     failed = job(status="failed", error={"type": "invalid_input", "message": "prompt too long"})
     server = Server(
-        sse(("output", {"delta": "a"}), ("output", {"delta": "b"}), ("completed", job())),
+        sse(("output", {"delta": "a"}), ("output", {"delta": "b"}), ("completed", AB)),
         answer(202, job(status="queued")),
         answer(200, failed),
     )
