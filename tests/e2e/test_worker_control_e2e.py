@@ -43,10 +43,21 @@ def test_jobs_that_start_and_end_together_share_their_claims_and_reports(
                 "_total"
             ):
                 sent[(sample.name, sample.labels["call"])] = sample.value
+    # A job that arrives while the worker has a free slot and nothing waits is handed to it at
+    # admission (no claim): on a slow machine the burst's tail can come after the first jobs
+    # ended. Every job is claimed or handed off.
+    handed_off = 0.0
+    scrape = httpx.get(f"{platform['url']}/metrics", headers=headers).text
+    for family in text_string_to_metric_families(scrape):
+        for sample in family.samples:
+            ours = sample.labels.get("deployment") == "together"
+            if sample.name == "platform_jobs_handed_off_total" and ours:
+                handed_off += sample.value
     for call in ("claim", "report"):
         jobs_sent = sent[("platform_worker_control_jobs_total", call)]
         requests = sent[("platform_worker_control_requests_total", call)]
-        assert jobs_sent >= 24 and requests <= jobs_sent, (call, sent)
+        expected = 24 - handed_off if call == "claim" else 24
+        assert jobs_sent >= expected and requests <= jobs_sent, (call, handed_off, sent)
     requests = sum(v for (name, _), v in sent.items() if "_requests_" in name)
     jobs_sent = sum(v for (name, _), v in sent.items() if "_jobs_" in name)
     assert requests < jobs_sent, f"nothing went together: {sent}"
