@@ -31,6 +31,7 @@ from worker.engine.sampling import request_generator, sample_batch
 from worker.engine.scheduler import ScheduledSequence, SchedulerOutput
 from worker.model.attention import AttentionMetadata, Backend, KVCacheLayer
 from worker.model.llama import LlamaModel
+from worker.model.packed_linear import pack_linears
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +120,8 @@ class ModelRunner:
             for _ in range(mc.num_hidden_layers)
         ]
         self._generators: dict[str, torch.Generator | None] = {}
-        # NOTE: no transposed copy of the head for CPU any more: with torch 2.13 F.linear beats
-        # x @ W^T (W^T contiguous) at every batch size measured (1-32 rows, 1-2 threads), and
-        # the copy cost a cold start 0.15-0.3 s and a second head's memory.
+        # CPU: the linear layers' weights in oneDNN's blocked layout (worker.model.packed_linear)
+        pack_linears(model)
         log.info(
             "KV cache: %d blocks of %d tokens (%d bytes), attention backend %s",
             num_blocks,
