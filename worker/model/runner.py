@@ -136,9 +136,12 @@ class ModelRunner:
     def execute(self, out: SchedulerOutput) -> list[SampleResult]:
         """Run one step; one result per scheduled sequence that samples, in schedule order."""
         # sequences with several new tokens first: the torch path handles them one by one and
-        # the single-token ones (decodes) as one batch
+        # the single-token ones (decodes) in batches of similar length, longest first
         prefills = [s for s in out.scheduled if s.num_new_tokens > 1]
-        decodes = [s for s in out.scheduled if s.num_new_tokens == 1]
+        decodes = sorted(
+            (s for s in out.scheduled if s.num_new_tokens == 1),
+            key=lambda s: -s.seq.num_computed_tokens,
+        )
         ordered = prefills + decodes
         input_ids, positions, meta = self._prepare(ordered, num_prefills=len(prefills))
         # last token of each sampling sequence, in schedule order
