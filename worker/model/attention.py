@@ -227,7 +227,7 @@ def _decode_attention(
     q: [num_decodes, Hq, D]. Returns [num_decodes, Hq, D].
     """
     out = torch.empty_like(q)
-    for g in _decode_plan(meta, k_cache.shape[1], window, q.device):
+    for g in _decode_plan(meta, k_cache.shape[1], window, q.device, q.dtype):
         # gathered blocks: [group_size * max_blocks, block_size, Hkv, D], reused across layers
         shape = (g.num_seqs * g.max_blocks, *k_cache.shape[1:])
         keys, values = (_scratch(meta, f"decode{g.start}{kv}", shape, k_cache) for kv in "kv")
@@ -248,12 +248,16 @@ class _DecodeGroup:
     max_blocks: int
     # [num_seqs * max_blocks] int: the rows' block tables, flattened (what to gather)
     block_index: torch.Tensor
-    # [num_seqs, 1, 1, max_blocks * block_size] bool: the keys each row sees
+    # [num_seqs, 1, 1, max_blocks * block_size]: 0 for the keys each row sees, -inf elsewhere
     mask: torch.Tensor
 
 
 def _decode_plan(
-    meta: AttentionMetadata, block_size: int, window: int | None, device: torch.device
+    meta: AttentionMetadata,
+    block_size: int,
+    window: int | None,
+    device: torch.device,
+    q_dtype: torch.dtype,
 ) -> list[_DecodeGroup]:
     """The step's decode groups, built by the first layer and kept in the step's workspace
     (every layer with the same window shares them)."""
@@ -271,9 +275,12 @@ def _decode_plan(
         # lens: [n, 1]; k_pos: [1, max_len]
         lens = meta.seq_lens[first + start : first + stop].to(torch.long)[:, None]
         k_pos = torch.arange(max_blocks * block_size, device=device)[None, :]
-        mask = k_pos < lens
+        visible = k_pos < lens
         if window is not None:
-            mask &= k_pos >= lens - window
+            visible &= k_pos >= lens - window
+        # additive: SDPA turns a boolean mask into this on every call otherwise
+        mask = torch.zeros(visible.shape, dtype=q_dtype, device=device)
+        mask.masked_fill_(~visible, float("-inf"))
         plan.append(
             _DecodeGroup(start, stop - start, max_blocks, tables.flatten(), mask[:, None, None])
         )

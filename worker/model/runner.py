@@ -30,6 +30,7 @@ from worker.engine.outputs import SampleResult
 from worker.engine.sampling import request_generator, sample_batch
 from worker.engine.scheduler import ScheduledSequence, SchedulerOutput
 from worker.model.attention import AttentionMetadata, Backend, KVCacheLayer
+from worker.model.host_memory import keep_freed_memory
 from worker.model.llama import LlamaModel
 from worker.model.packed_linear import pack_linears
 
@@ -120,8 +121,11 @@ class ModelRunner:
             for _ in range(mc.num_hidden_layers)
         ]
         self._generators: dict[str, torch.Generator | None] = {}
-        # CPU: the linear layers' weights in oneDNN's blocked layout (worker.model.packed_linear)
+        # CPU: the linear layers' weights in oneDNN's blocked layout (worker.model.packed_linear),
+        # and freed intermediates kept for the next step (worker.model.host_memory)
         pack_linears(model)
+        if self.device.type == "cpu":
+            keep_freed_memory()
         log.info(
             "KV cache: %d blocks of %d tokens (%d bytes), attention backend %s",
             num_blocks,
