@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 import logging
 import platform
@@ -41,10 +40,8 @@ def keep_freed_memory() -> bool:
     """Set the allocator up as the module doc says (once per process; glibc only)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    libc = ctypes.CDLL(name)
+    # NOTE: glibc's soname; ctypes.util.find_library would run ldconfig (tens of ms)
+    libc = ctypes.CDLL("libc.so.6")
     ok = all(
         libc.mallopt(param, value) == 1
         for param, value in (

@@ -60,7 +60,7 @@ def can_pack(weight: torch.Tensor) -> bool:
     return (
         weight.device.type == "cpu"
         and weight.dtype in _PACKABLE_DTYPES
-        and torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
     )
 
 
