@@ -5,11 +5,11 @@ there torch's default ``F.linear`` (MKL ``sgemm`` on the row-major weight) runs 
 the time of oneDNN on a weight reordered once into its blocked layout (measured on this
 model's shapes, 1-32 rows, 1-2 threads); from a few hundred rows on they are equal. vLLM's
 CPU path does the same (``onednn_mm`` on a prepacked weight). The reorder is done in place,
-once, when the model runner takes the model (about 0.1 s per 50M parameters): each
-``nn.Linear`` becomes a ``PackedLinear`` holding only the packed weight, so no memory is
-spent twice. The packed weight is an opaque oneDNN tensor: it is not in ``state_dict()``
-and cannot be trained; an untouched copy is kept only for a head tied to the embeddings
-(the embedding lookup still needs the plain one).
+once, by the model runner after its first step (about 0.1 s per 50M parameters, kept off a
+cold start's first token): each ``nn.Linear`` becomes a ``PackedLinear`` holding only the
+packed weight, so no memory is spent twice. The packed weight is an opaque oneDNN tensor: it
+is not in ``state_dict()`` and cannot be trained; a head tied to the embeddings gets its own
+packed copy (the embedding lookup still needs the plain one).
 
 On CUDA, or where oneDNN is not built in, nothing changes (``F.linear``).
 
