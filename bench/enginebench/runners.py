@@ -1,7 +1,9 @@
 """One system on one workload, each in its own process (so peak RSS is its own): this engine,
-`transformers`' `generate` (one padded batch, or buckets), and its continuous batching. The
-parent writes a spec file and runs `python -m bench.engine --child SPEC` (`run_child`); the
-child (`child`) writes the tokens, their times and its peak RSS back."""
+`transformers`' `generate` (one padded batch, or buckets), its continuous batching, and vLLM
+(`vllm_runner`, in vLLM's own virtualenv). The parent writes a spec file and runs
+`python -m bench.engine --child SPEC` (`run_child`); the child (`child`) runs the cold request
+(`workloads.COLD_PROMPT`, one token), then the workload, and writes the tokens, their times,
+when the cold token came and its peak RSS back."""
 
 from __future__ import annotations
 
@@ -14,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.enginebench.workloads import COLD_PROMPT
 
 
 def peak_rss_mb() -> float:
@@ -47,9 +51,10 @@ def run_engine(
         enable_prefix_caching=opts.get("prefix_caching", True),
     )
     engine = LLMEngine.from_model(model, tokenizer, (), engine_config, clock=time.perf_counter)
-    engine.add_request("warm-up", [1, 2, 3], SamplingParams(max_tokens=2))
+    engine.add_request("cold", COLD_PROMPT, SamplingParams(max_tokens=1))
     while engine.has_unfinished_requests():
         engine.step()
+    first_token_at = time.time()
     warm = engine.stats().prefix_cache
 
     start = time.perf_counter()
@@ -75,6 +80,7 @@ def run_engine(
         "wall_s": end - start,
         "prefix_hit_rate": hits / queries if queries else 0.0,
         "preemptions": stats.num_preemptions,
+        "first_token_at": first_token_at,
     }
 
 
@@ -142,6 +148,9 @@ def run_hf_generate(
         return out[:, width:], streamer.times
 
     with torch.inference_mode():
+        cold = torch.tensor([COLD_PROMPT], device=opts["device"])
+        model.generate(cold, attention_mask=torch.ones_like(cold), max_new_tokens=1, pad_token_id=0)
+        first_token_at = time.time()
         generate([0])  # warm-up
         tokens: list[list[int]] = [[] for _ in work]
         times: list[list[float]] = [[] for _ in work]
@@ -153,7 +162,12 @@ def run_hf_generate(
                 tokens[i] = generated[row, :n].tolist()
                 times[i] = [t - start for t in step_times[:n]]
         end = time.perf_counter()
-    return {"tokens": tokens, "times": times, "wall_s": end - start}
+    return {
+        "tokens": tokens,
+        "times": times,
+        "wall_s": end - start,
+        "first_token_at": first_token_at,
+    }
 
 
 def run_hf_continuous(
@@ -191,8 +205,9 @@ def run_hf_continuous(
                     done[r.request_id] = r
             return done
 
-        manager.add_request([1, 2, 3], request_id="warm-up", max_new_tokens=2)
+        manager.add_request(COLD_PROMPT, request_id="cold", max_new_tokens=1)
         wait(1)
+        first_token_at = time.time()
         start = time.perf_counter()
         for i, (prompt, num_out) in enumerate(work):
             manager.add_request(
@@ -205,7 +220,12 @@ def run_hf_continuous(
     tokens = [list(done[str(i)].generated_tokens) for i in range(len(work))]
     times = [[t - start for t in (done[str(i)].timestamps or [])] for i in range(len(work))]
     del torch
-    return {"tokens": tokens, "times": times, "wall_s": end - start}
+    return {
+        "tokens": tokens,
+        "times": times,
+        "wall_s": end - start,
+        "first_token_at": first_token_at,
+    }
 
 
 RUNNERS = {
@@ -219,41 +239,55 @@ RUNNERS = {
 def child(args: argparse.Namespace) -> None:
     import torch
 
-    torch.set_num_threads(1)
     spec = json.loads(Path(args.child).read_text())
+    torch.set_num_threads(int(spec["threads"]))
     work = [(p, n) for p, n in spec["work"]]
     result = RUNNERS[spec["system"]](Path(spec["checkpoint"]), work, spec["opts"])
     result["peak_rss_mb"] = peak_rss_mb()
     Path(spec["out"]).write_text(json.dumps(result))
 
 
+# how each system's process starts: this project's interpreter, or vLLM's own virtualenv
+ENGINE_CHILD = ("-m", "bench.engine", "--child")
+VLLM_CHILD = ("-m", "bench.enginebench.vllm_runner")
+
+
 def run_child(
-    tmp: Path, system: str, ckpt: Path, work: list[tuple[list[int], int]], opts: dict[str, Any]
+    tmp: Path,
+    system: str,
+    ckpt: Path,
+    work: list[tuple[list[int], int]],
+    opts: dict[str, Any],
+    threads: int,
+    python: str = sys.executable,
 ) -> dict[str, Any]:
+    """Run ``system`` in a process of its own; its result, with ``cold_s``: the time from
+    starting the process to the cold request's first token."""
     spec_path, out_path = tmp / "spec.json", tmp / "out.json"
+    out_path.unlink(missing_ok=True)
     spec = {
         "system": system,
         "checkpoint": str(ckpt),
         "work": work,
         "opts": opts,
+        "threads": threads,
         "out": str(out_path),
     }
     spec_path.write_text(json.dumps(spec))
     env = {
         **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
         "TOKENIZERS_PARALLELISM": "false",
     }
     root = Path(__file__).resolve().parents[2]  # the repository
+    args = VLLM_CHILD if system == "vllm" else ENGINE_CHILD
+    started_at = time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.engine", "--child", str(spec_path)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
+        [python, *args, str(spec_path)], cwd=root, env=env, capture_output=True, text=True
     )
-    if proc.returncode != 0:
+    if proc.returncode != 0 or not out_path.exists():
         raise RuntimeError(f"{system} failed:\n{proc.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(out_path.read_text())
+    result["cold_s"] = result["first_token_at"] - started_at
     return result

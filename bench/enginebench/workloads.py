@@ -1,6 +1,7 @@
 """The requests each system runs: the Azure conversation trace scaled to the machine (`Scale`,
-`SCALES`), and multi-turn conversations from the Mooncake trace whose turns share prompt
-prefixes (for prefix caching)."""
+`SCALES`), multi-turn conversations from the Mooncake trace whose turns share prompt prefixes
+(for prefix caching), and the cold request run first. Standard library only (the vLLM runner
+imports it from vLLM's own virtualenv)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from dataclasses import dataclass
 from bench.traces import WORKLOADS, clip, read_trace
 
 PREFIX_BLOCK_TOKENS = 8  # one 512-token Mooncake block
+# The cold request every system runs first, timed from its process's start: 64 tokens (no
+# workload prompt starts with them: those are drawn at random), one token generated.
+COLD_PROMPT = list(range(1, 65))
 PREFIX_WINDOW = 3000  # conversations are picked among the trace's first requests
 
 

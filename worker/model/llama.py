@@ -63,6 +63,22 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
+def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin`` (transformers' maths, op for op) in three buffers
+    instead of six (inference only: it writes into its own intermediates).
+
+    x: [num_tokens, heads, D]; cos, sin: [num_tokens, 1, D]. Returns a new contiguous tensor.
+    """
+    half = x.shape[-1] // 2
+    out = x * cos
+    # rotated: [-x2, x1]
+    rotated = torch.empty_like(out)
+    torch.neg(x[..., half:], out=rotated[..., :half])
+    rotated[..., half:] = x[..., :half]
+    rotated.mul_(sin)
+    return out.add_(rotated)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float) -> None:
         super().__init__()
@@ -71,6 +87,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [..., hidden]; statistics in float32 whatever the model dtype
+        if x.dtype == torch.float32:
+            # one fused kernel, the same products and sum as the formula below
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         input_dtype = x.dtype
         x32 = x.float()
         variance = x32.pow(2).mean(-1, keepdim=True)
@@ -129,11 +148,32 @@ class Attention(nn.Module):
         meta: AttentionMetadata,
     ) -> torch.Tensor:
         # x: [num_tokens, hidden]; cos, sin: [num_tokens, D]
-        q, k, v = self._qkv(x, cos, sin)
+        if self.q_norm is None:
+            q, k, v = self._qkv_rope_once(x, cos, sin)
+        else:
+            q, k, v = self._qkv(x, cos, sin)
         # out: [num_tokens, Hq, D]
         out = paged_attention(q, k, v, kv_cache, meta, self.scale, self.sliding_window)
         proj: torch.Tensor = self.o_proj(out.reshape(x.shape[0], self.q_size))
         return proj
+
+    def _qkv_rope_once(
+        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``_qkv`` for the paged path without q/k norms: q and k rotated in one pass.
+
+        x: [num_tokens, hidden]; cos, sin: [num_tokens, D]. Returns q: [num_tokens, Hq, D];
+        k, v: [num_tokens, Hkv, D] (views).
+        """
+        num_tokens = x.shape[0]
+        # qkv: [num_tokens, (Hq + 2 Hkv) * D]
+        qkv = self.qkv_proj(x)
+        heads = self.num_heads + self.num_kv_heads
+        qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, heads, self.head_dim)
+        # qk: [num_tokens, Hq + Hkv, D], rotated
+        qk = _apply_rope(qk, cos.unsqueeze(-2), sin.unsqueeze(-2))
+        v = qkv[:, self.q_size + self.kv_size :].view(num_tokens, self.num_kv_heads, self.head_dim)
+        return qk[:, : self.num_heads], qk[:, self.num_heads :], v
 
     def forward_dense(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         """Training / scoring: whole rows, causal, no cache. x: [batch, seq, hidden]."""
@@ -173,6 +213,12 @@ class MLP(nn.Module):
         out: torch.Tensor = self.down_proj(F.silu(gate) * up)
         return out
 
+    def forward_inference(self, x: torch.Tensor) -> torch.Tensor:
+        """``forward`` with one intermediate fewer (no autograd: it writes into it)."""
+        gate, up = self.gate_up_proj(x).split(self.intermediate_size, dim=-1)
+        out: torch.Tensor = self.down_proj(F.silu(gate).mul_(up))
+        return out
+
 
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
@@ -194,10 +240,12 @@ class DecoderLayer(nn.Module):
         h = self.input_layernorm(x)
         if kv_cache is None or meta is None:
             x = x + self.self_attn.forward_dense(h, cos, sin)
-        else:
-            x = x + self.self_attn(h, cos, sin, kv_cache, meta)
-        out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
-        return out
+            out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
+            return out
+        # paged (inference): each residual sum lands in the branch's fresh output;
+        # branch + x is x + branch bit for bit
+        x = self.self_attn(h, cos, sin, kv_cache, meta).add_(x)
+        return self.mlp.forward_inference(self.post_attention_layernorm(x)).add_(x)
 
 
 class DecoderStack(nn.Module):

@@ -30,7 +30,9 @@ from worker.engine.outputs import SampleResult
 from worker.engine.sampling import request_generator, sample_batch
 from worker.engine.scheduler import ScheduledSequence, SchedulerOutput
 from worker.model.attention import AttentionMetadata, Backend, KVCacheLayer
+from worker.model.host_memory import keep_freed_memory
 from worker.model.llama import LlamaModel
+from worker.model.packed_linear import pack_linears
 
 log = logging.getLogger(__name__)
 
@@ -119,9 +121,13 @@ class ModelRunner:
             for _ in range(mc.num_hidden_layers)
         ]
         self._generators: dict[str, torch.Generator | None] = {}
-        # NOTE: no transposed copy of the head for CPU any more: with torch 2.13 F.linear beats
-        # x @ W^T (W^T contiguous) at every batch size measured (1-32 rows, 1-2 threads), and
-        # the copy cost a cold start 0.15-0.3 s and a second head's memory.
+        # CPU: freed intermediates kept for the next step (worker.model.host_memory), and the
+        # linear layers' weights reordered into oneDNN's blocked layout
+        # (worker.model.packed_linear) after the first step: the reorder (~0.1 s per 50M
+        # parameters) stays off a cold start's first token
+        if self.device.type == "cpu":
+            keep_freed_memory()
+        self._packed = False
         log.info(
             "KV cache: %d blocks of %d tokens (%d bytes), attention backend %s",
             num_blocks,
@@ -135,10 +141,20 @@ class ModelRunner:
 
     def execute(self, out: SchedulerOutput) -> list[SampleResult]:
         """Run one step; one result per scheduled sequence that samples, in schedule order."""
+        results = self._execute(out)
+        if not self._packed:
+            pack_linears(self.model)
+            self._packed = True
+        return results
+
+    def _execute(self, out: SchedulerOutput) -> list[SampleResult]:
         # sequences with several new tokens first: the torch path handles them one by one and
-        # the single-token ones (decodes) as one batch
+        # the single-token ones (decodes) in batches of similar length, longest first
         prefills = [s for s in out.scheduled if s.num_new_tokens > 1]
-        decodes = [s for s in out.scheduled if s.num_new_tokens == 1]
+        decodes = sorted(
+            (s for s in out.scheduled if s.num_new_tokens == 1),
+            key=lambda s: -s.seq.num_computed_tokens,
+        )
         ordered = prefills + decodes
         input_ids, positions, meta = self._prepare(ordered, num_prefills=len(prefills))
         # last token of each sampling sequence, in schedule order
