@@ -8,6 +8,8 @@ Example:
     ('END',)
     >>> JobInput("Hi").to_dict()["max_tokens"]
     64
+    >>> JobInput.from_dict({"prompt": "Hi", "logit_bias": {"42": -100}}).logit_bias
+    ((42, -100.0),)
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ from typing import Any
 DEFAULT_MAX_TOKENS = 64
 DEFAULT_TEMPERATURE = 0.0  # greedy
 DEFAULT_TOP_P = 1.0  # no nucleus cut
+# Fields every row and claim carries; the others appear only when they differ from their
+# default (a plain call's row stays small, and rows written before a field existed read back).
+_ALWAYS = frozenset({"prompt", "max_tokens", "temperature", "top_p", "stop"})
+_INTS = frozenset({"max_tokens", "seed", "top_k", "logprobs"})
 
 
 @dataclass(frozen=True, slots=True)
 class JobInput:
     """One call's prompt and sampling, every field resolved (the call's value, else its
-    deployment's default, else the platform's)."""
+    deployment's default, else the platform's). Names and meanings are OpenAI's (and vLLM's
+    for `top_k`, `min_p`, `repetition_penalty`, `stop_token_ids`)."""
 
     # the text to continue (a chat's messages are rendered to one by the API)
     prompt: str
@@ -35,22 +42,43 @@ class JobInput:
     temperature: float = DEFAULT_TEMPERATURE
     # nucleus sampling mass
     top_p: float = DEFAULT_TOP_P
+    # sample only among the k most likely tokens; 0 = no limit
+    top_k: int = 0
+    # drop tokens less likely than min_p times the most likely one; 0 = off
+    min_p: float = 0.0
+    # > 1 discourages tokens already in the prompt or output (transformers' semantics)
+    repetition_penalty: float = 1.0
+    # subtracted once from the logit of every token already generated
+    presence_penalty: float = 0.0
+    # subtracted from a token's logit once per time it was generated
+    frequency_penalty: float = 0.0
+    # (token id, bias) pairs added to the logits before sampling (-100 bans, 100 forces)
+    logit_bias: tuple[tuple[int, float], ...] = ()
     # seeds the job's own random generator; None = nondeterministic
     seed: int | None = None
     # generation ends before the first of these strings
     stop: tuple[str, ...] = ()
+    # generation ends after one of these tokens (its text is not part of the output)
+    stop_token_ids: tuple[int, ...] = ()
+    # the log-probability of each generated token and of this many alternatives; None = off
+    logprobs: int | None = None
+    # False: the prompt is tokenized as is, no beginning-of-sequence token added (a chat
+    # rendered by the model's template already holds its special tokens)
+    add_special_tokens: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON shape (the job row's `input`, the claim's): `seed` only when set."""
-        out: dict[str, Any] = {
-            "prompt": self.prompt,
-            "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
-            "top_p": self.top_p,
-            "stop": list(self.stop),
-        }
-        if self.seed is not None:
-            out["seed"] = self.seed
+        """The JSON shape (the job row's `input`, the claim's): the basic fields always, the
+        others when set."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name not in _ALWAYS and value == f.default:
+                continue
+            if f.name == "logit_bias":
+                value = {str(token): bias for token, bias in value}
+            elif isinstance(value, tuple):
+                value = list(value)
+            out[f.name] = value
         return out
 
     @classmethod
@@ -80,6 +108,14 @@ class JobInput:
         return cls.from_dict(merged)
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 def _typed(name: str, value: Any) -> Any:
     if name == "stop":
         if isinstance(value, str):
@@ -87,10 +123,38 @@ def _typed(name: str, value: Any) -> Any:
         if not isinstance(value, list | tuple) or not all(isinstance(s, str) for s in value):
             raise ValueError(f"stop: must be a list of strings, got {value!r}")
         return tuple(value)
-    if name in ("max_tokens", "seed"):
-        if isinstance(value, bool) or not isinstance(value, int):
+    if name == "stop_token_ids":
+        if not isinstance(value, list | tuple) or not all(_is_int(t) for t in value):
+            raise ValueError(f"stop_token_ids: must be a list of integers, got {value!r}")
+        return tuple(value)
+    if name == "logit_bias":
+        return _logit_bias(value)
+    if name == "add_special_tokens":
+        if not isinstance(value, bool):
+            raise ValueError(f"add_special_tokens: must be true or false, got {value!r}")
+        return value
+    if name in _INTS:
+        if not _is_int(value):
             raise ValueError(f"{name}: must be an integer, got {value!r}")
         return value
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if not _is_number(value):
         raise ValueError(f"{name}: must be a number, got {value!r}")
     return float(value)
+
+
+def _logit_bias(value: Any) -> tuple[tuple[int, float], ...]:
+    """`{"token id": bias}` (OpenAI's shape: JSON keys are strings) or (id, bias) pairs,
+    sorted by token id so that equal biases compare equal."""
+    items = value.items() if isinstance(value, Mapping) else value
+    pairs: list[tuple[int, float]] = []
+    try:
+        for token, bias in items:
+            token_id = int(token) if isinstance(token, str) and token.isdigit() else token
+            if not _is_int(token_id) or not _is_number(bias):
+                raise ValueError
+            pairs.append((token_id, float(bias)))
+    except (TypeError, ValueError):
+        raise ValueError(
+            f'logit_bias: must map token ids to numbers ({{"42": -100}}), got {value!r}'
+        ) from None
+    return tuple(sorted(dict(pairs).items()))

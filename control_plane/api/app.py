@@ -34,6 +34,7 @@ from control_plane.context import AppContext
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import Clock, utc_now
 from control_plane.services.jobs.dispatch import make_celery
+from control_plane.services.models import chat_template
 from control_plane.services.models.model_meta import ModelMetaCache
 from control_plane.services.tenants.edge_cache import EdgeCache, install_invalidation
 from control_plane.services.tenants.quotas import Quotas
@@ -64,6 +65,7 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
         await ctx.aredis.aclose()
         ctx.redis.close()
         engine.dispose()
+        chat_template.shutdown()  # its render process, if one was started
 
     app = FastAPI(
         title="Serverless LLM platform",

@@ -63,11 +63,19 @@ Line = Annotated[str, BeforeValidator(unicode_text), AfterValidator(_one_line)]
 
 
 class SamplingDefaults(BaseModel):
+    """Sampling a deployment may set defaults for (and a call may set); None = unset. The
+    meanings are `common.job_input.JobInput`'s."""
+
     model_config = ConfigDict(extra="forbid")
 
     max_tokens: int | None = Field(None, ge=1, le=32_768)
     temperature: float | None = Field(None, ge=0, le=5)
     top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0, le=1_000_000, description="0 = no limit")
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=10)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
     stop: list[Text] | None = Field(None, max_length=8)
 
 
@@ -125,15 +133,35 @@ class DeploymentSpec(BaseModel):
         return self
 
 
-class JobInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
+class JobInput(SamplingDefaults):
     prompt: Text = Field(min_length=1, max_length=MAX_PROMPT_CHARS)
-    max_tokens: int | None = Field(None, ge=1, le=32_768)
-    temperature: float | None = Field(None, ge=0, le=5)
-    top_p: float | None = Field(None, gt=0, le=1)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
-    stop: list[Text] | None = Field(None, max_length=8)
+    stop_token_ids: list[int] | None = Field(None, max_length=64)
+    # token id (a decimal string, as JSON keys are) -> bias in [-100, 100]
+    logit_bias: dict[str, float] | None = Field(None, max_length=300)
+    logprobs: int | None = Field(
+        None, ge=0, le=20, description="alternatives per token to return log-probabilities of"
+    )
+    add_special_tokens: bool | None = Field(
+        None, description="false: the prompt already holds its special tokens (no BOS added)"
+    )
+
+    @field_validator("stop_token_ids")
+    @classmethod
+    def _token_ids(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(t < 0 for t in v):
+            raise ValueError("token ids are >= 0")
+        return v
+
+    @field_validator("logit_bias")
+    @classmethod
+    def _bias(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        for token, bias in (v or {}).items():
+            if not token.isascii() or not token.isdigit() or len(token) > 9:
+                raise ValueError(f"keys are token ids (decimal strings), got {token!r}")
+            if not -100 <= bias <= 100:
+                raise ValueError(f"a bias is in [-100, 100], got {bias} for token {token}")
+        return v
 
     def resolved(self, defaults: dict[str, Any]) -> ResolvedInput:
         """The input with the deployment's defaults, then the platform's, filled in."""

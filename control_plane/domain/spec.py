@@ -41,7 +41,7 @@ class Spec:
     # 0 turns it off (a worker for every job that waits). The autoscaler's default too.
     queue_wait_s: float = _POLICY.queue_wait_s
     execution_timeout_s: float = 600.0  # a job's limit unless the job sets its own
-    # Sampling defaults of the deployment (max_tokens, temperature, top_p, stop); None = unset.
+    # Sampling defaults of the deployment (`api.schemas.SamplingDefaults`); None = unset.
     defaults: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -32,12 +32,27 @@ def test_an_input_reads_back_as_it_was_written() -> None:
     assert JobInput.from_dict(json.loads(json.dumps(job_input.to_dict()))) == job_input
     assert "seed" not in JobInput("Hi").to_dict()  # unset stays unset in the row
     assert JobInput.from_dict({"prompt": "Hi", "stop": "END"}).stop == ("END",)
+    every = JobInput(
+        "Hi", top_k=4, min_p=0.1, repetition_penalty=1.1, presence_penalty=0.5,
+        frequency_penalty=-0.5, logit_bias=((3, -100.0), (7, 2.5)), stop_token_ids=(2, 9),
+        logprobs=3, add_special_tokens=False,
+    )  # fmt: skip
+    wire = json.loads(json.dumps(every.to_dict()))
+    assert wire["logit_bias"] == {"3": -100.0, "7": 2.5}  # OpenAI's shape: string keys
+    assert JobInput.from_dict(wire) == every
+    # a field at its default is left out of the row; a row without it reads back the same
+    assert set(JobInput("Hi").to_dict()) == {"prompt", "max_tokens", "temperature", "top_p", "stop"}
 
 
 @pytest.mark.parametrize(
     ("data", "error"),
     [
         ({"max_tokens": 4}, "prompt: must be a string"),
+        ({"prompt": "x", "logit_bias": {"-1": 5}}, "logit_bias: must map token ids"),
+        ({"prompt": "x", "logit_bias": {"3": "high"}}, "logit_bias: must map token ids"),
+        ({"prompt": "x", "stop_token_ids": ["2"]}, "stop_token_ids: must be a list of integers"),
+        ({"prompt": "x", "top_k": 2.5}, "top_k: must be an integer"),
+        ({"prompt": "x", "add_special_tokens": 0}, "add_special_tokens: must be true or false"),
         ({"prompt": 1}, "prompt: must be a string"),
         ({"prompt": "x", "max_tokens": "4"}, "max_tokens: must be an integer"),
         ({"prompt": "x", "max_tokens": True}, "max_tokens: must be an integer"),

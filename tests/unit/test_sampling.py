@@ -193,3 +193,30 @@ def test_params_from_job_input() -> None:
         JobInput.from_dict({"prompt": "hi", "max_tokens": "5"})
     with pytest.raises(ValueError, match=r"^max_tokens: must be >= 1"):
         SamplingParams.from_job_input(JobInput("hi", max_tokens=0))
+
+
+def test_logit_bias_bans_and_forces_tokens_before_anything_else() -> None:
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0]])
+    banned = SamplingParams(logit_bias=((0, -100.0),))
+    forced = SamplingParams(logit_bias=((3, 100.0),), logprobs=1)
+    results = sample_batch(logits.repeat(2, 1), [banned, forced], [None, None], [[0], [0]], [1, 1])
+    assert [r.token_id for r in results] == [1, 3]
+    # the log-probabilities are of the biased logits (what was sampled from)
+    ref = torch.log_softmax(torch.tensor([3.0, 2.0, 1.0, 100.0]), dim=-1)
+    assert results[1].logprobs is not None
+    assert results[1].logprobs.logprob == pytest.approx(float(ref[3]))
+    with pytest.raises(ValueError, match="logit_bias"):
+        SamplingParams(logit_bias=((1, 101.0),))
+    with pytest.raises(ValueError, match="logit_bias"):
+        SamplingParams(logit_bias=((-1, 1.0),))
+
+
+def test_every_job_input_field_reaches_the_engine() -> None:
+    job_input = JobInput(
+        "hi", top_k=3, min_p=0.2, repetition_penalty=1.3, presence_penalty=0.4,
+        frequency_penalty=0.6, logit_bias=((5, 1.0),), stop_token_ids=(7,), logprobs=2, seed=9,
+    )  # fmt: skip
+    params = SamplingParams.from_job_input(job_input)
+    names = "top_k min_p repetition_penalty presence_penalty frequency_penalty logit_bias"
+    for name in [*names.split(), "stop_token_ids", "logprobs", "seed"]:
+        assert getattr(params, name) == getattr(job_input, name), name

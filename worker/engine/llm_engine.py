@@ -159,9 +159,10 @@ class LLMEngine:
 
     # requests -----------------------------------------------------------------------------
 
-    def encode(self, prompt: str) -> list[int]:
-        """Token ids of ``prompt``, starting with bos when the model has one."""
-        return encode_prompt(self.tokenizer, prompt, self.bos_token_id)
+    def encode(self, prompt: str, add_special_tokens: bool = True) -> list[int]:
+        """Token ids of ``prompt``, starting with bos when the model has one (unless
+        ``add_special_tokens`` is False: see ``common.tokenizer.encode_prompt``)."""
+        return encode_prompt(self.tokenizer, prompt, self.bos_token_id, add_special_tokens)
 
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
         """Raise ValueError (PromptTooLongError for sizes) if the request can never run.
@@ -181,6 +182,8 @@ class LLMEngine:
             raise ValueError(f"prompt: token ids must be in [0, {vocab_size})")
         if not all(t < vocab_size for t in params.stop_token_ids):
             raise ValueError(f"stop_token_ids: token ids must be in [0, {vocab_size})")
+        if not all(t < vocab_size for t, _ in params.logit_bias):
+            raise ValueError(f"logit_bias: token ids must be in [0, {vocab_size})")
 
     def _blocks_alone(self, num_tokens: int) -> int:
         """Most KV blocks a sequence of ``num_tokens`` holds at once when it runs alone (so a

@@ -43,6 +43,9 @@ class SamplingParams:
     presence_penalty: float = 0.0
     # subtracted from a token's logit once per time it was generated (OpenAI semantics)
     frequency_penalty: float = 0.0
+    # (token id, bias) pairs added to the logits before anything else (OpenAI semantics:
+    # -100 bans a token, 100 all but forces it)
+    logit_bias: tuple[tuple[int, float], ...] = ()
     # seeds this request's random generator; None = nondeterministic
     seed: int | None = None
     # generation ends with "stop" when the text contains one of these (not included in output)
@@ -63,6 +66,17 @@ class SamplingParams:
         _check_number(self.repetition_penalty, "repetition_penalty", "> 0", lambda x: x > 0)
         for name in ("presence_penalty", "frequency_penalty"):
             _check_number(getattr(self, name), name, "in [-2, 2]", lambda x: -2 <= x <= 2)
+        if isinstance(self.logit_bias, dict):
+            object.__setattr__(self, "logit_bias", tuple(sorted(self.logit_bias.items())))
+        if not isinstance(self.logit_bias, tuple) or not all(
+            isinstance(pair, tuple) and len(pair) == 2 and _is_int(pair[0]) and pair[0] >= 0
+            for pair in self.logit_bias
+        ):
+            raise ValueError(
+                f"logit_bias: must map token ids >= 0 to numbers, got {self.logit_bias!r}"
+            )
+        for _, bias in self.logit_bias:
+            _check_number(bias, "logit_bias", "in [-100, 100]", lambda x: -100 <= x <= 100)
         seed = self.seed
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"seed: must be an integer or None, got {self.seed!r}")
@@ -94,8 +108,16 @@ class SamplingParams:
             max_tokens=job_input.max_tokens,
             temperature=job_input.temperature,
             top_p=job_input.top_p,
+            top_k=job_input.top_k,
+            min_p=job_input.min_p,
+            repetition_penalty=job_input.repetition_penalty,
+            presence_penalty=job_input.presence_penalty,
+            frequency_penalty=job_input.frequency_penalty,
+            logit_bias=job_input.logit_bias,
             seed=job_input.seed,
             stop=job_input.stop,
+            stop_token_ids=job_input.stop_token_ids,
+            logprobs=job_input.logprobs,
         )
 
 

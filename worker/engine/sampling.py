@@ -41,9 +41,14 @@ def apply_penalties(
     prompt_ids: Sequence[int],
     output_ids: Sequence[int],
 ) -> torch.Tensor:
-    """Repetition (prompt + output, as transformers), presence and frequency (output only,
-    as OpenAI) penalties on one row. logits: [vocab] float32; returns a new tensor."""
+    """Logit bias, then repetition (prompt + output, as transformers), presence and frequency
+    (output only, as OpenAI) penalties on one row. logits: [vocab] float32; returns a new
+    tensor."""
     device = logits.device
+    if params.logit_bias:
+        ids = torch.tensor([t for t, _ in params.logit_bias], dtype=torch.long, device=device)
+        bias = torch.tensor([b for _, b in params.logit_bias], dtype=logits.dtype, device=device)
+        logits = logits.index_add(0, ids, bias)
     if params.repetition_penalty != 1.0:
         seen = torch.tensor([*prompt_ids, *output_ids], dtype=torch.long, device=device)
         # scores: [num_seen]
@@ -65,7 +70,8 @@ def apply_penalties(
 
 def _has_penalties(params: SamplingParams) -> bool:
     return (
-        params.repetition_penalty != 1.0
+        bool(params.logit_bias)
+        or params.repetition_penalty != 1.0
         or params.presence_penalty != 0.0
         or params.frequency_penalty != 0.0
     )

@@ -29,8 +29,9 @@ import redis
 
 from common.protocol import JOB_EVENTS_MAXLEN, EventType, job_cancel_key, job_events_key
 from worker.engine.llm_engine import LLMEngine
-from worker.engine.outputs import RequestMetrics, RequestOutput
+from worker.engine.outputs import RequestMetrics, RequestOutput, TokenLogprobs
 from worker.engine.params import SamplingParams
+from worker.engine.token_bytes import TokenBytes
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +57,10 @@ class Job:
     # the generated text so far, and its length in characters
     text_parts: list[str] = field(default_factory=list)
     text_chars: int = 0
-    # log-probabilities per generated token, when asked for
+    # log-probabilities per generated token, when asked for (OpenAI's chat shape: token,
+    # bytes, logprob, top_logprobs), and those not yet sent with a delta
     logprobs: list[dict[str, Any]] = field(default_factory=list)
+    unsent_logprobs: list[dict[str, Any]] = field(default_factory=list)
     # "canceled" or "timed_out" once an abort was requested
     abort_reason: str | None = None
     # its spans on this worker (runtime/job_trace.py); None when tracing is off. Opaque here.
@@ -113,6 +116,7 @@ class EngineLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._next_poll = 0.0
+        self._token_bytes = TokenBytes(engine.tokenizer)
 
     def start(self) -> None:
         self._thread.start()
@@ -211,6 +215,10 @@ class EngineLoop:
             job = self._jobs.get(out.request_id)
             if job is None:
                 continue
+            if out.logprobs:
+                entries = [self._logprob_entry(lp) for lp in out.logprobs]
+                job.logprobs.extend(entries)
+                job.unsent_logprobs.extend(entries)
             if out.text_delta:
                 # The attempt and where in its text the delta starts let a stream's reader
                 # drop a lost attempt's deltas and see that some were lost
@@ -221,14 +229,14 @@ class EngineLoop:
                     "attempt": job.attempt,
                     "offset": job.text_chars,
                 }
+                if job.unsent_logprobs:
+                    # the tokens up to this delta (a token held back by a stop string goes
+                    # out with the text that follows it, or only in the final output)
+                    delta["logprobs"] = job.unsent_logprobs
+                    job.unsent_logprobs = []
                 job.text_parts.append(out.text_delta)
                 job.text_chars += len(out.text_delta)
                 events.append((job_events_key(job.job_id), json.dumps(delta)))
-            if out.logprobs:
-                job.logprobs.extend(
-                    {"token_id": lp.token_id, "logprob": lp.logprob, "top": list(lp.top)}
-                    for lp in out.logprobs
-                )
         if events:
             try:
                 pipe = self.redis.pipeline(transaction=False)
@@ -246,6 +254,16 @@ class EngineLoop:
             job = self._jobs.get(out.request_id)
             if job is not None and out.finished:
                 self._finish(job, _result(job, out))
+
+    def _logprob_entry(self, lp: TokenLogprobs) -> dict[str, Any]:
+        """One token's log-probabilities in OpenAI's chat shape (`bytes` exact, see
+        `worker.engine.token_bytes`)."""
+        text, raw = self._token_bytes.text_and_bytes(lp.token_id)
+        top = []
+        for token_id, logprob in lp.top:
+            alt_text, alt_raw = self._token_bytes.text_and_bytes(token_id)
+            top.append({"token": alt_text, "bytes": alt_raw, "logprob": logprob})
+        return {"token": text, "bytes": raw, "logprob": lp.logprob, "top_logprobs": top}
 
     def _fail_all(self, message: str) -> None:
         for job in list(self._jobs.values()):

@@ -202,7 +202,7 @@ class JobFlow:
             logs.bind(**trace.log_ids())  # this job's lines name its trace
         try:
             params = SamplingParams.from_job_input(claim.input)
-            prompt_ids = engine.encode(claim.input.prompt)
+            prompt_ids = engine.encode(claim.input.prompt, claim.input.add_special_tokens)
             engine.validate(prompt_ids, params)
         except ValueError as exc:
             self._report(job_id, attempt, delivery, "failed", trace=trace, error=_invalid(exc))

@@ -9,142 +9,42 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
-from typing import Annotated, Any, Literal
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.api import offload
+from control_plane.api import openai_shapes as shapes
 from control_plane.api.context import Ctx, Db, Principal, bearer_token
-from control_plane.api.schemas import JobInput, Line, Text, unicode_text
+from control_plane.api.openai_requests import ChatCompletionRequest, CompletionRequest
+from control_plane.api.schemas import JobInput
 from control_plane.context import AppContext
 from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest, JobFailed, JobStillRunning
 from control_plane.services import deployments
 from control_plane.services.jobs import admission, callers
-from control_plane.services.models.model_meta import DEFAULT_CHAT_TEMPLATE, render_chat
+from control_plane.services.models.chat_template import DEFAULT_CHAT_TEMPLATE, render_chat
 
 router = APIRouter(tags=["openai"])
 
 
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
-class _Common(BaseModel):
-    # Unknown OpenAI parameters are accepted and ignored, as OpenAI-compatible servers do;
-    # the ones this platform cannot honour are refused explicitly below.
-    model_config = ConfigDict(extra="allow")
-
-    model: Line = Field(min_length=1, description="deployment name")
-    max_tokens: int | None = Field(None, ge=1, le=32_768)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    stop: Text | list[Text] | None = None
-    seed: int | None = Field(None, ge=0)
-    n: int = Field(1, ge=1, le=1, description="only 1 is supported")
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-
-    @model_validator(mode="after")
-    def _unsupported(self) -> _Common:
-        extra = self.model_extra or {}
-        for name in ("logprobs", "top_logprobs", "tools", "functions", "logit_bias", "suffix"):
-            if extra.get(name) not in (None, False, [], {}):
-                raise ValueError(f"'{name}' is not supported by this platform")
-        if extra.get("echo"):
-            raise ValueError("'echo' is not supported by this platform")
-        return self
-
-    def job_input(self, prompt: str, max_tokens: int | None) -> JobInput:
-        stop = [self.stop] if isinstance(self.stop, str) else self.stop
-        return JobInput(
-            prompt=prompt,
-            max_tokens=max_tokens,
-            # OpenAI's default temperature is 1.
-            temperature=1.0 if self.temperature is None else self.temperature,
-            top_p=self.top_p,
-            seed=self.seed,
-            stop=stop,
-        )
-
-
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Text | list[dict[str, Any]] | None = None
-
-    @field_validator("content")
-    @classmethod
-    def _text_parts_only(
-        cls, v: str | list[dict[str, Any]] | None
-    ) -> str | list[dict[str, Any]] | None:
-        # Checked at the edge: an image or audio part is the caller's input, a 400, never a 500.
-        for part in v if isinstance(v, list) else []:
-            if part.get("type") != "text" or not isinstance(part.get("text", ""), str):
-                raise ValueError(
-                    f"message content of type {part.get('type')!r} is not supported "
-                    "(text parts only)"
-                )
-            unicode_text(part.get("text", ""))  # a part's text is Text too
-        return v
-
-    def text(self) -> str:
-        if self.content is None or isinstance(self.content, str):
-            return self.content or ""
-        return "".join(str(part.get("text", "")) for part in self.content)
-
-
-class ChatCompletionRequest(_Common):
-    messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: int | None = Field(None, ge=1, le=32_768)
-
-
-class CompletionRequest(_Common):
-    prompt: Text | list[Text]
-    max_tokens: int | None = Field(16, ge=1, le=32_768)
-
-    def single_prompt(self) -> str:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        if len(self.prompt) != 1:
-            raise InvalidRequest("only one prompt per request is supported", param="prompt")
-        return self.prompt[0]
-
-
-def _render(ctx: AppContext, token: str, body: ChatCompletionRequest) -> str:
-    """The chat rendered with the deployment's template (runs in a thread)."""
+def _render(ctx: AppContext, token: str, body: ChatCompletionRequest) -> tuple[str, bool]:
+    """The chat rendered with the deployment's template (runs in a thread), and whether the
+    worker adds the special tokens (only when the template is the platform's fallback: a
+    model's template writes its own BOS, as transformers' `apply_chat_template` expects)."""
     view = ctx.edge.view()
     with ctx.sessions() as session:
         who = view.principal(session, token)
         dep = view.deployment(session, who.tenant_id, body.model)
     meta = ctx.model_meta.get(dep.id, dep.version, who.tenant_id, dep.spec.model)
     messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-    try:
-        if meta is None:
-            return render_chat(DEFAULT_CHAT_TEMPLATE, messages, "", "")
-        return meta.render_chat(messages)
-    except Exception as exc:
-        raise InvalidRequest(f"the chat template could not render these messages: {exc}") from exc
-
-
-def _finish_reason(job: dict[str, Any]) -> str:
-    out = job.get("output") or {}
-    return "length" if out.get("finish_reason") == "length" else "stop"
-
-
-def _usage(job: dict[str, Any]) -> dict[str, int]:
-    u = job.get("usage") or {}
-    prompt, completion = int(u.get("prompt_tokens") or 0), int(u.get("generated_tokens") or 0)
-    return {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
+    # a template that fails, loops or grows without bound is a 400 (chat_template.TemplateError)
+    if meta is None:
+        return render_chat(DEFAULT_CHAT_TEMPLATE, messages, "", ""), True
+    return meta.render_chat(messages), False
 
 
 def _raise_for_job(job: dict[str, Any]) -> None:
@@ -196,26 +96,34 @@ def _stream_error(job_id: str, message: str, code: str) -> str:
     return _sse({"error": error})
 
 
+# chunk(delta text | None for the opening chunk, finish reason, logprob entries) -> data object
+Chunk = Callable[[str | None, str | None, list[dict[str, Any]] | None], dict[str, Any] | None]
+
+
 async def _stream(
     ctx: AppContext,
     job: dict[str, Any],
     tenant_id: str,
-    chunk: Any,
+    chunk: Chunk,
     include_usage: bool,
 ) -> AsyncIterator[str]:
-    """OpenAI streaming: `chunk(delta_text | None, finish_reason)` builds each data object.
+    """OpenAI streaming: `chunk` builds each data object.
 
-    The deltas add up to the job's output (`callers.Follow`). An OpenAI stream cannot take
-    back text it sent: when the job was run again (its worker lost) and its new text departs
-    from what was streamed, the stream ends with an error chunk naming the job instead, and the
-    job runs on (its output: GET /v1/jobs/{id})."""
-    first = chunk(None, None)
+    The deltas add up to the job's output (`callers.Follow`), and so do their log-probability
+    entries (those a delta did not carry come with the last chunk). An OpenAI stream cannot
+    take back text it sent: when the job was run again (its worker lost) and its new text
+    departs from what was streamed, the stream ends with an error chunk naming the job
+    instead, and the job runs on (its output: GET /v1/jobs/{id})."""
+    first = chunk(None, None, None)
     if first is not None:
         yield _sse(first)
     follow = callers.Follow(ctx, job["id"], tenant_id)
+    logprobs_sent = 0
     async for event, data in follow.events():
         if event == EventType.OUTPUT:
-            yield _sse(chunk(data.get("delta", ""), None))
+            entries = data.get("logprobs")
+            logprobs_sent += len(entries or ())
+            yield _sse(chunk(data.get("delta", ""), None, entries) or {})
         elif event == EventType.RESTARTED:
             follow.let_run()
             message = (
@@ -226,9 +134,11 @@ async def _stream(
             yield _stream_error(job["id"], message, "job_restarted")
             break
         elif event == EventType.COMPLETED:
-            yield _sse(chunk("", _finish_reason(data)))
+            rest = shapes.output_logprobs(data)[logprobs_sent:] or None
+            yield _sse(chunk("", shapes.finish_reason(data), rest) or {})
             if include_usage:
-                usage = {**chunk("", None), "choices": [], "usage": _usage(data)}
+                usage = {**(chunk("", None, None) or {}), "choices": [],
+                         "usage": shapes.usage(data)}  # fmt: skip
                 yield _sse(usage)
             break
         elif event in TERMINAL_EVENTS:  # failed, canceled, expired, timed_out
@@ -239,21 +149,30 @@ async def _stream(
     yield "data: [DONE]\n\n"
 
 
+def _model_object(d: Any) -> dict[str, Any]:
+    return {
+        "id": d.name,
+        "object": "model",
+        "created": int(d.created_at.timestamp()),
+        "owned_by": d.tenant_id,
+    }
+
+
 @router.get("/v1/models")
 def list_models(session: Db, who: Principal) -> Any:
     who.require("read")
     return {
         "object": "list",
-        "data": [
-            {
-                "id": d.name,
-                "object": "model",
-                "created": int(d.created_at.timestamp()),
-                "owned_by": d.tenant_id,
-            }
-            for d in deployments.list_(session, who.tenant_id)
-        ],
+        "data": [_model_object(d) for d in deployments.list_(session, who.tenant_id)],
     }
+
+
+@router.get("/v1/models/{model:path}")
+def retrieve_model(model: str, session: Db, who: Principal) -> Any:
+    """One deployment as an OpenAI model (the client's `models.retrieve`); another tenant's
+    is not found, as a missing one."""
+    who.require("read")
+    return _model_object(deployments.get(session, who.tenant_id, model))
 
 
 @router.post("/v1/chat/completions")
@@ -263,22 +182,33 @@ async def chat_completions(
     request: Request,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Any:
-    prompt = await offload.in_thread(_render, ctx, bearer_token(authorization), body)
-    job_input = body.job_input(prompt, body.max_completion_tokens or body.max_tokens)
-    job, tenant_id = await _run(ctx, authorization, body.model, job_input)
+    body.checked()
+    prompt, special = await offload.in_thread(_render, ctx, bearer_token(authorization), body)
+    top = body.logprobs_asked()
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    job, tenant_id = await _run(
+        ctx, authorization, body.model, body.job_input(prompt, max_tokens, top, special)
+    )
     cid, created = f"chatcmpl-{job['id']}", int(time.time())
     headers = {"X-Job-Id": job["id"]}
+
+    def logprobs(entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+        return None if top is None else shapes.chat_logprobs(entries or [], top)
+
     if body.stream:
 
-        def chunk(delta: str | None, finish: str | None) -> dict[str, Any]:
+        def chunk(
+            delta: str | None, finish: str | None, entries: list[dict[str, Any]] | None
+        ) -> dict[str, Any]:
             d: dict[str, Any] = (
                 {"role": "assistant", "content": ""}
                 if delta is None
                 else ({"content": delta} if delta else {})
             )
+            choice = {"index": 0, "delta": d, "logprobs": logprobs(entries),
+                      "finish_reason": finish}  # fmt: skip
             return {"id": cid, "object": "chat.completion.chunk", "created": created,
-                    "model": body.model,
-                    "choices": [{"index": 0, "delta": d, "finish_reason": finish}]}  # fmt: skip
+                    "model": body.model, "choices": [choice]}  # fmt: skip
 
         include = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
@@ -300,11 +230,11 @@ async def chat_completions(
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
-                    "finish_reason": _finish_reason(final),
-                    "logprobs": None,
+                    "finish_reason": shapes.finish_reason(final),
+                    "logprobs": logprobs(shapes.output_logprobs(final)),
                 }
             ],
-            "usage": _usage(final),
+            "usage": shapes.usage(final),
         },
         headers=headers,
     )
@@ -317,19 +247,32 @@ async def completions(
     request: Request,
     authorization: Annotated[str | None, Header()] = None,
 ) -> Any:
-    job, tenant_id = await _run(
-        ctx, authorization, body.model, body.job_input(body.single_prompt(), body.max_tokens)
-    )
+    prompt = body.checked().single_prompt()
+    top = body.logprobs
+    job_input = body.job_input(prompt, body.max_tokens, top, special_tokens=True)
+    job, tenant_id = await _run(ctx, authorization, body.model, job_input)
     cid, created = f"cmpl-{job['id']}", int(time.time())
     headers = {"X-Job-Id": job["id"]}
+    echoed = prompt if body.echo else ""
     if body.stream:
+        text_offset = len(echoed)  # where the next chunk's text starts in the choice's text
 
-        def chunk(delta: str | None, finish: str | None) -> dict[str, Any] | None:
-            if delta is None:
-                return None  # completions streams have no role chunk
+        def chunk(
+            delta: str | None, finish: str | None, entries: list[dict[str, Any]] | None
+        ) -> dict[str, Any] | None:
+            nonlocal text_offset
+            if delta is None:  # completions streams have no role chunk: the echo, if any
+                if not echoed:
+                    return None
+                delta = echoed
+                entries = None
+            lp = None
+            if top is not None:
+                lp = shapes.completion_logprobs(entries or [], top, text_offset)
+                text_offset += sum(len(str(e.get("token", ""))) for e in entries or [])
             return {"id": cid, "object": "text_completion", "created": created,
                     "model": body.model,
-                    "choices": [{"index": 0, "text": delta, "logprobs": None,
+                    "choices": [{"index": 0, "text": delta, "logprobs": lp,
                                  "finish_reason": finish}]}  # fmt: skip
 
         include = bool(body.stream_options and body.stream_options.include_usage)
@@ -341,6 +284,9 @@ async def completions(
     if final is None:
         return Response(status_code=499, headers=headers)  # nobody reads it
     _raise_for_job(final)
+    logprobs = None
+    if top is not None:
+        logprobs = shapes.completion_logprobs(shapes.output_logprobs(final), top, len(echoed))
     return JSONResponse(
         {
             "id": cid,
@@ -350,12 +296,12 @@ async def completions(
             "choices": [
                 {
                     "index": 0,
-                    "text": (final.get("output") or {}).get("text", ""),
-                    "logprobs": None,
-                    "finish_reason": _finish_reason(final),
+                    "text": echoed + (final.get("output") or {}).get("text", ""),
+                    "logprobs": logprobs,
+                    "finish_reason": shapes.finish_reason(final),
                 }
             ],
-            "usage": _usage(final),
+            "usage": shapes.usage(final),
         },
         headers=headers,
     )

@@ -205,7 +205,8 @@ def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: JobInput) 
     if meta is None:
         # Metadata unreadable: the worker checks and reports; ~4 characters per token.
         return len(resolved.prompt) // 4 + 1
-    prompt_tokens = meta.count_prompt_tokens(resolved.prompt)
+    _check_token_ids(resolved, meta.vocab_size)
+    prompt_tokens = meta.count_prompt_tokens(resolved.prompt, resolved.add_special_tokens)
     max_tokens = resolved.max_tokens
     if prompt_tokens + max_tokens > meta.max_context:
         raise InvalidRequest(
@@ -217,6 +218,23 @@ def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: JobInput) 
             limit=meta.max_context,
         )
     return prompt_tokens
+
+
+def _check_token_ids(resolved: JobInput, vocab_size: int) -> None:
+    """Token ids a call names exist in the model's vocabulary (else the worker would refuse the
+    job after it was admitted and queued)."""
+    named = {
+        "logit_bias": [token for token, _ in resolved.logit_bias],
+        "stop_token_ids": list(resolved.stop_token_ids),
+    }
+    for name, ids in named.items():
+        bad = [t for t in ids if not 0 <= t < vocab_size]
+        if bad:
+            raise InvalidRequest(
+                f"{name}: token id {bad[0]} is not in the model's vocabulary [0, {vocab_size})",
+                errors=[{"field": f"input.{name}", "message": "unknown token id"}],
+                param=name,
+            )
 
 
 def request_hash(name: str, body: dict[str, Any]) -> str:

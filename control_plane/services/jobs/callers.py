@@ -23,7 +23,7 @@ from control_plane.context import AppContext
 from control_plane.domain import endings
 from control_plane.domain.row_checks import RowChecks
 from control_plane.domain.states import JobStatus, is_terminal
-from control_plane.domain.stream_text import Restart, Step, StreamText
+from control_plane.domain.stream_text import Restart, Step, StreamText, Text
 from control_plane.services.jobs import events, finish, job_store
 from control_plane.services.jobs.local_ends import End
 
@@ -156,6 +156,9 @@ class Follow:
     - `output` deltas (`{"delta": text}`) that, with each `restarted` clearing what came
       before it, add up to the job's output (`StreamText`: a lost attempt's deltas dropped, a
       retry's text held back while it repeats what was sent, lost deltas filled in at the end);
+      A delta sent as the worker streamed it carries its tokens' `logprobs` when the job
+      asked for them, until the first delta that is not (then the rest are only in the output
+      the terminal event carries: the deltas' entries are always a prefix of it);
     - `restarted` (`{"job_id", "attempt", "reason"}`) when the text sent cannot be continued;
     - one terminal event, the last, carrying the job; read from the row when Redis lost it.
 
@@ -166,6 +169,7 @@ class Follow:
     def __init__(self, ctx: AppContext, job_id: str, tenant_id: str) -> None:
         self.ctx, self.job_id, self.tenant_id = ctx, job_id, tenant_id
         self.text = StreamText()
+        self._logprobs_in_order = True
         self._cancel_on_exit = True
 
     def let_run(self) -> None:
@@ -214,13 +218,18 @@ class Follow:
             if not isinstance(delta, str) or not delta:
                 return []
             attempt, offset = data.get("attempt"), data.get("offset")
-            return self._sent(
-                self.text.delta(
-                    delta,
-                    attempt if isinstance(attempt, int) else None,
-                    offset if isinstance(offset, int) else None,
-                )
+            steps = self.text.delta(
+                delta,
+                attempt if isinstance(attempt, int) else None,
+                offset if isinstance(offset, int) else None,
             )
+            sent = self._sent(steps)
+            logprobs = data.get("logprobs")
+            if steps != [Text(delta)]:
+                self._logprobs_in_order = False  # what comes next is not this delta's tokens
+            elif self._logprobs_in_order and isinstance(logprobs, list):
+                sent[0][1]["logprobs"] = logprobs
+            return sent
         if event in TERMINAL_EVENTS:
             output: str | None = None  # (a job that did not succeed: its text is not repaired)
             if event == EventType.COMPLETED:

@@ -19,6 +19,11 @@ from sqlalchemy.orm import Session, sessionmaker
 from common.model_config import ModelConfig
 from common.tokenizer import encode_prompt
 from control_plane.errors import ControlPlaneError
+from control_plane.services.models.chat_template import (
+    DEFAULT_CHAT_TEMPLATE,
+    find_template,
+    render_chat,
+)
 from control_plane.services.storage import object_store, storage_access
 from control_plane.services.storage.storage_access import Access
 from control_plane.settings import Settings
@@ -30,43 +35,23 @@ NEGATIVE_TTL_S = 30.0
 READ_WAIT_S = 30.0
 # Model files read at the edge are small; a larger one is refused rather than downloaded.
 MAX_META_BYTES = 64 * 1024 * 1024
-# Used when the tokenizer config has no chat template (the demo model has none).
-DEFAULT_CHAT_TEMPLATE = (
-    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
 
 
 @dataclass(frozen=True, slots=True)
 class ModelMeta:
     max_context: int  # max_position_embeddings: prompt + generated tokens must fit
+    vocab_size: int  # token ids a call names (logit_bias, stop_token_ids) are below this
     tokenizer: Any  # tokenizers.Tokenizer
     bos_token_id: int | None  # prepended by the worker when the tokenizer does not add it
     bos_token: str  # for chat templates
     eos_token: str  # for chat templates
     chat_template: str  # Jinja template (the model's own, or DEFAULT_CHAT_TEMPLATE)
 
-    def count_prompt_tokens(self, prompt: str) -> int:
-        return len(encode_prompt(self.tokenizer, prompt, self.bos_token_id))
+    def count_prompt_tokens(self, prompt: str, add_special_tokens: bool = True) -> int:
+        return len(encode_prompt(self.tokenizer, prompt, self.bos_token_id, add_special_tokens))
 
     def render_chat(self, messages: list[dict[str, Any]]) -> str:
         return render_chat(self.chat_template, messages, self.bos_token, self.eos_token)
-
-
-def render_chat(template: str, messages: list[dict[str, Any]], bos: str, eos: str) -> str:
-    """Render a Hugging Face chat template in a sandbox (templates come from model files)."""
-    from jinja2.exceptions import TemplateError
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    def raise_exception(message: str) -> None:
-        raise TemplateError(message)
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    env.globals["raise_exception"] = raise_exception
-    rendered: str = env.from_string(template).render(
-        messages=messages, add_generation_prompt=True, bos_token=bos, eos_token=eos
-    )
-    return rendered
 
 
 class ModelMetaCache:
@@ -137,6 +122,13 @@ def _read(access: Access, name: str) -> bytes:
     return object_store.read(access.child(name), MAX_META_BYTES, field="model")
 
 
+def _read_optional(access: Access, name: str) -> bytes | None:
+    try:
+        return _read(access, name)
+    except ControlPlaneError:
+        return None
+
+
 def load(access: Access) -> ModelMeta:
     from tokenizers import Tokenizer
 
@@ -147,13 +139,12 @@ def load(access: Access) -> ModelMeta:
         tok_config = json.loads(_read(access, "tokenizer_config.json"))
     except ControlPlaneError:
         tok_config = {}
-    template = tok_config.get("chat_template")
-    if isinstance(template, list):  # several named templates: take the default one
-        template = next((t["template"] for t in template if t.get("name") == "default"), None)
+    template = find_template(lambda name: _read_optional(access, name), tok_config)
     bos = _token_text(tok_config.get("bos_token"))
     eos = _token_text(tok_config.get("eos_token"))
     return ModelMeta(
         max_context=config.max_position_embeddings,
+        vocab_size=config.vocab_size,
         tokenizer=tokenizer,
         bos_token_id=config.bos_token_id,
         bos_token=bos,

@@ -1,0 +1,262 @@
+"""The OpenAI routes' request bodies: every parameter of OpenAI's reference is either honoured
+or refused with a 400 naming it; none is accepted and silently ignored.
+
+`CHAT_PARAMETERS` and `COMPLETION_PARAMETERS` list each parameter with what the platform does
+with it; `refuse_unsupported` applies the refusals (a parameter that is not in the list at all
+is refused as unrecognized, as OpenAI does). The extensions vLLM added to the same routes
+(`top_k`, `min_p`, `repetition_penalty`, `stop_token_ids`) are honoured too.
+
+Example:
+
+    >>> refusal(CHAT_PARAMETERS, "tools", [{"type": "function"}])
+    "'tools' is not supported by this platform yet"
+    >>> refusal(CHAT_PARAMETERS, "n", 1) is None
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from control_plane.api.schemas import JobInput, Line, Text, unicode_text
+from control_plane.errors import InvalidRequest
+
+# What a parameter's value is refused for: a reason, or None when the value is honoured.
+Check = Callable[[Any], str | None]
+
+
+def _honoured(_: Any) -> None:
+    return None
+
+
+def _not_supported(value: Any) -> str | None:
+    if value in (None, False, [], {}, ""):
+        return None  # the parameter's "off" value asks for nothing
+    return "is not supported by this platform yet"
+
+
+def _only(*allowed: Any, why: str) -> Check:
+    def check(value: Any) -> str | None:
+        return None if value is None or value in allowed else why
+
+    return check
+
+
+def _text_format(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, Mapping) else None
+    if value is None or kind == "text":
+        return None
+    return f"of type {kind!r} is not supported by this platform yet (only 'text')"
+
+
+def _text_modalities(value: Any) -> str | None:
+    if value is None or (isinstance(value, list) and set(value) <= {"text"}):
+        return None
+    return "supports only ['text'] on this platform"
+
+
+# Shared by both routes (OpenAI's reference lists them on each).
+_SHARED: dict[str, Check] = {
+    "model": _honoured,
+    "max_tokens": _honoured,
+    "temperature": _honoured,
+    "top_p": _honoured,
+    "stop": _honoured,
+    "seed": _honoured,
+    "n": _only(1, why="above 1 is not supported by this platform yet"),
+    "stream": _honoured,
+    "stream_options": _honoured,
+    "frequency_penalty": _honoured,
+    "presence_penalty": _honoured,
+    "logit_bias": _honoured,
+    "logprobs": _honoured,
+    # an end-user id for abuse tracking: accepted, never logged with content
+    "user": _honoured,
+    # vLLM's extensions of these routes
+    "top_k": _honoured,
+    "min_p": _honoured,
+    "repetition_penalty": _honoured,
+    "stop_token_ids": _honoured,
+}
+
+CHAT_PARAMETERS: dict[str, Check] = {
+    **_SHARED,
+    "messages": _honoured,
+    "max_completion_tokens": _honoured,
+    "top_logprobs": _honoured,
+    "response_format": _text_format,
+    "modalities": _text_modalities,
+    # prefix caching is automatic: the key is a hint the platform does not need
+    "prompt_cache_key": _honoured,
+    "prompt_cache_retention": _honoured,
+    "safety_identifier": _honoured,
+    # kept only with store=true, which is refused
+    "metadata": _honoured,
+    "store": _only(False, why="is not supported: completions are not stored for retrieval"),
+    "service_tier": _only("auto", "default", why="supports only 'auto' and 'default' here"),
+    "tool_choice": _only("none", why="is not supported by this platform yet (only 'none')"),
+    "tools": _not_supported,
+    "parallel_tool_calls": _not_supported,
+    "functions": _not_supported,
+    "function_call": _only("none", why="is not supported by this platform yet"),
+    "audio": _not_supported,
+    "prediction": _not_supported,
+    "reasoning_effort": _not_supported,
+    "verbosity": _not_supported,
+    "web_search_options": _not_supported,
+}
+
+COMPLETION_PARAMETERS: dict[str, Check] = {
+    **_SHARED,
+    "prompt": _honoured,
+    "echo": _honoured,
+    "best_of": _only(1, why="above 1 is not supported by this platform yet"),
+    "suffix": _not_supported,
+}
+
+
+def refusal(table: Mapping[str, Check], name: str, value: Any) -> str | None:
+    """Why the parameter `name` with `value` is refused (a sentence naming it), or None."""
+    check = table.get(name)
+    if check is None:
+        return f"Unrecognized request argument supplied: {name}"
+    why = check(value)
+    return None if why is None else f"'{name}' {why}"
+
+
+def refuse_unsupported(table: Mapping[str, Check], body: BaseModel) -> None:
+    """Raise InvalidRequest (400 on these routes) for the first parameter sent that the
+    platform does not honour; `param` names it."""
+    sent = {name: getattr(body, name) for name in body.model_fields_set}
+    sent.update(body.model_extra or {})
+    for name, value in sent.items():
+        why = refusal(table, name, value)
+        if why is not None:
+            code = "unsupported_parameter" if name in table else "unknown_parameter"
+            raise InvalidRequest(why, param=name, code=code)
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+    # OpenAI pads streamed chunks against length side channels by default; no padding here
+    include_obfuscation: bool | None = None
+
+
+class _Common(BaseModel):
+    # Parameters outside the model's fields land in `model_extra`, where `refuse_unsupported`
+    # answers each by name (refused or unrecognized): never dropped unseen.
+    model_config = ConfigDict(extra="allow")
+
+    model: Line = Field(min_length=1, description="deployment name")
+    max_tokens: int | None = Field(None, ge=1, le=32_768)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    stop: Text | list[Text] | None = Field(None, max_length=8)
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    n: int | None = Field(None, ge=1, le=128)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    logit_bias: dict[str, float] | None = Field(None, max_length=300)
+    user: Line | None = Field(None, max_length=256)
+    top_k: int | None = Field(None, ge=-1, le=1_000_000, description="0 or -1: no limit")
+    min_p: float | None = Field(None, ge=0, le=1)
+    repetition_penalty: float | None = Field(None, gt=0, le=10)
+    stop_token_ids: list[int] | None = Field(None, max_length=64)
+
+    def job_input(
+        self, prompt: str, max_tokens: int | None, logprobs: int | None, special_tokens: bool
+    ) -> JobInput:
+        stop = [self.stop] if isinstance(self.stop, str) else self.stop
+        return JobInput(
+            prompt=prompt,
+            max_tokens=max_tokens,
+            # OpenAI's default temperature is 1.
+            temperature=1.0 if self.temperature is None else self.temperature,
+            top_p=self.top_p,
+            top_k=None if self.top_k is None else max(self.top_k, 0),
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            presence_penalty=self.presence_penalty,
+            frequency_penalty=self.frequency_penalty,
+            logit_bias=self.logit_bias,
+            seed=self.seed,
+            stop=stop,
+            stop_token_ids=self.stop_token_ids,
+            logprobs=logprobs,
+            add_special_tokens=None if special_tokens else False,
+        )
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: Text | list[dict[str, Any]] | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_parts_only(
+        cls, v: str | list[dict[str, Any]] | None
+    ) -> str | list[dict[str, Any]] | None:
+        # Checked at the edge: an image or audio part is the caller's input, a 400, never a 500.
+        for part in v if isinstance(v, list) else []:
+            if part.get("type") != "text" or not isinstance(part.get("text", ""), str):
+                raise ValueError(
+                    f"message content of type {part.get('type')!r} is not supported "
+                    "(text parts only)"
+                )
+            unicode_text(part.get("text", ""))  # a part's text is Text too
+        return v
+
+    def text(self) -> str:
+        if self.content is None or isinstance(self.content, str):
+            return self.content or ""
+        return "".join(str(part.get("text", "")) for part in self.content)
+
+
+class ChatCompletionRequest(_Common):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, le=32_768)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+
+    def checked(self) -> ChatCompletionRequest:
+        refuse_unsupported(CHAT_PARAMETERS, self)
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidRequest(
+                "'top_logprobs' requires 'logprobs' to be true", param="top_logprobs"
+            )
+        return self
+
+    def logprobs_asked(self) -> int | None:
+        """Alternatives per token the job computes; None: no log-probabilities."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+class CompletionRequest(_Common):
+    prompt: Text | list[Text]
+    max_tokens: int | None = Field(16, ge=1, le=32_768)
+    logprobs: int | None = Field(None, ge=0, le=20)
+    echo: bool = False
+
+    def checked(self) -> CompletionRequest:
+        refuse_unsupported(COMPLETION_PARAMETERS, self)
+        if self.echo and self.logprobs is not None:
+            raise InvalidRequest(
+                "'echo' with 'logprobs' is not supported: the prompt's log-probabilities are "
+                "not computed",
+                param="echo",
+            )
+        return self
+
+    def single_prompt(self) -> str:
+        if isinstance(self.prompt, str):
+            return self.prompt
+        if len(self.prompt) != 1:
+            raise InvalidRequest("only one prompt per request is supported", param="prompt")
+        return self.prompt[0]
