@@ -114,6 +114,17 @@ class DeploymentSpec(BaseModel):
             raise ValueError("must be lowercase letters, digits and '-', starting alphanumeric")
         return v
 
+    @field_validator("accelerator_count")
+    @classmethod
+    def _one_accelerator(cls, v: int) -> int:
+        # Refused rather than ignored: a worker runs its model on one accelerator today.
+        if v > 1:
+            raise ValueError(
+                f"{v} accelerators per worker are not supported yet: a worker runs its model on "
+                "one accelerator (no tensor parallelism); use accelerator_count 1"
+            )
+        return v
+
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:

@@ -296,3 +296,21 @@ def test_validation_can_be_turned_off(
     off = Settings(**{**settings.model_dump(), "validate_models": False})
     with TestClient(create_app(off)) as c:
         assert deploy(c, keys["a"], "store://models/none/").status_code == 201
+
+
+def test_more_than_one_accelerator_is_refused_not_ignored(
+    client: TestClient, keys: dict[str, str]
+) -> None:
+    uri = upload(client, keys["a"], "models/tp", valid_model())
+    spec = {"name": "tp", "model": uri, "accelerator_count": 2}
+    r = client.post("/v1/deployments", json=spec, headers=h(keys["a"]))
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"][0]["field"] == "accelerator_count"
+    assert "one accelerator" in r.json()["detail"]
+    assert names(client, keys["a"]) == []
+    assert (
+        client.post(
+            "/v1/deployments", json={**spec, "accelerator_count": 1}, headers=h(keys["a"])
+        ).status_code
+        == 201
+    )
