@@ -22,10 +22,12 @@ from typing import Any
 DEFAULT_MAX_TOKENS = 64
 DEFAULT_TEMPERATURE = 0.0  # greedy
 DEFAULT_TOP_P = 1.0  # no nucleus cut
+# Most sequences one job generates from its prompt (`n`): each holds KV cache of its own.
+MAX_CHOICES = 16
 # Fields every row and claim carries; the others appear only when they differ from their
 # default (a plain call's row stays small, and rows written before a field existed read back).
 _ALWAYS = frozenset({"prompt", "max_tokens", "temperature", "top_p", "stop"})
-_INTS = frozenset({"max_tokens", "seed", "top_k", "logprobs"})
+_INTS = frozenset({"max_tokens", "seed", "top_k", "logprobs", "n"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +64,8 @@ class JobInput:
     stop_token_ids: tuple[int, ...] = ()
     # the log-probability of each generated token and of this many alternatives; None = off
     logprobs: int | None = None
+    # sequences generated from the prompt (OpenAI's `n`): the prompt is computed once
+    n: int = 1
     # False: the prompt is tokenized as is, no beginning-of-sequence token added (a chat
     # rendered by the model's template already holds its special tokens)
     add_special_tokens: bool = True

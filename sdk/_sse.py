@@ -144,7 +144,9 @@ class StreamState:
             self.job_id = job_id if isinstance(job_id, str) else None
         elif event.event == "output":
             delta = data.get("delta")
-            if isinstance(delta, str) and delta:
+            # the first choice's text (a job with n > 1 streams the others with an `index`;
+            # all of them are in the final job's `output.choices`)
+            if isinstance(delta, str) and delta and not data.get("index"):
                 self._text.append(delta)
                 if self.restarted is None:
                     self._seen.append(delta)

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from common.job_input import MAX_CHOICES
 from control_plane.api.schemas import JobInput, Line, Text, unicode_text
 from control_plane.errors import InvalidRequest
 
@@ -66,7 +67,7 @@ _SHARED: dict[str, Check] = {
     "top_p": _honoured,
     "stop": _honoured,
     "seed": _honoured,
-    "n": _only(1, why="above 1 is not supported by this platform yet"),
+    "n": _honoured,  # 1..MAX_CHOICES (the field's bound)
     "stream": _honoured,
     "stream_options": _honoured,
     "frequency_penalty": _honoured,
@@ -113,7 +114,7 @@ COMPLETION_PARAMETERS: dict[str, Check] = {
     **_SHARED,
     "prompt": _honoured,
     "echo": _honoured,
-    "best_of": _only(1, why="above 1 is not supported by this platform yet"),
+    "best_of": _honoured,  # equal to n (checked below): ranking the choices is not offered
     "suffix": _not_supported,
 }
 
@@ -156,7 +157,7 @@ class _Common(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1)
     stop: Text | list[Text] | None = Field(None, max_length=8)
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
-    n: int | None = Field(None, ge=1, le=128)
+    n: int | None = Field(None, ge=1, le=MAX_CHOICES)
     stream: bool = False
     stream_options: StreamOptions | None = None
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
@@ -188,6 +189,7 @@ class _Common(BaseModel):
             stop=stop,
             stop_token_ids=self.stop_token_ids,
             logprobs=logprobs,
+            n=self.n,
             add_special_tokens=None if special_tokens else False,
         )
 
@@ -244,8 +246,16 @@ class CompletionRequest(_Common):
     logprobs: int | None = Field(None, ge=0, le=20)
     echo: bool = False
 
+    best_of: int | None = Field(None, ge=1, le=MAX_CHOICES)
+
     def checked(self) -> CompletionRequest:
         refuse_unsupported(COMPLETION_PARAMETERS, self)
+        if self.best_of is not None and self.best_of != (self.n or 1):
+            raise InvalidRequest(
+                "'best_of' other than n is not supported by this platform yet (the choices "
+                "are not ranked)",
+                param="best_of",
+            )
         if self.echo and self.logprobs is not None:
             raise InvalidRequest(
                 "'echo' with 'logprobs' is not supported: the prompt's log-probabilities are "

@@ -19,8 +19,27 @@ from typing import Any
 
 
 def finish_reason(job: dict[str, Any]) -> str:
-    out = job.get("output") or {}
-    return "length" if out.get("finish_reason") == "length" else "stop"
+    return _finish(job.get("output") or {})
+
+
+def _finish(output: dict[str, Any]) -> str:
+    return "length" if output.get("finish_reason") == "length" else "stop"
+
+
+def choices(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each choice's `index`, `text`, `finish_reason` (OpenAI's) and `logprobs` entries: the
+    output's `choices` when the job generated several, else the output itself."""
+    output = job.get("output") or {}
+    listed = [c for c in output.get("choices") or [] if isinstance(c, dict)]
+    return [
+        {
+            "index": int(c.get("index", i)),
+            "text": str(c.get("text") or ""),
+            "finish_reason": _finish(c),
+            "logprobs": output_logprobs({"output": c}),
+        }
+        for i, c in enumerate(listed or [output])
+    ]
 
 
 def usage(job: dict[str, Any]) -> dict[str, int]:

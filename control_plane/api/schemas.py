@@ -16,6 +16,7 @@ from pydantic import (
     model_validator,
 )
 
+from common.job_input import MAX_CHOICES
 from common.job_input import JobInput as ResolvedInput
 from control_plane.domain import uris
 from control_plane.domain.spec import default_of
@@ -152,6 +153,9 @@ class JobInput(SamplingDefaults):
     logit_bias: dict[str, float] | None = Field(None, max_length=300)
     logprobs: int | None = Field(
         None, ge=0, le=20, description="alternatives per token to return log-probabilities of"
+    )
+    n: int | None = Field(
+        None, ge=1, le=MAX_CHOICES, description="sequences generated from the prompt"
     )
     add_special_tokens: bool | None = Field(
         None, description="false: the prompt already holds its special tokens (no BOS added)"

@@ -119,7 +119,7 @@ def test_every_reference_parameter_is_honoured_or_refused_by_name(
     # what this platform honours today on both routes (the rest is refused by name)
     for name in ("logit_bias", "logprobs", "seed", "stop", "frequency_penalty", "user"):
         assert verdicts[name] == "honoured", name
-    assert verdicts["n"] == "refused"
+    assert verdicts["n"] == "honoured"
 
 
 def test_an_unknown_parameter_is_refused_by_name(api: dict[str, Any]) -> None:
@@ -273,12 +273,56 @@ def test_a_template_file_is_used_and_its_bos_not_doubled(
     assert ids[0] == tokenizer.token_to_id("<s>") and ids[1] != ids[0]
     assert resp.json()["usage"]["prompt_tokens"] == len(ids)
     # a template that does not finish in time is the caller's 400, and the API serves on
-    (model / "chat_template.jinja").write_text(
+    looping = tmp_path / "looping"
+    shutil.copytree(demo_model, looping)
+    (looping / "chat_template.jinja").write_text(
         "{% set l = range(100000)|list %}{% for a in l %}{% for b in l %}{% endfor %}{% endfor %}"
     )
     Client(base_url=api["url"], api_key=api["api_key"]).deployments.create(
-        name="looping", model=str(model), scaledown_window_s=600
+        name="looping", model=str(looping), scaledown_window_s=600
     )
     slow = _post(api, "/v1/chat/completions", {**body, "model": "looping"})
     assert slow.status_code == 400 and "longer than" in slow.json()["error"]["message"]
     assert _post(api, "/v1/chat/completions", body).status_code == 200
+
+
+def test_n_choices_share_the_prompt_plain_and_streamed(
+    oai: openai.OpenAI, api: dict[str, Any]
+) -> None:
+    prompt = "The weather today is sunny and warm, with a light breeze from the west and " * 2
+    resp = oai.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=6, temperature=1.0, seed=5, n=3, logprobs=1
+    )
+    assert [c.index for c in resp.choices] == [0, 1, 2]
+    assert resp.usage is not None
+    assert resp.usage.completion_tokens == sum(
+        len(c.logprobs.tokens or []) for c in resp.choices if c.logprobs
+    )
+    # the same seed gives the same choices; greedy choices are all the same
+    again = oai.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=6, temperature=1.0, seed=5, n=3
+    )
+    assert [c.text for c in again.choices] == [c.text for c in resp.choices]
+    greedy = oai.completions.create(model=MODEL, prompt=prompt, max_tokens=6, temperature=0, n=2)
+    assert greedy.choices[0].text == greedy.choices[1].text
+    # the prompt was computed once: the other choices found its full blocks cached
+    raw = _post(api, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 2, "n": 3})
+    job = httpx.get(
+        f"{api['url']}/v1/jobs/{raw.headers['X-Job-Id']}",
+        headers={"Authorization": f"Bearer {api['api_key']}"},
+    ).json()
+    prompt_tokens = job["usage"]["prompt_tokens"]
+    for choice in job["output"]["choices"][1:]:
+        assert choice["cached_tokens"] >= prompt_tokens - 16, (choice, prompt_tokens)
+
+    streamed: dict[int, str] = {}
+    messages: Any = MESSAGES
+    for chunk in oai.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, temperature=1.0, seed=5, n=2, stream=True
+    ):
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + (c.delta.content or "")
+    plain = oai.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, temperature=1.0, seed=5, n=2
+    )
+    assert streamed == {c.index: c.message.content for c in plain.choices}

@@ -193,3 +193,43 @@ def test_runner_is_released_for_every_job() -> None:
     h.wait(1)
     h.loop.stop(timeout_s=5)
     assert isinstance(h.runner, ScriptedRunner) and h.runner.released == ["x"]
+
+
+def test_a_job_of_n_choices_prefills_once_and_streams_each_choice() -> None:
+    h = Harness(max_num_seqs=8, enable_prefix_caching=True)
+    prompt = [BOS, *[2] * 9]  # two full 4-token blocks and a partial one
+    job = Job("many", 1, prompt, SamplingParams(max_tokens=3), time.monotonic() + 60, n=3)
+    h.loop.submit(job)
+    (result,) = h.wait(1).values()
+    h.loop.stop(timeout_s=5)
+    assert result.status == "succeeded" and result.output is not None
+    choices = result.output["choices"]
+    assert [c["index"] for c in choices] == [0, 1, 2]
+    assert all(c["text"] == "Hello" * 3 and c["finish_reason"] == "length" for c in choices)
+    # the prompt counts once, every choice's tokens count
+    assert (result.prompt_tokens, result.generated_tokens) == (len(prompt), 9)
+    # the first choice computed the prompt; the others found its full blocks cached
+    assert choices[0]["cached_tokens"] == 0
+    assert all(c["cached_tokens"] == 8 for c in choices[1:])
+    entries = [json.loads(e["data"]) for e in h.redis.streams[job_events_key("many")]]
+    for index in range(3):
+        text = "".join(e["delta"] for e in entries if e.get("index", 0) == index)
+        assert text == "Hello" * 3
+    assert h.engine.block_manager.num_free_blocks == h.engine.cache.num_blocks
+
+
+def test_canceling_a_job_of_n_choices_aborts_them_all() -> None:
+    def slow(rid: str, i: int) -> int:
+        time.sleep(0.02)
+        return 2
+
+    h = Harness(slow, max_num_seqs=8)
+    job = Job("many", 1, [BOS, 2], SamplingParams(max_tokens=50), time.monotonic() + 60, n=4)
+    h.loop.submit(job)
+    time.sleep(0.1)
+    h.redis.keys.add(job_cancel_key("many"))
+    (result,) = h.wait(1).values()
+    h.loop.stop(timeout_s=5)
+    assert result.status == "canceled"
+    assert h.engine.block_manager.num_free_blocks == h.engine.cache.num_blocks
+    assert not h.engine.has_unfinished_requests()

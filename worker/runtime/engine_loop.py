@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import queue
@@ -39,10 +40,28 @@ JobStatus = Literal["succeeded", "failed", "canceled", "timed_out"]
 
 
 @dataclass(slots=True)
+class Choice:
+    """One of a job's `n` sequences (an engine request) and what it generated so far."""
+
+    # its place among the job's choices; choice 0's engine request id is the job id
+    index: int
+    request_id: str
+    # the generated text so far, and its length in characters
+    text_parts: list[str] = field(default_factory=list)
+    text_chars: int = 0
+    # log-probabilities per generated token, when asked for (OpenAI's chat shape: token,
+    # bytes, logprob, top_logprobs), and those not yet sent with a delta
+    logprobs: list[dict[str, Any]] = field(default_factory=list)
+    unsent_logprobs: list[dict[str, Any]] = field(default_factory=list)
+    # its last output, once finished
+    final: RequestOutput | None = None
+
+
+@dataclass(slots=True)
 class Job:
     """A claimed job on its way through the engine."""
 
-    # control-plane job id (also the engine's request id)
+    # control-plane job id (also the engine's request id of its first choice)
     job_id: str
     # attempt number from the claim (fences the completion report)
     attempt: int
@@ -54,13 +73,11 @@ class Job:
     deadline: float
     # scheduling class (broker priority: lower first)
     priority: int = 0
-    # the generated text so far, and its length in characters
-    text_parts: list[str] = field(default_factory=list)
-    text_chars: int = 0
-    # log-probabilities per generated token, when asked for (OpenAI's chat shape: token,
-    # bytes, logprob, top_logprobs), and those not yet sent with a delta
-    logprobs: list[dict[str, Any]] = field(default_factory=list)
-    unsent_logprobs: list[dict[str, Any]] = field(default_factory=list)
+    # sequences generated from the prompt: the first is prefilled alone, the others join
+    # once its prompt blocks are cached, and share them (worker.engine.block_manager)
+    n: int = 1
+    # its sequences (built by the engine loop)
+    choices: list[Choice] = field(default_factory=list)
     # "canceled" or "timed_out" once an abort was requested
     abort_reason: str | None = None
     # its spans on this worker (runtime/job_trace.py); None when tracing is off. Opaque here.
@@ -75,7 +92,8 @@ class JobResult:
     """What to report to the control plane for a finished job."""
 
     status: JobStatus
-    # {"text", "finish_reason", "cached_tokens", "timings", ["logprobs"]} unless failed
+    # {"text", "finish_reason", "cached_tokens", "timings", ["logprobs"], ["choices"]} unless
+    # failed (text, finish_reason and logprobs: the first choice's; "choices": all, when n > 1)
     output: dict[str, Any] | None
     # {"type", "message"} when failed
     error: dict[str, str] | None
@@ -113,6 +131,8 @@ class EngineLoop:
         self.observer = observer  # the worker's metrics (worker/runtime/metrics.py)
         self._inbox: queue.SimpleQueue[Job] = queue.SimpleQueue()
         self._jobs: dict[str, Job] = {}
+        # engine request id -> its job and choice
+        self._choices: dict[str, tuple[Job, Choice]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="engine", daemon=True)
         self._next_poll = 0.0
@@ -163,15 +183,30 @@ class EngineLoop:
                 return
 
     def _add(self, job: Job) -> None:
+        first = Choice(0, job.job_id)
         try:
             self.engine.add_request(job.job_id, job.prompt_ids, job.params, job.priority)
         except ValueError as exc:  # validated before submit; a duplicate delivery lands here
             self._report(job, _failed("invalid_input", str(exc), job))
             return
+        job.choices = [first]
         job.poll_after = time.monotonic() + self.cancel_poll_s
         self._jobs[job.job_id] = job
+        self._choices[first.request_id] = (job, first)
         if self.observer is not None:
             self.observer.request_admitted(len(job.prompt_ids))
+
+    def _add_siblings(self, job: Job) -> None:
+        """The job's other choices, once its first has been prefilled: their prompts then find
+        its full blocks in the prefix cache (only the last, partial block is computed again)."""
+        for index in range(1, job.n):
+            choice = Choice(index, f"{job.job_id}#{index}")
+            params = job.params
+            if params.seed is not None:  # seeded choices differ from each other, reproducibly
+                params = dataclasses.replace(params, seed=params.seed + index)
+            self.engine.add_request(choice.request_id, job.prompt_ids, params, job.priority)
+            job.choices.append(choice)
+            self._choices[choice.request_id] = (job, choice)
 
     def _check_aborts(self) -> None:
         """Every `cancel_poll_s`: the cancel flags of the jobs in flight (one round trip) and
@@ -203,39 +238,43 @@ class EngineLoop:
                 job.abort_reason = "timed_out"
             else:
                 continue
-            final = self.engine.abort_request(job.job_id)
-            if final is not None:
-                self._publish([final])
+            finals = [self.engine.abort_request(c.request_id) for c in job.choices]
+            self._publish([f for f in finals if f is not None])
 
     def _publish(self, outputs: list[RequestOutput]) -> None:
         if self.observer is not None:
             self.observer.step_outputs(outputs)
         events: list[tuple[str, str]] = []
         for out in outputs:
-            job = self._jobs.get(out.request_id)
-            if job is None:
+            found = self._choices.get(out.request_id)
+            if found is None:
                 continue
+            job, choice = found
             if out.logprobs:
                 entries = [self._logprob_entry(lp) for lp in out.logprobs]
-                job.logprobs.extend(entries)
-                job.unsent_logprobs.extend(entries)
+                choice.logprobs.extend(entries)
+                choice.unsent_logprobs.extend(entries)
+            if choice.index == 0 and len(job.choices) < job.n and job.abort_reason is None:
+                self._add_siblings(job)  # the first choice's prompt is computed
             if out.text_delta:
                 # The attempt and where in its text the delta starts let a stream's reader
                 # drop a lost attempt's deltas and see that some were lost
                 # (control_plane/domain/stream_text.py).
-                delta = {
+                delta: dict[str, Any] = {
                     "delta": out.text_delta,
                     "generated_tokens": out.num_generated_tokens,
                     "attempt": job.attempt,
-                    "offset": job.text_chars,
+                    "offset": choice.text_chars,
                 }
-                if job.unsent_logprobs:
+                if choice.index:
+                    delta["index"] = choice.index
+                if choice.unsent_logprobs:
                     # the tokens up to this delta (a token held back by a stop string goes
                     # out with the text that follows it, or only in the final output)
-                    delta["logprobs"] = job.unsent_logprobs
-                    job.unsent_logprobs = []
-                job.text_parts.append(out.text_delta)
-                job.text_chars += len(out.text_delta)
+                    delta["logprobs"] = choice.unsent_logprobs
+                    choice.unsent_logprobs = []
+                choice.text_parts.append(out.text_delta)
+                choice.text_chars += len(out.text_delta)
                 events.append((job_events_key(job.job_id), json.dumps(delta)))
         if events:
             try:
@@ -251,9 +290,16 @@ class EngineLoop:
                 # deltas are a convenience: the whole text goes with the completion report
                 log.warning("could not stream %d deltas: %s", len(events), exc)
         for out in outputs:
-            job = self._jobs.get(out.request_id)
-            if job is not None and out.finished:
-                self._finish(job, _result(job, out))
+            found = self._choices.get(out.request_id)
+            if found is None or not out.finished:
+                continue
+            job, choice = found
+            choice.final = out
+            del self._choices[out.request_id]
+            if len(job.choices) == job.n and all(c.final is not None for c in job.choices):
+                self._finish(job, _result(job))
+            elif job.abort_reason is not None and all(c.final for c in job.choices):
+                self._finish(job, _result(job))  # aborted before its other choices joined
 
     def _logprob_entry(self, lp: TokenLogprobs) -> dict[str, Any]:
         """One token's log-probabilities in OpenAI's chat shape (`bytes` exact, see
@@ -267,7 +313,9 @@ class EngineLoop:
 
     def _fail_all(self, message: str) -> None:
         for job in list(self._jobs.values()):
-            self.engine.abort_request(job.job_id)
+            for choice in job.choices:
+                self.engine.abort_request(choice.request_id)
+                self._choices.pop(choice.request_id, None)
             self._finish(job, _failed("model_error", message, job))
 
     def _finish(self, job: Job, result: JobResult) -> None:
@@ -284,22 +332,37 @@ class EngineLoop:
 _WAKE = Job("", 0, [], SamplingParams(), 0.0)
 
 
-def _result(job: Job, out: RequestOutput) -> JobResult:
+def _result(job: Job) -> JobResult:
+    finals = [c.final for c in job.choices if c.final is not None]
+    first = finals[0]
     status: JobStatus = "succeeded"
-    if out.finish_reason == "abort":
+    if any(f.finish_reason == "abort" for f in finals):
         status = "timed_out" if job.abort_reason == "timed_out" else "canceled"
-    output: dict[str, Any] = {
-        "text": "".join(job.text_parts),
-        "finish_reason": out.finish_reason,
-        "cached_tokens": out.num_cached_tokens,
-    }
-    if out.metrics is not None:
-        output["timings"] = out.metrics.to_dict()
-    if job.params.logprobs is not None:
-        output["logprobs"] = job.logprobs
-    return JobResult(
-        status, output, None, out.num_prompt_tokens, out.num_generated_tokens, out.metrics
-    )
+    output = _choice_output(job.choices[0], first, job.params.logprobs is not None)
+    output["cached_tokens"] = first.num_cached_tokens
+    if first.metrics is not None:
+        output["timings"] = first.metrics.to_dict()
+    if job.n > 1:
+        # each with the prompt tokens it found cached (the first choice's blocks)
+        output["choices"] = [
+            {
+                "index": c.index,
+                **_choice_output(c, c.final, job.params.logprobs is not None),
+                "cached_tokens": c.final.num_cached_tokens,
+            }
+            for c in job.choices
+            if c.final is not None
+        ]
+    # the prompt counts once; every choice's tokens count
+    generated = sum(f.num_generated_tokens for f in finals)
+    return JobResult(status, output, None, first.num_prompt_tokens, generated, first.metrics)
+
+
+def _choice_output(choice: Choice, final: RequestOutput, logprobs: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"text": "".join(choice.text_parts), "finish_reason": final.finish_reason}
+    if logprobs:
+        out["logprobs"] = choice.logprobs
+    return out
 
 
 def _failed(kind: str, message: str, job: Job) -> JobResult:

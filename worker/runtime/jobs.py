@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from common import logs, tracing
+from common.job_input import MAX_CHOICES
 from common.messages import Assignment, Claim
 from common.protocol import MAX_JOBS_PER_REQUEST
 from worker.runtime import job_trace
@@ -202,6 +203,8 @@ class JobFlow:
             logs.bind(**trace.log_ids())  # this job's lines name its trace
         try:
             params = SamplingParams.from_job_input(claim.input)
+            if isinstance(claim.input.n, bool) or not 1 <= claim.input.n <= MAX_CHOICES:
+                raise ValueError(f"n: must be in [1, {MAX_CHOICES}], got {claim.input.n!r}")
             prompt_ids = engine.encode(claim.input.prompt, claim.input.add_special_tokens)
             engine.validate(prompt_ids, params)
         except ValueError as exc:
@@ -214,7 +217,14 @@ class JobFlow:
             return
         deadline = time.monotonic() + claim.execution_timeout_s
         job = Job(
-            job_id, attempt, prompt_ids, params, deadline, priority=delivery.priority, trace=trace
+            job_id,
+            attempt,
+            prompt_ids,
+            params,
+            deadline,
+            priority=delivery.priority,
+            n=claim.input.n,
+            trace=trace,
         )
         self._acks[id(job)] = delivery
         loop.submit(job)

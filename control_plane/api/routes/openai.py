@@ -96,8 +96,9 @@ def _stream_error(job_id: str, message: str, code: str) -> str:
     return _sse({"error": error})
 
 
-# chunk(delta text | None for the opening chunk, finish reason, logprob entries) -> data object
-Chunk = Callable[[str | None, str | None, list[dict[str, Any]] | None], dict[str, Any] | None]
+# chunk(choice index, delta text | None for the opening chunk, finish reason, logprob entries)
+# -> the data object (None: nothing to send)
+Chunk = Callable[[int, str | None, str | None, list[dict[str, Any]] | None], dict[str, Any] | None]
 
 
 async def _stream(
@@ -106,6 +107,7 @@ async def _stream(
     tenant_id: str,
     chunk: Chunk,
     include_usage: bool,
+    n: int = 1,
 ) -> AsyncIterator[str]:
     """OpenAI streaming: `chunk` builds each data object.
 
@@ -114,16 +116,19 @@ async def _stream(
     take back text it sent: when the job was run again (its worker lost) and its new text
     departs from what was streamed, the stream ends with an error chunk naming the job
     instead, and the job runs on (its output: GET /v1/jobs/{id})."""
-    first = chunk(None, None, None)
-    if first is not None:
-        yield _sse(first)
+    for index in range(n):
+        first = chunk(index, None, None, None)
+        if first is not None:
+            yield _sse(first)
     follow = callers.Follow(ctx, job["id"], tenant_id)
-    logprobs_sent = 0
+    logprobs_sent = [0] * n  # per choice
     async for event, data in follow.events():
         if event == EventType.OUTPUT:
-            entries = data.get("logprobs")
-            logprobs_sent += len(entries or ())
-            yield _sse(chunk(data.get("delta", ""), None, entries) or {})
+            index, entries = int(data.get("index", 0)), data.get("logprobs")
+            if not 0 <= index < n:
+                continue
+            logprobs_sent[index] += len(entries or ())
+            yield _sse(chunk(index, data.get("delta", ""), None, entries) or {})
         elif event == EventType.RESTARTED:
             follow.let_run()
             message = (
@@ -134,10 +139,12 @@ async def _stream(
             yield _stream_error(job["id"], message, "job_restarted")
             break
         elif event == EventType.COMPLETED:
-            rest = shapes.output_logprobs(data)[logprobs_sent:] or None
-            yield _sse(chunk("", shapes.finish_reason(data), rest) or {})
+            for c in shapes.choices(data):
+                if 0 <= c["index"] < n:
+                    rest = c["logprobs"][logprobs_sent[c["index"]] :] or None
+                    yield _sse(chunk(c["index"], "", c["finish_reason"], rest) or {})
             if include_usage:
-                usage = {**(chunk("", None, None) or {}), "choices": [],
+                usage = {**(chunk(0, "", None, None) or {}), "choices": [],
                          "usage": shapes.usage(data)}  # fmt: skip
                 yield _sse(usage)
             break
@@ -195,45 +202,50 @@ async def chat_completions(
     def logprobs(entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
         return None if top is None else shapes.chat_logprobs(entries or [], top)
 
+    n = body.n or 1
     if body.stream:
 
         def chunk(
-            delta: str | None, finish: str | None, entries: list[dict[str, Any]] | None
+            index: int,
+            delta: str | None,
+            finish: str | None,
+            entries: list[dict[str, Any]] | None,
         ) -> dict[str, Any]:
             d: dict[str, Any] = (
                 {"role": "assistant", "content": ""}
                 if delta is None
                 else ({"content": delta} if delta else {})
             )
-            choice = {"index": 0, "delta": d, "logprobs": logprobs(entries),
+            choice = {"index": index, "delta": d, "logprobs": logprobs(entries),
                       "finish_reason": finish}  # fmt: skip
             return {"id": cid, "object": "chat.completion.chunk", "created": created,
                     "model": body.model, "choices": [choice]}  # fmt: skip
 
         include = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            _stream(ctx, job, tenant_id, chunk, include), media_type="text/event-stream",
+            _stream(ctx, job, tenant_id, chunk, include, n), media_type="text/event-stream",
             headers=headers,
         )  # fmt: skip
     final = await _wait(ctx, job["id"], tenant_id, request)
     if final is None:
         return Response(status_code=499, headers=headers)  # nobody reads it
     _raise_for_job(final)
-    text = (final.get("output") or {}).get("text", "")
+    choices = [
+        {
+            "index": c["index"],
+            "message": {"role": "assistant", "content": c["text"]},
+            "finish_reason": c["finish_reason"],
+            "logprobs": logprobs(c["logprobs"]),
+        }
+        for c in shapes.choices(final)
+    ]
     return JSONResponse(
         {
             "id": cid,
             "object": "chat.completion",
             "created": created,
             "model": body.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": shapes.finish_reason(final),
-                    "logprobs": logprobs(shapes.output_logprobs(final)),
-                }
-            ],
+            "choices": choices,
             "usage": shapes.usage(final),
         },
         headers=headers,
@@ -254,13 +266,17 @@ async def completions(
     cid, created = f"cmpl-{job['id']}", int(time.time())
     headers = {"X-Job-Id": job["id"]}
     echoed = prompt if body.echo else ""
+    n = body.n or 1
     if body.stream:
-        text_offset = len(echoed)  # where the next chunk's text starts in the choice's text
+        # per choice: where its next chunk's text starts in the choice's text
+        text_offset = [len(echoed)] * n
 
         def chunk(
-            delta: str | None, finish: str | None, entries: list[dict[str, Any]] | None
+            index: int,
+            delta: str | None,
+            finish: str | None,
+            entries: list[dict[str, Any]] | None,
         ) -> dict[str, Any] | None:
-            nonlocal text_offset
             if delta is None:  # completions streams have no role chunk: the echo, if any
                 if not echoed:
                     return None
@@ -268,39 +284,40 @@ async def completions(
                 entries = None
             lp = None
             if top is not None:
-                lp = shapes.completion_logprobs(entries or [], top, text_offset)
-                text_offset += sum(len(str(e.get("token", ""))) for e in entries or [])
+                lp = shapes.completion_logprobs(entries or [], top, text_offset[index])
+                text_offset[index] += sum(len(str(e.get("token", ""))) for e in entries or [])
             return {"id": cid, "object": "text_completion", "created": created,
                     "model": body.model,
-                    "choices": [{"index": 0, "text": delta, "logprobs": lp,
+                    "choices": [{"index": index, "text": delta, "logprobs": lp,
                                  "finish_reason": finish}]}  # fmt: skip
 
         include = bool(body.stream_options and body.stream_options.include_usage)
         return StreamingResponse(
-            _stream(ctx, job, tenant_id, chunk, include), media_type="text/event-stream",
+            _stream(ctx, job, tenant_id, chunk, include, n), media_type="text/event-stream",
             headers=headers,
         )  # fmt: skip
     final = await _wait(ctx, job["id"], tenant_id, request)
     if final is None:
         return Response(status_code=499, headers=headers)  # nobody reads it
     _raise_for_job(final)
-    logprobs = None
-    if top is not None:
-        logprobs = shapes.completion_logprobs(shapes.output_logprobs(final), top, len(echoed))
+    choices = [
+        {
+            "index": c["index"],
+            "text": echoed + c["text"],
+            "logprobs": None
+            if top is None
+            else shapes.completion_logprobs(c["logprobs"], top, len(echoed)),
+            "finish_reason": c["finish_reason"],
+        }
+        for c in shapes.choices(final)
+    ]
     return JSONResponse(
         {
             "id": cid,
             "object": "text_completion",
             "created": created,
             "model": body.model,
-            "choices": [
-                {
-                    "index": 0,
-                    "text": echoed + (final.get("output") or {}).get("text", ""),
-                    "logprobs": logprobs,
-                    "finish_reason": shapes.finish_reason(final),
-                }
-            ],
+            "choices": choices,
             "usage": shapes.usage(final),
         },
         headers=headers,

@@ -155,7 +155,7 @@ def _decide(
         targets.check_target(webhook, ctx.settings.webhook_allow_private)
     resolved = job_input.resolved(dep.spec.defaults)
     prompt_tokens = check_fits_context(ctx, dep, resolved)
-    tokens = prompt_tokens + resolved.max_tokens
+    tokens = prompt_tokens + resolved.n * resolved.max_tokens  # every choice may run to max
     own = view.limits(session, who.tenant_id)
     generation = None if view.fresh else view.generation
     replay = admit(ctx, session, who.tenant_id, tokens, own, generation, idempotency_key)

@@ -156,7 +156,8 @@ class Follow:
     - `output` deltas (`{"delta": text}`) that, with each `restarted` clearing what came
       before it, add up to the job's output (`StreamText`: a lost attempt's deltas dropped, a
       retry's text held back while it repeats what was sent, lost deltas filled in at the end);
-      A delta sent as the worker streamed it carries its tokens' `logprobs` when the job
+      a job with `n` > 1 has one such text per choice, its deltas marked `"index": i` (none for
+      the first). A delta sent as the worker streamed it carries its tokens' `logprobs` when the job
       asked for them, until the first delta that is not (then the rest are only in the output
       the terminal event carries: the deltas' entries are always a prefix of it);
     - `restarted` (`{"job_id", "attempt", "reason"}`) when the text sent cannot be continued;
@@ -168,8 +169,9 @@ class Follow:
 
     def __init__(self, ctx: AppContext, job_id: str, tenant_id: str) -> None:
         self.ctx, self.job_id, self.tenant_id = ctx, job_id, tenant_id
-        self.text = StreamText()
-        self._logprobs_in_order = True
+        # per choice (a job with n > 1 streams several texts; `index` 0 is the first)
+        self.texts: dict[int, StreamText] = {0: StreamText()}
+        self._logprobs_in_order: dict[int, bool] = {}
         self._cancel_on_exit = True
 
     def let_run(self) -> None:
@@ -211,39 +213,68 @@ class Follow:
         if event == EventType.RUNNING:
             attempt = data.get("attempt")
             if isinstance(attempt, int):
-                self.text.running(attempt)
+                for text in self.texts.values():
+                    text.running(attempt)
             return [(event, data)]
         if event == EventType.OUTPUT:
-            delta = data.get("delta")
-            if not isinstance(delta, str) or not delta:
-                return []
-            attempt, offset = data.get("attempt"), data.get("offset")
-            steps = self.text.delta(
-                delta,
-                attempt if isinstance(attempt, int) else None,
-                offset if isinstance(offset, int) else None,
-            )
-            sent = self._sent(steps)
-            logprobs = data.get("logprobs")
-            if steps != [Text(delta)]:
-                self._logprobs_in_order = False  # what comes next is not this delta's tokens
-            elif self._logprobs_in_order and isinstance(logprobs, list):
-                sent[0][1]["logprobs"] = logprobs
-            return sent
+            return self._output(data)
         if event in TERMINAL_EVENTS:
-            output: str | None = None  # (a job that did not succeed: its text is not repaired)
-            if event == EventType.COMPLETED:
-                text = (data.get("output") or {}).get("text")
-                output = text if isinstance(text, str) else ""
-            return [*self._sent(self.text.end(output)), (event, data)]
+            steps: list[tuple[EventType, dict[str, Any]]] = []
+            if event == EventType.COMPLETED:  # (a job that did not succeed: text not repaired)
+                for index, output in _choice_texts(data).items():
+                    steps += self._sent(self._text(index).end(output), index)
+            return [*steps, (event, data)]
         return [(event, data)]
 
-    def _sent(self, steps: list[Step]) -> list[tuple[EventType, dict[str, Any]]]:
+    def _text(self, index: int) -> StreamText:
+        text = self.texts.get(index)
+        if text is None:
+            text = self.texts[index] = StreamText()
+            text.running(self.texts[0].attempt)
+        return text
+
+    def _output(self, data: dict[str, Any]) -> list[tuple[EventType, dict[str, Any]]]:
+        delta, index = data.get("delta"), data.get("index", 0)
+        if not isinstance(delta, str) or not delta:
+            return []
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < 256:
+            return []
+        attempt, offset = data.get("attempt"), data.get("offset")
+        steps = self._text(index).delta(
+            delta,
+            attempt if isinstance(attempt, int) else None,
+            offset if isinstance(offset, int) else None,
+        )
+        sent = self._sent(steps, index)
+        logprobs = data.get("logprobs")
+        if steps != [Text(delta)]:
+            self._logprobs_in_order[index] = False  # what comes next is not this delta's tokens
+        elif self._logprobs_in_order.get(index, True) and isinstance(logprobs, list):
+            sent[0][1]["logprobs"] = logprobs
+        return sent
+
+    def _sent(self, steps: list[Step], index: int) -> list[tuple[EventType, dict[str, Any]]]:
         out: list[tuple[EventType, dict[str, Any]]] = []
         for step in steps:
             if isinstance(step, Restart):
                 data = {"job_id": self.job_id, "attempt": step.attempt, "reason": step.reason}
                 out.append((EventType.RESTARTED, data))
             else:
-                out.append((EventType.OUTPUT, {"delta": step.text}))
+                delta: dict[str, Any] = {"delta": step.text}
+                if index:
+                    delta["index"] = index
+                out.append((EventType.OUTPUT, delta))
         return out
+
+
+def _choice_texts(job: dict[str, Any]) -> dict[int, str]:
+    """Each choice's stored text: `output.text` (the first), and `output.choices` when the
+    job generated several."""
+    output = job.get("output") or {}
+    text = output.get("text")
+    texts = {0: text if isinstance(text, str) else ""}
+    for choice in output.get("choices") or []:
+        if isinstance(choice, dict) and isinstance(choice.get("index"), int):
+            t = choice.get("text")
+            texts[choice["index"]] = t if isinstance(t, str) else ""
+    return texts
