@@ -1,10 +1,12 @@
 """Exceptions of the control plane, mapped to problem+json (or OpenAI's error shape on the
-OpenAI routes) in one place (`api/problems.py`).
+OpenAI routes) in one place (`api/problems.py`; OpenAI's status, type and code of each class:
+`api/openai_errors.py`).
 
 ControlPlaneError          500  (base; an unexpected error never leaks details)
  ├── NotFound          404  a resource of this tenant does not exist (or is another's)
  ├── Conflict          409  state conflict: name taken, idempotency key reused, stale attempt
  ├── InvalidRequest    422  input is well-formed JSON but not acceptable (names the field)
+ │    └── ContextTooLong  422  prompt + max_tokens exceed the model's context (`limit`)
  ├── TooLarge          413  a streamed body (a file upload) passed its limit (`limit_bytes`)
  ├── Unauthorized      401  missing or unknown API key
  ├── Forbidden         403  key lacks the scope
@@ -47,6 +49,11 @@ class InvalidRequest(ControlPlaneError):
     status = 422
     type_slug = "invalid-request"
     title = "Invalid Request"
+
+
+class ContextTooLong(InvalidRequest):
+    """An InvalidRequest of its own kind only for OpenAI's clients, which know it by its code
+    (`context_length_exceeded`); problem+json answers it as any invalid request."""
 
 
 class TooLarge(ControlPlaneError):

@@ -3,9 +3,10 @@ nesting depth of a JSON body.
 
 A chunked request has no `Content-Length`; a lying client may send one too small. The body is
 read here, up to the limit, before any route sees it: one byte over and the answer is 413
-problem+json, nothing having been parsed or written. Bodies are small JSON documents (the
-limit is ~1 MB; batch inputs are read from object storage, not uploaded), so holding one in
-memory is the same cost the route's JSON parsing pays anyway.
+problem+json (OpenAI's error object on OpenAI's paths), nothing having been parsed or written.
+Bodies are small JSON documents (the limit is ~1 MB; batch inputs are read from object
+storage, not uploaded), so holding one in memory is the same cost the route's JSON parsing
+pays anyway.
 """
 
 from __future__ import annotations
@@ -104,12 +105,13 @@ class BodyLimit:
         if not content_type or b"json" in content_type:
             depth = json_depth(body)
             if depth > MAX_JSON_DEPTH:
-                response = problems.problem(
-                    422,
+                response = problems.refusal(
+                    scope.get("path", ""),
+                    422,  # 400 on OpenAI's paths, as OpenAI answers invalid input
                     "invalid-request",
                     "Invalid Request",
                     f"JSON body nests {depth} levels deep; the limit is {MAX_JSON_DEPTH}",
-                    scope.get("path", ""),
+                    code="invalid_value",
                     limit=MAX_JSON_DEPTH,
                 )
                 await response(scope, receive, send)
@@ -124,12 +126,13 @@ class BodyLimit:
 
 
 async def _too_large(scope: Scope, receive: Receive, send: Send, what: str, limit: int) -> None:
-    response = problems.problem(
+    response = problems.refusal(
+        scope.get("path", ""),
         413,
         "too-large",
         "Payload Too Large",
         f"{what}; the limit is {limit}",
-        scope.get("path", ""),
+        code="request_too_large",
         limit_bytes=limit,
     )
     await response(scope, receive, send)

@@ -1,5 +1,6 @@
 """Request head limits: the number of header fields and their bytes, checked before any route
-(or body read) runs. Past either the answer is 431 problem+json.
+(or body read) runs. Past either the answer is 431 problem+json (OpenAI's error object on
+OpenAI's paths).
 
 The server already stops reading a head past `max_header_bytes` (api/server.py); this guard
 also holds where the app runs under another server, and counts fields, which no server here
@@ -36,12 +37,13 @@ class HeaderLimit:
                 if size > self.max_bytes:
                     what = f"header fields of {size} bytes; the limit is {self.max_bytes}"
             if what is not None:
-                response = problems.problem(
+                response = problems.refusal(
+                    scope.get("path", ""),
                     431,
                     "headers-too-large",
                     "Request Header Fields Too Large",
                     what,
-                    scope.get("path", ""),
+                    code="request_header_fields_too_large",
                     limit_bytes=self.max_bytes,
                     limit_count=self.max_count,
                 )

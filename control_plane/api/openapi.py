@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from control_plane.api.problems import OPENAI_PATHS
+from control_plane.api.problems import is_openai_path
 from control_plane.api.schemas import Problem
 
 ERROR_STATUSES = {
@@ -59,7 +59,7 @@ def install(app: FastAPI) -> None:
             "apiKey": {"type": "http", "scheme": "bearer", "description": "pk_… API key"}
         }
         for path, item in doc.get("paths", {}).items():
-            openai = path.startswith(OPENAI_PATHS)
+            openai = is_openai_path(path)
             media = "application/json" if openai else "application/problem+json"
             ref = "#/components/schemas/" + ("OpenAIError" if openai else "Problem")
             for op in item.values():

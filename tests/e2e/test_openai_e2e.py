@@ -78,12 +78,23 @@ def test_completions_plain_and_streamed(oai: openai.OpenAI) -> None:
 def test_errors_in_openai_shape(oai: openai.OpenAI) -> None:
     with pytest.raises(openai.NotFoundError) as nf:
         oai.chat.completions.create(model="nope", messages=[{"role": "user", "content": "hi"}])
-    assert "nope" in str(nf.value)
+    assert "nope" in str(nf.value) and nf.value.code == "model_not_found"
     with pytest.raises(openai.BadRequestError) as long:
         oai.completions.create(model="chat", prompt="word " * 600, max_tokens=8)
     assert "context" in str(long.value)
-    with pytest.raises(openai.BadRequestError):
+    assert (long.value.code, long.value.param) == ("context_length_exceeded", "prompt")
+    with pytest.raises(openai.BadRequestError) as long:
+        oai.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "word " * 600}], max_tokens=8
+        )
+    assert (long.value.code, long.value.param) == ("context_length_exceeded", "messages")
+    with pytest.raises(openai.BadRequestError) as two:
         oai.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}], n=2)
+    assert (two.value.code, two.value.param) == ("integer_above_max_value", "n")
     bad = openai.OpenAI(base_url=oai.base_url, api_key="pk_wrong_key", max_retries=0)
-    with pytest.raises(openai.AuthenticationError):
+    with pytest.raises(openai.AuthenticationError) as auth:
         bad.models.list()
+    assert auth.value.code == "invalid_api_key"
+    with pytest.raises(openai.NotFoundError) as unknown:
+        oai.embeddings.create(model="chat", input="hi")
+    assert unknown.value.code == "unknown_url"

@@ -25,7 +25,7 @@ from common.job_input import JobInput
 from control_plane.context import AppContext
 from control_plane.db.models import Job
 from control_plane.domain.states import JobKind
-from control_plane.errors import ControlPlaneError, InvalidRequest
+from control_plane.errors import ContextTooLong, ControlPlaneError
 from control_plane.metrics import families
 from control_plane.services.jobs import claims, handoff, job_queries, job_store
 from control_plane.services.jobs.dispatch import wake
@@ -209,7 +209,7 @@ def check_fits_context(ctx: AppContext, dep: DeploymentRef, resolved: JobInput) 
     prompt_tokens = meta.count_prompt_tokens(resolved.prompt, resolved.add_special_tokens)
     max_tokens = resolved.max_tokens
     if prompt_tokens + max_tokens > meta.max_context:
-        raise InvalidRequest(
+        raise ContextTooLong(
             f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the model's "
             f"context of {meta.max_context} tokens",
             errors=[{"field": "input.prompt", "message": "too long for the context"}],
