@@ -56,6 +56,11 @@ class ContextTooLong(InvalidRequest):
     (`context_length_exceeded`); problem+json answers it as any invalid request."""
 
 
+class TemplateError(InvalidRequest):
+    """The model's chat template could not render a chat: it raised, or passed the renderer's
+    bounds (time, output size, memory). The caller's input meeting the tenant's model files."""
+
+
 class TooLarge(ControlPlaneError):
     status = 413
     type_slug = "too-large"

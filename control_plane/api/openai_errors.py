@@ -27,6 +27,7 @@ from control_plane.errors import (
     JobStillRunning,
     NotFound,
     RateLimited,
+    TemplateError,
     TooLarge,
     Unauthorized,
     Unavailable,
@@ -51,6 +52,7 @@ OPENAI_ERRORS: dict[type[ControlPlaneError], OpenAIError] = {
     Conflict: OpenAIError(409, _INVALID, "conflict"),
     InvalidRequest: OpenAIError(400, _INVALID, "invalid_value"),
     ContextTooLong: OpenAIError(400, _INVALID, "context_length_exceeded"),
+    TemplateError: OpenAIError(400, _INVALID, "invalid_chat_template"),
     TooLarge: OpenAIError(413, _INVALID, "request_too_large"),
     # OpenAI answers a missing key and a wrong one alike: 401, invalid_request_error.
     Unauthorized: OpenAIError(401, _INVALID, "invalid_api_key"),
@@ -84,8 +86,13 @@ def openai_error(
 
 
 def for_exception(exc: ControlPlaneError, path: str) -> tuple[OpenAIError, str | None]:
-    """The row of `exc`'s class (its nearest ancestor with one) and the parameter it names."""
+    """The row of `exc`'s class (its nearest ancestor with one), its code replaced by the one
+    the error names itself (`extra["code"]`: a refused parameter's `unsupported_parameter`),
+    and the parameter it names."""
     row = next(OPENAI_ERRORS[c] for c in type(exc).__mro__ if c in OPENAI_ERRORS)
+    code = exc.extra.get("code")
+    if isinstance(code, str) and code:
+        row = OpenAIError(row.status, row.type, code)
     param = exc.extra.get("param")
     if isinstance(exc, ContextTooLong) and param is None:
         param = "messages" if path == CHAT_PATH else "prompt"
@@ -107,15 +114,6 @@ def for_http(status: int, method: str, path: str) -> tuple[str, str]:
     except ValueError:
         phrase = "HTTP error"
     return phrase, re.sub(r"[^a-z]+", "_", phrase.lower()).strip("_")
-
-
-class UnsupportedParameter(ValueError):
-    """A body parameter this platform refuses, raised inside a request model's validator:
-    answered with `param` set to its name and OpenAI's `unsupported_parameter` code."""
-
-    def __init__(self, param: str, message: str) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 # Names pydantic gives the members of a union in an error's path.
@@ -184,11 +182,9 @@ def from_validation(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str | Non
         return "invalid request", None, None
     named = []
     for error in errors:
-        cause = (error.get("ctx") or {}).get("error")
-        param = cause.param if isinstance(cause, UnsupportedParameter) else None
+        param = None
         if error.get("type") != "json_invalid":  # its path ends in a character offset
-            param = param or param_name(tuple(error.get("loc", ())))
-        code = "unsupported_parameter" if isinstance(cause, UnsupportedParameter) else None
-        named.append((_message(error, param), param, code or _code(error)))
+            param = param_name(tuple(error.get("loc", ())))
+        named.append((_message(error, param), param, _code(error)))
     message = "; ".join(m for m, _, _ in named)
     return message, named[0][1], named[0][2]

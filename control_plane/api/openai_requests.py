@@ -39,6 +39,12 @@ def _not_supported(value: Any) -> str | None:
     return "is not supported by this platform yet"
 
 
+def _absent_only(value: Any) -> str | None:
+    # for parameters whose mere presence asks for something (`web_search_options: {}` turns
+    # web search on with its defaults)
+    return None if value is None else "is not supported by this platform yet"
+
+
 def _only(*allowed: Any, why: str) -> Check:
     def check(value: Any) -> str | None:
         return None if value is None or value in allowed else why
@@ -103,11 +109,11 @@ CHAT_PARAMETERS: dict[str, Check] = {
     "parallel_tool_calls": _not_supported,
     "functions": _not_supported,
     "function_call": _only("none", why="is not supported by this platform yet"),
-    "audio": _not_supported,
-    "prediction": _not_supported,
+    "audio": _absent_only,
+    "prediction": _absent_only,
     "reasoning_effort": _not_supported,
     "verbosity": _not_supported,
-    "web_search_options": _not_supported,
+    "web_search_options": _absent_only,
 }
 
 COMPLETION_PARAMETERS: dict[str, Check] = {
@@ -231,7 +237,9 @@ class ChatCompletionRequest(_Common):
         refuse_unsupported(CHAT_PARAMETERS, self)
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest(
-                "'top_logprobs' requires 'logprobs' to be true", param="top_logprobs"
+                "'top_logprobs' requires 'logprobs' to be true",
+                param="top_logprobs",
+                code="invalid_value",
             )
         return self
 
@@ -255,12 +263,14 @@ class CompletionRequest(_Common):
                 "'best_of' other than n is not supported by this platform yet (the choices "
                 "are not ranked)",
                 param="best_of",
+                code="unsupported_parameter",
             )
         if self.echo and self.logprobs is not None:
             raise InvalidRequest(
                 "'echo' with 'logprobs' is not supported: the prompt's log-probabilities are "
                 "not computed",
                 param="echo",
+                code="unsupported_parameter",
             )
         return self
 

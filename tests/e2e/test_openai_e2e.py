@@ -88,8 +88,10 @@ def test_errors_in_openai_shape(oai: openai.OpenAI) -> None:
             model="chat", messages=[{"role": "user", "content": "word " * 600}], max_tokens=8
         )
     assert (long.value.code, long.value.param) == ("context_length_exceeded", "messages")
-    with pytest.raises(openai.BadRequestError) as two:
-        oai.chat.completions.create(model="chat", messages=[{"role": "user", "content": "hi"}], n=2)
+    with pytest.raises(openai.BadRequestError) as two:  # above the most choices a job has
+        oai.chat.completions.create(
+            model="chat", messages=[{"role": "user", "content": "hi"}], n=17
+        )
     assert (two.value.code, two.value.param) == ("integer_above_max_value", "n")
     bad = openai.OpenAI(base_url=oai.base_url, api_key="pk_wrong_key", max_retries=0)
     with pytest.raises(openai.AuthenticationError) as auth:

@@ -25,7 +25,7 @@ from common.job_input import JobInput
 from control_plane.context import AppContext
 from control_plane.db.models import Job
 from control_plane.domain.states import JobKind
-from control_plane.errors import ContextTooLong, ControlPlaneError
+from control_plane.errors import ContextTooLong, ControlPlaneError, InvalidRequest
 from control_plane.metrics import families
 from control_plane.services.jobs import claims, handoff, job_queries, job_store
 from control_plane.services.jobs.dispatch import wake

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from control_plane.errors import ControlPlaneError
+from control_plane.errors import TemplateError
 from control_plane.services.models import template_child
 
 # Used when the model ships no chat template (the demo model has none); like a model's own,
@@ -40,14 +40,6 @@ RENDER_TIMEOUT_S = 2.0
 MAX_RENDER_CHARS = template_child.MAX_RENDER_CHARS
 # How long a render may wait for the child another render is using.
 QUEUE_WAIT_S = 10.0
-
-
-class TemplateError(ControlPlaneError):
-    """The model's chat template could not render these messages (the caller's input)."""
-
-    status = 422
-    type_slug = "invalid-request"
-    title = "Invalid Request"
 
 
 def find_template(read: Callable[[str], bytes | None], tok_config: dict[str, Any]) -> str | None:
@@ -92,7 +84,9 @@ class _Child:
 
     def render(self, request: dict[str, Any]) -> str:
         if not self._lock.acquire(timeout=QUEUE_WAIT_S):
-            raise TemplateError("the chat template renderer is busy; retry shortly")
+            raise TemplateError(
+                "the chat template renderer is busy; retry shortly", param="messages"
+            )
         try:
             conn = self._conn if self._process is not None and self._process.is_alive() else None
             if conn is None:
@@ -102,17 +96,22 @@ class _Child:
             if not conn.poll(RENDER_TIMEOUT_S):
                 self._stop()  # it may loop forever: it is replaced
                 raise TemplateError(
-                    f"the chat template took longer than {RENDER_TIMEOUT_S:g} s to render"
+                    f"the chat template took longer than {RENDER_TIMEOUT_S:g} s to render",
+                    param="messages",
                 )
             try:
                 ok, value = conn.recv()
             except EOFError:  # the child died (its memory limit)
                 self._stop()
-                raise TemplateError("the chat template used too much memory") from None
+                raise TemplateError(
+                    "the chat template used too much memory", param="messages"
+                ) from None
         finally:
             self._lock.release()
         if not ok:
-            raise TemplateError(f"the chat template could not render these messages: {value}")
+            raise TemplateError(
+                f"the chat template could not render these messages: {value}", param="messages"
+            )
         return str(value)
 
     def close(self) -> None:
