@@ -20,10 +20,11 @@ def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 
 
-def _seg(value: str) -> str:
-    """One path segment, percent-encoded ('/' included) so a name can never change the route."""
-    if not value:
-        raise ValueError("a deployment name or job id must not be empty")
+def _seg(value: str, what: str) -> str:
+    """One path segment, percent-encoded ('/' included) so a name can never change the route.
+    `what` names it in the error for an empty or blank one ("job id")."""
+    if not value or not value.strip():
+        raise ValueError(f"the {what} must not be empty")
     return quote(value, safe="")
 
 
@@ -61,7 +62,7 @@ def run(
         body["wait_s"] = round(wait_s, 3)
     return Call(
         "POST",
-        f"/v1/deployments/{_seg(deployment)}/run",
+        f"/v1/deployments/{_seg(deployment, 'deployment name')}/run",
         json=body,
         idempotency_key=idempotency_key,
         stream=stream,
@@ -86,14 +87,14 @@ def submit(
         body["ttl_s"] = ttl_s
     return Call(
         "POST",
-        f"/v1/deployments/{_seg(deployment)}/jobs",
+        f"/v1/deployments/{_seg(deployment, 'deployment name')}/jobs",
         json=body,
         idempotency_key=idempotency_key,
     )
 
 
 def get_job(job_id: str) -> Call:
-    return Call("GET", f"/v1/jobs/{_seg(job_id)}", job_id=job_id)
+    return Call("GET", f"/v1/jobs/{_seg(job_id, 'job id')}", job_id=job_id)
 
 
 def list_jobs(deployment: str | None, status: str | None) -> Call:
@@ -102,7 +103,7 @@ def list_jobs(deployment: str | None, status: str | None) -> Call:
 
 def cancel_job(job_id: str) -> Call:
     # Canceling twice is harmless: replayable.
-    return Call("POST", f"/v1/jobs/{_seg(job_id)}/cancel", job_id=job_id)
+    return Call("POST", f"/v1/jobs/{_seg(job_id, 'job id')}/cancel", job_id=job_id)
 
 
 # --- deployments ----------------------------------------------------------------------------
@@ -120,11 +121,11 @@ def update_deployment(name: str, spec: Mapping[str, Any], dry_run: bool = False)
     if body.setdefault("name", name) != name:
         raise ValueError(f"the spec's name {body['name']!r} does not match {name!r}")
     params = {"dry_run": "true"} if dry_run else {}
-    return Call("PUT", f"/v1/deployments/{_seg(name)}", params=params, json=body)
+    return Call("PUT", f"/v1/deployments/{_seg(name, 'deployment name')}", params=params, json=body)
 
 
 def get_deployment(name: str) -> Call:
-    return Call("GET", f"/v1/deployments/{_seg(name)}")
+    return Call("GET", f"/v1/deployments/{_seg(name, 'deployment name')}")
 
 
 def list_deployments() -> Call:
@@ -132,7 +133,7 @@ def list_deployments() -> Call:
 
 
 def delete_deployment(name: str) -> Call:
-    return Call("DELETE", f"/v1/deployments/{_seg(name)}")
+    return Call("DELETE", f"/v1/deployments/{_seg(name, 'deployment name')}")
 
 
 # --- billing, workers, webhooks -------------------------------------------------------------
@@ -212,7 +213,7 @@ def create_batch(
 
 
 def get_batch(batch_id: str) -> Call:
-    return Call("GET", f"/v1/batches/{_seg(batch_id)}")
+    return Call("GET", f"/v1/batches/{_seg(batch_id, 'batch id')}")
 
 
 def list_batches(deployment: str | None, status: str | None) -> Call:
@@ -220,12 +221,15 @@ def list_batches(deployment: str | None, status: str | None) -> Call:
 
 
 def cancel_batch(batch_id: str) -> Call:
-    return Call("POST", f"/v1/batches/{_seg(batch_id)}/cancel")
+    return Call("POST", f"/v1/batches/{_seg(batch_id, 'batch id')}/cancel")
 
 
 def batch_results(batch_id: str) -> Call:
     return Call(
-        "GET", f"/v1/batches/{_seg(batch_id)}/results", stream=True, accept="application/jsonl"
+        "GET",
+        f"/v1/batches/{_seg(batch_id, 'batch id')}/results",
+        stream=True,
+        accept="application/jsonl",
     )
 
 
@@ -248,7 +252,7 @@ def list_keys() -> Call:
 
 
 def revoke_key(key_id: str) -> Call:
-    return Call("DELETE", f"/v1/keys/{_seg(key_id)}")
+    return Call("DELETE", f"/v1/keys/{_seg(key_id, 'key id')}")
 
 
 # --- files (the tenant's namespace in the platform's store: store://path) -------------------

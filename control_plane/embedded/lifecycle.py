@@ -40,6 +40,15 @@ def banner(state: dict[str, Any]) -> str:
     )
 
 
+def failure_text(exc: BaseException) -> str:
+    """Why `up` failed, the actionable line last: a message that quotes a log (its first line
+    says what failed and where the log is) shows the log first."""
+    headline, _, quoted = str(exc).partition("\n")
+    return (
+        f"{quoted}\nplatform up failed: {headline}" if quoted else f"platform up failed: {headline}"
+    )
+
+
 def up(state_dir: Path, port: int, detach: bool) -> int:
     if detach:
         return _up_detached(state_dir, port)
@@ -54,7 +63,7 @@ def up(state_dir: Path, port: int, detach: bool) -> int:
         state = sup.start()
     except (StartError, Exception) as exc:
         sup.stop()
-        print(f"platform up failed: {exc}", file=sys.stderr)
+        print(failure_text(exc), file=sys.stderr)
         return 1
     print(banner(state), flush=True)
     print("Press Ctrl-C to stop.", flush=True)

@@ -2,22 +2,26 @@
 
 Exit codes: 0 ok; 1 the user's mistake (bad input or flags, a 4xx, a model error);
 2 the platform's or the network's (5xx, connection refused, a job the platform failed).
+No command exits with another code.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
+import httpx
 import typer
 
 from sdk import Client
 from sdk._base import is_missing_route
-from sdk._errors import APIError, ModelError, PlatformError
+from sdk._errors import APIConnectionError, APIError, ModelError, PlatformError
+from sdk.cli._format import problem_lines, short_time
 
 EXIT_OK = 0
 EXIT_USER = 1
@@ -58,9 +62,43 @@ def client() -> Client:
     st = state()
     options = {"max_unavailable_s": CLI_MAX_UNAVAILABLE_S, **st.client_options}
     try:
-        return Client(base_url=st.url, api_key=st.api_key, **options)
+        made = Client(base_url=st.url, api_key=st.api_key, **options)
     except PlatformError as e:  # an unreadable config file: the user's to fix
         fail(e.message)
+    if options.get("transport") is None and not _proxy_configured():
+        # Said at the first refused connection, not after the whole retry budget.
+        notice = RetryNotice(httpx.HTTPTransport(), made.base_url, options["max_unavailable_s"])
+        made.close()
+        made = Client(base_url=st.url, api_key=st.api_key, **{**options, "transport": notice})
+    return made
+
+
+def _proxy_configured() -> bool:
+    # NOTE: an explicit transport makes httpx ignore the *_PROXY variables; keep its own then.
+    return any(k.lower() in ("http_proxy", "https_proxy", "all_proxy") for k in os.environ)
+
+
+class RetryNotice(httpx.BaseTransport):
+    """Says once on stderr that the platform is unreachable and is being retried."""
+
+    def __init__(self, inner: httpx.BaseTransport, url: str, budget_s: float) -> None:
+        self._inner, self._url, self._budget_s = inner, url, budget_s
+        self.told = False
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return self._inner.handle_request(request)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as e:
+            if not self.told and self._budget_s > 0:
+                self.told = True
+                info(
+                    f"cannot reach the platform at {self._url} ({e or type(e).__name__}); "
+                    f"retrying for up to {self._budget_s:.0f} s..."
+                )
+            raise
+
+    def close(self) -> None:
+        self._inner.close()
 
 
 def fail(message: str, code: int = EXIT_USER) -> NoReturn:
@@ -79,13 +117,23 @@ def exit_code(error: PlatformError) -> int:
 
 def report(error: PlatformError) -> int:
     """Print an SDK error for a person (stderr) and return the exit code it means."""
-    typer.echo(f"error: {error.message}", err=True)
-    if isinstance(error, APIError) and is_missing_route(error):
-        path = error.problem.get("instance") or "this endpoint"
-        typer.echo(f"  the platform does not serve {path}: it is older than this CLI", err=True)
     if isinstance(error, APIError):
-        for item in error.errors:
-            typer.echo(f"  {item.get('field', '?')}: {item.get('message', '')}", err=True)
+        head, *items = problem_lines(error.status, error.title, error.detail, error.errors)
+        typer.echo(f"error: {head}", err=True)
+        if is_missing_route(error):
+            path = error.problem.get("instance") or "this endpoint"
+            info(f"  the platform does not serve {path}: it is older than this CLI")
+        for item in items:
+            typer.echo(item, err=True)
+    else:
+        typer.echo(f"error: {error.message}", err=True)
+    if isinstance(error, APIConnectionError) and isinstance(
+        error.__cause__, httpx.ConnectError | httpx.ConnectTimeout
+    ):
+        info(
+            "  is the platform running? Start one here with `platform up`, or point the CLI "
+            "at yours: PLATFORM_URL, --url or `platform login`"
+        )
     if error.job_id:
         typer.echo(f"job: {error.job_id}", err=True)
     return exit_code(error)
@@ -102,24 +150,52 @@ def print_json(value: Any) -> None:
     typer.echo(json.dumps(value, indent=2, default=str))
 
 
+# A column whose cells are all this narrow (numbers, states) is never wrapped in a table.
+NO_WRAP_WIDTH = 12
+# A wrapped column is given at least this many characters before a table gives up on columns
+# (a time, "2024-05-01 12:00:00", wraps at its space into two lines of 10).
+MIN_FOLD_WIDTH = 10
+
+
 def print_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A rich table on a terminal; tab-separated lines (header first) when piped."""
     cells = [[_cell(v) for v in row] for row in rows]
     if is_tty():
-        from rich.console import Console
-        from rich.table import Table
-
-        table = Table(box=None, header_style="bold")
-        for column in columns:
-            # NOTE: ids must stay whole to be copied: wrap a long cell, never cut it with "…".
-            table.add_column(column, overflow="fold")
-        for row in cells:
-            table.add_row(*row)
-        Console().print(table)
+        _print_rich_table(columns, [[short_time(c) for c in row] for row in cells])
         return
     typer.echo("\t".join(columns))
     for row in cells:
         typer.echo("\t".join(row))
+
+
+def _print_rich_table(columns: Sequence[str], cells: list[list[str]]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    widths = [
+        max([len(column), *(len(row[i]) for row in cells)]) for i, column in enumerate(columns)
+    ]
+    # NOTE: ids (the first column) must stay whole to be copied, and short cells (numbers,
+    # states, times) read badly broken: those keep their width; the long text of the other
+    # columns wraps ("fold") to fit, never cut with "…".
+    keep = [i == 0 or w <= NO_WRAP_WIDTH for i, w in enumerate(widths)]
+    # two spaces between columns, none at the edges
+    least = sum(w if k else min(w, MIN_FOLD_WIDTH) for w, k in zip(widths, keep, strict=True))
+    least += 2 * (len(columns) - 1)
+    if least > console.width:
+        # Too many columns for this terminal: one block of `column: value` lines per row.
+        for n, row in enumerate(cells):
+            if n:
+                typer.echo("")
+            print_fields(list(zip(columns, row, strict=True)))
+        return
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for column, width, kept in zip(columns, widths, keep, strict=True):
+        table.add_column(column, overflow="fold", min_width=width if kept else None)
+    for row in cells:
+        table.add_row(*row)
+    console.print(table)
 
 
 def print_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from sdk.cli import _common
+from sdk.cli._format import CURRENCY, money
 
 app = typer.Typer(help="Billing: per-second records of worker time.", no_args_is_help=True)
 
@@ -36,10 +37,9 @@ def records(
         _common.print_json(rows)
         return
     keys = ("worker_id", "deployment", "phase", "start", "seconds", "rate_per_s", "amount")
-    _common.print_table(
-        ("worker", *keys[1:]), [tuple(row.get(key) for key in keys) for row in rows]
-    )
-    typer.echo(f"total: {total_amount(rows)} over {len(rows)} records")
+    headers = ("worker", *keys[1:-2], f"rate_per_s ({CURRENCY})", f"amount ({CURRENCY})")
+    _common.print_table(headers, [tuple(row.get(key) for key in keys) for row in rows])
+    typer.echo(f"total: {money(total_amount(rows))} over {len(rows)} records")
 
 
 @app.command("check")

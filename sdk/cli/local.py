@@ -7,10 +7,11 @@ The CLI never imports the server: it replaces itself (os.execv) with
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -19,6 +20,8 @@ from sdk.cli._common import fail
 SERVER_EXTRA_HINT = (
     "the embedded platform needs the server extra: pip install 'platform-serverless[server,worker]'"
 )
+
+STATE_FILE = "platform.json"  # what a running platform writes (control_plane/embedded/state.py)
 
 StateDir = Annotated[
     Path | None,
@@ -75,7 +78,14 @@ def up(
     Example:
         platform up --port 8000 --detach
     """
-    args = ["up", "--port", str(port), "--state-dir", str(state_dir or default_state_dir())]
+    state_dir = state_dir or default_state_dir()
+    running = running_platform(state_dir)
+    if running is not None:
+        # Not an error: what a person who forgot it was running wants is where it is.
+        typer.echo(already_running(state_dir, running))
+        raise typer.Exit(0)
+    os.environ["PLATFORM_LOG_LEVELS"] = quiet_migrations(os.environ.get("PLATFORM_LOG_LEVELS", ""))
+    args = ["up", "--port", str(port), "--state-dir", str(state_dir)]
     if detach:
         args.append("--detach")
     if api_processes is not None:
@@ -83,6 +93,40 @@ def up(
     if reconcilers is not None:
         args += ["--reconcilers", str(reconcilers)]
     _exec_embedded(args)
+
+
+def quiet_migrations(levels: str) -> str:
+    """PLATFORM_LOG_LEVELS with Alembic at WARNING (its INFO lines, one per migration, would
+    bury why `up` failed), unless the user set Alembic's level there."""
+    named = [item.partition("=")[0].strip() for item in levels.split(",")]
+    if any(name == "alembic" or name.startswith("alembic.") for name in named):
+        return levels
+    return ",".join(p for p in (levels.strip(), "alembic=WARNING") if p)
+
+
+def running_platform(state_dir: Path) -> dict[str, Any] | None:
+    """The state file of a platform that runs from `state_dir`, if one does."""
+    try:
+        state = json.loads((state_dir / STATE_FILE).read_text())
+        pid = int(state["pid"])
+        os.kill(pid, 0)
+    except PermissionError:
+        return state if isinstance(state, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def already_running(state_dir: Path, state: dict[str, Any]) -> str:
+    """What `up` says when the platform already runs: where, and where its admin key is."""
+    return "\n".join(
+        [
+            f"The platform already runs from {state_dir} (pid {state.get('pid')})",
+            f"  API:        {state.get('url')}",
+            f'  Admin key:  in {state_dir / STATE_FILE} ("api_key")',
+            f"  Stop it:    platform down --state-dir {state_dir}",
+        ]
+    )
 
 
 def down(state_dir: StateDir = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -45,6 +46,13 @@ class _PlatformGroup(TyperGroup):
         except typer.Abort:
             typer.echo("aborted", err=True)
             code = _common.EXIT_USER
+        except (ValueError, TypeError) as e:
+            # The SDK refuses a bad argument (an empty id, a naive time) before sending it:
+            # the user's mistake, said in one line. Anything else is a bug: its traceback.
+            if not _raised_by_sdk(e):
+                raise
+            typer.echo(f"error: {e}", err=True)
+            code = _common.EXIT_USER
         except Exception as e:
             # click's own errors (typer >= 0.29 vendors click, so match them by shape): a
             # usage error (exit_code 2: bad flag or argument) is the user's, so it exits 1.
@@ -56,6 +64,20 @@ class _PlatformGroup(TyperGroup):
         if standalone_mode:
             raise SystemExit(code)
         return code
+
+
+def _raised_by_sdk(error: BaseException) -> bool:
+    """Whether `error` was raised in the SDK's own modules (sdk/, not its CLI)."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return False
+    path = Path(tb.tb_frame.f_code.co_filename).resolve()
+    return path.parent == _SDK_DIR
+
+
+_SDK_DIR = Path(__file__).resolve().parents[1]
 
 
 app = typer.Typer(

@@ -13,6 +13,7 @@ from sdk._errors import JobFailed, StreamRestarted
 from sdk._jobs import Stream
 from sdk._sse import RunStatus
 from sdk.cli import _common
+from sdk.cli._format import bytes_progress, human_bytes
 from sdk.cli._progress import Progress
 
 # Inputs that are text by definition: never parsed as JSON (`prompt=42` is the prompt "42").
@@ -134,15 +135,16 @@ def describe(status: RunStatus) -> tuple[str, str]:
     'Cold start: loading weights 0.58/1.16 GB, ready in ~3 s'
     >>> line
     'Cold start: loading weights (1.16 GB)'
+    >>> describe(RunStatus("starting", "loading_weights", "loading_weights", None, 0, 612_000))[0]
+    'Cold start: loading weights 0/612 KB'
     """
     phase = status.phase or "booting"
     eta = "" if status.eta_s is None else f", ready in ~{max(round(status.eta_s), 1)} s"
     if phase == "loading_weights" and status.bytes_total:
-        total_gb = status.bytes_total / 1e9
-        done_gb = (status.bytes_done or 0) / 1e9
+        done = bytes_progress(status.bytes_done or 0, status.bytes_total)
         return (
-            f"Cold start: loading weights {done_gb:.2f}/{total_gb:.2f} GB{eta}",
-            f"Cold start: loading weights ({total_gb:.2f} GB)",
+            f"Cold start: loading weights {done}{eta}",
+            f"Cold start: loading weights ({human_bytes(status.bytes_total)})",
         )
     what = {
         "booting": "booting a worker",

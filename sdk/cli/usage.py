@@ -19,6 +19,7 @@ from sdk._base import is_missing_route
 from sdk._errors import NotFoundError
 from sdk._routes import GROUP_BY
 from sdk.cli import _common
+from sdk.cli._format import CURRENCY, money
 
 # Billing phases in the order a worker lives them.
 PHASES = ("boot", "load", "warm", "busy", "idle", "drain")
@@ -63,12 +64,13 @@ def usage(
     if as_csv:
         _common.print_csv(columns, [[row.get(c) for c in columns] for row in _named(rows, by)])
         return
-    _common.print_table(columns, [[row.get(c) for c in columns] for row in _named(rows, by)])
+    headers = [f"amount ({CURRENCY})" if c == "amount" else c for c in columns]
+    _common.print_table(headers, [[row.get(c) for c in columns] for row in _named(rows, by)])
     sums = total(rows)
-    typer.echo(f"total: {sums['amount']} for {sums['seconds']} s")
+    typer.echo(f"total: {money(sums['amount'])} for {sums['seconds']} s")
     if by_phase:
         typer.echo("")
-        typer.echo("cost by phase")
+        typer.echo(f"cost by phase ({CURRENCY})")
         for line in bar_chart(by_phase, tty=_common.is_tty()):
             typer.echo(line)
 

@@ -3,13 +3,13 @@ loader)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
+from sdk.cli import model_files
 from sdk.cli import models as models_cli
 from tests.unit.cli.mock_api import Routes, invoke
 
@@ -70,18 +70,54 @@ def test_models_upload_puts_every_file_under_the_prefix(
     assert invoke(["models", "upload", str(model), "gs://x/y"]).exit_code == 1
 
 
-def test_models_verify_execs_the_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(("loader_code", "cli_code"), [(0, 0), (2, 1), (3, 1), (1, 2), (-9, 2)])
+def test_models_verify_runs_the_loader_and_keeps_to_the_exit_codes(
+    monkeypatch: pytest.MonkeyPatch, loader_code: int, cli_code: int
+) -> None:
     calls: list[list[str]] = []
 
-    def fake_execv(path: str, args: list[str]) -> None:
+    def fake_call(args: list[str]) -> int:
         calls.append(args)
-        raise SystemExit(0)
+        return loader_code
 
     monkeypatch.setattr(models_cli, "_loader_main_exists", lambda: True)
-    monkeypatch.setattr(os, "execv", fake_execv)
+    monkeypatch.setattr(model_files.subprocess, "call", fake_call)
     result = invoke(["models", "verify", "s3://models/demo/", "--device", "cpu"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == cli_code, result.output
     assert calls == [[sys.executable, "-m", "loader", "s3://models/demo/", "--device", "cpu"]]
+
+
+def test_models_verify_checks_a_store_model_through_the_platform() -> None:
+    listed = {"data": [{"path": "models/demo/config.json", "bytes": 612}], "has_more": False}
+    routes = Routes({
+        "GET /v1/files": httpx.Response(200, json=listed),
+        "POST /v1/deployments": httpx.Response(200, json={"name": "verify-x"}),
+    })  # fmt: skip
+    result = invoke(["models", "verify", "store://models/demo/"], routes)
+    assert result.exit_code == 0, result.output
+    assert "models/demo/config.json  612 B" in result.stdout
+    assert "ok: the platform can load store://models/demo/" in result.stdout
+    create = next(r for r in routes.requests if r.method == "POST")
+    assert create.url.params["dry_run"] == "true"
+    assert routes.body("POST /v1/deployments")["model"] == "store://models/demo/"
+    # a model the platform refuses: its 422, exit 1
+    refused = Routes({
+        "GET /v1/files": httpx.Response(200, json=listed),
+        "POST /v1/deployments": httpx.Response(422, json={
+            "title": "Invalid Request", "status": 422, "detail": "no weights",
+            "errors": [{"field": "model", "message": "no weights"}]}),
+    })  # fmt: skip
+    result = invoke(["models", "verify", "store://models/demo/"], refused)
+    assert result.exit_code == 1 and "model: no weights" in result.stderr
+    empty = Routes({"GET /v1/files": httpx.Response(200, json={"data": [], "has_more": False})})
+    result = invoke(["models", "verify", "store://models/none/"], empty)
+    assert result.exit_code == 1 and "no files there" in result.stderr
+
+
+def test_models_upload_warns_without_safetensors(tmp_path: Path) -> None:
+    (tmp_path / "pytorch_model.bin").write_bytes(b"\0")
+    assert "no .safetensors file" in str(model_files.weights_warning([tmp_path / "x.bin"]))
+    assert model_files.weights_warning([tmp_path / "model.safetensors"]) is None
 
 
 def test_models_verify_without_the_loader_cli_exits_1(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -47,7 +47,7 @@ def test_billing_records_total_is_exact() -> None:
     routes = Routes({"GET /v1/billing/records": httpx.Response(200, json={"data": records})})
     result = invoke(["billing", "records", "--deployment", "demo"], routes)
     assert result.exit_code == 0, result.output
-    assert "total: 0.300000 over 2 records" in result.stdout
+    assert "total: 0.300000 USD over 2 records" in result.stdout
     assert routes.requests[0].url.params["deployment"] == "demo"
 
 

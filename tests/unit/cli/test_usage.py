@@ -50,7 +50,7 @@ def test_usage_falls_back_to_billing_records_when_the_summary_is_missing() -> No
     assert result.exit_code == 0, result.output
     assert "demo\t6.000\t0.000600000\t2" in result.stdout
     assert "chat\t1.000\t0.000100000\t1" in result.stdout
-    assert "total: 0.000700000 for 7.000 s" in result.stdout
+    assert "total: 0.000700000 USD for 7.000 s" in result.stdout
     assert "cost by phase" in result.stdout
     bars = [line for line in result.stdout.splitlines() if "#" in line]
     assert [b.split()[0] for b in bars] == ["boot", "busy"]
