@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -27,6 +28,48 @@ MAX_CHOICES = 16
 # Fields every row and claim carries; the others appear only when they differ from their
 # default (a plain call's row stays small, and rows written before a field existed read back).
 _ALWAYS = frozenset({"prompt", "max_tokens", "temperature", "top_p", "stop"})
+# What a structured output may be constrained by (`Structured.kind`).
+STRUCTURED_KINDS = ("json", "regex", "grammar", "choice")
+
+
+@dataclass(frozen=True, slots=True)
+class Structured:
+    """What a job's output must match. JSON shape: one key, `{"json": <JSON schema>}`,
+    `{"regex": "..."}`, `{"grammar": "<Lark / EBNF>"}` or `{"choice": ["a", "b"]}`."""
+
+    # one of STRUCTURED_KINDS
+    kind: str
+    # the schema or the list of choices as JSON text; the regex or grammar as is
+    value: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in STRUCTURED_KINDS:
+            raise ValueError(f"structured: the kind is one of {list(STRUCTURED_KINDS)}")
+        if not isinstance(self.value, str) or not self.value:
+            raise ValueError(f"structured.{self.kind}: must not be empty")
+
+    def to_dict(self) -> dict[str, Any]:
+        value = json.loads(self.value) if self.kind in ("json", "choice") else self.value
+        return {self.kind: value}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Structured:
+        if not isinstance(data, Mapping) or len(data) != 1:
+            raise ValueError(f"structured: must be one of {list(STRUCTURED_KINDS)}, as one key")
+        ((kind, value),) = data.items()
+        if kind in ("json", "choice"):
+            if kind == "json" and not isinstance(value, Mapping):
+                raise ValueError("structured.json: must be a JSON schema (an object)")
+            if kind == "choice" and not (
+                isinstance(value, list) and value and all(isinstance(c, str) for c in value)
+            ):
+                raise ValueError("structured.choice: must be a non-empty list of strings")
+            value = json.dumps(value)  # key order kept: properties are generated in it
+        elif not isinstance(value, str):
+            raise ValueError(f"structured.{kind}: must be a string")
+        return cls(str(kind), value)
+
+
 _INTS = frozenset({"max_tokens", "seed", "top_k", "logprobs", "n"})
 
 
@@ -64,6 +107,8 @@ class JobInput:
     stop_token_ids: tuple[int, ...] = ()
     # the log-probability of each generated token and of this many alternatives; None = off
     logprobs: int | None = None
+    # what the output must match (a JSON schema, a regex, a grammar, choices); None = free
+    structured: Structured | None = None
     # sequences generated from the prompt (OpenAI's `n`): the prompt is computed once
     n: int = 1
     # False: the prompt is tokenized as is, no beginning-of-sequence token added (a chat
@@ -80,6 +125,8 @@ class JobInput:
                 continue
             if f.name == "logit_bias":
                 value = {str(token): bias for token, bias in value}
+            elif f.name == "structured":
+                value = value.to_dict()
             elif isinstance(value, tuple):
                 value = list(value)
             out[f.name] = value
@@ -133,6 +180,8 @@ def _typed(name: str, value: Any) -> Any:
         return tuple(value)
     if name == "logit_bias":
         return _logit_bias(value)
+    if name == "structured":
+        return value if isinstance(value, Structured) else Structured.from_dict(value)
     if name == "add_special_tokens":
         if not isinstance(value, bool):
             raise ValueError(f"add_special_tokens: must be true or false, got {value!r}")

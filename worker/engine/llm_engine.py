@@ -16,11 +16,13 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import threading
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import tokenizers
 
@@ -42,6 +44,7 @@ from worker.engine.sequence import Sequence as Seq
 from worker.engine.stop import StopMatcher
 
 if TYPE_CHECKING:
+    from worker.engine.structured import Grammars, MaskBuilder
     from worker.model.llama import LlamaModel
 
 
@@ -76,10 +79,12 @@ class EngineStats:
 class _Request:
     """Engine-side state of one live request (beside its scheduler ``Sequence``)."""
 
-    __slots__ = ("detok", "first_scheduled_time", "seq", "stops", "token_times")
+    __slots__ = ("detok", "first_scheduled_time", "matcher", "seq", "stops", "token_times")
 
-    def __init__(self, seq: Seq, tokenizer: tokenizers.Tokenizer) -> None:
+    def __init__(self, seq: Seq, tokenizer: tokenizers.Tokenizer, matcher: Any = None) -> None:
         self.seq = seq
+        # its structured output's grammar state (an llguidance matcher); None: free text
+        self.matcher = matcher
         self.detok = IncrementalDetokenizer(tokenizer, seq.token_ids)
         self.stops = StopMatcher(seq.params.stop)
         self.first_scheduled_time: float | None = None
@@ -132,6 +137,10 @@ class LLMEngine:
             self.block_manager,
         )
         self._requests: dict[str, _Request] = {}
+        # structured outputs (worker.engine.structured), set up by the first request with one
+        self._grammars: Grammars | None = None
+        self._masks: MaskBuilder | None = None
+        self._grammar_lock = threading.Lock()
 
     @classmethod
     def from_model(
@@ -184,6 +193,19 @@ class LLMEngine:
             raise ValueError(f"stop_token_ids: token ids must be in [0, {vocab_size})")
         if not all(t < vocab_size for t, _ in params.logit_bias):
             raise ValueError(f"logit_bias: token ids must be in [0, {vocab_size})")
+        if params.structured is not None:
+            self.grammars().matcher(params.structured)  # compiled and cached, or refused
+
+    def grammars(self) -> Grammars:
+        """The engine's structured-output grammars (their tokenizer built on first use)."""
+        # imported here: llguidance, numpy and torch only for engines that need them
+        from worker.engine.structured import Grammars, MaskBuilder
+
+        with self._grammar_lock:
+            if self._grammars is None:
+                self._grammars = Grammars(self.tokenizer, self.vocab_size, set(self.eos_token_ids))
+                self._masks = MaskBuilder(self._grammars)
+            return self._grammars
 
     def _blocks_alone(self, num_tokens: int) -> int:
         """Most KV blocks a sequence of ``num_tokens`` holds at once when it runs alone (so a
@@ -213,7 +235,10 @@ class LLMEngine:
         self.validate(prompt_ids, params)
         now = self._clock() if arrival_time is None else arrival_time
         seq = Seq(request_id, prompt_ids, params, priority=priority, arrival_time=now)
-        self._requests[request_id] = _Request(seq, self.tokenizer)
+        matcher = None
+        if params.structured is not None:
+            matcher = self.grammars().matcher(params.structured)
+        self._requests[request_id] = _Request(seq, self.tokenizer, matcher)
         self.scheduler.add(seq)
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
@@ -253,6 +278,15 @@ class LLMEngine:
             req = self._requests[s.seq.request_id]
             if req.first_scheduled_time is None:
                 req.first_scheduled_time = now
+        guided = [self._requests[seq.request_id] for seq in sampling]
+        guided = [req for req in guided if req.matcher is not None]
+        if guided and self._masks is not None:
+            from worker.engine.structured import StepMasks
+
+            # the masks are computed on llguidance's threads while the model runs
+            future = self._masks.start([req.matcher for req in guided])
+            rows = {req.seq.request_id: i for i, req in enumerate(guided)}
+            out = dataclasses.replace(out, masks=StepMasks(rows, future))
         results = self.runner.execute(out)
         assert len(results) == len(sampling), "runner returned the wrong number of samples"
         self.scheduler.update(out)
@@ -280,6 +314,10 @@ class LLMEngine:
             text, stopped = req.stops.feed(req.detok.add(token_id))
             if stopped:
                 return self._finish(req, (token_id,), text, "stop", logprobs, now)
+        if req.matcher is not None:
+            req.matcher.consume_token(token_id)
+            if finish is None and req.matcher.is_stopped():
+                finish = "stop"  # the grammar's language ends here
         if finish is None and (
             seq.num_output_tokens >= params.max_tokens or seq.num_tokens >= self.max_model_len
         ):

@@ -13,7 +13,13 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from common.job_input import DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE, DEFAULT_TOP_P, JobInput
+from common.job_input import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TEMPERATURE,
+    DEFAULT_TOP_P,
+    JobInput,
+    Structured,
+)
 
 # Most alternatives a request may ask log-probabilities for (OpenAI's limit).
 MAX_LOGPROBS = 20
@@ -56,6 +62,8 @@ class SamplingParams:
     ignore_eos: bool = False
     # return the sampled token's log-probability and this many top alternatives; None = off
     logprobs: int | None = None
+    # what the output must match (worker.engine.structured); None = free text
+    structured: Structured | None = None
 
     def __post_init__(self) -> None:
         _check_int(self.max_tokens, "max_tokens", minimum=1)
@@ -96,6 +104,8 @@ class SamplingParams:
             raise ValueError(f"ignore_eos: must be true or false, got {self.ignore_eos!r}")
         if self.logprobs is not None:
             _check_int(self.logprobs, "logprobs", minimum=0, maximum=MAX_LOGPROBS)
+        if self.structured is not None and not isinstance(self.structured, Structured):
+            raise ValueError(f"structured: expected a Structured, got {self.structured!r}")
 
     @property
     def is_greedy(self) -> bool:
@@ -118,6 +128,7 @@ class SamplingParams:
             stop=job_input.stop,
             stop_token_ids=job_input.stop_token_ids,
             logprobs=job_input.logprobs,
+            structured=job_input.structured,
         )
 
 

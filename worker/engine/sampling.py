@@ -134,10 +134,18 @@ def sample_batch(
     generators: Sequence[torch.Generator | None],
     token_ids: Sequence[Sequence[int]],
     num_prompt_tokens: Sequence[int],
+    allowed: Sequence[torch.Tensor | None] = (),
 ) -> list[SampleResult]:
     """Next token of every row. logits: [num_rows, vocab] float32; per row its params, its
-    generator, its tokens so far (prompt then output) and its prompt length."""
+    generator, its tokens so far (prompt then output) and its prompt length; `allowed`, per
+    row, the tokens a structured output permits ([vocab] bool; None: all), applied first."""
     num_rows = logits.shape[0]
+    for i, mask in enumerate(allowed):
+        if mask is not None:
+            width = min(mask.shape[0], logits.shape[1])
+            # logits: [num_rows, vocab]; a token past the mask's width is never allowed
+            logits[i, :width].masked_fill_(~mask[:width], float("-inf"))
+            logits[i, width:] = float("-inf")
     results: list[SampleResult | None] = [None] * num_rows
     plain_greedy = [
         i

@@ -43,6 +43,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from worker.engine.block_manager import BlockManager
 from worker.engine.sequence import Sequence, SequenceStatus
@@ -85,6 +86,9 @@ class SchedulerOutput:
     num_batched_tokens: int
     # sequences preempted while planning this step (their blocks are already freed)
     preempted: tuple[Sequence, ...]
+    # the token masks of the step's sequences with structured outputs, being computed while
+    # the model runs (a `worker.engine.structured.StepMasks`, set by the engine); None: none
+    masks: Any = None
 
     @property
     def is_empty(self) -> bool:

@@ -1,0 +1,152 @@
+"""Structured outputs: a request's grammar (a JSON schema, a regex, a Lark/EBNF grammar, or a
+list of choices) turned into a per-step token mask, so that every token sampled keeps the text
+a prefix of the grammar's language, and the request stops where the grammar ends.
+
+Built on llguidance (the grammar engine of Guidance; vLLM and SGLang offer it beside
+xgrammar). Both computed a mask in ~60 µs per token on a 32,000-token vocabulary here; this
+one has no dependencies (xgrammar brings transformers and takes 1.3 s to import, on a cold
+start's path), reads `tokenizer.json` as it is, and computes a batch's masks on its own
+threads without the GIL, which lets them overlap the forward pass (`MaskBuilder`).
+
+Example:
+
+    >>> grammars = Grammars(tokenizer, vocab_size=32000, eos_token_ids={2})
+    >>> matcher = grammars.matcher(Structured("json", '{"type": "object"}'))
+    >>> masks = MaskBuilder(grammars).start([matcher])  # while the model runs
+    >>> allowed = masks.result()  # [1, vocab] bool
+    >>> matcher.consume_token(token_id)
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from common.job_input import Structured
+
+# JSON is generated compactly: with free whitespace a model (a random one above all) may spend
+# its tokens on blanks and never close the document.
+JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# Compiled grammars kept per engine (one deployment): a repeated schema costs nothing.
+GRAMMAR_CACHE_SIZE = 256
+
+
+def grammar_text(spec: Structured) -> str:
+    """llguidance's grammar for `spec` (not yet checked: `Grammars.matcher` does)."""
+    import llguidance
+
+    if spec.kind == "json":
+        return llguidance.LLMatcher.grammar_from_json_schema(spec.value, defaults=JSON_OPTIONS)  # type: ignore[arg-type]
+    if spec.kind == "regex":
+        return llguidance.LLMatcher.grammar_from_regex(spec.value)
+    if spec.kind == "choice":
+        return llguidance.LLMatcher.grammar_from_lark(_choice_lark(json.loads(spec.value)))
+    return llguidance.LLMatcher.grammar_from_lark(spec.value)
+
+
+def _choice_lark(choices: list[str]) -> str:
+    """One of the strings, exactly (as vLLM's `choice`)."""
+    alternatives = " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
+    return f"start: {alternatives}\n"
+
+
+class Grammars:
+    """The engine's tokenizer as llguidance sees it, and its compiled grammars (LRU)."""
+
+    def __init__(self, tokenizer: Any, vocab_size: int, eos_token_ids: set[int]) -> None:
+        import llguidance
+
+        self.vocab_size = vocab_size
+        eos = sorted(eos_token_ids) or None
+        self._tokenizer = llguidance.LLTokenizer(
+            tokenizer.to_str(), n_vocab=vocab_size, eos_token=eos
+        )
+        self._lock = threading.Lock()
+        self._grammars: OrderedDict[Structured, str] = OrderedDict()
+
+    def matcher(self, spec: Structured) -> Any:
+        """A new matcher of `spec` (an `llguidance.LLMatcher`); ValueError names what is wrong
+        with the grammar."""
+        import llguidance
+
+        grammar = self._compiled(spec)
+        matcher = llguidance.LLMatcher(self._tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise ValueError(f"structured: {matcher.get_error()}")
+        return matcher
+
+    def _compiled(self, spec: Structured) -> str:
+        import llguidance
+
+        with self._lock:
+            found = self._grammars.get(spec)
+            if found is not None:
+                self._grammars.move_to_end(spec)
+                return found
+        try:
+            grammar = grammar_text(spec)
+        except ValueError as exc:
+            raise ValueError(f"structured: {exc}") from None
+        error = llguidance.LLMatcher.validate_grammar(grammar, self._tokenizer)
+        if error and not error.startswith("WARNING"):
+            raise ValueError(f"structured: {error}")
+        with self._lock:
+            self._grammars[spec] = grammar
+            while len(self._grammars) > GRAMMAR_CACHE_SIZE:
+                self._grammars.popitem(last=False)
+        return grammar
+
+
+@dataclass(frozen=True)
+class StepMasks:
+    """One step's masks: the row of each guided sequence, and the masks being computed."""
+
+    # request id -> row of the masks tensor
+    rows: dict[str, int]
+    future: Future[torch.Tensor]
+
+    def of(self, request_ids: list[str]) -> list[torch.Tensor | None]:
+        """Each request's allowed tokens ([vocab] bool), None for a free one; waits for them."""
+        masks = self.future.result()
+        return [None if (r := self.rows.get(rid)) is None else masks[r] for rid in request_ids]
+
+
+class MaskBuilder:
+    """Computes one step's masks on llguidance's threads (the GIL released) while the forward
+    pass runs; `result()` waits for them."""
+
+    def __init__(self, grammars: Grammars) -> None:
+        import llguidance
+
+        self._grammars = grammars
+        self._words = (grammars.vocab_size + 31) // 32
+        self._executor = llguidance.LLExecutor()
+        # one thread: it only hands the batch to llguidance's own pool
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
+        # bit i of a 32-bit word, for unpacking
+        self._bits = torch.arange(32, dtype=torch.int32)
+
+    def start(self, matchers: list[Any]) -> Future[torch.Tensor]:
+        """The masks of `matchers` ([len(matchers), vocab] bool), being computed."""
+        return self._pool.submit(self._compute, matchers)
+
+    def _compute(self, matchers: list[Any]) -> torch.Tensor:
+        words = np.full((len(matchers), self._words), -1, dtype=np.int32)
+        pairs = [(m, i) for i, m in enumerate(matchers)]
+        self._executor.unsafe_compute_mask_ptr(
+            pairs, words.ctypes.data, self._words * 4, len(matchers)
+        )
+        packed = torch.from_numpy(words)
+        # allowed: [rows, words, 32] -> [rows, vocab]
+        allowed = (packed.unsqueeze(-1) >> self._bits) & 1
+        return allowed.reshape(len(matchers), -1)[:, : self._grammars.vocab_size].bool()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
