@@ -11,7 +11,7 @@ CURRENCY = "USD"
 
 _UNITS = ("B", "KB", "MB", "GB", "TB")
 _ISO_TIME = re.compile(
-    r"^(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:?\d\d)?$", re.ASCII
+    r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:\.\d+)?(Z|[+-]\d\d:?\d\d)?", re.ASCII
 )
 
 
@@ -70,7 +70,7 @@ def short_time(value: str) -> str:
     >>> short_time("2024-05-01T12:00:00.123456+00:00"), short_time("demo")
     ('2024-05-01 12:00:00', 'demo')
     """
-    match = _ISO_TIME.match(value)
+    match = _ISO_TIME.fullmatch(value)
     if not match:
         return value
     date, clock, zone = match.groups()
