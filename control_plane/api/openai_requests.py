@@ -21,7 +21,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from common.job_input import MAX_CHOICES
+from common.job_input import MAX_CHOICES, Structured
+from control_plane.api import structured_spec
 from control_plane.api.schemas import JobInput, Line, Text, unicode_text
 from control_plane.errors import InvalidRequest
 
@@ -52,13 +53,6 @@ def _only(*allowed: Any, why: str) -> Check:
     return check
 
 
-def _text_format(value: Any) -> str | None:
-    kind = value.get("type") if isinstance(value, Mapping) else None
-    if value is None or kind == "text":
-        return None
-    return f"of type {kind!r} is not supported by this platform yet (only 'text')"
-
-
 def _text_modalities(value: Any) -> str | None:
     if value is None or (isinstance(value, list) and set(value) <= {"text"}):
         return None
@@ -87,6 +81,8 @@ _SHARED: dict[str, Check] = {
     "min_p": _honoured,
     "repetition_penalty": _honoured,
     "stop_token_ids": _honoured,
+    # vLLM's structured outputs: json, regex, grammar, choice, json_object
+    "structured_outputs": _honoured,
 }
 
 CHAT_PARAMETERS: dict[str, Check] = {
@@ -94,7 +90,7 @@ CHAT_PARAMETERS: dict[str, Check] = {
     "messages": _honoured,
     "max_completion_tokens": _honoured,
     "top_logprobs": _honoured,
-    "response_format": _text_format,
+    "response_format": _honoured,  # text, json_object, json_schema (structured_spec.py)
     "modalities": _text_modalities,
     # prefix caching is automatic: the key is a hint the platform does not need
     "prompt_cache_key": _honoured,
@@ -174,6 +170,27 @@ class _Common(BaseModel):
     min_p: float | None = Field(None, ge=0, le=1)
     repetition_penalty: float | None = Field(None, gt=0, le=10)
     stop_token_ids: list[int] | None = Field(None, max_length=64)
+    structured_outputs: dict[str, Any] | None = None
+
+    def structured(self) -> Structured | None:
+        """What the output must match; InvalidRequest names the parameter at fault."""
+        response_format = getattr(self, "response_format", None)
+        if response_format is not None and self.structured_outputs is not None:
+            raise InvalidRequest(
+                "'response_format' and 'structured_outputs' cannot be used together",
+                param="structured_outputs",
+            )
+        try:
+            if response_format is not None:
+                return structured_spec.from_response_format(response_format)
+        except ValueError as exc:
+            raise InvalidRequest(f"'response_format': {exc}", param="response_format") from None
+        try:
+            return structured_spec.from_structured_outputs(self.structured_outputs)
+        except ValueError as exc:
+            raise InvalidRequest(
+                f"'structured_outputs': {exc}", param="structured_outputs"
+            ) from None
 
     def job_input(
         self, prompt: str, max_tokens: int | None, logprobs: int | None, special_tokens: bool
@@ -196,6 +213,7 @@ class _Common(BaseModel):
             stop_token_ids=self.stop_token_ids,
             logprobs=logprobs,
             n=self.n,
+            structured=None if (spec := self.structured()) is None else spec.to_dict(),
             add_special_tokens=None if special_tokens else False,
         )
 
@@ -229,6 +247,7 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
+    response_format: dict[str, Any] | None = None
     max_completion_tokens: int | None = Field(None, ge=1, le=32_768)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)

@@ -18,6 +18,7 @@ from pydantic import (
 
 from common.job_input import MAX_CHOICES
 from common.job_input import JobInput as ResolvedInput
+from control_plane.api import structured_spec
 from control_plane.domain import uris
 from control_plane.domain.spec import default_of
 from control_plane.services.webhooks.signing import WEBHOOK_EVENTS
@@ -157,6 +158,11 @@ class JobInput(SamplingDefaults):
     n: int | None = Field(
         None, ge=1, le=MAX_CHOICES, description="sequences generated from the prompt"
     )
+    structured: dict[str, Any] | None = Field(
+        None,
+        description='what the output must match: {"json": <JSON schema>}, {"regex": "..."}, '
+        '{"grammar": "<Lark / EBNF>"} or {"choice": ["a", "b"]}',
+    )
     add_special_tokens: bool | None = Field(
         None, description="false: the prompt already holds its special tokens (no BOS added)"
     )
@@ -167,6 +173,12 @@ class JobInput(SamplingDefaults):
         if v is not None and any(t < 0 for t in v):
             raise ValueError("token ids are >= 0")
         return v
+
+    @field_validator("structured")
+    @classmethod
+    def _structured(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        # compiled here (a grammar the worker cannot use is the caller's 422)
+        return None if v is None else structured_spec.from_dict(v).to_dict()
 
     @field_validator("logit_bias")
     @classmethod

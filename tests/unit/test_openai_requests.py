@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from common.job_input import Structured
 from control_plane.api.openai_requests import (
     CHAT_PARAMETERS,
     COMPLETION_PARAMETERS,
@@ -89,9 +90,6 @@ def test_every_reference_parameter_is_listed(
 def test_refusals_name_the_parameter() -> None:
     assert refusal(CHAT_PARAMETERS, "n", 4) is None
     assert refusal(CHAT_PARAMETERS, "response_format", {"type": "text"}) is None
-    assert "json_schema" in (
-        refusal(CHAT_PARAMETERS, "response_format", {"type": "json_schema"}) or ""
-    )
     assert refusal(CHAT_PARAMETERS, "tool_choice", "none") is None
     assert "'tools'" in (refusal(CHAT_PARAMETERS, "tools", [{"type": "function"}]) or "")
     assert refusal(CHAT_PARAMETERS, "modalities", ["text"]) is None
@@ -134,3 +132,32 @@ def test_a_request_is_checked_by_name() -> None:
     with pytest.raises(InvalidRequest) as suffix:
         completion.checked()
     assert suffix.value.extra["param"] == "suffix"
+
+
+def test_structured_outputs_are_read_from_either_parameter() -> None:
+    base = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema, "strict": True}}
+    body = ChatCompletionRequest.model_validate({**base, "response_format": fmt}).checked()
+    spec = body.structured()
+    assert spec is not None and spec.kind == "json" and spec.to_dict() == {"json": schema}
+    plain = ChatCompletionRequest.model_validate({**base, "response_format": {"type": "text"}})
+    assert plain.structured() is None
+    regex = ChatCompletionRequest.model_validate(
+        {**base, "structured_outputs": {"regex": "[a-z]+"}}
+    )
+    assert regex.structured() == Structured("regex", "[a-z]+")
+    no_schema = {"type": "json_schema", "json_schema": {"name": "x"}}
+    both = {"response_format": {"type": "json_object"}, "structured_outputs": {"regex": "a"}}
+    for bad, param in [
+        ({"response_format": no_schema}, "response_format"),
+        ({"response_format": {"type": "yaml"}}, "response_format"),
+        ({"structured_outputs": {"regex": "[a-"}}, "structured_outputs"),
+        ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs"),
+        ({"structured_outputs": {"sql": "x"}}, "structured_outputs"),
+        (both, "structured_outputs"),
+    ]:
+        request = ChatCompletionRequest.model_validate({**base, **bad})
+        with pytest.raises(InvalidRequest) as refused:
+            request.structured()
+        assert refused.value.extra["param"] == param, bad

@@ -115,7 +115,7 @@ def test_a_grammar_that_cannot_compile_is_refused(
 
 def test_the_mask_is_applied_before_anything_else() -> None:
     logits = torch.tensor([[5.0, 1.0, 0.0, 3.0], [5.0, 1.0, 0.0, 3.0]])
-    only = torch.tensor([False, False, True, True])
+    only = ~torch.tensor([False, False, True, True])
     params = [SamplingParams(), SamplingParams(logprobs=1)]
     results = sample_batch(logits.clone(), params, [None, None], [[0], [0]], [1, 1], [only, None])
     assert [r.token_id for r in results] == [3, 0]

@@ -134,18 +134,19 @@ def sample_batch(
     generators: Sequence[torch.Generator | None],
     token_ids: Sequence[Sequence[int]],
     num_prompt_tokens: Sequence[int],
-    allowed: Sequence[torch.Tensor | None] = (),
+    banned: torch.Tensor | Sequence[torch.Tensor | None] = (),
 ) -> list[SampleResult]:
     """Next token of every row. logits: [num_rows, vocab] float32; per row its params, its
-    generator, its tokens so far (prompt then output) and its prompt length; `allowed`, per
-    row, the tokens a structured output permits ([vocab] bool; None: all), applied first."""
+    generator, its tokens so far (prompt then output) and its prompt length; `banned`, the
+    tokens a structured output forbids, applied first: a [num_rows, vocab] bool tensor, or per
+    row a [vocab] one or None (free)."""
     num_rows = logits.shape[0]
-    for i, mask in enumerate(allowed):
-        if mask is not None:
-            width = min(mask.shape[0], logits.shape[1])
-            # logits: [num_rows, vocab]; a token past the mask's width is never allowed
-            logits[i, :width].masked_fill_(~mask[:width], float("-inf"))
-            logits[i, width:] = float("-inf")
+    if isinstance(banned, torch.Tensor):
+        logits.masked_fill_(banned, float("-inf"))
+    else:
+        for i, row in enumerate(banned):
+            if row is not None:
+                logits[i].masked_fill_(row, float("-inf"))
     results: list[SampleResult | None] = [None] * num_rows
     plain_greedy = [
         i

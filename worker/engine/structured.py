@@ -13,7 +13,7 @@ Example:
     >>> grammars = Grammars(tokenizer, vocab_size=32000, eos_token_ids={2})
     >>> matcher = grammars.matcher(Structured("json", '{"type": "object"}'))
     >>> masks = MaskBuilder(grammars).start([matcher])  # while the model runs
-    >>> allowed = masks.result()  # [1, vocab] bool
+    >>> banned = masks.result()  # [1, vocab] bool
     >>> matcher.consume_token(token_id)
 """
 
@@ -112,10 +112,15 @@ class StepMasks:
     rows: dict[str, int]
     future: Future[torch.Tensor]
 
-    def of(self, request_ids: list[str]) -> list[torch.Tensor | None]:
-        """Each request's allowed tokens ([vocab] bool), None for a free one; waits for them."""
-        masks = self.future.result()
-        return [None if (r := self.rows.get(rid)) is None else masks[r] for rid in request_ids]
+    def of(self, request_ids: list[str]) -> torch.Tensor | list[torch.Tensor | None]:
+        """The tokens each request may not take ([vocab] bool rows; None for a free one); the
+        whole [len(request_ids), vocab] tensor when every request is guided, in this order (one
+        masking op). Waits for the masks."""
+        banned = self.future.result()
+        rows = [self.rows.get(rid) for rid in request_ids]
+        if rows == list(range(banned.shape[0])):
+            return banned
+        return [None if r is None else banned[r] for r in rows]
 
 
 class MaskBuilder:
@@ -130,11 +135,9 @@ class MaskBuilder:
         self._executor = llguidance.LLExecutor()
         # one thread: it only hands the batch to llguidance's own pool
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
-        # bit i of a 32-bit word, for unpacking
-        self._bits = torch.arange(32, dtype=torch.int32)
 
     def start(self, matchers: list[Any]) -> Future[torch.Tensor]:
-        """The masks of `matchers` ([len(matchers), vocab] bool), being computed."""
+        """The tokens each of `matchers` bans ([len(matchers), vocab] bool), being computed."""
         return self._pool.submit(self._compute, matchers)
 
     def _compute(self, matchers: list[Any]) -> torch.Tensor:
@@ -143,10 +146,9 @@ class MaskBuilder:
         self._executor.unsafe_compute_mask_ptr(
             pairs, words.ctypes.data, self._words * 4, len(matchers)
         )
-        packed = torch.from_numpy(words)
-        # allowed: [rows, words, 32] -> [rows, vocab]
-        allowed = (packed.unsqueeze(-1) >> self._bits) & 1
-        return allowed.reshape(len(matchers), -1)[:, : self._grammars.vocab_size].bool()
+        # bit t of the words: token t allowed; inverted and unpacked here, off the model's path
+        banned = np.unpackbits(np.invert(words).view(np.uint8), axis=1, bitorder="little")
+        return torch.from_numpy(banned[:, : self._grammars.vocab_size]).view(torch.bool)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

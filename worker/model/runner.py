@@ -177,14 +177,14 @@ class ModelRunner:
                     self._generators[seq.request_id] = request_generator(seq.params, self.device)
             generators = [self._generators[seq.request_id] for seq in seqs]
             # structured outputs' masks, computed while the model ran (waits if they are not)
-            allowed = () if out.masks is None else out.masks.of([s.request_id for s in seqs])
+            banned = () if out.masks is None else out.masks.of([s.request_id for s in seqs])
             return sample_batch(
                 logits,
                 [seq.params for seq in seqs],
                 generators,
                 [seq.token_ids for seq in seqs],
                 [seq.num_prompt_tokens for seq in seqs],
-                allowed,
+                banned,
             )
 
     def _prepare(
