@@ -114,6 +114,7 @@ SPEC_FIELDS = (
     "queue_wait_s",
     "execution_timeout_s",
     "defaults",
+    "tool_parser",
 )
 
 

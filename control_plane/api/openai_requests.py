@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from common.job_input import MAX_CHOICES, Structured
 from control_plane.api import structured_spec
+from control_plane.api.openai_tools import MessageToolCall, Tool, tool_choice_mode
 from control_plane.api.schemas import JobInput, Line, Text, unicode_text
 from control_plane.errors import InvalidRequest
 
@@ -100,9 +101,10 @@ CHAT_PARAMETERS: dict[str, Check] = {
     "metadata": _honoured,
     "store": _only(False, why="is not supported: completions are not stored for retrieval"),
     "service_tier": _only("auto", "default", why="supports only 'auto' and 'default' here"),
-    "tool_choice": _only("none", why="is not supported by this platform yet (only 'none')"),
-    "tools": _not_supported,
-    "parallel_tool_calls": _not_supported,
+    # tool calling (api/openai_tools.py): checked against each other in `checked`
+    "tool_choice": _honoured,
+    "tools": _honoured,
+    "parallel_tool_calls": _honoured,
     "functions": _not_supported,
     "function_call": _only("none", why="is not supported by this platform yet"),
     "audio": _absent_only,
@@ -193,8 +195,15 @@ class _Common(BaseModel):
             ) from None
 
     def job_input(
-        self, prompt: str, max_tokens: int | None, logprobs: int | None, special_tokens: bool
+        self,
+        prompt: str,
+        max_tokens: int | None,
+        logprobs: int | None,
+        special_tokens: bool,
+        forced: Structured | None = None,
     ) -> JobInput:
+        """The job's input; `forced`: a grammar that replaces the request's own structured
+        output (a required tool call)."""
         stop = [self.stop] if isinstance(self.stop, str) else self.stop
         return JobInput(
             prompt=prompt,
@@ -213,7 +222,7 @@ class _Common(BaseModel):
             stop_token_ids=self.stop_token_ids,
             logprobs=logprobs,
             n=self.n,
-            structured=None if (spec := self.structured()) is None else spec.to_dict(),
+            structured=None if (spec := forced or self.structured()) is None else spec.to_dict(),
             add_special_tokens=None if special_tokens else False,
         )
 
@@ -223,6 +232,9 @@ class ChatMessage(BaseModel):
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[dict[str, Any]] | None = None
+    # an assistant turn's calls, and a tool turn's answer to one of them
+    tool_calls: list[MessageToolCall] | None = Field(None, max_length=128)
+    tool_call_id: Line | None = Field(None, max_length=256)
 
     @field_validator("content")
     @classmethod
@@ -244,6 +256,15 @@ class ChatMessage(BaseModel):
             return self.content or ""
         return "".join(str(part.get("text", "")) for part in self.content)
 
+    def for_template(self) -> dict[str, Any]:
+        """The message as chat templates take it."""
+        out: dict[str, Any] = {"role": self.role, "content": self.text()}
+        if self.tool_calls:
+            out["tool_calls"] = [call.for_template() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        return out
+
 
 class ChatCompletionRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
@@ -251,9 +272,24 @@ class ChatCompletionRequest(_Common):
     max_completion_tokens: int | None = Field(None, ge=1, le=32_768)
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[Tool] | None = Field(None, max_length=128)
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+
+    def tool_mode(self) -> str:
+        """`none`, `auto`, `required` or `function:<name>` (`openai_tools.tool_choice_mode`)."""
+        return tool_choice_mode(self.tool_choice, self.tools) or "none"
 
     def checked(self) -> ChatCompletionRequest:
         refuse_unsupported(CHAT_PARAMETERS, self)
+        mode = self.tool_mode()
+        if mode not in ("none", "auto") and self.structured() is not None:
+            raise InvalidRequest(
+                "a forced tool call ('tool_choice' required or a function) and a structured "
+                "output cannot be asked together",
+                param="tool_choice",
+                code="invalid_value",
+            )
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidRequest(
                 "'top_logprobs' requires 'logprobs' to be true",

@@ -4,7 +4,7 @@ error. The answers are `responses.py`; the worker's internal routes `worker_sche
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -108,6 +108,11 @@ class DeploymentSpec(BaseModel):
     queue_wait_s: float = Field(default_of("queue_wait_s"), ge=0, le=3_600)
     execution_timeout_s: float = Field(default_of("execution_timeout_s"), gt=0, le=86_400)
     defaults: SamplingDefaults = Field(default_factory=SamplingDefaults)
+    tool_parser: Literal["auto", "hermes", "llama3_json"] = Field(
+        default_of("tool_parser"),
+        description="how tool calls are read from the model's text: auto (from its chat "
+        "template), hermes (<tool_call> JSON, Qwen) or llama3_json",
+    )
 
     @field_validator("name")
     @classmethod

@@ -41,6 +41,9 @@ class Spec:
     # 0 turns it off (a worker for every job that waits). The autoscaler's default too.
     queue_wait_s: float = _POLICY.queue_wait_s
     execution_timeout_s: float = 600.0  # a job's limit unless the job sets its own
+    # How tool calls are read from the model's text (`api/tool_calls.py`): auto (from its
+    # chat template), hermes or llama3_json.
+    tool_parser: str = "auto"
     # Sampling defaults of the deployment (`api.schemas.SamplingDefaults`); None = unset.
     defaults: dict[str, Any] = field(default_factory=dict)
 

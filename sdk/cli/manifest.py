@@ -42,6 +42,7 @@ SPEC_TYPES: dict[str, str] = {
     "queue_wait_s": _NUMBER,
     "execution_timeout_s": _NUMBER,
     "defaults": _MAP,
+    "tool_parser": _STR,
 }
 # The JobInput fields a deployment may give defaults for (the prompt is always the caller's).
 DEFAULTS_TYPES: dict[str, str] = {

@@ -78,7 +78,12 @@ COMPLETION_REFERENCE: dict[str, Any] = {
     "user": "user-1",
 }
 # Parameters that only mean something beside another one.
-NEEDS = {"top_logprobs": {"logprobs": True}, "stream_options": {"stream": True}}
+NEEDS = {
+    "top_logprobs": {"logprobs": True},
+    "stream_options": {"stream": True},
+    "tool_choice": {"tools": [TOOL]},
+    "parallel_tool_calls": {"tools": [TOOL]},
+}
 
 
 @pytest.fixture(scope="module")
@@ -118,9 +123,11 @@ def test_every_reference_parameter_is_honoured_or_refused_by_name(
         assert name in error["message"], (name, error)
         verdicts[name] = "refused"
     # what this platform honours today on both routes (the rest is refused by name)
-    for name in ("logit_bias", "logprobs", "seed", "stop", "frequency_penalty", "user"):
+    for name in ("logit_bias", "logprobs", "seed", "stop", "frequency_penalty", "user", "n"):
         assert verdicts[name] == "honoured", name
-    assert verdicts["n"] == "honoured"
+    if "tools" in reference:
+        for name in ("tools", "tool_choice", "response_format", "parallel_tool_calls"):
+            assert verdicts[name] == "honoured", name
 
 
 def test_an_unknown_parameter_is_refused_by_name(api: dict[str, Any]) -> None:

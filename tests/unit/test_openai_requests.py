@@ -91,7 +91,7 @@ def test_refusals_name_the_parameter() -> None:
     assert refusal(CHAT_PARAMETERS, "n", 4) is None
     assert refusal(CHAT_PARAMETERS, "response_format", {"type": "text"}) is None
     assert refusal(CHAT_PARAMETERS, "tool_choice", "none") is None
-    assert "'tools'" in (refusal(CHAT_PARAMETERS, "tools", [{"type": "function"}]) or "")
+    assert "'functions'" in (refusal(CHAT_PARAMETERS, "functions", [{"name": "f"}]) or "")
     assert refusal(CHAT_PARAMETERS, "modalities", ["text"]) is None
     assert refusal(CHAT_PARAMETERS, "modalities", ["text", "audio"]) is not None
     assert refusal(CHAT_PARAMETERS, "nope", 1) == "Unrecognized request argument supplied: nope"
@@ -99,11 +99,11 @@ def test_refusals_name_the_parameter() -> None:
 
 def test_a_request_is_checked_by_name() -> None:
     body = ChatCompletionRequest.model_validate(
-        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"x": 1}]}
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "audio": {"x": 1}}
     )
     with pytest.raises(InvalidRequest) as refused:
         body.checked()
-    assert refused.value.extra["param"] == "tools"
+    assert refused.value.extra["param"] == "audio"
     body = ChatCompletionRequest.model_validate(
         {"model": "m", "messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2}
     )

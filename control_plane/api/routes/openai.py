@@ -10,17 +10,22 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from common.job_input import Structured
 from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.api import offload
 from control_plane.api import openai_shapes as shapes
 from control_plane.api.context import Ctx, Db, Principal, bearer_token
+from control_plane.api.openai_chat import ChatAnswer
 from control_plane.api.openai_requests import ChatCompletionRequest, CompletionRequest
+from control_plane.api.openai_tools import forced_tools
 from control_plane.api.schemas import JobInput
+from control_plane.api.tool_calls import forced_grammar, parser_for
 from control_plane.context import AppContext
 from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest, JobFailed, JobStillRunning
@@ -31,20 +36,38 @@ from control_plane.services.models.chat_template import DEFAULT_CHAT_TEMPLATE, r
 router = APIRouter(tags=["openai"])
 
 
-def _render(ctx: AppContext, token: str, body: ChatCompletionRequest) -> tuple[str, bool]:
-    """The chat rendered with the deployment's template (runs in a thread), and whether the
-    worker adds the special tokens (only when the template is the platform's fallback: a
-    model's template writes its own BOS, as transformers' `apply_chat_template` expects)."""
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    prompt: str
+    # whether the worker adds the special tokens (only for the platform's fallback template:
+    # a model's template writes its own BOS, as transformers' `apply_chat_template` expects)
+    special_tokens: bool
+    # the deployment's tool-call format (api/tool_calls.py)
+    tool_parser: str
+
+
+def _render_chat(ctx: AppContext, token: str, body: ChatCompletionRequest) -> Rendered:
+    """The chat rendered with the deployment's template, its tools offered to it (runs in a
+    thread). A template that fails, loops or grows without bound is a 400
+    (`chat_template.TemplateError`)."""
     view = ctx.edge.view()
     with ctx.sessions() as session:
         who = view.principal(session, token)
         dep = view.deployment(session, who.tenant_id, body.model)
     meta = ctx.model_meta.get(dep.id, dep.version, who.tenant_id, dep.spec.model)
-    messages = [{"role": m.role, "content": m.text()} for m in body.messages]
-    # a template that fails, loops or grows without bound is a 400 (chat_template.TemplateError)
+    messages = [m.for_template() for m in body.messages]
+    tools = [t.for_template() for t in body.tools] if body.tools else None
+    template = DEFAULT_CHAT_TEMPLATE if meta is None else meta.chat_template
+    parser = parser_for(dep.spec.tool_parser, template)
     if meta is None:
-        return render_chat(DEFAULT_CHAT_TEMPLATE, messages, "", ""), True
-    return meta.render_chat(messages), False
+        return Rendered(render_chat(template, messages, "", "", tools=tools), True, parser)
+    return Rendered(meta.render_chat(messages, tools), False, parser)
+
+
+def _render(ctx: AppContext, token: str, body: ChatCompletionRequest) -> tuple[str, bool]:
+    """The chat rendered, and whether the worker adds the special tokens."""
+    rendered = _render_chat(ctx, token, body)
+    return rendered.prompt, rendered.special_tokens
 
 
 def _raise_for_job(job: dict[str, Any]) -> None:
@@ -97,8 +120,15 @@ def _stream_error(job_id: str, message: str, code: str) -> str:
 
 
 # chunk(choice index, delta text | None for the opening chunk, finish reason, logprob entries)
-# -> the data object (None: nothing to send)
-Chunk = Callable[[int, str | None, str | None, list[dict[str, Any]] | None], dict[str, Any] | None]
+# -> the data objects to send (a list, one, or None for none)
+Chunk = Callable[
+    [int, str | None, str | None, list[dict[str, Any]] | None],
+    dict[str, Any] | list[dict[str, Any]] | None,
+]
+
+
+def _sse_all(objs: dict[str, Any] | list[dict[str, Any]] | None) -> str:
+    return "".join(_sse(o) for o in ([objs] if isinstance(objs, dict) else objs or []))
 
 
 async def _stream(
@@ -106,10 +136,11 @@ async def _stream(
     job: dict[str, Any],
     tenant_id: str,
     chunk: Chunk,
-    include_usage: bool,
+    usage_envelope: dict[str, Any] | None,
     n: int = 1,
 ) -> AsyncIterator[str]:
-    """OpenAI streaming: `chunk` builds each data object.
+    """OpenAI streaming: `chunk` builds the data objects; with `usage_envelope` (the
+    chunks' id, object, created, model) a last chunk carries the usage.
 
     The deltas add up to the job's output (`callers.Follow`), and so do their log-probability
     entries (those a delta did not carry come with the last chunk). An OpenAI stream cannot
@@ -117,9 +148,8 @@ async def _stream(
     departs from what was streamed, the stream ends with an error chunk naming the job
     instead, and the job runs on (its output: GET /v1/jobs/{id})."""
     for index in range(n):
-        first = chunk(index, None, None, None)
-        if first is not None:
-            yield _sse(first)
+        if first := _sse_all(chunk(index, None, None, None)):
+            yield first
     follow = callers.Follow(ctx, job["id"], tenant_id)
     logprobs_sent = [0] * n  # per choice
     async for event, data in follow.events():
@@ -128,7 +158,8 @@ async def _stream(
             if not 0 <= index < n:
                 continue
             logprobs_sent[index] += len(entries or ())
-            yield _sse(chunk(index, data.get("delta", ""), None, entries) or {})
+            if out := _sse_all(chunk(index, data.get("delta", ""), None, entries)):
+                yield out
         elif event == EventType.RESTARTED:
             follow.let_run()
             message = (
@@ -142,11 +173,9 @@ async def _stream(
             for c in shapes.choices(data):
                 if 0 <= c["index"] < n:
                     rest = c["logprobs"][logprobs_sent[c["index"]] :] or None
-                    yield _sse(chunk(c["index"], "", c["finish_reason"], rest) or {})
-            if include_usage:
-                usage = {**(chunk(0, "", None, None) or {}), "choices": [],
-                         "usage": shapes.usage(data)}  # fmt: skip
-                yield _sse(usage)
+                    yield _sse_all(chunk(c["index"], "", c["finish_reason"], rest))
+            if usage_envelope is not None:
+                yield _sse({**usage_envelope, "choices": [], "usage": shapes.usage(data)})
             break
         elif event in TERMINAL_EVENTS:  # failed, canceled, expired, timed_out
             message = (data.get("error") or {}).get("message") or "no detail"
@@ -190,18 +219,22 @@ async def chat_completions(
     authorization: Annotated[str | None, Header()] = None,
 ) -> Any:
     body.checked()
-    prompt, special = await offload.in_thread(_render, ctx, bearer_token(authorization), body)
+    rendered = await offload.in_thread(_render_chat, ctx, bearer_token(authorization), body)
+    mode = body.tool_mode()
+    forced = None
+    if mode not in ("none", "auto") and body.tools:
+        # a required call: the grammar of the parser's format, the functions' schemas inside
+        tools = forced_tools(body.tools, mode)
+        grammar = forced_grammar(rendered.tool_parser, tools, body.parallel_tool_calls is not False)
+        forced = Structured("grammar", grammar)
     top = body.logprobs_asked()
     max_tokens = body.max_completion_tokens or body.max_tokens
-    job, tenant_id = await _run(
-        ctx, authorization, body.model, body.job_input(prompt, max_tokens, top, special)
-    )
+    job_input = body.job_input(rendered.prompt, max_tokens, top, rendered.special_tokens, forced)
+    job, tenant_id = await _run(ctx, authorization, body.model, job_input)
     cid, created = f"chatcmpl-{job['id']}", int(time.time())
     headers = {"X-Job-Id": job["id"]}
-
-    def logprobs(entries: list[dict[str, Any]] | None) -> dict[str, Any] | None:
-        return None if top is None else shapes.chat_logprobs(entries or [], top)
-
+    parser = None if mode == "none" else rendered.tool_parser
+    answer = ChatAnswer(cid, body.model, created, top=top, parser=parser)
     n = body.n or 1
     if body.stream:
 
@@ -210,42 +243,28 @@ async def chat_completions(
             delta: str | None,
             finish: str | None,
             entries: list[dict[str, Any]] | None,
-        ) -> dict[str, Any]:
-            d: dict[str, Any] = (
-                {"role": "assistant", "content": ""}
-                if delta is None
-                else ({"content": delta} if delta else {})
-            )
-            choice = {"index": index, "delta": d, "logprobs": logprobs(entries),
-                      "finish_reason": finish}  # fmt: skip
-            return {"id": cid, "object": "chat.completion.chunk", "created": created,
-                    "model": body.model, "choices": [choice]}  # fmt: skip
+        ) -> list[dict[str, Any]]:
+            return answer.chunks(index, delta, finish, entries, job["id"])
 
-        include = bool(body.stream_options and body.stream_options.include_usage)
+        envelope = None
+        if body.stream_options and body.stream_options.include_usage:
+            envelope = {"id": cid, "object": "chat.completion.chunk", "created": created,
+                        "model": body.model}  # fmt: skip
         return StreamingResponse(
-            _stream(ctx, job, tenant_id, chunk, include, n), media_type="text/event-stream",
+            _stream(ctx, job, tenant_id, chunk, envelope, n), media_type="text/event-stream",
             headers=headers,
         )  # fmt: skip
     final = await _wait(ctx, job["id"], tenant_id, request)
     if final is None:
         return Response(status_code=499, headers=headers)  # nobody reads it
     _raise_for_job(final)
-    choices = [
-        {
-            "index": c["index"],
-            "message": {"role": "assistant", "content": c["text"]},
-            "finish_reason": c["finish_reason"],
-            "logprobs": logprobs(c["logprobs"]),
-        }
-        for c in shapes.choices(final)
-    ]
     return JSONResponse(
         {
             "id": cid,
             "object": "chat.completion",
             "created": created,
             "model": body.model,
-            "choices": choices,
+            "choices": [answer.message_choice(c, job["id"]) for c in shapes.choices(final)],
             "usage": shapes.usage(final),
         },
         headers=headers,
@@ -291,9 +310,12 @@ async def completions(
                     "choices": [{"index": index, "text": delta, "logprobs": lp,
                                  "finish_reason": finish}]}  # fmt: skip
 
-        include = bool(body.stream_options and body.stream_options.include_usage)
+        envelope = None
+        if body.stream_options and body.stream_options.include_usage:
+            envelope = {"id": cid, "object": "text_completion", "created": created,
+                        "model": body.model}  # fmt: skip
         return StreamingResponse(
-            _stream(ctx, job, tenant_id, chunk, include, n), media_type="text/event-stream",
+            _stream(ctx, job, tenant_id, chunk, envelope, n), media_type="text/event-stream",
             headers=headers,
         )  # fmt: skip
     final = await _wait(ctx, job["id"], tenant_id, request)

@@ -32,7 +32,12 @@ from control_plane.services.models import template_child
 # Used when the model ships no chat template (the demo model has none); like a model's own,
 # it writes the BOS token itself (the rendered chat is tokenized without adding it).
 DEFAULT_CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{{ bos_token }}"
+    "{% if tools %}<|tools|>\n{{ tools | tojson }}\n{% endif %}"
+    "{% for m in messages %}<|{{ m['role'] }}|>\n"
+    "{% for c in m.get('tool_calls') or [] %}<tool_call>"
+    "{{ {'name': c['function']['name'], 'arguments': c['function']['arguments']} | tojson }}"
+    "</tool_call>{% endfor %}{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 # Real templates render in well under 10 ms; a chat's prompt is at most ~200,000 characters.
@@ -128,9 +133,11 @@ def render_chat(
     bos: str,
     eos: str,
     add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
 ) -> str:
-    """Render a Hugging Face chat template, bounded (see the module doc). Blocks: call it
-    from a thread, never on the event loop."""
+    """Render a Hugging Face chat template, bounded (see the module doc); `tools` as
+    transformers passes them (None when the call has none). Blocks: call it from a thread,
+    never on the event loop."""
     return _child.render(
         {
             "template": template,
@@ -138,6 +145,7 @@ def render_chat(
             "bos_token": bos,
             "eos_token": eos,
             "add_generation_prompt": add_generation_prompt,
+            "tools": tools,
         }
     )
 

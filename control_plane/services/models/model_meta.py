@@ -50,8 +50,12 @@ class ModelMeta:
     def count_prompt_tokens(self, prompt: str, add_special_tokens: bool = True) -> int:
         return len(encode_prompt(self.tokenizer, prompt, self.bos_token_id, add_special_tokens))
 
-    def render_chat(self, messages: list[dict[str, Any]]) -> str:
-        return render_chat(self.chat_template, messages, self.bos_token, self.eos_token)
+    def render_chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> str:
+        return render_chat(
+            self.chat_template, messages, self.bos_token, self.eos_token, tools=tools
+        )
 
 
 class ModelMetaCache:

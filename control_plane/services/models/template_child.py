@@ -5,6 +5,8 @@ address space, and stops a render whose output passes `MAX_RENDER_CHARS` as it i
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
 import resource
 from multiprocessing.connection import Connection
 from typing import Any
@@ -23,7 +25,11 @@ def serve(conn: Connection) -> None:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    # what transformers gives templates: its own `tojson` (no HTML escaping, as the models
+    # were trained), `raise_exception` and `strftime_now`
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
+    env.globals["strftime_now"] = _strftime_now
     compiled: dict[str, Any] = {}
     while True:
         try:
@@ -37,6 +43,22 @@ def serve(conn: Connection) -> None:
             conn.send((False, "it used too much memory"))
         except Exception as exc:
             conn.send((False, f"{type(exc).__name__}: {exc}"[:500]))
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(format: str) -> str:
+    return datetime.datetime.now().strftime(format)
 
 
 def _raise(message: str) -> None:
