@@ -303,7 +303,12 @@ class ChatCompletionRequest(_Common):
         return (self.top_logprobs or 0) if self.logprobs else None
 
 
+# Most choices (prompts x n) one completions call runs, each prompt as a job of its own.
+MAX_PROMPT_CHOICES = 64
+
+
 class CompletionRequest(_Common):
+    # text, or a list of texts (token-id prompts are refused: a prompt is text here)
     prompt: Text | list[Text]
     max_tokens: int | None = Field(16, ge=1, le=32_768)
     logprobs: int | None = Field(None, ge=0, le=20)
@@ -329,9 +334,16 @@ class CompletionRequest(_Common):
             )
         return self
 
-    def single_prompt(self) -> str:
-        if isinstance(self.prompt, str):
-            return self.prompt
-        if len(self.prompt) != 1:
-            raise InvalidRequest("only one prompt per request is supported", param="prompt")
-        return self.prompt[0]
+    def prompts(self) -> list[str]:
+        """The prompts, one job each (more belong in a batch: /v1/batches)."""
+        prompts = [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+        if not prompts:
+            raise InvalidRequest("'prompt' is an empty list", param="prompt", code="empty_array")
+        if len(prompts) * (self.n or 1) > MAX_PROMPT_CHOICES:
+            raise InvalidRequest(
+                f"{len(prompts)} prompts x n={self.n or 1} choices is more than "
+                f"{MAX_PROMPT_CHOICES} in one call; send more as a batch (/v1/batches)",
+                param="prompt",
+                code="invalid_value",
+            )
+        return prompts

@@ -336,3 +336,28 @@ def test_n_choices_share_the_prompt_plain_and_streamed(
         model=MODEL, messages=messages, max_tokens=6, temperature=1.0, seed=5, n=2
     )
     assert streamed == {c.index: c.message.content for c in plain.choices}
+
+
+def test_a_list_of_prompts_runs_a_job_each(oai: openai.OpenAI, api: dict[str, Any]) -> None:
+    prompts = ["The weather", "A river", "Once upon"]
+    resp = oai.completions.create(model=MODEL, prompt=prompts, max_tokens=4, temperature=0, n=2)
+    assert [c.index for c in resp.choices] == list(range(6))
+    for p, prompt in enumerate(prompts):
+        alone = oai.completions.create(model=MODEL, prompt=prompt, max_tokens=4, temperature=0)
+        assert resp.choices[2 * p].text == resp.choices[2 * p + 1].text == alone.choices[0].text
+    assert resp.usage is not None and resp.usage.prompt_tokens > 0
+    streamed: dict[int, str] = {}
+    usage = None
+    for chunk in oai.completions.create(
+        model=MODEL, prompt=prompts, max_tokens=4, temperature=0, n=2, stream=True,
+        stream_options={"include_usage": True},
+    ):  # fmt: skip
+        usage = chunk.usage or usage
+        for c in chunk.choices:
+            streamed[c.index] = streamed.get(c.index, "") + c.text
+    assert streamed == {c.index: c.text for c in resp.choices}
+    assert usage is not None and usage.completion_tokens == resp.usage.completion_tokens
+    raw = _post(api, "/v1/completions", {"model": MODEL, "prompt": prompts, "max_tokens": 2})
+    assert len(raw.headers["X-Job-Ids"].split(",")) == 3
+    too_many = _post(api, "/v1/completions", {"model": MODEL, "prompt": ["x"] * 65})
+    assert too_many.status_code == 400 and too_many.json()["error"]["param"] == "prompt"

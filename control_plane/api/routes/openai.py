@@ -22,7 +22,7 @@ from control_plane.api import offload
 from control_plane.api import openai_shapes as shapes
 from control_plane.api.context import Ctx, Db, Principal, bearer_token
 from control_plane.api.openai_chat import ChatAnswer
-from control_plane.api.openai_requests import ChatCompletionRequest, CompletionRequest
+from control_plane.api.openai_requests import ChatCompletionRequest
 from control_plane.api.openai_tools import forced_tools
 from control_plane.api.schemas import JobInput
 from control_plane.api.tool_calls import forced_grammar, parser_for
@@ -138,9 +138,11 @@ async def _stream(
     chunk: Chunk,
     usage_envelope: dict[str, Any] | None,
     n: int = 1,
+    usage_sink: list[dict[str, int]] | None = None,
 ) -> AsyncIterator[str]:
     """OpenAI streaming: `chunk` builds the data objects; with `usage_envelope` (the
-    chunks' id, object, created, model) a last chunk carries the usage.
+    chunks' id, object, created, model) a last chunk carries the usage; with `usage_sink`
+    the usage is added to it instead (a caller merging several jobs' streams sums them).
 
     The deltas add up to the job's output (`callers.Follow`), and so do their log-probability
     entries (those a delta did not carry come with the last chunk). An OpenAI stream cannot
@@ -174,7 +176,9 @@ async def _stream(
                 if 0 <= c["index"] < n:
                     rest = c["logprobs"][logprobs_sent[c["index"]] :] or None
                     yield _sse_all(chunk(c["index"], "", c["finish_reason"], rest))
-            if usage_envelope is not None:
+            if usage_sink is not None:
+                usage_sink.append(shapes.usage(data))
+            elif usage_envelope is not None:
                 yield _sse({**usage_envelope, "choices": [], "usage": shapes.usage(data)})
             break
         elif event in TERMINAL_EVENTS:  # failed, canceled, expired, timed_out
@@ -265,81 +269,6 @@ async def chat_completions(
             "created": created,
             "model": body.model,
             "choices": [answer.message_choice(c, job["id"]) for c in shapes.choices(final)],
-            "usage": shapes.usage(final),
-        },
-        headers=headers,
-    )
-
-
-@router.post("/v1/completions")
-async def completions(
-    body: CompletionRequest,
-    ctx: Ctx,
-    request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-) -> Any:
-    prompt = body.checked().single_prompt()
-    top = body.logprobs
-    job_input = body.job_input(prompt, body.max_tokens, top, special_tokens=True)
-    job, tenant_id = await _run(ctx, authorization, body.model, job_input)
-    cid, created = f"cmpl-{job['id']}", int(time.time())
-    headers = {"X-Job-Id": job["id"]}
-    echoed = prompt if body.echo else ""
-    n = body.n or 1
-    if body.stream:
-        # per choice: where its next chunk's text starts in the choice's text
-        text_offset = [len(echoed)] * n
-
-        def chunk(
-            index: int,
-            delta: str | None,
-            finish: str | None,
-            entries: list[dict[str, Any]] | None,
-        ) -> dict[str, Any] | None:
-            if delta is None:  # completions streams have no role chunk: the echo, if any
-                if not echoed:
-                    return None
-                delta = echoed
-                entries = None
-            lp = None
-            if top is not None:
-                lp = shapes.completion_logprobs(entries or [], top, text_offset[index])
-                text_offset[index] += sum(len(str(e.get("token", ""))) for e in entries or [])
-            return {"id": cid, "object": "text_completion", "created": created,
-                    "model": body.model,
-                    "choices": [{"index": index, "text": delta, "logprobs": lp,
-                                 "finish_reason": finish}]}  # fmt: skip
-
-        envelope = None
-        if body.stream_options and body.stream_options.include_usage:
-            envelope = {"id": cid, "object": "text_completion", "created": created,
-                        "model": body.model}  # fmt: skip
-        return StreamingResponse(
-            _stream(ctx, job, tenant_id, chunk, envelope, n), media_type="text/event-stream",
-            headers=headers,
-        )  # fmt: skip
-    final = await _wait(ctx, job["id"], tenant_id, request)
-    if final is None:
-        return Response(status_code=499, headers=headers)  # nobody reads it
-    _raise_for_job(final)
-    choices = [
-        {
-            "index": c["index"],
-            "text": echoed + c["text"],
-            "logprobs": None
-            if top is None
-            else shapes.completion_logprobs(c["logprobs"], top, len(echoed)),
-            "finish_reason": c["finish_reason"],
-        }
-        for c in shapes.choices(final)
-    ]
-    return JSONResponse(
-        {
-            "id": cid,
-            "object": "text_completion",
-            "created": created,
-            "model": body.model,
-            "choices": choices,
             "usage": shapes.usage(final),
         },
         headers=headers,
