@@ -86,7 +86,11 @@ def test_constrained_outputs_parse_and_validate(parts: tuple[Any, Tokenizer]) ->
     for rid in ("greedy", "s0", "s1", "s2", "s3"):
         text, finish = out[rid]
         assert finish == "stop", (rid, text)
-        jsonschema.validate(json.loads(text), SCHEMA)
+        try:
+            document = json.loads(text)
+        except ValueError as exc:
+            raise AssertionError(f"{rid}: {text!r}") from exc
+        jsonschema.validate(document, SCHEMA)
     assert json.loads(out["object"][0]) == {}
     assert re.fullmatch(r"[a-z]{2,6}-[0-9]{3}", out["regex"][0]), out["regex"]
     assert out["choice"][0] in ("yes", "no", "maybe")
