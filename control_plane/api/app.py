@@ -28,6 +28,7 @@ from control_plane.api.routes import (
     metrics,
     openai,
     openai_completions,
+    responses,
     webhooks,
 )
 from control_plane.api.trace_requests import TraceRequests
@@ -101,8 +102,8 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
     # (FastAPI's included routers), so the ones every job goes through come first: the
     # workers' claims and reports, then the calls. No path matches routes of two routers
     # (tests/unit/test_routes.py), so the order changes nothing else.
-    routers = (internal, jobs, openai, openai_completions, deployments, batches, files, webhooks)
-    for module in (*routers, billing, keys):
+    hot = (internal, jobs, openai, openai_completions, responses)
+    for module in (*hot, deployments, batches, files, webhooks, billing, keys):
         app.include_router(module.router)
     app.include_router(metrics.router)  # /metrics and /metrics/workers (operator only)
     app.include_router(console.router)  # the web console's page and files (/console)

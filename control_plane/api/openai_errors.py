@@ -104,7 +104,8 @@ def for_http(status: int, method: str, path: str) -> tuple[str, str]:
     if status == 404:
         return (
             f"Unknown request URL: {method} {path}. This platform does not serve this route "
-            "of OpenAI's API; it serves /v1/models, /v1/completions and /v1/chat/completions",
+            "of OpenAI's API; it serves /v1/models, /v1/completions, /v1/chat/completions and "
+            "/v1/responses",
             "unknown_url",
         )
     if status == 405:

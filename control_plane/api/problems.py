@@ -22,7 +22,7 @@ PROBLEM_BASE = "https://platform.dev/problems/"
 PROBLEM_JSON = "application/problem+json"
 # The OpenAI routes this platform serves: their clients (OpenAI's SDKs) expect OpenAI's error
 # shape instead of problem+json, on these paths and any under them.
-OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models")
+OPENAI_PATHS = ("/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses")
 # The rest of OpenAI's API, not served here: a client pointed at this platform gets OpenAI's
 # 404 for an unknown URL there. NOTE: /v1/batches and /v1/files are this platform's own routes
 # (problem+json), not OpenAI's, though OpenAI has routes of those names.
@@ -30,7 +30,7 @@ OPENAI_UNSERVED = (
     "/v1/assistants", "/v1/audio", "/v1/chatkit", "/v1/containers", "/v1/conversations",
     "/v1/edits", "/v1/embeddings", "/v1/engines", "/v1/evals", "/v1/fine-tunes",
     "/v1/fine_tuning", "/v1/images", "/v1/moderations", "/v1/organization", "/v1/realtime",
-    "/v1/responses", "/v1/threads", "/v1/uploads", "/v1/vector_stores", "/v1/videos",
+    "/v1/threads", "/v1/uploads", "/v1/vector_stores", "/v1/videos",
 )  # fmt: skip
 
 

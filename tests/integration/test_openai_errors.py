@@ -188,7 +188,6 @@ def test_guards_before_the_route(http: httpx.Client, keys: dict[str, str]) -> No
         ("POST", "/v1/moderations"),
         ("POST", "/v1/images/generations"),
         ("POST", "/v1/audio/transcriptions"),
-        ("POST", "/v1/responses"),
         ("GET", "/v1/assistants"),
         ("POST", "/v1/threads/thread_1/runs"),
         ("GET", "/v1/fine_tuning/jobs"),

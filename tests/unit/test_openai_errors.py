@@ -69,6 +69,7 @@ def test_a_context_overflow_names_the_prompt_parameter_of_its_route() -> None:
         ("/v1/completions", True),
         ("/v1/models", True),
         ("/v1/models/demo", True),
+        ("/v1/responses", True),
         ("/v1/embeddings", True),
         ("/v1/images/generations", True),
         ("/v1/fine_tuning/jobs", True),
