@@ -31,23 +31,23 @@ from control_plane.errors import InvalidRequest
 Check = Callable[[Any], str | None]
 
 
-def _honoured(_: Any) -> None:
+def honoured(_: Any) -> None:
     return None
 
 
-def _not_supported(value: Any) -> str | None:
+def not_supported(value: Any) -> str | None:
     if value in (None, False, [], {}, ""):
         return None  # the parameter's "off" value asks for nothing
     return "is not supported by this platform yet"
 
 
-def _absent_only(value: Any) -> str | None:
+def absent_only(value: Any) -> str | None:
     # for parameters whose mere presence asks for something (`web_search_options: {}` turns
     # web search on with its defaults)
     return None if value is None else "is not supported by this platform yet"
 
 
-def _only(*allowed: Any, why: str) -> Check:
+def only(*allowed: Any, why: str) -> Check:
     def check(value: Any) -> str | None:
         return None if value is None or value in allowed else why
 
@@ -62,64 +62,64 @@ def _text_modalities(value: Any) -> str | None:
 
 # Shared by both routes (OpenAI's reference lists them on each).
 _SHARED: dict[str, Check] = {
-    "model": _honoured,
-    "max_tokens": _honoured,
-    "temperature": _honoured,
-    "top_p": _honoured,
-    "stop": _honoured,
-    "seed": _honoured,
-    "n": _honoured,  # 1..MAX_CHOICES (the field's bound)
-    "stream": _honoured,
-    "stream_options": _honoured,
-    "frequency_penalty": _honoured,
-    "presence_penalty": _honoured,
-    "logit_bias": _honoured,
-    "logprobs": _honoured,
+    "model": honoured,
+    "max_tokens": honoured,
+    "temperature": honoured,
+    "top_p": honoured,
+    "stop": honoured,
+    "seed": honoured,
+    "n": honoured,  # 1..MAX_CHOICES (the field's bound)
+    "stream": honoured,
+    "stream_options": honoured,
+    "frequency_penalty": honoured,
+    "presence_penalty": honoured,
+    "logit_bias": honoured,
+    "logprobs": honoured,
     # an end-user id for abuse tracking: accepted, never logged with content
-    "user": _honoured,
+    "user": honoured,
     # vLLM's extensions of these routes
-    "top_k": _honoured,
-    "min_p": _honoured,
-    "repetition_penalty": _honoured,
-    "stop_token_ids": _honoured,
+    "top_k": honoured,
+    "min_p": honoured,
+    "repetition_penalty": honoured,
+    "stop_token_ids": honoured,
     # vLLM's structured outputs: json, regex, grammar, choice, json_object
-    "structured_outputs": _honoured,
+    "structured_outputs": honoured,
 }
 
 CHAT_PARAMETERS: dict[str, Check] = {
     **_SHARED,
-    "messages": _honoured,
-    "max_completion_tokens": _honoured,
-    "top_logprobs": _honoured,
-    "response_format": _honoured,  # text, json_object, json_schema (structured_spec.py)
+    "messages": honoured,
+    "max_completion_tokens": honoured,
+    "top_logprobs": honoured,
+    "response_format": honoured,  # text, json_object, json_schema (structured_spec.py)
     "modalities": _text_modalities,
     # prefix caching is automatic: the key is a hint the platform does not need
-    "prompt_cache_key": _honoured,
-    "prompt_cache_retention": _honoured,
-    "safety_identifier": _honoured,
+    "prompt_cache_key": honoured,
+    "prompt_cache_retention": honoured,
+    "safety_identifier": honoured,
     # kept only with store=true, which is refused
-    "metadata": _honoured,
-    "store": _only(False, why="is not supported: completions are not stored for retrieval"),
-    "service_tier": _only("auto", "default", why="supports only 'auto' and 'default' here"),
+    "metadata": honoured,
+    "store": only(False, why="is not supported: completions are not stored for retrieval"),
+    "service_tier": only("auto", "default", why="supports only 'auto' and 'default' here"),
     # tool calling (api/openai_tools.py): checked against each other in `checked`
-    "tool_choice": _honoured,
-    "tools": _honoured,
-    "parallel_tool_calls": _honoured,
-    "functions": _not_supported,
-    "function_call": _only("none", why="is not supported by this platform yet"),
-    "audio": _absent_only,
-    "prediction": _absent_only,
-    "reasoning_effort": _not_supported,
-    "verbosity": _not_supported,
-    "web_search_options": _absent_only,
+    "tool_choice": honoured,
+    "tools": honoured,
+    "parallel_tool_calls": honoured,
+    "functions": not_supported,
+    "function_call": only("none", why="is not supported by this platform yet"),
+    "audio": absent_only,
+    "prediction": absent_only,
+    "reasoning_effort": not_supported,
+    "verbosity": not_supported,
+    "web_search_options": absent_only,
 }
 
 COMPLETION_PARAMETERS: dict[str, Check] = {
     **_SHARED,
-    "prompt": _honoured,
-    "echo": _honoured,
-    "best_of": _honoured,  # equal to n (checked below): ranking the choices is not offered
-    "suffix": _not_supported,
+    "prompt": honoured,
+    "echo": honoured,
+    "best_of": honoured,  # equal to n (checked below): ranking the choices is not offered
+    "suffix": not_supported,
 }
 
 

@@ -23,7 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from control_plane.api.tool_calls import ToolCall
+from common.job_input import Structured
+from control_plane.api.tool_calls import ToolCall, forced_grammar
 from control_plane.errors import InvalidRequest
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -117,6 +118,19 @@ def forced_tools(tools: list[Tool], mode: str) -> list[dict[str, Any]]:
     `{"name", "parameters"}`."""
     chosen = [t for t in tools if mode == "required" or mode == f"function:{t.function.name}"]
     return [{"name": t.function.name, "parameters": t.function.parameters} for t in chosen]
+
+
+def forced_call(
+    tools: list[Tool] | None, mode: str, parser: str, parallel: bool | None
+) -> Structured | None:
+    """The grammar a required or named call is sampled under (None: nothing forced): the
+    parser's format with the chosen functions' schemas inside."""
+    if mode in ("none", "auto") or not tools:
+        return None
+    # a named function is called once; `required` may make parallel calls unless told not to
+    several = mode == "required" and parallel is not False
+    grammar = forced_grammar(parser, forced_tools(tools, mode), several)
+    return Structured("grammar", grammar)
 
 
 def answer_calls(calls: list[ToolCall], job_id: str, index: int) -> list[dict[str, Any]]:

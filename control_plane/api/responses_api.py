@@ -18,19 +18,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from common.job_input import Structured
 from control_plane.api import structured_spec
 from control_plane.api.openai_requests import (
     ChatCompletionRequest,
     Check,
-    _absent_only,
-    _honoured,
-    _not_supported,
-    _only,
+    absent_only,
+    honoured,
+    not_supported,
+    only,
     refuse_unsupported,
 )
+from control_plane.api.responses_input import InputItem, called, message_of, system
 from control_plane.api.schemas import JobInput, Line, Text
 from control_plane.errors import InvalidRequest
 
@@ -39,10 +40,6 @@ from control_plane.errors import InvalidRequest
 # produces no reasoning items, so there is never any to include).
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
 INCLUDABLE = frozenset({LOGPROBS_INCLUDE, "reasoning.encrypted_content"})
-ROLES = frozenset({"user", "system", "developer", "assistant"})
-# Content parts that are text: the caller's (`input_text`) and an earlier answer's, sent back
-# as conversation history (`output_text`, `refusal`).
-TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
 
 
 def _reasoning(value: Any) -> str | None:
@@ -63,63 +60,46 @@ _STATELESS = "is not supported: responses are not stored (this API is served sta
 
 # OpenAI's reference for POST /v1/responses (`client.responses.create`).
 RESPONSES_PARAMETERS: dict[str, Check] = {
-    "model": _honoured,
-    "input": _honoured,  # a string, or message items of text parts
-    "instructions": _honoured,  # a system message before the input
-    "max_output_tokens": _honoured,
-    "temperature": _honoured,
-    "top_p": _honoured,
-    "stream": _honoured,
-    "stream_options": _honoured,  # include_obfuscation: no padding is sent either way
-    "text": _honoured,  # format: text, json_object, json_schema (structured_spec.py)
-    "top_logprobs": _honoured,  # with include ["message.output_text.logprobs"]
+    "model": honoured,
+    "input": honoured,  # a string, or message items of text parts
+    "instructions": honoured,  # a system message before the input
+    "max_output_tokens": honoured,
+    "temperature": honoured,
+    "top_p": honoured,
+    "stream": honoured,
+    "stream_options": honoured,  # include_obfuscation: no padding is sent either way
+    "text": honoured,  # format: text, json_object, json_schema (structured_spec.py)
+    "top_logprobs": honoured,  # with include ["message.output_text.logprobs"]
     "include": _include,
     # an end-user id for abuse tracking: accepted, echoed, never logged with content
-    "user": _honoured,
-    "safety_identifier": _honoured,
-    "metadata": _honoured,  # echoed in the response
+    "user": honoured,
+    "safety_identifier": honoured,
+    "metadata": honoured,  # echoed in the response
     # prefix caching is automatic: the key is a hint the platform does not need
-    "prompt_cache_key": _honoured,
-    "prompt_cache_retention": _honoured,
-    "prompt_cache_options": _absent_only,
-    # no tool is ever offered, so any limit on tool calls holds
-    "max_tool_calls": _honoured,
-    "service_tier": _only("auto", "default", why="supports only 'auto' and 'default' here"),
+    "prompt_cache_key": honoured,
+    "prompt_cache_retention": honoured,
+    "prompt_cache_options": absent_only,
+    # a limit on calls to OpenAI's built-in tools (web search, ...): none runs here
+    "max_tool_calls": honoured,
+    "service_tier": only("auto", "default", why="supports only 'auto' and 'default' here"),
     # a prompt longer than the context is a 400; dropping the oldest items is not offered
-    "truncation": _only("disabled", why="supports only 'disabled' on this platform"),
-    "store": _only(False, why=_STATELESS),
-    "previous_response_id": _only(None, why=_STATELESS),
-    "conversation": _only(None, why=_STATELESS),
-    "background": _only(False, why="is not supported: a response is answered on its call"),
-    "background_options": _absent_only,
-    "tools": _not_supported,
-    "tool_choice": _only("none", why="is not supported by this platform yet (only 'none')"),
-    "parallel_tool_calls": _not_supported,
+    "truncation": only("disabled", why="supports only 'disabled' on this platform"),
+    "store": only(False, why=_STATELESS),
+    "previous_response_id": only(None, why=_STATELESS),
+    "conversation": only(None, why=_STATELESS),
+    "background": only(False, why="is not supported: a response is answered on its call"),
+    "background_options": absent_only,
+    # function tools, as on chat (openai_tools.py); other kinds are refused by `chat_tools`
+    "tools": honoured,
+    "tool_choice": honoured,
+    "parallel_tool_calls": honoured,
     "reasoning": _reasoning,
-    "prompt": _absent_only,  # stored prompt templates: none are stored here
-    "context_management": _not_supported,
-    "access_programs": _absent_only,
-    "image": _absent_only,
-    "moderation": _absent_only,
+    "prompt": absent_only,  # stored prompt templates: none are stored here
+    "context_management": not_supported,
+    "access_programs": absent_only,
+    "image": absent_only,
+    "moderation": absent_only,
 }
-
-
-class ContentPart(BaseModel):
-    model_config = ConfigDict(extra="allow")  # `annotations`, `logprobs` of an earlier output
-
-    type: str
-    text: Text | None = None
-    refusal: Text | None = None
-
-
-class InputItem(BaseModel):
-    """One item of `input`; only messages are served (`type` omitted means one)."""
-
-    model_config = ConfigDict(extra="allow")  # `id`, `status`, `phase` of an earlier output
-
-    type: str = "message"
-    role: str | None = None
-    content: Text | list[ContentPart] | None = None
 
 
 class ResponseStreamOptions(BaseModel):
@@ -171,16 +151,65 @@ class ResponsesRequest(BaseModel):
         self.format()
         return self
 
-    def messages(self) -> list[dict[str, str]]:
-        """The chat this call stands for: `instructions` as the first (system) message."""
-        head = [] if self.instructions is None else [system(self.instructions)]
+    def messages(self) -> list[dict[str, Any]]:
+        """The chat this call stands for: `instructions` as the first (system) message; an
+        earlier answer's function calls as an assistant turn's `tool_calls` (consecutive ones
+        in one turn), each output as a `tool` turn."""
+        head: list[dict[str, Any]] = (
+            [] if self.instructions is None else [system(self.instructions)]
+        )
         if isinstance(self.input, str):
             return [*head, {"role": "user", "content": self.input}]
         if not self.input:
             raise InvalidRequest(
                 "'input' must hold at least one message", param="input", code="empty_array"
             )
-        return head + [message_of(item, f"input[{i}]") for i, item in enumerate(self.input)]
+        out = head
+        for i, item in enumerate(self.input):
+            name = f"input[{i}]"
+            if item.type == "function_call":
+                call = called(item, name)
+                last = out[-1] if out else None
+                if last is not None and last["role"] == "assistant" and last.get("tool_calls"):
+                    last["tool_calls"].append(call)
+                else:
+                    out.append({"role": "assistant", "content": "", "tool_calls": [call]})
+            elif item.type == "function_call_output":
+                if item.call_id is None or item.output is None:
+                    raise InvalidRequest(
+                        f"'{name}' needs 'call_id' and 'output'", param=name,
+                        code="missing_required_parameter",
+                    )  # fmt: skip
+                out.append({"role": "tool", "tool_call_id": item.call_id, "content": item.output})
+            else:
+                out.append(message_of(item, name))
+        return out
+
+    def chat_tools(self) -> list[dict[str, Any]] | None:
+        """`tools` in chat's shape (`{"type": "function", "function": {...}}`); only
+        function tools are served (OpenAI's hosted tools run on OpenAI)."""
+        if not self.tools:
+            return None
+        out = []
+        for i, tool in enumerate(self.tools):
+            if tool.get("type") != "function":
+                raise InvalidRequest(
+                    f"'tools[{i}].type' {tool.get('type')!r} is not supported: only function "
+                    "tools are (the hosted tools of OpenAI's API run on OpenAI)",
+                    param=f"tools[{i}].type",
+                    code="unsupported_parameter",
+                )
+            spec = {k: v for k, v in tool.items() if k != "type" and v is not None}
+            out.append({"type": "function", "function": spec})
+        return out
+
+    def chat_tool_choice(self) -> Any:
+        """`tool_choice` in chat's shape (a named function is `{"type": "function", "name"}`
+        here, `{"type": "function", "function": {"name"}}` there)."""
+        choice = self.tool_choice
+        if isinstance(choice, dict) and choice.get("type") == "function" and "name" in choice:
+            return {"type": "function", "function": {"name": choice["name"]}}
+        return choice
 
     def format(self) -> dict[str, Any] | None:
         """`text.format` as sent (None: plain text)."""
@@ -225,14 +254,25 @@ class ResponsesRequest(BaseModel):
 
     def chat_request(self) -> ChatCompletionRequest:
         """The chat request whose rendering and sampling this call shares."""
-        return ChatCompletionRequest.model_validate(
-            {
-                "model": self.model,
-                "messages": self.messages(),
-                "temperature": self.temperature,
-                "top_p": self.top_p,
-            }
-        )
+        chat = {
+            "model": self.model,
+            "messages": self.messages(),
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+        }
+        if self.tools:
+            chat.update(tools=self.chat_tools(), parallel_tool_calls=self.parallel_tool_calls)
+        if self.tool_choice is not None:
+            chat["tool_choice"] = self.chat_tool_choice()
+        try:
+            return ChatCompletionRequest.model_validate(chat).checked()
+        except ValidationError as exc:
+            # a tool's shape: named as the Responses API spells it
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error.get("loc", ()) if p != "function")
+            raise InvalidRequest(
+                f"Invalid value for '{where}': {error.get('msg')}", param=where
+            ) from None
 
     def job_input(
         self,
@@ -240,13 +280,14 @@ class ResponsesRequest(BaseModel):
         prompt: str,
         special_tokens: bool,
         structured: Structured | None,
+        forced: Structured | None = None,
     ) -> JobInput:
         """The job of `chat` (`chat_request`) rendered as `prompt`; `structured`: this call's
-        (`structured()`, compiled once per call)."""
+        (`structured()`, compiled once per call); `forced`: a required tool call's grammar."""
         job_input = chat.job_input(
-            prompt, self.max_output_tokens, self.logprobs_asked(), special_tokens
+            prompt, self.max_output_tokens, self.logprobs_asked(), special_tokens, forced
         )
-        if structured is None:
+        if structured is None or forced is not None:
             return job_input
         return job_input.model_copy(update={"structured": structured.to_dict()})
 
@@ -270,57 +311,10 @@ class ResponsesRequest(BaseModel):
             # OpenAI's defaults, which the job uses too
             "temperature": 1.0 if self.temperature is None else self.temperature,
             "text": {"format": self.format() or {"type": "text"}, "verbosity": "medium"},
-            "tool_choice": "none" if self.tool_choice == "none" else "auto",
-            "tools": [],
+            "tool_choice": self.tool_choice or ("auto" if self.tools else "none"),
+            "tools": self.tools or [],
             "top_logprobs": self.top_logprobs or 0,
             "top_p": 1.0 if self.top_p is None else self.top_p,
             "truncation": "disabled",
             "user": self.user,
         }
-
-
-def system(text: str) -> dict[str, str]:
-    return {"role": "system", "content": text}
-
-
-def message_of(item: InputItem, name: str) -> dict[str, str]:
-    """One input item as a chat message; `name` is its parameter (`input[2]`)."""
-    if item.type != "message":
-        raise InvalidRequest(
-            f"Invalid value for '{name}.type': items of type {item.type!r} are not supported "
-            "(messages of text only)",
-            param=f"{name}.type",
-        )
-    if item.role not in ROLES:
-        raise InvalidRequest(
-            f"Invalid value for '{name}.role': {item.role!r} is not one of {sorted(ROLES)}",
-            param=f"{name}.role",
-        )
-    if item.content is None:
-        raise InvalidRequest(
-            f"Missing required parameter: '{name}.content'.",
-            param=f"{name}.content",
-            code="missing_required_parameter",
-        )
-    if isinstance(item.content, str):
-        return {"role": item.role, "content": item.content}
-    return {"role": item.role, "content": "".join(_text_of(p, f"{name}.content[{j}]")
-                                                  for j, p in enumerate(item.content))}  # fmt: skip
-
-
-def _text_of(part: ContentPart, name: str) -> str:
-    field = TEXT_PARTS.get(part.type)
-    if field is None:
-        raise InvalidRequest(
-            f"Invalid value for '{name}.type': content of type {part.type!r} is not supported "
-            f"(text parts only: {sorted(TEXT_PARTS)})",
-            param=f"{name}.type",
-        )
-    text = getattr(part, field)
-    if text is None:
-        raise InvalidRequest(
-            f"Missing required parameter: '{name}.{field}'.",
-            param=f"{name}.{field}",
-            code="missing_required_parameter",
-        )
-    return str(text)

@@ -22,6 +22,8 @@ import json
 from typing import Any
 
 from control_plane.api import openai_shapes
+from control_plane.api.openai_tools import answer_calls
+from control_plane.api.tool_calls import parse
 
 
 def response_id(job_id: str) -> str:
@@ -94,25 +96,55 @@ def message(job_id: str, status: str, content: list[dict[str, Any]]) -> dict[str
     }
 
 
-def _ended(job_id: str, job: dict[str, Any], top: int | None) -> tuple[str, dict[str, Any]]:
-    """The status of a job that succeeded, and its message item."""
+def function_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A `function_call` output item from chat's tool call (`openai_tools.answer_calls`)."""
+    return {
+        "type": "function_call",
+        "id": "fc_" + call["id"].removeprefix("call_"),
+        "call_id": call["id"],
+        "name": call["function"]["name"],
+        "arguments": call["function"]["arguments"],
+        "status": "completed",
+    }
+
+
+def _ended(
+    job_id: str, job: dict[str, Any], top: int | None, parser: str | None, keep_message: bool
+) -> tuple[str, list[dict[str, Any]]]:
+    """The status of a job that succeeded, and its output items: the message (left out when
+    the answer is only function calls, unless `keep_message`), then the calls."""
     (choice,) = openai_shapes.choices(job)[:1]
     status = "incomplete" if choice["finish_reason"] == "length" else "completed"
-    part = text_part(choice["text"], choice["logprobs"], top)
-    return status, message(job_id, status, [part])
+    text, calls = choice["text"], []
+    if parser is not None:
+        content, parsed = parse(parser, text)
+        if parsed:
+            text, calls = content or "", answer_calls(parsed, job_id, 0)
+    items = [function_call(call) for call in calls]
+    if keep_message or text or not calls:
+        part = text_part(text, choice["logprobs"], top)
+        items.insert(0, message(job_id, status, [part]))
+    return status, items
 
 
 def finished(
-    start: dict[str, Any], job_id: str, job: dict[str, Any], top: int | None, completed_at: int
+    start: dict[str, Any],
+    job_id: str,
+    job: dict[str, Any],
+    top: int | None,
+    completed_at: int,
+    parser: str | None = None,
+    keep_message: bool = False,
 ) -> dict[str, Any]:
-    """The response of job `job_id`, which succeeded (`start`: `opened`'s object)."""
-    status, item = _ended(job_id, job, top)
+    """The response of job `job_id`, which succeeded (`start`: `opened`'s object); `parser`:
+    the deployment's tool-call format when the call let the model call its tools."""
+    status, items = _ended(job_id, job, top, parser, keep_message)
     incomplete = {"reason": "max_output_tokens"} if status == "incomplete" else None
     return {
         **start,
         "status": status,
         "incomplete_details": incomplete,
-        "output": [item],
+        "output": items,
         "usage": usage(job),
         "completed_at": completed_at,
     }
@@ -163,19 +195,30 @@ class EventStream:
         )
 
     def closing(self, end: dict[str, Any]) -> list[str]:
-        """The text, part and item done, then `response.completed` (or `incomplete`); `end`:
-        `finished`'s object."""
+        """The text, part and item done; each function call added, its arguments, done; then
+        `response.completed` (or `incomplete`). `end`: `finished`'s object, its message first."""
         item = end["output"][0]
         part = item["content"][0]
         where = {"item_id": self.item_id, "output_index": 0, "content_index": 0}
-        return [
+        lines = [
             self.event(
                 "response.output_text.done", **where, text=part["text"], logprobs=part["logprobs"]
             ),
             self.event("response.content_part.done", **where, part=part),
             self.event("response.output_item.done", output_index=0, item=item),
-            self.event(f"response.{end['status']}", response=end),
         ]
+        for index, call in enumerate(end["output"][1:], start=1):
+            at = {"item_id": call["id"], "output_index": index}
+            lines += [
+                self.event("response.output_item.added", output_index=index,
+                           item={**call, "arguments": "", "status": "in_progress"}),
+                self.event("response.function_call_arguments.delta", **at,
+                           delta=call["arguments"]),
+                self.event("response.function_call_arguments.done", **at,
+                           arguments=call["arguments"], name=call["name"]),
+                self.event("response.output_item.done", output_index=index, item=call),
+            ]  # fmt: skip
+        return [*lines, self.event(f"response.{end['status']}", response=end)]
 
     def failing(self, start: dict[str, Any], message_text: str, code: str) -> list[str]:
         """An `error` event with the platform's code (`job_failed`, `job_restarted`, ...),

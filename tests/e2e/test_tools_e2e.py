@@ -124,3 +124,47 @@ def test_bad_tool_requests_name_the_parameter(oai: openai.OpenAI) -> None:
         with pytest.raises(openai.BadRequestError) as refused:
             oai.chat.completions.create(model=MODEL, messages=ASK, max_tokens=4, **extra)
         assert refused.value.param == param, (extra, refused.value)
+
+
+def _flat(tools: Any) -> Any:
+    """The Responses API's tool shape (the function's fields at the top)."""
+    return [{"type": "function", **t["function"]} for t in tools]
+
+
+def test_the_responses_api_calls_functions_and_takes_their_outputs(oai: openai.OpenAI) -> None:
+    first = oai.responses.create(
+        model=MODEL, input="What is the weather in Oslo?", tools=_flat(TOOLS),
+        tool_choice="required", parallel_tool_calls=False, max_output_tokens=120,
+    )  # fmt: skip
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert len(calls) == 1 and first.status == "completed"
+    call = calls[0]
+    jsonschema.validate(json.loads(call.arguments), SCHEMAS[call.name])
+    named = oai.responses.create(
+        model=MODEL, input="Time?", tools=_flat(TOOLS), max_output_tokens=120,
+        tool_choice={"type": "function", "name": "get_time"},
+    )  # fmt: skip
+    assert [i.name for i in named.output if i.type == "function_call"] == ["get_time"]
+    # the call and its output go back as input; the answer is text
+    history: Any = [
+        {"role": "user", "content": "What is the weather in Oslo?"},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name,
+         "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": '{"temp_c": 3}'},
+    ]  # fmt: skip
+    answer = oai.responses.create(
+        model=MODEL, input=history, tools=_flat(TOOLS), tool_choice="none", max_output_tokens=8
+    )
+    assert answer.output_text and answer.usage is not None and first.usage is not None
+    assert answer.usage.input_tokens > first.usage.input_tokens
+    # streamed: the call arrives as its item and argument events
+    with oai.responses.stream(
+        model=MODEL, input="Weather?", tools=_flat(TOOLS), tool_choice="required",
+        parallel_tool_calls=False, max_output_tokens=120,
+    ) as stream:  # fmt: skip
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert "response.function_call_arguments.done" in kinds
+    streamed = [i for i in final.output if i.type == "function_call"]
+    assert len(streamed) == 1
+    jsonschema.validate(json.loads(streamed[0].arguments), SCHEMAS[streamed[0].name])

@@ -42,9 +42,9 @@ REFERENCE: dict[str, tuple[Any, bool]] = {
     "conversation": ("conv_1", False),
     "background": (True, False),
     "background_options": ({"completion_window": "2h"}, False),
-    "tools": ([TOOL], False),
-    "tool_choice": ("auto", False),
-    "parallel_tool_calls": (True, False),
+    "tools": ([TOOL], True),
+    "tool_choice": ("auto", True),
+    "parallel_tool_calls": (True, True),
     "reasoning": ({"effort": "low"}, False),
     "prompt": ({"id": "pmpt_1"}, False),
     "context_management": ([{"type": "compaction"}], False),
@@ -147,8 +147,10 @@ def test_input_becomes_the_chat_it_stands_for() -> None:
     ("items", "param", "code"),
     [
         ([], "input", "empty_array"),
-        ([{"type": "function_call_output", "call_id": "c", "output": "1"}], "input[0].type",
-         "invalid_value"),
+        ([{"type": "file_search_call", "id": "c"}], "input[0].type", "invalid_value"),
+        ([{"type": "function_call_output", "call_id": "c"}], "input[0]",
+         "missing_required_parameter"),
+        ([{"type": "function_call", "name": "f"}], "input[0]", "missing_required_parameter"),
         ([{"role": "tool", "content": "1"}], "input[0].role", "invalid_value"),
         ([{"role": "user"}], "input[0].content", "missing_required_parameter"),
         ([{"role": "user", "content": "a"},
@@ -232,3 +234,21 @@ def test_the_job_input_and_what_the_response_repeats() -> None:
     # top_logprobs alone asks for no log-probabilities, as on OpenAI
     alone = ResponsesRequest(model="demo", input="Hi", top_logprobs=2).checked()
     assert alone.logprobs_asked() is None
+
+
+def test_function_calls_and_their_outputs_become_tool_turns() -> None:
+    items = [
+        {"role": "user", "content": "Weather?"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "3"},
+        {"type": "function_call_output", "call_id": "c2", "output": "4"},
+    ]
+    messages = ResponsesRequest.model_validate({"model": "demo", "input": items}).messages()
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "tool"]
+    assert [c["id"] for c in messages[1]["tool_calls"]] == ["c1", "c2"]  # one turn, two calls
+    assert (messages[2]["tool_call_id"], messages[2]["content"]) == ("c1", "3")
+    chat = ResponsesRequest.model_validate(
+        {"model": "demo", "input": items, "tools": [TOOL], "tool_choice": "required"}
+    ).chat_request()
+    assert chat.tool_mode() == "required" and chat.tools is not None

@@ -16,16 +16,15 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from common.job_input import Structured
 from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.api import offload
 from control_plane.api import openai_shapes as shapes
 from control_plane.api.context import Ctx, Db, Principal, bearer_token
 from control_plane.api.openai_chat import ChatAnswer
 from control_plane.api.openai_requests import ChatCompletionRequest
-from control_plane.api.openai_tools import forced_tools
+from control_plane.api.openai_tools import forced_call
 from control_plane.api.schemas import JobInput
-from control_plane.api.tool_calls import forced_grammar, parser_for
+from control_plane.api.tool_calls import parser_for
 from control_plane.context import AppContext
 from control_plane.domain.states import JobKind
 from control_plane.errors import InvalidRequest, JobFailed, JobStillRunning
@@ -225,12 +224,7 @@ async def chat_completions(
     body.checked()
     rendered = await offload.in_thread(_render_chat, ctx, bearer_token(authorization), body)
     mode = body.tool_mode()
-    forced = None
-    if mode not in ("none", "auto") and body.tools:
-        # a required call: the grammar of the parser's format, the functions' schemas inside
-        tools = forced_tools(body.tools, mode)
-        grammar = forced_grammar(rendered.tool_parser, tools, body.parallel_tool_calls is not False)
-        forced = Structured("grammar", grammar)
+    forced = forced_call(body.tools, mode, rendered.tool_parser, body.parallel_tool_calls)
     top = body.logprobs_asked()
     max_tokens = body.max_completion_tokens or body.max_tokens
     job_input = body.job_input(rendered.prompt, max_tokens, top, rendered.special_tokens, forced)

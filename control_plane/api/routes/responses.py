@@ -20,8 +20,10 @@ from common.protocol import TERMINAL_EVENTS, EventType
 from control_plane.api import offload
 from control_plane.api import responses_shapes as shapes
 from control_plane.api.context import Ctx, bearer_token
+from control_plane.api.openai_tools import forced_call
 from control_plane.api.responses_api import ResponsesRequest
-from control_plane.api.routes.openai import _raise_for_job, _render, _run, _wait
+from control_plane.api.routes.openai import _raise_for_job, _render_chat, _run, _wait
+from control_plane.api.tool_calls import StreamParser
 from control_plane.context import AppContext
 from control_plane.errors import ContextTooLong, TemplateError
 from control_plane.services.jobs import callers
@@ -39,8 +41,12 @@ async def create_response(
     structured = body.checked().structured()
     chat = body.chat_request()
     try:
-        prompt, special = await offload.in_thread(_render, ctx, bearer_token(authorization), chat)
-        job_input = body.job_input(chat, prompt, special, structured)
+        rendered = await offload.in_thread(_render_chat, ctx, bearer_token(authorization), chat)
+        mode = chat.tool_mode()
+        forced = forced_call(chat.tools, mode, rendered.tool_parser, chat.parallel_tool_calls)
+        job_input = body.job_input(
+            chat, rendered.prompt, rendered.special_tokens, structured, forced
+        )
         job, tenant_id = await _run(ctx, authorization, body.model, job_input)
     except (ContextTooLong, TemplateError) as exc:
         # a template that fails on this chat, or a prompt too long for the context: the
@@ -48,22 +54,28 @@ async def create_response(
         exc.extra.setdefault("param", "input")
         raise
     top = body.logprobs_asked()
+    parser = None if mode == "none" else rendered.tool_parser  # function calls are parsed
     start = shapes.opened(job["id"], int(time.time()), body.echoed())
     headers = {"X-Job-Id": job["id"]}
     if body.stream:
-        events = _stream(ctx, job["id"], tenant_id, start, top)
+        events = _stream(ctx, job["id"], tenant_id, start, top, parser)
         return StreamingResponse(events, media_type="text/event-stream", headers=headers)
     final = await _wait(ctx, job["id"], tenant_id, request)
     if final is None:
         return Response(status_code=499, headers=headers)  # nobody reads it
     _raise_for_job(final)
     return JSONResponse(
-        shapes.finished(start, job["id"], final, top, int(time.time())), headers=headers
+        shapes.finished(start, job["id"], final, top, int(time.time()), parser), headers=headers
     )
 
 
 async def _stream(
-    ctx: AppContext, job_id: str, tenant_id: str, start: dict[str, Any], top: int | None
+    ctx: AppContext,
+    job_id: str,
+    tenant_id: str,
+    start: dict[str, Any],
+    top: int | None,
+    parser: str | None,
 ) -> AsyncIterator[str]:
     """The job's events as OpenAI's response events.
 
@@ -74,11 +86,16 @@ async def _stream(
     out = shapes.EventStream(job_id)
     for line in out.opening(start):
         yield line
+    # with tools: text that may be a function call is held back (tool_calls.StreamParser)
+    calls = StreamParser(parser) if parser is not None else None
     follow = callers.Follow(ctx, job_id, tenant_id)
     async for event, data in follow.events():
         if event == EventType.OUTPUT:
             if int(data.get("index", 0)) == 0:  # one choice: the only index
-                yield out.delta(str(data.get("delta", "")), data.get("logprobs"), top)
+                text = str(data.get("delta", ""))
+                text = text if calls is None else calls.feed(text)
+                if text or calls is None:
+                    yield out.delta(text, data.get("logprobs"), top)
         elif event == EventType.RESTARTED:
             follow.let_run()
             message = (
@@ -90,7 +107,9 @@ async def _stream(
                 yield line
             return
         elif event == EventType.COMPLETED:
-            end = shapes.finished(start, job_id, data, top, int(time.time()))
+            end = shapes.finished(start, job_id, data, top, int(time.time()), parser, True)
+            if calls is not None and (rest := calls.finish()[0]):
+                yield out.delta(rest, None, top)  # held back, and not a call after all
             for line in out.closing(end):
                 yield line
             return
