@@ -39,7 +39,7 @@ def checked(spec: Structured) -> Structured:
         elif spec.kind == "regex":
             grammar = matcher.grammar_from_regex(spec.value)
         elif spec.kind == "grammar":
-            grammar = matcher.grammar_from_lark(spec.value)
+            grammar = matcher.grammar_from_lark(lark_of(spec.value))
         else:
             return spec  # choices: any list of strings is a grammar
     except ValueError as exc:
@@ -48,6 +48,16 @@ def checked(spec: Structured) -> Structured:
     if error and not error.startswith("WARNING"):
         raise ValueError(f"the {spec.kind} is not valid: {error.strip()[:500]}")
     return spec
+
+
+def lark_of(grammar: str) -> str:
+    """Lark as it is; GBNF / EBNF (`rule ::= ...`) converted (as the worker does)."""
+    from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
+
+    try:
+        return str(any_to_lark(grammar))
+    except GbnfToLarkError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def from_dict(data: Any) -> Structured:

@@ -80,6 +80,7 @@ def test_constrained_outputs_parse_and_validate(parts: tuple[Any, Tokenizer]) ->
         "regex": guided("regex", r"[a-z]{2,6}-[0-9]{3}", seed=3),
         "choice": guided("choice", '["yes", "no", "maybe"]', seed=4),
         "lark": guided("grammar", 'start: "(" num ("+" num)* ")"\nnum: /[0-9]{1,2}/\n', seed=6),
+        "ebnf": guided("grammar", 'root ::= "<" [a-c] ("," [a-c])* ">"', seed=7),
         "free": SamplingParams(max_tokens=30, temperature=1.0, seed=5),
     }
     out = _run(parts, requests)
@@ -95,6 +96,7 @@ def test_constrained_outputs_parse_and_validate(parts: tuple[Any, Tokenizer]) ->
     assert re.fullmatch(r"[a-z]{2,6}-[0-9]{3}", out["regex"][0]), out["regex"]
     assert out["choice"][0] in ("yes", "no", "maybe")
     assert re.fullmatch(r"\(\d{1,2}(\+\d{1,2})*\)", out["lark"][0]), out["lark"]
+    assert re.fullmatch(r"<[a-c](,[a-c])*>", out["ebnf"][0]), out["ebnf"]
     # the free request in the same batch is not constrained by the others' masks
     assert len(out["free"][0]) > 0
 

@@ -48,7 +48,18 @@ def grammar_text(spec: Structured) -> str:
         return llguidance.LLMatcher.grammar_from_regex(spec.value)
     if spec.kind == "choice":
         return llguidance.LLMatcher.grammar_from_lark(_choice_lark(json.loads(spec.value)))
-    return llguidance.LLMatcher.grammar_from_lark(spec.value)
+    return llguidance.LLMatcher.grammar_from_lark(lark_of(spec.value))
+
+
+def lark_of(grammar: str) -> str:
+    """A grammar as Lark: Lark (llguidance's dialect) as it is; GBNF / EBNF (`rule ::= ...`,
+    llama.cpp's and xgrammar's) converted. ValueError when it is neither."""
+    from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
+
+    try:
+        return str(any_to_lark(grammar))
+    except GbnfToLarkError as exc:
+        raise ValueError(f"the grammar is not valid: {exc}") from None
 
 
 def _choice_lark(choices: list[str]) -> str:
