@@ -113,6 +113,16 @@ class ModelConfig:
             raise ValueError(f"hidden_act: {hidden_act!r} is not supported (supported: 'silu')")
         if d.get("mlp_bias"):
             raise ValueError("mlp_bias: true is not supported")
+        quantization = d.get("quantization_config")
+        if quantization:
+            # Refused here, where the deploy-time check and the worker both parse the config:
+            # the quantized tensors (scales, packed weights) are not found to be missing only
+            # after the weights were fetched.
+            method = quantization.get("quant_method") if isinstance(quantization, dict) else None
+            raise ValueError(
+                f"quantization_config: {method or 'quantized'} checkpoints are not supported "
+                "(the engine runs float32, float16 and bfloat16 weights)"
+            )
 
         vocab_size = _positive_int(d, "vocab_size")
         hidden_size = _positive_int(d, "hidden_size")

@@ -147,6 +147,15 @@ def test_an_index_and_its_shards_are_checked(client: TestClient, keys: dict[str,
             "config.json: rope_scaling:",
         ),
         ({"hidden_act": "gelu"}, "config.json: hidden_act: 'gelu' is not supported"),
+        # quantized checkpoints: refused before a worker fetches their weights
+        (
+            {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+            "config.json: quantization_config: fp8 checkpoints are not supported",
+        ),
+        (
+            {"quantization_config": {"quant_method": "gptq", "bits": 4}},
+            "config.json: quantization_config: gptq checkpoints are not supported",
+        ),
     ],
 )
 def test_a_config_the_worker_refuses_is_refused(
