@@ -6,14 +6,16 @@ A replica leads while it holds the lease and renews it every tick. Two rules:
   another replica may already hold the lease, so it stops acting even if it cannot reach the
   lease store to find out (the fencing token catches whatever still slips through).
 - `claim` (a Kubernetes Lease, which holds a record rather than expiring by itself): the
-  holder renews; anyone takes a lease whose renewal is older than its duration, or that nobody
-  holds; everyone else waits.
+  holder renews; anyone takes a lease that nobody holds, or whose record it has seen unchanged
+  for the lease's duration, timed on its own monotonic clock (as client-go's leader election
+  does: the holder's `renewTime` is another host's wall clock, and comparing it with ours would
+  let a skewed clock take a live lease or keep a dead one); everyone else waits.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
 # Seconds of a lease a leader never relies on: clock rate differences between hosts and the
@@ -40,12 +42,31 @@ class LeaseRecord:
     duration_s: float  # leaseDurationSeconds
 
 
-def claim(record: LeaseRecord | None, me: str, now: datetime) -> Claim:
-    """What replica `me` does with the lease it read (None: no lease object yet: take it)."""
-    if record is None or not record.holder:
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """A lease record as this replica last read it, and when it first read it so (its own
+    monotonic clock): a renewal changes the record, and restarts the count."""
+
+    record: LeaseRecord
+    since: float
+
+
+def observe(previous: Observed | None, record: LeaseRecord | None, now: float) -> Observed | None:
+    """What this replica knows after reading `record` at `now` (monotonic)."""
+    if record is None:
+        return None
+    if previous is not None and previous.record == record:
+        return previous
+    return Observed(record, now)
+
+
+def claim(observed: Observed | None, me: str, now: float) -> Claim:
+    """What replica `me` does with the lease it read (`observe`'s answer; None: no lease
+    object yet: take it). `now`: its monotonic clock."""
+    if observed is None or not observed.record.holder:
         return Claim.TAKE
-    if record.holder == me:
+    if observed.record.holder == me:
         return Claim.RENEW
-    if record.renewed_at is None or now - record.renewed_at >= timedelta(seconds=record.duration_s):
-        return Claim.TAKE
+    if now - observed.since >= observed.record.duration_s:
+        return Claim.TAKE  # unchanged for a whole duration, as seen here
     return Claim.WAIT

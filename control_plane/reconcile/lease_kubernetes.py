@@ -9,11 +9,13 @@ that both try to take it, the API server lets one write and answers the other 40
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from control_plane.domain.clock import Clock, utc_now
-from control_plane.domain.lease import Claim, LeaseRecord, claim
+from control_plane.domain.lease import Claim, LeaseRecord, Observed, claim, observe
 from control_plane.reconcile.lease import LeaseUnreachable
 from control_plane.settings import Settings
 
@@ -23,14 +25,24 @@ REQUEST_TIMEOUT_S = 5.0  # one call: well inside the lease, so a slow API cannot
 
 class KubernetesLease:
     def __init__(
-        self, api: Any, namespace: str, holder: str, lease_s: float, clock: Clock = utc_now
+        self,
+        api: Any,
+        namespace: str,
+        holder: str,
+        lease_s: float,
+        clock: Clock = utc_now,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        """`api`: a kubernetes.client.CoordinationV1Api."""
+        """`api`: a kubernetes.client.CoordinationV1Api. `clock` writes the Lease's times
+        (for people and tools reading it); `monotonic` alone decides expiry
+        (domain/lease.py)."""
         self.api = api
         self.namespace = namespace
         self.holder = holder
         self.lease_s = lease_s
         self._clock = clock
+        self._monotonic = monotonic
+        self._observed: Observed | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, holder: str) -> KubernetesLease:
@@ -53,7 +65,8 @@ class KubernetesLease:
         try:
             lease = self._read()
             record = None if lease is None else _record(lease)
-            action = claim(record, self.holder, now)
+            self._observed = observe(self._observed, record, self._monotonic())
+            action = claim(self._observed, self.holder, self._monotonic())
             if action is Claim.WAIT:
                 return False
             if lease is None:

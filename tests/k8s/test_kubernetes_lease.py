@@ -19,11 +19,16 @@ from tests.k8s.conftest import NAMESPACE
 
 
 class Clock:
+    """Wall and monotonic time moving together (each replica's monotonic clock: `mono`)."""
+
     def __init__(self) -> None:
-        self.now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+        self.start = self.now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
     def __call__(self) -> datetime:
         return self.now
+
+    def mono(self) -> float:
+        return (self.now - self.start).total_seconds()
 
 
 @pytest.fixture
@@ -34,7 +39,7 @@ def coordination(k8s_settings: Settings) -> Iterator[Any]:
 
 
 def lease(api: Any, holder: str, clock: Clock) -> KubernetesLease:
-    return KubernetesLease(api, NAMESPACE, holder, 10.0, clock=clock)
+    return KubernetesLease(api, NAMESPACE, holder, 10.0, clock=clock, monotonic=clock.mono)
 
 
 def stored(apiserver: ApiServer) -> dict[str, Any]:
@@ -54,10 +59,12 @@ def test_one_holder_renews_and_another_takes_it_once_it_runs_out(
     clock.now += timedelta(seconds=9)
     assert a.hold(), "renewed"
     clock.now += timedelta(seconds=9)
-    assert not b.hold(), "9 s after a's renewal: still a's"
+    assert not b.hold(), "b sees the renewal now: it counts from here"
+    clock.now += timedelta(seconds=9.9)
+    assert not b.hold(), "unchanged for 9.9 s of b's clock: still a's"
     assert stored(apiserver)["holderIdentity"] == "a"
-    clock.now += timedelta(seconds=2)
-    assert b.hold(), "11 s without a renewal: b takes it"
+    clock.now += timedelta(seconds=0.1)
+    assert b.hold(), "unchanged for 10 s as b saw it: b takes it"
     spec = stored(apiserver)
     assert (spec["holderIdentity"], spec["leaseTransitions"]) == ("b", 1)
     assert spec["leaseDurationSeconds"] == 10
@@ -97,6 +104,30 @@ def test_of_two_replicas_taking_it_at_once_one_wins(
     assert lease(coordination, "old", clock).hold()
     clock.now += timedelta(seconds=30)  # the old leader is gone
     b = lease(coordination, "b", clock)
-    a = lease(_ReadThen(coordination, lambda: b.hold()), "a", clock)
+    racing = {"on": False}
+    a = lease(_ReadThen(coordination, lambda: racing["on"] and b.hold()), "a", clock)
+    assert not a.hold() and not b.hold(), "first sight of the record: both wait a duration"
+    clock.now += timedelta(seconds=10)
+    racing["on"] = True
     assert not a.hold(), "b wrote between a's read and a's write: a's write is a 409"
     assert stored(apiserver)["holderIdentity"] == "b"
+
+
+def test_a_skewed_wall_clock_neither_takes_a_live_lease_nor_keeps_a_dead_one(
+    apiserver: ApiServer, coordination: Any
+) -> None:
+    """The holder's renewTime is its own wall clock: an hour ahead or behind changes nothing
+    for the others, who time the record on their own monotonic clocks."""
+    clock = Clock()
+    a, b = lease(coordination, "a", clock), lease(coordination, "b", clock)
+    assert a.hold()
+    for skew in (timedelta(hours=-1), timedelta(hours=1)):
+        a._clock = lambda skew=skew: clock.now + skew
+        for _ in range(5):
+            clock.now += timedelta(seconds=5)
+            assert a.hold(), "renewed every 5 s"
+            assert not b.hold(), f"a live lease, renewTime skewed {skew}: b waits"
+    clock.now += timedelta(seconds=9)
+    assert not b.hold()
+    clock.now += timedelta(seconds=1)
+    assert b.hold(), "a stopped renewing: 10 s of b's clock later, b takes it"

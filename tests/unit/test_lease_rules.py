@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from control_plane.domain.lease import SAFETY_MARGIN_S, Claim, LeaseRecord, believes_it_leads, claim
+from control_plane.domain.lease import (
+    SAFETY_MARGIN_S,
+    Claim,
+    LeaseRecord,
+    believes_it_leads,
+    claim,
+    observe,
+)
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -18,18 +25,28 @@ def test_a_leader_trusts_its_lease_until_the_margin_before_it_runs_out() -> None
 
 
 def test_nobody_holds_it_or_no_lease_yet_take_it() -> None:
-    assert claim(None, "a", T0) is Claim.TAKE
-    assert claim(LeaseRecord(None, None, 10), "a", T0) is Claim.TAKE
-    assert claim(LeaseRecord("", T0, 10), "a", T0) is Claim.TAKE
+    assert claim(None, "a", 0.0) is Claim.TAKE
+    assert claim(observe(None, LeaseRecord(None, None, 10), 0.0), "a", 0.0) is Claim.TAKE
+    assert claim(observe(None, LeaseRecord("", T0, 10), 0.0), "a", 0.0) is Claim.TAKE
 
 
 def test_the_holder_renews_even_past_the_duration() -> None:
-    assert claim(LeaseRecord("a", T0, 10), "a", T0 + timedelta(seconds=1)) is Claim.RENEW
-    assert claim(LeaseRecord("a", T0, 10), "a", T0 + timedelta(seconds=60)) is Claim.RENEW
+    seen = observe(None, LeaseRecord("a", T0, 10), 0.0)
+    assert claim(seen, "a", 1.0) is Claim.RENEW
+    assert claim(seen, "a", 60.0) is Claim.RENEW
 
 
-def test_another_replica_waits_until_the_duration_has_passed_then_takes_it() -> None:
+def test_another_replica_takes_it_once_it_saw_it_unchanged_for_the_duration() -> None:
     held = LeaseRecord("a", T0, 10)
-    assert claim(held, "b", T0 + timedelta(seconds=9.9)) is Claim.WAIT
-    assert claim(held, "b", T0 + timedelta(seconds=10)) is Claim.TAKE
-    assert claim(LeaseRecord("a", None, 10), "b", T0) is Claim.TAKE, "never renewed"
+    seen = observe(None, held, 100.0)
+    assert claim(seen, "b", 109.9) is Claim.WAIT
+    assert claim(observe(seen, held, 109.9), "b", 109.9) is Claim.WAIT
+    assert claim(observe(seen, held, 110.0), "b", 110.0) is Claim.TAKE
+    # a renewal (a new record) restarts the count, whatever its renewTime says
+    renewed = LeaseRecord("a", T0 - timedelta(hours=3), 10)
+    again = observe(seen, renewed, 109.0)
+    assert again is not None and again.since == 109.0
+    assert claim(again, "b", 118.9) is Claim.WAIT
+    # a record first seen already old (by its wall clock) is still timed from first sight
+    stale = observe(None, LeaseRecord("a", T0 - timedelta(days=1), 10), 500.0)
+    assert claim(stale, "b", 500.0) is Claim.WAIT
