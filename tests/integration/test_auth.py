@@ -36,6 +36,19 @@ def test_revocation_is_immediate(client: TestClient, keys: dict[str, str]) -> No
     assert client.get("/v1/jobs", headers=h(new["key"])).status_code == 401
 
 
+def test_a_key_reads_its_own_scopes(client: TestClient, keys: dict[str, str]) -> None:
+    new = client.post(
+        "/v1/keys", json={"name": "ro", "scopes": ["read"]}, headers=h(keys["a"])
+    ).json()
+    me = client.get("/v1/keys/current", headers=h(new["key"]))
+    assert me.status_code == 200, me.text
+    assert me.json()["id"] == new["id"] and me.json()["scopes"] == ["read"]
+    assert "key" not in me.json(), "never the secret"
+    assert client.get("/v1/keys", headers=h(new["key"])).status_code == 403
+    client.delete(f"/v1/keys/{new['id']}", headers=h(keys["a"]))
+    assert client.get("/v1/keys/current", headers=h(new["key"])).status_code == 401
+
+
 def test_keys_are_per_tenant(client: TestClient, keys: dict[str, str]) -> None:
     new = client.post("/v1/keys", json={"scopes": ["read"]}, headers=h(keys["a"])).json()
     assert client.delete(f"/v1/keys/{new['id']}", headers=h(keys["b"])).status_code == 404

@@ -132,6 +132,8 @@ def test_the_scripts_never_parse_api_values_as_html_nor_keep_the_key_beyond_the_
     for forbidden in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("):
         assert forbidden not in js, forbidden
     assert "new Function" not in js and "localStorage" not in js and "cookie" not in js
+    # nothing goes to the browser's log (a playground prompt, an answer, a new key's secret)
+    assert not re.search(r"console\.(log|debug|info|warn|error|trace)\(", js)
     assert "sessionStorage" in js and "Authorization: `Bearer ${state.key}`" in js
     # the key is never put in a URL: no query parameter or hash is built from it
     assert not re.search(r"(searchParams\.set|location\.hash\s*=)[^\n]*state\.key", js)

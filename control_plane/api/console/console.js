@@ -1,7 +1,8 @@
 // The platform console: plain JS over the JSON API (docs/api.md), no framework, no build.
-// This module signs in and out, polls, and routes `#/<view>` to the views' modules
-// (deployments.js, jobs.js, usage.js), which draw with dom.js and charts.js and read the API
-// through session.js.
+// This module signs in and out, polls, and routes `#/<view>[?filters]` to the views' modules
+// (deployments.js, jobs.js, job.js, usage.js, keys.js, playground.js), which draw with dom.js
+// and charts.js, read and act through session.js and actions.js, and keep their filters in
+// the URL (url.js).
 //
 // NOTE: the API key lives in sessionStorage (this tab only) and travels only in the
 // Authorization header; it never enters a URL, the DOM or a log. Every value from the API is
@@ -9,8 +10,12 @@
 import { KEY_STORAGE, state, ApiError, api } from "./session.js";
 import { h, $, fill } from "./dom.js";
 import { deploymentsView } from "./deployments.js";
-import { jobsView, jobView } from "./jobs.js";
+import { jobsView } from "./jobs.js";
+import { jobView } from "./job.js";
 import { usageView } from "./usage.js";
+import { keysView } from "./keys.js";
+import { playgroundView } from "./playground.js";
+import { parseHash } from "./url.js";
 
 const POLL_MS = 2000;
 const HISTORY = 900; // queue-depth samples kept per deployment (30 min at POLL_MS)
@@ -28,10 +33,13 @@ function showLogin(message) {
 function signOut(message) {
   sessionStorage.removeItem(KEY_STORAGE);
   state.key = null;
+  state.scopes = null;
+  state.keyId = null;
   state.samples.clear();
   state.unfolded.clear();
   state.poolReadable = true;
   clearTimeout(state.timer);
+  if (state.view && state.view.close) state.view.close();
   state.view = null;
   fill($("view"));
   showLogin(message);
@@ -46,17 +54,36 @@ async function signIn(key) {
     throw e;
   }
   sessionStorage.setItem(KEY_STORAGE, key);
-  startApp();
+  await startApp();
 }
 
-function startApp() {
+// The key's own scopes: the actions it may not take are shown disabled, with the reason.
+async function readScopes() {
+  try {
+    const me = await api("/v1/keys/current");
+    state.scopes = me.scopes;
+    state.keyId = me.id;
+  } catch (e) {
+    if (e instanceof ApiError && e.status === 401) throw e;
+    state.scopes = null; // unknown: every action shows why it is off
+  }
+}
+
+async function startApp() {
+  try {
+    await readScopes();
+  } catch (e) {
+    signOut(`The key was refused: ${e.message}`);
+    return;
+  }
   $("login").hidden = true;
   $("view").hidden = false;
   $("nav").hidden = false;
   $("who").hidden = false;
   // only the public lookup prefix of the key is shown (pk_<prefix>_…)
   const prefix = state.key.split("_").slice(0, 2).join("_");
-  $("key-prefix").textContent = `${prefix}_…`;
+  const scopes = state.scopes ? ` (${state.scopes.join(", ")})` : "";
+  $("key-prefix").textContent = `${prefix}_…${scopes}`;
   state.session += 1;
   route();
   tick(state.session);
@@ -139,12 +166,18 @@ function decoded(part) {
   }
 }
 
-const VIEWS = { deployments: deploymentsView, jobs: jobsView, usage: usageView };
+const VIEWS = {
+  deployments: deploymentsView,
+  jobs: jobsView,
+  usage: usageView,
+  keys: keysView,
+  playground: playgroundView,
+};
 
 function route() {
   if (!state.key) return;
-  const [name, arg] = window.location.hash.replace(/^#\/?/, "").split("/");
-  const make = name === "jobs" && arg ? () => jobView(decoded(arg)) : VIEWS[name];
+  const { name, arg, params } = parseHash();
+  const make = name === "jobs" && arg ? (redraw) => jobView(decoded(arg), redraw) : VIEWS[name];
   if (!make) {
     window.location.hash = "#/deployments";
     return;
@@ -153,11 +186,12 @@ function route() {
     a.classList.toggle("active", a.dataset.view === name);
   }
   state.viewToken += 1;
+  if (state.view && state.view.close) state.view.close();
   const main = $("view");
   fill(main, h("p", { id: "status", class: "status", text: "Loading…" }));
   // a view refreshes itself through the router (a filter changed), with its error handling
   let view = null;
-  view = make(() => refreshView(view));
+  view = make(() => refreshView(view), params);
   view.refreshedAt = 0;
   main.append(view.root);
   state.view = view;

@@ -83,11 +83,16 @@ function niceAxis(max, count) {
 function table(headers, rows, opts) {
   const th = (x) =>
     x.endsWith("#") ? h("th", { class: "num", text: x.slice(0, -1) }) : h("th", { text: x });
+  // in a box that scrolls sideways: a wide table never widens the page
   return h(
-    "table",
-    { class: `grid ${(opts && opts.cls) || ""}` },
-    h("thead", {}, h("tr", {}, headers.map(th))),
-    h("tbody", {}, rows),
+    "div",
+    { class: "table-wrap" },
+    h(
+      "table",
+      { class: `grid ${(opts && opts.cls) || ""}` },
+      h("thead", {}, h("tr", {}, headers.map(th))),
+      h("tbody", {}, rows),
+    ),
   );
 }
 const td = (value, attrs) => h("td", attrs || {}, value);

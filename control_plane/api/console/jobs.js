@@ -1,25 +1,9 @@
-// The jobs view (list, filters, batches) and one job's view (timeline, details, cost,
-// webhook deliveries).
-import { ApiError, api, state } from "./session.js";
-import {
-  h,
-  s,
-  fill,
-  num,
-  secs,
-  money,
-  clock,
-  stamp,
-  ago,
-  stateBadge,
-  table,
-  td,
-  empty,
-  section,
-  foldable,
-  fact,
-} from "./dom.js";
-import { svgRoot, timelineChart } from "./charts.js";
+// The jobs view: the list (filters in the URL; a failed job's error shown whole) and the
+// newest batches. One job's view is job.js.
+import { api, state } from "./session.js";
+import { h, s, fill, num, secs, money, clock, ago, stateBadge, table, td, empty, section } from "./dom.js";
+import { svgRoot } from "./charts.js";
+import { setParams } from "./url.js";
 
 const JOB_STATUSES = [
   "queued", "starting", "running", "succeeded", "failed", "canceled", "expired", "timed_out",
@@ -32,8 +16,12 @@ const JOB_COLUMNS = [
 const TERMINAL = new Set(["succeeded", "failed", "canceled", "expired", "timed_out"]);
 
 // `redraw`: refresh this view now (the router's, with its error handling)
-function jobsView(redraw) {
-  const filters = { deployment: "", status: "", limit: 50 };
+function jobsView(redraw, params) {
+  const filters = {
+    deployment: params.get("deployment") || "",
+    status: params.get("status") || "",
+    limit: 50,
+  };
   const depSelect = h("select", {
     id: "filter-deployment",
     onchange: (e) => {
@@ -51,7 +39,7 @@ function jobsView(redraw) {
       },
     },
     h("option", { value: "", text: "any status" }),
-    JOB_STATUSES.map((st) => h("option", { value: st, text: st })),
+    JOB_STATUSES.map((st) => h("option", { value: st, text: st, selected: st === filters.status })),
   );
   const more = h("button", {
     type: "button",
@@ -103,12 +91,16 @@ function jobsView(redraw) {
       fill(batches, batchList.data.length ? batchPanel(batchList.data) : null);
     },
   };
-  const again = () => redraw();
+  const again = () => {
+    setParams({ deployment: filters.deployment, status: filters.status });
+    redraw();
+  };
   return view;
 }
 
 function syncDeploymentOptions(select, chosen) {
   const names = ["", ...state.deployments.map((d) => d.name)];
+  if (chosen && !names.includes(chosen)) names.push(chosen); // from the URL, not (yet) listed
   const have = [...select.options].map((o) => o.value);
   if (have.join("\n") === names.join("\n")) return;
   fill(select, ...names.map((n) => h("option", { value: n, text: n || "all", selected: n === chosen })));
@@ -135,6 +127,10 @@ function phaseBar(queue, run) {
 
 const reasonNote = (reason) => (reason ? h("small", { class: "muted", text: ` ${reason}` }) : null);
 
+// the error in full (wrapped, never clipped): it says why the job failed
+const errorText = (error) =>
+  error ? h("div", { class: "error-text", text: `${error.type}: ${error.message}` }) : null;
+
 function jobRow(j, usage) {
   const u = j.usage || {};
   return h(
@@ -142,7 +138,9 @@ function jobRow(j, usage) {
     { "data-job": j.id },
     td(h("a", { href: `#/jobs/${encodeURIComponent(j.id)}`, text: j.id })),
     td(`${j.deployment} v${j.deployment_version}`),
-    td(h("span", {}, stateBadge(j.status), reasonNote(j.status_reason))),
+    td(h("span", {}, stateBadge(j.status), reasonNote(j.status_reason), errorText(j.error)), {
+      class: "status",
+    }),
     td(clock(j.created_at), { title: j.created_at }),
     td(phaseBar(u.queue_s, u.execution_s)),
     td(secs(u.queue_s), { class: "num" }),
@@ -183,180 +181,4 @@ function batchPanel(list) {
   );
 }
 
-function jobView(jobId) {
-  const head = h("div", {});
-  const chart = h("div", {});
-  const detail = h("div", { class: "split" });
-  const hooks = h("div", {});
-  const io = h("div", {});
-  const root = h(
-    "div",
-    { class: "job", "data-job": jobId },
-    h("p", {}, h("a", { href: "#/jobs", text: "← Jobs" })),
-    head,
-    section("Timeline", chart),
-    detail,
-    hooks,
-    io,
-  );
-  let settled = false; // finished and its cost shared out: nothing changes any more
-  return {
-    root,
-    everyMs: 0,
-    async refresh(current) {
-      if (settled) return;
-      let job;
-      let tl;
-      try {
-        [job, tl] = await Promise.all([
-          api(`/v1/jobs/${encodeURIComponent(jobId)}`),
-          api(`/v1/jobs/${encodeURIComponent(jobId)}/timeline`),
-        ]);
-      } catch (e) {
-        if (!(e instanceof ApiError) || e.status !== 404 || !current()) throw e;
-        settled = true; // another tenant's job answers the same as a missing one
-        fill(head, h("h1", {}, "Job ", h("code", { text: jobId })), empty(e.message));
-        fill(chart, empty("No timeline."));
-        return;
-      }
-      const deliveries = job.webhook
-        ? (await api(`/v1/jobs/${encodeURIComponent(jobId)}/webhook/deliveries`)).data
-        : [];
-      if (!current()) return;
-      settled = TERMINAL.has(job.status) && tl.cost.allocated && job.webhook_status !== "pending";
-      fill(
-        head,
-        h("h1", {}, "Job ", h("code", { text: job.id }), " ", stateBadge(job.status)),
-        job.status_reason ? h("p", { class: "muted", text: `reason: ${job.status_reason}` }) : null,
-      );
-      fill(chart, timelineChart(tl), timelineSummary(tl));
-      fill(detail, jobFacts(job), costPanel(tl));
-      fill(hooks, webhookPanel(job, deliveries));
-      fill(io, ioPanel(job));
-    },
-  };
-}
-
-function timelineSummary(tl) {
-  const total = tl.phases.reduce((acc, p) => {
-    acc[p.phase] = (acc[p.phase] || 0) + p.seconds;
-    return acc;
-  }, {});
-  const parts = ["queue", "boot", "load", "warm", "run"]
-    .filter((p) => total[p] !== undefined)
-    .map((p) => `${p} ${secs(total[p])}`);
-  const going = tl.completed_at ? "" : " (still going)";
-  return h("p", {
-    class: "muted",
-    text:
-      `${parts.join(" · ")}${going}. Boot, load and warm are the part of the queue time ` +
-      "spent waiting on a worker starting for it.",
-  });
-}
-
-function jobFacts(job) {
-  const u = job.usage || {};
-  const cs = job.cold_start;
-  return section(
-    "Details",
-    h(
-      "dl",
-      { class: "facts" },
-      fact("deployment", `${job.deployment} v${job.deployment_version}`),
-      fact("kind", job.kind),
-      fact("created", stamp(job.created_at)),
-      fact("started", stamp(job.started_at)),
-      fact("completed", stamp(job.completed_at)),
-      fact("attempt", job.attempt),
-      fact("tokens", `${u.prompt_tokens ?? "—"} prompt → ${u.generated_tokens ?? "—"} generated`),
-      job.queue_position != null ? fact("queue position", job.queue_position) : null,
-      job.eta_s != null ? fact("ETA", secs(job.eta_s)) : null,
-      cs ? fact("cold start", `${cs.phase}${cs.eta_s != null ? `, ready in ~${secs(cs.eta_s)}` : ""}`)
-        : null,
-      job.error ? fact("error", `${job.error.type}: ${job.error.message}`) : null,
-    ),
-  );
-}
-
-function costNote(p) {
-  if (p.phase !== "run") return "the worker's, billed to you; not in the job's share";
-  return p.billable === false ? "not billed (lost by the platform)" : "this job's share of busy time";
-}
-
-function costPanel(tl) {
-  const rows = tl.phases
-    .filter((p) => p.amount !== null)
-    .map((p) =>
-      h(
-        "tr",
-        {},
-        td(p.phase === "run" ? `run #${p.attempt}` : p.phase),
-        td(secs(p.seconds), { class: "num" }),
-        td(money(p.amount), { class: "num" }),
-        td(costNote(p)),
-      ),
-    );
-  return section(
-    "Cost",
-    h(
-      "p",
-      { class: "big" },
-      h("span", {
-        class: "amount",
-        "data-allocated": String(tl.cost.allocated),
-        text: money(tl.cost.amount),
-      }),
-      h("span", { class: "muted", text: ` for ${secs(tl.cost.billed_seconds)} of worker time` }),
-    ),
-    tl.cost.allocated
-      ? null
-      : h("p", {
-          class: "muted",
-          text: "Not shared out yet: busy time is split among jobs once the worker's busy segment closes.",
-        }),
-    rows.length ? table(["phase", "time#", "amount#", ""], rows) : null,
-  );
-}
-
-function webhookPanel(job, deliveries) {
-  if (!job.webhook) return section("Webhook", empty("No webhook for this job."));
-  const rows = deliveries.map((d) =>
-    h(
-      "tr",
-      {},
-      td(h("code", { text: d.msg_id })),
-      td(d.event_type),
-      td(d.attempt, { class: "num" }),
-      td(d.status_code ?? "—"),
-      td(d.delivered ? "yes" : "no"),
-      td(d.error || ""),
-      td(stamp(d.created_at)),
-    ),
-  );
-  return section(
-    "Webhook",
-    h("p", {}, h("code", { text: job.webhook }), " ", stateBadge(job.webhook_status)),
-    rows.length
-      ? table(["message", "event", "attempt#", "HTTP", "delivered", "error", "at"], rows)
-      : empty("No delivery attempt yet."),
-  );
-}
-
-function ioPanel(job) {
-  const input = { ...job.input };
-  const prompt = input.prompt;
-  delete input.prompt;
-  return h(
-    "details",
-    foldable(`io:${job.id}`, { class: "panel io" }),
-    h("summary", { text: "Input and output" }),
-    h("h3", { text: "Parameters" }),
-    h("pre", { text: JSON.stringify(input, null, 2) }),
-    h("h3", { text: "Prompt" }),
-    h("pre", { text: prompt ?? "" }),
-    h("h3", { text: "Output" }),
-    h("pre", { text: job.output ? job.output.text : "—" }),
-  );
-}
-
-export { jobsView, jobView };
+export { jobsView, TERMINAL };

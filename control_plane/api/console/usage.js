@@ -2,12 +2,15 @@
 import { api } from "./session.js";
 import { h, fill, num, secs, money, table, td, empty, section } from "./dom.js";
 import { barChart, hbarChart } from "./charts.js";
+import { setParams } from "./url.js";
 
 const PHASES = ["boot", "load", "warm", "busy", "idle", "drain", "pool"];
 
-// `redraw`: refresh this view now (the router's, with its error handling)
-function usageView(redraw) {
-  let days = 7;
+// `redraw`: refresh this view now (the router's, with its error handling);
+// `params`: its filters from the URL (url.js): `days`
+function usageView(redraw, params) {
+  const asked = Number(params.get("days"));
+  let days = [7, 30, 90].includes(asked) ? asked : 7;
   const buttons = [7, 30, 90].map((n) =>
     h("button", {
       type: "button",
@@ -87,6 +90,7 @@ function usageView(redraw) {
   };
   const pick = (n) => {
     days = n;
+    setParams({ days: n === 7 ? "" : n });
     for (const b of buttons) b.classList.toggle("active", Number(b.dataset.days) === n);
     redraw();
   };

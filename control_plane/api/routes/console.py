@@ -28,7 +28,13 @@ MODULES = (
     "charts.js",
     "deployments.js",
     "jobs.js",
+    "job.js",
     "usage.js",
+    "keys.js",
+    "playground.js",
+    "actions.js",
+    "deploy_actions.js",
+    "url.js",
 )
 # name → media type; nothing else under /console/static is served (no path from the URL
 # reaches the filesystem).

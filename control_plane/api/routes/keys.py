@@ -8,10 +8,11 @@ from fastapi import APIRouter, Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.context import Db, Now, Principal
-from control_plane.api.responses import KeyCreated, KeyList, TenantCreated, TenantList
+from control_plane.api.responses import KeyCreated, KeyList, KeyPublic, TenantCreated, TenantList
 from control_plane.api.schemas import Line
-from control_plane.db.models import Tenant
+from control_plane.db.models import ApiKey, Tenant
 from control_plane.domain.clock import iso
+from control_plane.errors import NotFound
 from control_plane.services.tenants import api_keys
 
 router = APIRouter(tags=["keys"])
@@ -59,6 +60,16 @@ def create_key(body: KeyCreate, session: Db, who: Principal, at: Now) -> Any:
 def list_keys(session: Db, who: Principal) -> Any:
     who.require("admin")
     return {"data": [api_keys.key_public(k) for k in api_keys.list_keys(session, who.tenant_id)]}
+
+
+@router.get("/v1/keys/current", response_model=KeyPublic)
+def current_key(session: Db, who: Principal) -> Any:
+    """The key that signs this request: its name, prefix and scopes (never its secret). Any
+    valid key may read itself: the console greys out what its scopes do not allow."""
+    row = session.get(ApiKey, who.key_id)
+    if row is None:  # revoked and deleted between authentication and here
+        raise NotFound("this API key no longer exists")
+    return api_keys.key_public(row)
 
 
 @router.delete("/v1/keys/{key_id}", status_code=204)
