@@ -202,3 +202,66 @@ def test_following_streams_new_lines_as_ndjson_until_the_client_goes_away(
         assert followers
     # the client went away: the API stops reading the logs
     wait_for(lambda: not any(t.is_alive() for t in followers), timeout_s=10)
+
+
+def test_the_sdk_reads_and_follows_logs_telling_ids_by_their_prefix(
+    logs_settings: Settings, keys: dict[str, str], world: dict[str, str]
+) -> None:
+    from sdk import AsyncClient, Client, NotFoundError
+
+    with served(create_app(logs_settings)) as addr:
+        url = f"http://{addr}"
+        with Client(base_url=url, api_key=keys["a"]) as client:
+            assert [x["message"] for x in client.logs(world["job_a"])] == [
+                "request a",
+                "a job done",
+            ]
+            assert client.logs(world["wrk_a"], limit=1)[0]["message"] == "started a"
+            since = NOW + timedelta(seconds=1, milliseconds=500)
+            assert [x["message"] for x in client.logs("demo", since=since)] == ["a job done"]
+            with pytest.raises(NotFoundError):
+                client.logs(world["job_b"])  # another tenant's
+            with client.logs.follow(world["job_a"], limit=1) as lines:
+                assert next(iter(lines))["message"] == "a job done"
+
+        async def follow_async() -> list[str]:
+            async with AsyncClient(base_url=url, api_key=keys["a"]) as client:
+                tail = await client.logs("demo", since=3600)
+                lines = await client.logs.follow("demo", limit=2)
+                async with lines:
+                    first = [(await lines.__anext__())["message"] for _ in range(2)]
+                return [x["message"] for x in tail] + first
+
+        import asyncio
+
+        assert asyncio.run(follow_async()) == [
+            "a booted",
+            "a job done",
+            "a booted",
+            "a job done",
+        ]
+
+
+def test_a_workers_failure_reason_is_shown_whole_with_the_tenants_store_paths(
+    api: TestClient, logs_settings: Settings, keys: dict[str, str], world: dict[str, str]
+) -> None:
+    tenant = api.get("/v1/deployments/demo", headers=h(keys["a"])).json()
+    internal = f"s3://{logs_settings.store_bucket}/tenants/"
+    sessions = make_sessionmaker(make_engine(logs_settings.database_url))
+    with sessions() as session:
+        dep = session.get(Deployment, tenant["id"])
+        assert dep is not None
+        prefix = f"{internal}{dep.tenant_id}/"
+    tensors = ", ".join(f"model.layers.{i}.mlp.down_proj.weight" for i in range(12))
+    reason = f"LoaderError: {prefix}models/demo/model.safetensors: truncated tensors {tensors}"
+    assert len(reason) > 400
+    r = api.post(
+        f"/internal/workers/{world['wrk_a']}/state",
+        json={"state": "failed", "at": datetime.now(UTC).timestamp(), "reason": reason},
+        headers=WORKER,
+    )
+    assert r.status_code == 200, r.text
+    workers = api.get("/v1/workers", params={"deployment": "demo"}, headers=h(keys["a"])).json()
+    shown = next(w["reason"] for w in workers["data"] if w["id"] == world["wrk_a"])
+    assert shown == reason.replace(prefix, "store://")
+    assert shown.endswith(tensors) and internal not in shown
