@@ -55,6 +55,9 @@ class RecordingProvider:
     def shutdown(self, timeout_s: float) -> list[Any]:
         return []
 
+    def logs(self, worker_id: str, since: datetime | None, follow: bool) -> Any:
+        return iter(())
+
     def step_down(self) -> None:
         self.stepped_down = True
 

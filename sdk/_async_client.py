@@ -24,6 +24,7 @@ from sdk._async_deployments import AsyncDeployments, AsyncWorkers
 from sdk._async_files import AsyncFiles
 from sdk._async_jobs import AsyncJob, AsyncJobs, AsyncStream
 from sdk._async_keys import AsyncKeys
+from sdk._async_logs import AsyncLogs
 from sdk._async_usage import AsyncUsage
 from sdk._async_webhooks import AsyncWebhooks
 from sdk._base import RetryPolicy, Runtime, sync_wait_s
@@ -93,6 +94,7 @@ class AsyncClient:
         self.keys = AsyncKeys(self)
         self.files = AsyncFiles(self)
         self.usage = AsyncUsage(self)
+        self.logs = AsyncLogs(self)
 
     @property
     def base_url(self) -> str:

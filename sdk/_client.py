@@ -26,6 +26,7 @@ from sdk._files import Files
 from sdk._flows import Flow, Send, Sleep
 from sdk._jobs import Job, Jobs, Stream
 from sdk._keys import Keys
+from sdk._logs import Logs
 from sdk._sse import RunStatus, settle
 from sdk._usage import Usage
 from sdk._webhooks import Webhooks
@@ -92,6 +93,7 @@ class Client:
         self.keys = Keys(self)
         self.files = Files(self)
         self.usage = Usage(self)
+        self.logs = Logs(self)
 
     @property
     def base_url(self) -> str:

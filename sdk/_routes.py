@@ -302,3 +302,29 @@ def usage_summary(
 ) -> Call:
     params = _query(group_by=group_by, since=_time(since), until=_time(until))
     return Call("GET", "/v1/usage/summary", params=params)
+
+
+# --- logs -----------------------------------------------------------------------------------
+
+
+def log_target(target: str) -> tuple[str, str]:
+    """The query parameter naming `target`: a job id (`job_…`), a worker id (`wrk_…`), else a
+    deployment's name. Ids are told apart by their prefix (docs/api.md "Logs")."""
+    if not target or not target.strip():
+        raise ValueError("the job id, worker id or deployment name must not be empty")
+    if target.startswith("job_"):
+        return "job", target
+    if target.startswith("wrk_"):
+        return "worker", target
+    return "deployment", target
+
+
+def logs(target: str, since: Time | float, limit: int | None, follow: bool) -> Call:
+    """GET /v1/logs; `since`: a time, an ISO string or an age ("15m"; a number: seconds)."""
+    kind, value = log_target(target)
+    when = str(since) if isinstance(since, int | float) else _time(since)
+    params = _query(**{kind: value}, since=when, limit=limit)
+    if follow:
+        return Call("GET", "/v1/logs", params={**params, "follow": "true"}, stream=True,
+                    accept="application/x-ndjson")  # fmt: skip
+    return Call("GET", "/v1/logs", params=params)

@@ -25,6 +25,7 @@ from control_plane.api.routes import (
     internal,
     jobs,
     keys,
+    logs,
     metrics,
     openai,
     openai_completions,
@@ -103,7 +104,7 @@ def create_app(settings: Settings, clock: Clock = utc_now) -> FastAPI:
     # workers' claims and reports, then the calls. No path matches routes of two routers
     # (tests/unit/test_routes.py), so the order changes nothing else.
     hot = (internal, jobs, openai, openai_completions, responses)
-    for module in (*hot, deployments, batches, files, webhooks, billing, keys):
+    for module in (*hot, deployments, batches, files, webhooks, billing, keys, logs):
         app.include_router(module.router)
     app.include_router(metrics.router)  # /metrics and /metrics/workers (operator only)
     app.include_router(console.router)  # the web console's page and files (/console)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from common.messages import Assignment
+from control_plane.providers.logs import LogStream
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +43,10 @@ class Provider(Protocol):
         """This reconciler process stops: stop the workers only it can reach (its child
         processes: drain, no cache-tier fill, then kill after timeout_s) and return those that
         ended; workers every replica reaches (pods) keep serving for the next leader."""
+
+    def logs(self, worker_id: str, since: datetime | None, follow: bool) -> LogStream:
+        """A worker's log lines (providers/logs.py::LogSource): from its file, or its pod's
+        log through the Kubernetes API; with `follow`, new lines until the stream is closed."""
 
     def step_down(self) -> None:
         """This replica stopped leading (reconcile/lease.py). Workers only it can reach (its

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from pathlib import Path
 
 from common.messages import ASSIGNMENT_ENV
@@ -24,6 +25,7 @@ from common.protocol import (
     WORKER_ENV_PREFIXES,
 )
 from control_plane.providers.base import Exited, WorkerSpec
+from control_plane.providers.logs import LocalLogs, LogStream
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1
@@ -47,6 +49,7 @@ class LocalProvider:
         self._log_dir = log_dir
         self._python = python or sys.executable
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs = LocalLogs(log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
 
     def start(self, spec: WorkerSpec) -> int | None:
@@ -107,6 +110,9 @@ class LocalProvider:
                 proc.kill()
                 proc.wait()
         return self.reap()
+
+    def logs(self, worker_id: str, since: datetime | None, follow: bool) -> LogStream:
+        return self._logs.logs(worker_id, since, follow)
 
     def step_down(self) -> None:
         # They finish their jobs and report `stopped` themselves; their rows are the new

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 from control_plane.providers.base import Provider
 from control_plane.providers.local import LocalProvider, worker_env
+from control_plane.providers.logs import LocalLogs, LogSource
 from control_plane.settings import Settings
 
 
@@ -35,4 +37,20 @@ def make_provider(settings: Settings, env: Mapping[str, str]) -> Provider:
         from control_plane.providers.kubernetes import KubernetesProvider
 
         return KubernetesProvider.from_settings(settings, env)
-    return LocalProvider(env, settings.state_dir / "logs" / "workers", settings.worker_python)
+    return LocalProvider(env, workers_log_dir(settings), settings.worker_python)
+
+
+def workers_log_dir(settings: Settings) -> Path:
+    """Where the local provider writes each worker's output (`<worker id>.log`)."""
+    return settings.state_dir / "logs" / "workers"
+
+
+def make_log_source(settings: Settings) -> LogSource:
+    """Where a process other than the reconciler (the API) reads workers' logs: the files the
+    local provider writes, or the pods' logs through the Kubernetes API. Nothing is started
+    (no watch, no access checks): reading a log is all it does."""
+    if settings.provider == "kubernetes":
+        from control_plane.providers.kubernetes.pod_logs import PodLogs
+
+        return PodLogs.from_settings(settings)
+    return LocalLogs(workers_log_dir(settings))

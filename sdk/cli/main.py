@@ -20,6 +20,7 @@ from sdk.cli import (
     keys,
     local,
     login,
+    logs,
     models,
     run,
     status,
@@ -137,6 +138,7 @@ app.command("deploy")(deploy.deploy)
 app.command("run")(run.run)
 app.command("status")(status.status)
 app.command("usage")(usage.usage)
+app.command("logs")(logs.logs)
 app.add_typer(deployments.app, name="deployments")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(batch.app, name="batch")

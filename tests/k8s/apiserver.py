@@ -2,6 +2,7 @@
 Kubernetes provider, the reconciler's Lease and the test kubelet use.
 
     core/v1 pods          create, get, list/watch (labelSelector, resourceVersion, 410 Gone),
+                          log (sinceSeconds, follow: pod_logs.py),
                           delete (gracePeriodSeconds: a graceful delete of a bound pod only sets
                           deletionTimestamp; the kubelet removes it), status (PUT), binding
     core/v1 secrets       create, get, list, delete, patch (merge patches); stringData → data
@@ -26,6 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 from tests.k8s.errors import ApiError
@@ -44,6 +46,7 @@ class ApiServer:
     host: str = "127.0.0.1"  # a test host's address where other hosts reach it (tests/hosts)
     deny: set[str] = field(default_factory=set)  # "verb resource" refused by access reviews
     requests: list[Request] = field(default_factory=list)
+    log_dir: Path | None = None  # the test kubelet's: pods' logs (`…/pods/{name}/log`, pod_logs.py)
     url: str = ""
     _objects: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
     _history: list[Event] = field(default_factory=list)
@@ -340,7 +343,8 @@ class ApiServer:
     def review(self, body: dict[str, Any]) -> dict[str, Any]:
         validate(body)
         attrs = body["spec"].get("resourceAttributes") or {}
-        denied = f"{attrs.get('verb')} {attrs.get('resource')}" in self.deny
+        resource = "/".join(filter(None, (attrs.get("resource"), attrs.get("subresource"))))
+        denied = f"{attrs.get('verb')} {resource}" in self.deny
         answer = copy.deepcopy(body)
         answer["status"] = {"allowed": not denied, **({"denied": True} if denied else {})}
         return answer

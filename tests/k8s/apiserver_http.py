@@ -9,6 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from tests.k8s import pod_logs
 from tests.k8s.apiserver import ApiServer
 from tests.k8s.errors import ApiError
 from tests.k8s.objects import RESOURCES, Request, flag
@@ -16,7 +17,7 @@ from tests.k8s.schemas import K8S_VERSION
 
 _PATH = re.compile(
     r"^/(?:api/v1|apis/coordination\.k8s\.io/v1)/namespaces/(?P<ns>[^/]+)/(?P<resource>[a-z]+)"
-    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|binding))?$"
+    r"(?:/(?P<name>[^/]+))?(?:/(?P<sub>status|binding|log))?$"
 )
 _SSAR = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 
@@ -74,6 +75,13 @@ class Handler(BaseHTTPRequestHandler):
                     raise ApiError(404, "NotFound", url.path)
                 request.status = 200
                 self._stream(lambda send: self.api.watch(m["resource"], m["ns"], query, send))
+                return
+            m = _PATH.match(url.path)
+            if m is not None and m["sub"] == "log" and m["resource"] == "pods":
+                if self.command != "GET":
+                    raise ApiError(405, "MethodNotAllowed", f"{self.command} {url.path}")
+                request.status = 200
+                pod_logs.serve(self, m["ns"], m["name"], query)
                 return
             code, answer = self._route(url.path, query, body)
         except ApiError as exc:

@@ -27,6 +27,7 @@ PAIRS = {
     "sdk/_async_keys.py": "sdk/_keys.py",
     "sdk/_async_files.py": "sdk/_files.py",
     "sdk/_async_usage.py": "sdk/_usage.py",
+    "sdk/_async_logs.py": "sdk/_logs.py",
     "sdk/_async_batches.py": "sdk/_batches.py",
     "sdk/_async_jobs.py": "sdk/_jobs.py",
     "sdk/_async_deployments.py": "sdk/_deployments.py",

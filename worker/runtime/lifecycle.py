@@ -62,6 +62,7 @@ from common.protocol import (
     worker_handoffs_key,
     worker_heartbeat_key,
 )
+from common.reasons import bounded_reason
 from common.signals import on_signals
 from worker.runtime import engine_setup
 from worker.runtime.broker import jobs_waiting
@@ -237,8 +238,10 @@ class WorkerRuntime:
         except Exception as exc:
             log.exception("worker failed")
             try:
-                # The reason reaches users through crash-loop errors: type and message, short.
-                self._set_state(WorkerState.FAILED, reason=f"{type(exc).__name__}: {exc}"[:100])
+                # The reason reaches users (the worker's `reason`, crash-loop errors): its type
+                # and whole message, which names what failed (a URI, a tensor); bounded only.
+                reason = bounded_reason(f"{type(exc).__name__}: {exc}")
+                self._set_state(WorkerState.FAILED, reason=reason)
             except Exception:
                 log.exception("could not report the failure")
             return 1

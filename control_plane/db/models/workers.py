@@ -13,6 +13,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
+from common.reasons import MAX_REASON_CHARS
 from control_plane.db.models.base import Base, utcnow
 from control_plane.db.types import UTCDateTime
 
@@ -32,7 +33,8 @@ class Worker(Base):
     # When the current state (= billing phase) began.
     state_since: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # Why the provider started or stopped it (no_capacity, scale_down, crash, ...).
-    reason: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    # A failure's whole reason as the worker reported it (common/reasons.py bounds it).
+    reason: Mapped[str | None] = mapped_column(String(MAX_REASON_CHARS), nullable=True)
     pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Started for its deployment: its process start, or for a warm-pool worker its assignment.
     started_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

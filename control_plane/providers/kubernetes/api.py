@@ -17,10 +17,12 @@ from control_plane.settings import Settings
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
-# What the control plane does through the API (pods, their Secrets, the reconciler's Lease):
-# checked at start-up, so a missing Role rule is one clear error, not a failing tick.
+# What the control plane does through the API (pods, their logs for `GET /v1/logs`, their
+# Secrets, the reconciler's Lease): checked at start-up, so a missing Role rule is one clear
+# error, not a failing tick. A subresource is written `resource/subresource`.
 REQUIRED_ACCESS = (
     ("", "pods", ("create", "get", "list", "watch", "delete")),
+    ("", "pods/log", ("get",)),
     ("", "secrets", ("create", "get", "patch", "delete")),
     ("coordination.k8s.io", "leases", ("get", "create", "update")),
 )
@@ -54,19 +56,16 @@ def denied_access(authorization: Any, namespace: str) -> list[str]:
     """What of REQUIRED_ACCESS this identity may not do in `namespace` ("create pods", …),
     asked with SelfSubjectAccessReviews. `authorization`: an AuthorizationV1Api."""
     denied = []
-    for group, resource, verbs in REQUIRED_ACCESS:
+    for group, name, verbs in REQUIRED_ACCESS:
+        resource, _, subresource = name.partition("/")
         for verb in verbs:
+            attributes = {"namespace": namespace, "group": group, "resource": resource}
+            if subresource:
+                attributes["subresource"] = subresource
             review = {
                 "apiVersion": "authorization.k8s.io/v1",
                 "kind": "SelfSubjectAccessReview",
-                "spec": {
-                    "resourceAttributes": {
-                        "namespace": namespace,
-                        "group": group,
-                        "resource": resource,
-                        "verb": verb,
-                    }
-                },
+                "spec": {"resourceAttributes": {**attributes, "verb": verb}},
             }
             answer = as_json(
                 authorization.create_self_subject_access_review(
@@ -74,7 +73,7 @@ def denied_access(authorization: Any, namespace: str) -> list[str]:
                 )
             )
             if not (answer.get("status") or {}).get("allowed"):
-                denied.append(f"{verb} {resource}")
+                denied.append(f"{verb} {name}")
     return denied
 
 

@@ -7,6 +7,7 @@ import logging
 import queue
 import time
 from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from control_plane.providers.base import Exited, WorkerSpec
@@ -21,6 +22,7 @@ from control_plane.providers.kubernetes.api import (
     reason,
 )
 from control_plane.providers.kubernetes.config import PodConfig, pod_config
+from control_plane.providers.kubernetes.pod_logs import PodLogs
 from control_plane.providers.kubernetes.pods import (
     assignment_secret_manifest,
     cache_volumes,
@@ -32,6 +34,7 @@ from control_plane.providers.kubernetes.pods import (
 )
 from control_plane.providers.kubernetes.tracker import worker_id_of
 from control_plane.providers.kubernetes.watch import PodWatch
+from control_plane.providers.logs import LogStream
 from control_plane.settings import Settings
 
 if TYPE_CHECKING:
@@ -56,6 +59,7 @@ class KubernetesProvider:
         self._cfg = cfg
         self._env = dict(env)
         self._watch = PodWatch(self._core, cfg.namespace, label_selector(cfg.instance))
+        self._logs = PodLogs(self._core, cfg.namespace)
 
     @classmethod
     def from_settings(cls, settings: Settings, env: Mapping[str, str]) -> KubernetesProvider:
@@ -189,6 +193,10 @@ class KubernetesProvider:
             out.append(Exited(worker_id, -9))
         self.close()
         return out
+
+    def logs(self, worker_id: str, since: datetime | None, follow: bool) -> LogStream:
+        """The worker pod's log through the API (`pod_logs.py`); none once the pod is gone."""
+        return self._logs.logs(worker_id, since, follow)
 
     def step_down(self) -> None:
         """Nothing to do: pods are every replica's to reach, so the new leader manages them."""

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from common.protocol import WorkerState
 from control_plane.db import kept
 from control_plane.db.models import BillingRecord, Deployment, Job, JobAttempt, Tenant, Worker
+from control_plane.domain import user_paths
 from control_plane.domain.billing_math import POOL_PHASE, phase_of
 from control_plane.domain.clock import iso
 from control_plane.domain.ids import new_id
@@ -163,7 +164,8 @@ def transition(
     w.state = state
     w.state_since = at
     if reason:
-        w.reason = reason
+        # as its tenant reads it: whole (bounded), naming its store:// paths, not the internals
+        w.reason = user_paths.for_tenant(reason, settings.store_bucket, w.tenant_id)
     if state in ENDED_STATES:
         w.stopped_at = at
     return w
