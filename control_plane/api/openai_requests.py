@@ -273,7 +273,7 @@ class ChatCompletionRequest(_Common):
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
     tools: list[Tool] | None = Field(None, max_length=128)
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: Line | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
 
     def tool_mode(self) -> str:

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from common.job_input import Structured
+from control_plane.api.schemas import Line, Text
 from control_plane.api.tool_calls import ToolCall, forced_grammar
 from control_plane.errors import InvalidRequest
 
@@ -33,8 +34,8 @@ _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 class FunctionSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str
-    description: str | None = Field(None, max_length=10_000)
+    name: Line
+    description: Text | None = Field(None, max_length=10_000)
     # a JSON schema of the arguments (an object); none: no arguments
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
@@ -59,14 +60,14 @@ class Tool(BaseModel):
 
 
 class CalledFunction(BaseModel):
-    name: str
-    arguments: str  # JSON text, as OpenAI sends it back
+    name: Line = Field(max_length=64)
+    arguments: Text  # JSON text, as OpenAI sends it back
 
 
 class MessageToolCall(BaseModel):
     """A call an earlier assistant turn made (sent back by the client with the history)."""
 
-    id: str = Field(max_length=256)
+    id: Line = Field(max_length=256)
     type: Literal["function"] = "function"
     function: CalledFunction
 

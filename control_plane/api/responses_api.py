@@ -124,10 +124,10 @@ class ResponsesRequest(BaseModel):
     stream_options: ResponseStreamOptions | None = None
     text: dict[str, Any] | None = None
     top_logprobs: int | None = Field(None, ge=0, le=20)
-    include: list[str] | None = Field(None, max_length=16)
+    include: list[Line] | None = Field(None, max_length=16)
     user: Line | None = Field(None, max_length=256)
     safety_identifier: Line | None = Field(None, max_length=256)
-    metadata: dict[str, str] | None = Field(None, max_length=16)
+    metadata: dict[str, Text] | None = Field(None, max_length=16)
     prompt_cache_key: Line | None = Field(None, max_length=1024)
     prompt_cache_retention: Line | None = None
     max_tool_calls: int | None = Field(None, ge=1)

@@ -25,7 +25,7 @@ TEXT_PARTS = {"input_text": "text", "output_text": "text", "refusal": "refusal"}
 class ContentPart(BaseModel):
     model_config = ConfigDict(extra="allow")  # `annotations`, `logprobs` of an earlier output
 
-    type: str
+    type: Line
     text: Text | None = None
     refusal: Text | None = None
 
@@ -36,8 +36,8 @@ class InputItem(BaseModel):
 
     model_config = ConfigDict(extra="allow")  # `id`, `status`, `phase` of an earlier output
 
-    type: str = "message"
-    role: str | None = None
+    type: Line = "message"
+    role: Line | None = None
     content: Text | list[ContentPart] | None = None
     # function_call: the call; function_call_output: which call it answers, and the answer
     call_id: Line | None = Field(None, max_length=256)
