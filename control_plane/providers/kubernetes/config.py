@@ -31,6 +31,8 @@ class PodConfig:
     resources: Mapping[str, Mapping[str, Mapping[str, str]]]  # type → requests/limits
     gpu_resource: str  # extended resource of one GPU (nvidia.com/gpu)
     grace_s: int  # terminationGracePeriodSeconds: a stop's drain budget
+    # how long a pod may wait for a node before its worker fails as unschedulable
+    unschedulable_grace_s: float
     metrics_port: int  # the worker's /metrics, on the pod IP
     instance: str  # app.kubernetes.io/instance: this platform's pods among others'
     disk_cache_host_path: str = ""  # node directory of the disk cache tier; "" = emptyDir
@@ -123,6 +125,7 @@ def pod_config(settings: Settings) -> PodConfig:
         },
         gpu_resource=settings.kubernetes_gpu_resource,
         grace_s=math.ceil(settings.kubernetes_drain_grace_s),
+        unschedulable_grace_s=settings.kubernetes_unschedulable_grace_s,
         metrics_port=settings.kubernetes_worker_metrics_port,
         instance=settings.kubernetes_instance,
         disk_cache_host_path=settings.kubernetes_disk_cache_host_path,
