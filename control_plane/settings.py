@@ -220,6 +220,9 @@ class Settings(LogSettings, TraceSettings):
     # PLATFORM_LOADER_HOST_CACHE_BYTES > 0. Empty: an emptyDir (memory-backed for the memory
     # tier), which lasts one pod; no volume at all for a tier that is off.
     kubernetes_disk_cache_host_path: str = ""
+    # A PersistentVolumeClaim behind the disk cache tier instead (ReadWriteMany when worker
+    # pods run on several nodes): one cache every worker fills and reads. "" = none.
+    kubernetes_disk_cache_claim: str = ""
     kubernetes_memory_cache_host_path: str = ""
 
     @field_validator("worker_token")

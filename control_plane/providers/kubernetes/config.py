@@ -36,6 +36,7 @@ class PodConfig:
     metrics_port: int  # the worker's /metrics, on the pod IP
     instance: str  # app.kubernetes.io/instance: this platform's pods among others'
     disk_cache_host_path: str = ""  # node directory of the disk cache tier; "" = emptyDir
+    disk_cache_claim: str = ""  # or a PersistentVolumeClaim behind it; "" = none
     memory_cache_host_path: str = ""  # node tmpfs directory of the memory tier; "" = emptyDir
 
 
@@ -104,6 +105,14 @@ def pod_config(settings: Settings) -> PodConfig:
         raise ValueError(
             f"PLATFORM_KUBERNETES_INSTANCE {settings.kubernetes_instance!r} is not a label value"
         )
+    claim = settings.kubernetes_disk_cache_claim
+    if claim and settings.kubernetes_disk_cache_host_path:
+        raise ValueError(
+            "PLATFORM_KUBERNETES_DISK_CACHE_CLAIM and PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH "
+            "are both set: the disk cache tier is one or the other"
+        )
+    if claim and (not DNS_LABEL.fullmatch(claim.replace(".", "-")) or len(claim) > 253):
+        raise ValueError(f"PLATFORM_KUBERNETES_DISK_CACHE_CLAIM {claim!r} is not a claim name")
     for name, path in (
         ("PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH", settings.kubernetes_disk_cache_host_path),
         ("PLATFORM_KUBERNETES_MEMORY_CACHE_HOST_PATH", settings.kubernetes_memory_cache_host_path),
@@ -129,6 +138,7 @@ def pod_config(settings: Settings) -> PodConfig:
         metrics_port=settings.kubernetes_worker_metrics_port,
         instance=settings.kubernetes_instance,
         disk_cache_host_path=settings.kubernetes_disk_cache_host_path,
+        disk_cache_claim=settings.kubernetes_disk_cache_claim,
         memory_cache_host_path=settings.kubernetes_memory_cache_host_path,
     )
 
