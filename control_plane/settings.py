@@ -205,6 +205,10 @@ class Settings(LogSettings, TraceSettings):
     kubernetes_drain_grace_s: float = Field(900.0, ge=1.0)
     # Port of each worker's /metrics, on its pod IP.
     kubernetes_worker_metrics_port: int = Field(9400, ge=1, le=65535)
+    # A worker pod no node can take fails after this long (unschedulable: the scheduler's
+    # message), counted toward crash-loop fail-fast; long enough for a cluster autoscaler to
+    # add a node. An image that cannot be pulled fails at once.
+    kubernetes_unschedulable_grace_s: float = Field(180.0, ge=0.0)
     # app.kubernetes.io/instance of this platform's worker pods: platforms sharing a namespace
     # see only their own pods.
     kubernetes_instance: str = "platform"
@@ -216,6 +220,9 @@ class Settings(LogSettings, TraceSettings):
     # PLATFORM_LOADER_HOST_CACHE_BYTES > 0. Empty: an emptyDir (memory-backed for the memory
     # tier), which lasts one pod; no volume at all for a tier that is off.
     kubernetes_disk_cache_host_path: str = ""
+    # A PersistentVolumeClaim behind the disk cache tier instead (ReadWriteMany when worker
+    # pods run on several nodes): one cache every worker fills and reads. "" = none.
+    kubernetes_disk_cache_claim: str = ""
     kubernetes_memory_cache_host_path: str = ""
 
     @field_validator("worker_token")

@@ -28,6 +28,7 @@ import contextlib
 import hashlib
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -281,22 +282,37 @@ def _age(path: Path, now: float) -> float:
         return 0.0  # gone already
 
 
+def _host() -> str:
+    """This host's name as one file-name part (a cache on a volume several pods mount: each
+    worker container is its pod's PID 1, so a pid alone does not tell writers apart)."""
+    return "".join(c if c.isalnum() or c == "-" else "-" for c in socket.gethostname())[:63]
+
+
 def _partial_path(final: Path) -> Path:
-    """Where an entry is written before it is renamed into place (unique per thread)."""
-    name = f"{final.name}.{os.getpid()}.{threading.get_ident()}{_PARTIAL}"
+    """Where an entry is written before it is renamed into place (unique per thread of a
+    process of a host): `<entry>.<pid>.<thread>.<host>.partial`."""
+    name = f"{final.name}.{os.getpid()}.{threading.get_ident()}.{_host()}{_PARTIAL}"
     return final.with_name(name)
 
 
 def _partial_pid(path: Path) -> int:
-    """The writer's process id from a temp file's name (`<entry>.<pid>.<thread>.partial`)."""
-    try:
-        return int(path.name.split(".")[-3])
-    except (IndexError, ValueError):
-        return -1
+    """The writer's process id from a temp file's name when it is of this host; 0 when of
+    another (its process cannot be looked at: left to the abandoned rule); -1 unreadable."""
+    parts = path.name.split(".")
+    for pid_at, host in ((-4, parts[-2] if len(parts) > 1 else ""), (-3, _host())):
+        try:  # `<entry>.<pid>.<thread>.<host>.partial`, or the older `<entry>.<pid>.<thread>`
+            pid = int(parts[pid_at])
+            int(parts[pid_at + 1])
+        except (IndexError, ValueError):
+            continue
+        return pid if host == _host() else 0
+    return -1
 
 
 def _alive(pid: int) -> bool:
-    if pid <= 0:
+    if pid == 0:
+        return True  # another host's writer: only its silence tells (ABANDONED_PARTIAL_S)
+    if pid < 0:
         return False
     try:
         os.kill(pid, 0)

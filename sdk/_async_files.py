@@ -13,6 +13,7 @@ checkpoint uploads with the memory of a small one.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Callable
 from pathlib import Path
 
 from sdk import _routes as routes
@@ -24,13 +25,19 @@ from sdk._models import StoredFile
 class AsyncFiles(AsyncResource):
     """`client.files`: upload, list and delete files of `store://`."""
 
-    async def upload(self, path: str, data: bytes | str | Path) -> StoredFile:
+    async def upload(
+        self,
+        path: str,
+        data: bytes | str | Path,
+        progress: Callable[[int], None] | None = None,
+    ) -> StoredFile:
         """Store `data` (bytes, or a local file's path) at `store://<path>`.
 
         A file is streamed from disk with its length declared (`Content-Length`), and read
-        again from its start if the request has to be retried.
+        again from its start if the request has to be retried. `progress` hears the bytes of
+        the file sent so far (from 0 again on a retry).
         """
-        body = data if isinstance(data, bytes) else FileBody(data)
+        body = data if isinstance(data, bytes) else FileBody(data, progress)
         return StoredFile(await self._object(routes.upload_file(path, body)))
 
     async def upload_dir(self, directory: str | Path, prefix: str) -> str:

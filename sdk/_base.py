@@ -83,17 +83,22 @@ class FileBody(httpx.SyncByteStream, httpx.AsyncByteStream):
     local disk takes a small fraction of the time sending it takes.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, progress: Callable[[int], None] | None = None) -> None:
         self.path = Path(path)
         self.size_bytes = self.path.stat().st_size  # a missing file fails here, before sending
+        # hears the bytes handed to the connection so far in this attempt (from 0 on a retry)
+        self.progress = progress
 
     def __iter__(self) -> Iterator[bytes]:
-        left = self.size_bytes
+        left, sent = self.size_bytes, 0
         with self.path.open("rb") as f:
             # A file that shrank meanwhile ends early: the server then never sees a whole body.
             while left > 0 and (chunk := f.read(min(CHUNK_BYTES, left))):
                 left -= len(chunk)
                 yield chunk
+                sent += len(chunk)
+                if self.progress is not None:
+                    self.progress(sent)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for chunk in self:

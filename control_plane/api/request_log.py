@@ -81,7 +81,7 @@ class RequestLog:
         template = route_of(scope)
         counted = method if method in METHODS else "other"
         # nothing sent (0): counted as what the server answers for an error that escaped
-        families.http_request(counted, template, status_code or 500)
+        families.http_request(counted, template, status_code or 500, duration_s)
         path: str = scope.get("path", "")
         level = logging.DEBUG if path.startswith(_QUIET_PREFIXES) else logging.INFO
         if not log.isEnabledFor(level):

@@ -94,6 +94,19 @@ HTTP_REQUESTS = Counter(
     "HTTP requests answered by the API, by route template and status code.",
     ["method", "route", "status"],
 )
+HTTP_REQUEST_SECONDS = Histogram(
+    "platform_http_request_duration_seconds",
+    "Seconds the API took to answer, by route template: until the response ended (a streamed "
+    "answer's whole length).",
+    ["method", "route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0),
+)
+WORKER_FAILURES = Counter(
+    "platform_worker_failures_total",
+    "Workers that ended failed, by accelerator and kind of reason (failure_kind: exit, "
+    "exception, boot_timeout, heartbeat_lost, image_pull, pod_config, unschedulable, ...).",
+    ["accelerator", "reason"],
+)
 COLD_STARTS = Counter(
     "platform_cold_starts_total",
     "Workers started for a deployment, by where they came from (placement tier).",
@@ -205,8 +218,37 @@ def job_handed_off(job: Job) -> None:
 
 
 @_guarded
-def http_request(method: str, route: str, status: int) -> None:
+def http_request(method: str, route: str, status: int, seconds: float | None = None) -> None:
     HTTP_REQUESTS.labels(method, route, str(status)).inc()
+    if seconds is not None:
+        HTTP_REQUEST_SECONDS.labels(method, route).observe(max(seconds, 0.0))
+
+
+# Reasons a worker fails with whose words are the kind itself (the rest: `exit_<code>`,
+# `<kind>: <detail>` from the Kubernetes provider, or a reported exception's text).
+_PLAIN_KINDS = frozenset(
+    {"boot_timeout", "heartbeat_lost", "assignment_not_sent", "platform_shutdown"}
+)
+_PREFIXED_KINDS = ("image_pull", "pod_config", "unschedulable")
+
+
+def failure_kind(reason: str | None) -> str:
+    """A failed worker's reason as a label of few values (pure)."""
+    if not reason:
+        return "unknown"
+    if reason in _PLAIN_KINDS:
+        return reason
+    if reason.startswith("exit_"):
+        return "exit"
+    for kind in _PREFIXED_KINDS:
+        if reason.startswith(kind + ":"):
+            return kind
+    return "exception"  # what the worker reported: `<ExceptionType>: <message>`
+
+
+@_guarded
+def worker_failed(accelerator: str, reason: str | None) -> None:
+    WORKER_FAILURES.labels(accelerator, failure_kind(reason)).inc()
 
 
 @_guarded

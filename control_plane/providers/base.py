@@ -23,6 +23,9 @@ class WorkerSpec:
 class Exited:
     worker_id: str  # the worker whose process ended
     returncode: int  # its exit status (negative: killed by that signal)
+    # why, when the exit status does not say it (a pod that could not start:
+    # providers/kubernetes/stuck.py); None: `exit_<returncode>`
+    reason: str | None = None
 
 
 class Provider(Protocol):

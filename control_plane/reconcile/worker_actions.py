@@ -38,7 +38,7 @@ def record_exit(session: Session, env: Env, x: a.RecordExit, now: datetime) -> N
     if x.exit_code == 0:
         state, reason = WorkerState.STOPPED, None
     else:
-        state, reason = WorkerState.FAILED, f"exit_{x.exit_code}"
+        state, reason = WorkerState.FAILED, x.reason or f"exit_{x.exit_code}"
         log.warning(
             "worker %s exited with %d",
             x.worker_id,

@@ -38,7 +38,9 @@ POOL_MAX_BOOT_S = 600.0
 def reap(session: Session, env: Env, now: datetime) -> list[str]:
     """Workers whose process ended: stopped (exit 0) or failed (any other status); returns
     their ids (their running jobs go back to the queue)."""
-    exited = [(e.worker_id, e.returncode) for e in env.provider.reap()]
+    ends = env.provider.reap()
+    exited = [(e.worker_id, e.returncode) for e in ends]
+    reasons = {e.worker_id: e.reason for e in ends if e.reason}
     activity = _last_activity(session, [w for w, code in exited if code != 0])
     known = {
         w.id: ExitedWorker(w.last_heartbeat_at, w.state_since, activity.get(w.id))
@@ -46,7 +48,7 @@ def reap(session: Session, env: Env, now: datetime) -> list[str]:
         if (w := session.get(Worker, worker_id)) is not None
     }
     act = Actuator(session, env, now)
-    act.apply(plan_exits(exited, known, now))
+    act.apply(plan_exits(exited, known, now, reasons))
     act.commit()
     return [w for w, _ in exited]
 

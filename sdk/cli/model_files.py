@@ -42,12 +42,15 @@ def upload_to_store(directory: Path, files: list[Path], prefix: str) -> None:
             for path in files:
                 name = f"{prefix}/{path.relative_to(directory).as_posix()}"
                 size = path.stat().st_size
-                bar.update(
-                    f"uploading {path.name} ({human_bytes(done)}/{human_bytes(total)})",
-                    done,
-                    plain=f"uploading {name} ({human_bytes(size)})",
-                )
-                stored = client.files.upload(name, path)
+                plain = f"uploading {name} ({human_bytes(size)})"  # a log's one line
+                label = f"uploading {path.name} ({{}}/{human_bytes(total)})"
+                bar.update(label.format(human_bytes(done)), done, plain=plain)
+
+                def sent(n: int, at: int = done, label: str = label, plain: str = plain) -> None:
+                    # the bar moves within a file too (a large safetensors shard)
+                    bar.update(label.format(human_bytes(at + n)), at + n, plain=plain)
+
+                stored = client.files.upload(name, path, progress=sent)
                 done += stored.bytes or size
             summary = f"uploaded {len(files)} file(s), {human_bytes(total)}"
             bar.update(summary, total, plain=summary)

@@ -322,5 +322,33 @@ def test_requests_are_counted_by_route_template_and_status(
     assert delta("/v1/jobs/{job_id}", "404") == 1
     assert delta("unmatched", "404") == 1
     assert delta("/metrics", "200") == 1  # the first scrape, counted by the second
+    # and how long each took, by route template
+    seconds = "platform_http_request_duration_seconds_count"
+    timed = {"method": "GET", "route": "/v1/jobs/{job_id}"}
+    assert total(after, seconds, **timed) - total(before, seconds, **timed) == 1
+    slowest = "platform_http_request_duration_seconds_bucket"
+    assert total(after, slowest, le="+Inf", **timed) == total(after, seconds, **timed)
     assert not [lb for _, lb, _ in after if "job_does_not_exist" in json.dumps(lb)]
     assert not [lb for _, lb, _ in after if "/no/such" in json.dumps(lb)]
+
+
+def test_failed_workers_are_counted_by_the_kind_of_their_reason(
+    client: TestClient, keys: dict[str, str], loop: Any, clock: SteppedClock
+) -> None:
+    key = keys["a"]
+    deploy(client, key)
+    submit(client, key)
+    loop.tick(clock())
+    wid = provider(loop).started[-1].worker_id
+    before = scrape(client, key)
+    r = client.post(
+        f"/internal/workers/{wid}/state",
+        json={"state": "failed", "at": clock().timestamp(), "reason": "OSError: disk full"},
+        headers=WORKER,
+    )
+    assert r.status_code == 200, r.text
+    after = scrape(client, key)
+    failures = "platform_worker_failures_total"
+    labels = {"accelerator": "cpu", "reason": "exception"}
+    assert total(after, failures, **labels) - total(before, failures, **labels) == 1
+    assert not [lb for _, lb, _ in after if "disk full" in json.dumps(lb)]  # a kind, not text

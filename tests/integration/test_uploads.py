@@ -194,8 +194,9 @@ def test_sdk_streams_a_file_whose_parts_go_concurrently_and_reassemble_exactly(
     path, data = model_file(tmp_path, size)
     sent = Recording()
 
+    heard: list[int] = []
     with twin.client(server_url, tenant["key"], transport=sent) as client:
-        uploaded = client.files.upload(PATH, path)
+        uploaded = client.files.upload(PATH, path, progress=heard.append)
 
     assert (uploaded.path, uploaded.uri, uploaded.bytes) == (PATH, "store://" + PATH, size)
     assert stored(settings, tenant, PATH) == data
@@ -204,6 +205,8 @@ def test_sdk_streams_a_file_whose_parts_go_concurrently_and_reassemble_exactly(
     # The SDK streamed the file: its length declared (so the API knew it), never sent whole.
     [request] = sent.requests
     assert request.headers["content-length"] == str(size)
+    # the bytes sent so far, as they went (a progress bar moves within the file)
+    assert heard == sorted(heard) and heard[-1] == size and len(heard) > 1
     assert "transfer-encoding" not in request.headers
     assert parts.declared == [size]
     assert sum(sent.pieces[0]) == size and max(sent.pieces[0]) <= CHUNK_BYTES

@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from control_plane.api.request_log import UNMATCHED, route_of
 from control_plane.db.models import Base, Tenant
+from control_plane.metrics import families
 from control_plane.metrics.families import job_times
 from control_plane.metrics.on_commit import after_commit
 from control_plane.metrics.snapshot import Fleet, Named, Snapshot
@@ -188,3 +189,19 @@ def test_a_failing_observation_never_fails_the_commit(session: Session) -> None:
     after_commit(session, lambda: seen.append("next"))
     session.commit()
     assert seen == ["next"]
+
+
+@pytest.mark.parametrize(
+    ("reason", "kind"),
+    [
+        (None, "unknown"),
+        ("exit_-9", "exit"),
+        ("boot_timeout", "boot_timeout"),
+        ("heartbeat_lost", "heartbeat_lost"),
+        ("image_pull: ErrImagePull: x", "image_pull"),
+        ("unschedulable: no node can take it", "unschedulable"),
+        ("RuntimeError: image_pull: nope", "exception"),
+    ],
+)
+def test_failure_kinds_are_few(reason: str | None, kind: str) -> None:
+    assert families.failure_kind(reason) == kind

@@ -46,8 +46,17 @@ def test_writes_the_five_files(checkpoint: Path) -> None:
 
 
 def test_training_is_deterministic(tmp_path: Path) -> None:
-    a = create_demo_model(tmp_path / "a", seed=5, train_steps=2)
+    heard: list[str] = []
+    a = create_demo_model(tmp_path / "a", seed=5, train_steps=2, progress=heard.append)
     b = create_demo_model(tmp_path / "b", seed=5, train_steps=2)
+    # each step is told (`platform models create-demo` prints them), and changes nothing
+    assert [line.split(":")[0].split(" ")[0] for line in heard] == [
+        "training",
+        "training",
+        "",
+        "",
+        "writing",
+    ]
     c = create_demo_model(tmp_path / "c", seed=5, train_steps=0)
     for name in FILE_NAMES:
         assert (a / name).read_bytes() == (b / name).read_bytes(), name

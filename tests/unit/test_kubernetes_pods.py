@@ -190,6 +190,11 @@ def test_owner_patch_points_at_the_pod() -> None:
             {"kubernetes_disk_cache_host_path": "var/cache/weights"},
             "PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH 'var/cache/weights' is not an absolute path",
         ),
+        (
+            {"kubernetes_disk_cache_claim": "w", "kubernetes_disk_cache_host_path": "/var/c"},
+            "PLATFORM_KUBERNETES_DISK_CACHE_CLAIM and PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH",
+        ),
+        ({"kubernetes_disk_cache_claim": "Bad_Claim"}, "PLATFORM_KUBERNETES_DISK_CACHE_CLAIM"),
     ],
 )
 def test_settings_that_cannot_work_are_refused_naming_the_setting(
@@ -228,6 +233,20 @@ def test_cache_tiers_on_node_directories_outlive_the_pod() -> None:
     ]
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["PLATFORM_LOADER_CACHE_DIR"] == "/cache/weights"  # where the worker looks
+
+
+def test_the_disk_tier_on_a_claim_is_shared_by_the_workers_that_mount_it() -> None:
+    cfg = pod_config(settings(kubernetes_disk_cache_claim="platform-weights"))
+    pod = pod_manifest(cfg, WorkerSpec("wrk_c3", "h100", None), CACHE_ENV)
+    valid(pod)
+    assert pod["spec"]["volumes"][0] == {
+        "name": "weights-disk",
+        "persistentVolumeClaim": {"claimName": "platform-weights"},
+    }
+    assert pod["spec"]["containers"][0]["volumeMounts"][0] == {
+        "name": "weights-disk",
+        "mountPath": "/cache/weights",
+    }
 
 
 def test_cache_tiers_without_node_directories_last_one_pod() -> None:

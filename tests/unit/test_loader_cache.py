@@ -11,7 +11,13 @@ import time
 from pathlib import Path
 
 from loader import cached_uris
-from loader.cache import ABANDONED_PARTIAL_S, STALE_PARTIAL_S, CacheWriter, DiskCache
+from loader.cache import (
+    ABANDONED_PARTIAL_S,
+    STALE_PARTIAL_S,
+    CacheWriter,
+    DiskCache,
+    _host,
+)
 from loader.http import ObjectInfo
 
 
@@ -69,12 +75,18 @@ def test_temp_files_of_dead_writers_and_orphan_sidecars_are_swept(tmp_path: Path
         os.utime(p, (now - age_s, now - age_s))
         return p
 
-    old_dead = touch(f"k1.safetensors.{dead}.7.partial", STALE_PARTIAL_S + 5)
-    young_dead = touch(f"k2.safetensors.{dead}.7.partial", 1)
-    old_live = touch(f"k3.safetensors.{os.getpid()}.7.partial", STALE_PARTIAL_S + 5)
-    abandoned = touch(f"k4.json.{os.getpid()}.7.partial", ABANDONED_PARTIAL_S + 5)
+    here = _host()
+    old_dead = touch(f"k1.safetensors.{dead}.7.{here}.partial", STALE_PARTIAL_S + 5)
+    young_dead = touch(f"k2.safetensors.{dead}.7.{here}.partial", 1)
+    old_live = touch(f"k3.safetensors.{os.getpid()}.7.{here}.partial", STALE_PARTIAL_S + 5)
+    abandoned = touch(f"k4.json.{os.getpid()}.7.{here}.partial", ABANDONED_PARTIAL_S + 5)
+    # another pod's writer on a shared volume, whose pid means nothing here: kept until silent
+    other_host = touch(f"k7.safetensors.{dead}.7.worker-b.partial", STALE_PARTIAL_S + 5)
+    other_silent = touch(f"k8.safetensors.{dead}.7.worker-b.partial", ABANDONED_PARTIAL_S + 5)
+    older_format = touch(f"k9.safetensors.{dead}.7.partial", STALE_PARTIAL_S + 5)
     orphan = touch("k5.json", STALE_PARTIAL_S + 5)
     young_orphan = touch("k6.json", 1)  # its entry is about to be renamed into place
     cache.sweep_partials(now)
     assert not old_dead.exists() and not abandoned.exists() and not orphan.exists()
     assert young_dead.exists() and old_live.exists() and young_orphan.exists()
+    assert other_host.exists() and not other_silent.exists() and not older_format.exists()

@@ -70,6 +70,9 @@ def test_exits_are_recorded_for_the_workers_the_database_knows() -> None:
         a.RecordExit("w4", 1, ago(2)),
         a.RecordExit("w5", -9, ago(0.5)),
     ]
+    # a pod that could not start: its reason replaces the bare exit code
+    stuck = plan_exits([("w3", -9)], known, NOW, {"w3": "image_pull: ErrImagePull"})
+    assert stuck == [a.RecordExit("w3", -9, ago(1), "image_pull: ErrImagePull")]
 
 
 def test_a_silent_worker_is_lost_at_its_last_beat_and_a_beat_is_noted() -> None:

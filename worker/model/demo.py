@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,13 +53,21 @@ FILE_NAMES = (
 )
 
 
-def create_demo_model(out_dir: Path, seed: int = 0, train_steps: int = DEFAULT_TRAIN_STEPS) -> Path:
-    """Write the demo checkpoint into ``out_dir`` (created if needed) and return it."""
+def create_demo_model(
+    out_dir: Path,
+    seed: int = 0,
+    train_steps: int = DEFAULT_TRAIN_STEPS,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Write the demo checkpoint into ``out_dir`` (created if needed) and return it;
+    ``progress`` hears each step (a line of text)."""
     if train_steps < 0:
         raise ValueError(f"train_steps: must be >= 0, got {train_steps}")
+    say = progress or (lambda _: None)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paragraphs = load_corpus()
+    say(f"training a {VOCAB_SIZE}-token tokenizer on the bundled corpus")
     tokenizer = train_tokenizer(paragraphs)
     hf_config = demo_hf_config(tokenizer)
     config = ModelConfig.from_hf_dict(hf_config)
@@ -70,11 +78,13 @@ def create_demo_model(out_dir: Path, seed: int = 0, train_steps: int = DEFAULT_T
         generator = torch.Generator().manual_seed(seed)
         model = init_model(config, generator)
         if train_steps > 0:
+            say(f"training the model: {train_steps} steps")
             stream = _token_stream(tokenizer, paragraphs)
-            train(model, stream, train_steps, generator)
+            train(model, stream, train_steps, generator, say)
     finally:
         torch.set_num_threads(previous_threads)
 
+    say(f"writing {', '.join(FILE_NAMES)}")
     state = hf_state_dict(model)
     save_file(state, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save(str(out_dir / "tokenizer.json"))
@@ -163,15 +173,23 @@ def init_model(config: ModelConfig, generator: torch.Generator) -> LlamaModel:
     return model
 
 
-def train(model: LlamaModel, stream: torch.Tensor, steps: int, generator: torch.Generator) -> float:
-    """Next-token training on random windows of ``stream`` ([num_tokens]); returns last loss."""
+def train(
+    model: LlamaModel,
+    stream: torch.Tensor,
+    steps: int,
+    generator: torch.Generator,
+    progress: Callable[[str], None] | None = None,
+) -> float:
+    """Next-token training on random windows of ``stream`` ([num_tokens]); returns last loss.
+    ``progress`` hears the loss at each fifth of the steps."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=_LEARNING_RATE, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / 20) * max(0.1, 1 - step / steps)
     )
     loss = torch.zeros(())
-    for _ in range(steps):
+    report_every = max(1, steps // 5)
+    for step in range(steps):
         # starts: [batch]; windows: [batch, seq_len + 1]
         starts = torch.randint(0, len(stream) - _SEQ_LEN - 1, (_BATCH_SIZE,), generator=generator)
         windows = torch.stack([stream[s : s + _SEQ_LEN + 1] for s in starts.tolist()])
@@ -185,6 +203,8 @@ def train(model: LlamaModel, stream: torch.Tensor, steps: int, generator: torch.
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
+        if progress is not None and ((step + 1) % report_every == 0 or step + 1 == steps):
+            progress(f"  step {step + 1}/{steps}: loss {float(loss.detach()):.2f}")
     model.eval()
     return float(loss.detach())
 
@@ -228,10 +248,16 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error("--train-steps must be >= 0")
 
     started = time.perf_counter()
-    out_dir = create_demo_model(args.out_dir, seed=args.seed, train_steps=args.train_steps)
+    out_dir = create_demo_model(
+        args.out_dir, seed=args.seed, train_steps=args.train_steps, progress=_progress
+    )
     elapsed_s = time.perf_counter() - started
     print(f"wrote {', '.join(FILE_NAMES)} to {out_dir} in {elapsed_s:.1f} s")
     _print_sample(out_dir)
+
+
+def _progress(line: str) -> None:
+    print(line, flush=True)
 
 
 def _print_sample(out_dir: Path) -> None:

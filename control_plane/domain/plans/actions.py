@@ -24,6 +24,8 @@ class RecordExit:
     worker_id: str
     exit_code: int
     ended_at: datetime
+    # why, when the exit code does not say (a pod that could not start); None: exit_<code>
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

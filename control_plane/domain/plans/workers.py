@@ -35,7 +35,10 @@ class ExitedWorker:
 
 
 def plan_exits(
-    exited: list[tuple[str, int]], known: dict[str, ExitedWorker], now: datetime
+    exited: list[tuple[str, int]],
+    known: dict[str, ExitedWorker],
+    now: datetime,
+    reasons: dict[str, str] | None = None,
 ) -> list[RecordExit]:
     """The exited processes (worker id, exit code) the database knows, recorded. A clean exit
     ends its worker now (it drained and reported `stopped` itself: this only confirms it); a
@@ -52,7 +55,7 @@ def plan_exits(
             if code == 0
             else last_sign_of_life(w.last_heartbeat_at, w.state_since, now, w.last_activity_at)
         )
-        out.append(RecordExit(worker_id, code, ended_at))
+        out.append(RecordExit(worker_id, code, ended_at, (reasons or {}).get(worker_id)))
     return out
 
 

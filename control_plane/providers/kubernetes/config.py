@@ -31,9 +31,12 @@ class PodConfig:
     resources: Mapping[str, Mapping[str, Mapping[str, str]]]  # type → requests/limits
     gpu_resource: str  # extended resource of one GPU (nvidia.com/gpu)
     grace_s: int  # terminationGracePeriodSeconds: a stop's drain budget
+    # how long a pod may wait for a node before its worker fails as unschedulable
+    unschedulable_grace_s: float
     metrics_port: int  # the worker's /metrics, on the pod IP
     instance: str  # app.kubernetes.io/instance: this platform's pods among others'
     disk_cache_host_path: str = ""  # node directory of the disk cache tier; "" = emptyDir
+    disk_cache_claim: str = ""  # or a PersistentVolumeClaim behind it; "" = none
     memory_cache_host_path: str = ""  # node tmpfs directory of the memory tier; "" = emptyDir
 
 
@@ -102,6 +105,14 @@ def pod_config(settings: Settings) -> PodConfig:
         raise ValueError(
             f"PLATFORM_KUBERNETES_INSTANCE {settings.kubernetes_instance!r} is not a label value"
         )
+    claim = settings.kubernetes_disk_cache_claim
+    if claim and settings.kubernetes_disk_cache_host_path:
+        raise ValueError(
+            "PLATFORM_KUBERNETES_DISK_CACHE_CLAIM and PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH "
+            "are both set: the disk cache tier is one or the other"
+        )
+    if claim and (not DNS_LABEL.fullmatch(claim.replace(".", "-")) or len(claim) > 253):
+        raise ValueError(f"PLATFORM_KUBERNETES_DISK_CACHE_CLAIM {claim!r} is not a claim name")
     for name, path in (
         ("PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH", settings.kubernetes_disk_cache_host_path),
         ("PLATFORM_KUBERNETES_MEMORY_CACHE_HOST_PATH", settings.kubernetes_memory_cache_host_path),
@@ -123,9 +134,11 @@ def pod_config(settings: Settings) -> PodConfig:
         },
         gpu_resource=settings.kubernetes_gpu_resource,
         grace_s=math.ceil(settings.kubernetes_drain_grace_s),
+        unschedulable_grace_s=settings.kubernetes_unschedulable_grace_s,
         metrics_port=settings.kubernetes_worker_metrics_port,
         instance=settings.kubernetes_instance,
         disk_cache_host_path=settings.kubernetes_disk_cache_host_path,
+        disk_cache_claim=settings.kubernetes_disk_cache_claim,
         memory_cache_host_path=settings.kubernetes_memory_cache_host_path,
     )
 

@@ -184,8 +184,9 @@ def cache_volumes(
     cfg: PodConfig, env: Mapping[str, str]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(volumes, mounts) of the weight cache tiers the workers' env turns on: the node's
-    directory when configured (the tier outlives the pod), else an emptyDir (a writable place
-    on the image's read-only filesystem; memory-backed and capped for the memory tier).
+    directory when configured (the tier outlives the pod), or for the disk tier a
+    PersistentVolumeClaim (shared by the workers that mount it), else an emptyDir (a writable
+    place on the image's read-only filesystem; memory-backed and capped for the memory tier).
 
     ValueError naming the variable when a pod could not be made from it (the provider checks
     at start-up, so no tick fails on it)."""
@@ -193,7 +194,12 @@ def cache_volumes(
     disk_dir = env.get("PLATFORM_LOADER_CACHE_DIR", "")
     if disk_dir:
         absolute("PLATFORM_LOADER_CACHE_DIR", disk_dir)
-        source = _host_dir(cfg.disk_cache_host_path) or {"emptyDir": {}}
+        claim = cfg.disk_cache_claim
+        source = (
+            _host_dir(cfg.disk_cache_host_path)
+            or ({"persistentVolumeClaim": {"claimName": claim}} if claim else None)
+            or {"emptyDir": {}}
+        )
         volumes.append({"name": "weights-disk", **source})
         mounts.append({"name": "weights-disk", "mountPath": disk_dir})
     raw = env.get("PLATFORM_LOADER_HOST_CACHE_BYTES") or "0"

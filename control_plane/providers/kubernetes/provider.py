@@ -147,6 +147,7 @@ class KubernetesProvider:
         pod whose end a standby removed could reach the leader as a bare DELETED, without its
         exit code."""
         out: list[Exited] = []
+        self._watch.overdue(self._cfg.unschedulable_grace_s)
         while True:
             try:
                 end = self._watch.ends.get_nowait()

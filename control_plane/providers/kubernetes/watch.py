@@ -43,6 +43,7 @@ class PodWatch:
         self._selector = selector
         self.ends: queue.SimpleQueue[End] = queue.SimpleQueue()
         self.tracker = PodTracker()
+        self._lock = threading.Lock()  # the tracker: this thread, and `overdue` from reap
         self._closed = threading.Event()
         self.synced = threading.Event()  # the first LIST is done
         self.response: Any = None  # the watch's HTTP response, closed by `close`
@@ -55,6 +56,14 @@ class PodWatch:
             self._core.list_namespaced_pod(self._namespace, label_selector=self._selector, **call())
         )
         return answer.get("items") or [], answer["metadata"]["resourceVersion"]
+
+    def overdue(self, grace_s: float) -> None:
+        """Queue the ends of pods that waited for a node `grace_s` or more (their pods stay
+        until deleted)."""
+        with self._lock:
+            ended = self.tracker.overdue(time.monotonic(), grace_s)
+        for e in ended:
+            self.ends.put(End(e, delete_pod=True))
 
     def close(self) -> None:
         """Stop the thread (the client is the provider's to close)."""
@@ -77,7 +86,9 @@ class PodWatch:
             try:
                 if version is None:
                     pods, version = self.list_pods()
-                    self._ended(self.tracker.relist(pods), pods)
+                    with self._lock:
+                        ended = self.tracker.relist(pods, time.monotonic())
+                    self._ended(ended, pods)
                     self.synced.set()
                 began, since = time.monotonic(), version
                 version = self._watch(version)
@@ -130,7 +141,9 @@ class PodWatch:
                     raise RuntimeError(f"watch error {obj.get('code')}: {obj.get('message')}")
                 version = (obj.get("metadata") or {}).get("resourceVersion") or version
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self._ended(self.tracker.observe(kind, obj), [obj], kind == "DELETED")
+                    with self._lock:
+                        ended = self.tracker.observe(kind, obj, time.monotonic())
+                    self._ended(ended, [obj], kind == "DELETED")
         finally:
             self.response.release_conn()
             self.response = None

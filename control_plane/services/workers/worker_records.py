@@ -168,6 +168,9 @@ def transition(
         w.reason = user_paths.for_tenant(reason, settings.store_bucket, w.tenant_id)
     if state in ENDED_STATES:
         w.stopped_at = at
+    if state == WorkerState.FAILED:
+        failed = functools.partial(families.worker_failed, w.accelerator, reason)
+        on_commit.after_commit(session, failed)
     return w
 
 
