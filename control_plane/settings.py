@@ -61,6 +61,11 @@ class Settings(LogSettings, TraceSettings):
     # API processes serving api_port. Above 1, each binds with SO_REUSEPORT and the kernel
     # spreads connections among them; the embedded supervisor starts this many.
     api_processes: int = Field(1, ge=1, le=MAX_API_PROCESSES)
+    # The reconciler's and the Celery worker's own /metrics (their event families, as
+    # control_plane/metrics/server.py serves them), for hosts where no API process sums them
+    # (a pod each, a container each). None: not served.
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(None, ge=0, le=65535)
     # URL at which workers reach the control plane's internal endpoints.
     internal_url: str = "http://127.0.0.1:8000"
     # Shared secret of workers for /internal endpoints.

@@ -24,6 +24,7 @@ from celery import signals
 
 from common import logs, tracing
 from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.metrics import server
 from control_plane.services.jobs import webhook_delivery
 from control_plane.services.jobs.dispatch import make_celery
 from control_plane.services.jobs.webhook_delivery import DeliveryEnv, Message
@@ -67,6 +68,9 @@ def _on_worker_init(instance: Any, **_: Any) -> None:
     logs.configure("celery", settings)
     # webhook attempts join their job's trace (a threads pool: the exporter's thread is ours)
     tracing.configure("celery", settings)
+    # its own /metrics (webhook deliveries) when its pod or container is not the API's; a
+    # daemon thread of this process, which the threads pool never forks
+    server.serve_from(settings)
     if settings.log_format == "json":
         instance.quiet = True
 

@@ -35,13 +35,19 @@ class _ThisProcess(Collector):
         return REGISTRY.collect()
 
 
-def render(state: Collector, multiproc: str | None) -> bytes:
-    """The exposition text of the event families (from `multiproc`'s files, or this process)
-    and of `state`."""
+def events(multiproc: str | None) -> CollectorRegistry:
+    """A registry of the event families: from `multiproc`'s files, or this process's own."""
     registry = CollectorRegistry(auto_describe=False)
     if multiproc:
         MultiProcessCollector(registry, path=multiproc)  # type: ignore[no-untyped-call]
     else:
         registry.register(_ThisProcess())
+    return registry
+
+
+def render(state: Collector, multiproc: str | None) -> bytes:
+    """The exposition text of the event families (from `multiproc`'s files, or this process)
+    and of `state`."""
+    registry = events(multiproc)
     registry.register(state)
     return generate_latest(registry)

@@ -16,6 +16,7 @@ from common import logs, tracing
 from common.signals import on_signals
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.clock import utc_now
+from control_plane.metrics import server
 from control_plane.providers.select import make_provider, workers_env
 from control_plane.reconcile import loop
 from control_plane.reconcile.driver import Reconciler, tune_gc
@@ -32,6 +33,8 @@ def main() -> None:
     settings = Settings()
     logs.configure("reconciler", settings)
     tracing.configure("reconciler", settings)  # ticks that act, and requeues in jobs' traces
+    # its own /metrics when its pod or container is not the API's (metrics/server.py)
+    metrics = server.serve_from(settings)
     provider = make_provider(settings, workers_env(settings, os.environ))
     reconciler = Reconciler(
         Env(settings, redis.Redis.from_url(settings.redis_url), make_celery(settings), provider),
@@ -55,6 +58,8 @@ def main() -> None:
     )
     log.info("reconciler %s running every %.2fs", holder, settings.autoscaler_interval_s)
     loop.run(reconciler, leadership, utc_now, stop)
+    if metrics is not None:
+        metrics.close()
     log.info("reconciler stopped")
 
 

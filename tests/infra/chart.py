@@ -50,6 +50,24 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "extraEnv": {"PLATFORM_DEFAULT_REQUESTS_PER_MIN": "1200"},
     },
     "existing-secret": {"secrets": {"existingSecret": "platform-own"}},
+    "ingress-and-worker-policy": {
+        "api": {
+            "ingress": {
+                "enabled": True,
+                "className": "nginx",
+                "host": "llm.example.com",
+                "annotations": {"cert-manager.io/cluster-issuer": "letsencrypt"},
+                "tls": {"secretName": "llm-example-tls"},
+            }
+        },
+        "networkPolicy": {
+            "metricsFrom": [
+                {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}
+            ],
+            "workers": {"enabled": True},
+        },
+        "workers": {"namespace": "llm-workers"},
+    },
 }
 
 

@@ -75,3 +75,18 @@ def test_processes_start_after_the_migration() -> None:
             "service_completed_successfully"
         )
     assert services["migrate"]["command"] == ["migrate"]
+
+
+def test_the_reconciler_and_celery_serve_their_metrics_inside_the_project() -> None:
+    from control_plane.settings import Settings
+
+    services = compose()["services"]
+    for name, port in (("reconciler", 9410), ("celery", 9411)):
+        env = services[name]["environment"]
+        settings = Settings(
+            metrics_host=env["PLATFORM_METRICS_HOST"], metrics_port=env["PLATFORM_METRICS_PORT"]
+        )
+        assert (settings.metrics_host, settings.metrics_port) == ("0.0.0.0", port)
+        # reachable by a scraper on the project's network, never published on the host
+        assert services[name]["expose"] == [str(port)]
+        assert "ports" not in services[name]

@@ -75,9 +75,12 @@ def test_ports_are_the_settings_defaults() -> None:
 
 
 def _probe_paths() -> set[str]:
+    """The API's probe paths and the ServiceMonitor's (the other processes' /metrics ports
+    answer every path: tests/infra/test_helm_processes.py)."""
     paths = set()
     for obj in objects(VARIANTS["monitoring-and-policies"]):
-        if obj["kind"] in ("Deployment", "StatefulSet"):
+        api = obj["metadata"]["name"].endswith("-api")
+        if obj["kind"] in ("Deployment", "StatefulSet") and api:
             for c in containers(obj):
                 for probe in ("livenessProbe", "readinessProbe", "startupProbe"):
                     if "httpGet" in c.get(probe, {}):

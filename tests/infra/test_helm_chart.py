@@ -27,7 +27,10 @@ from tests.infra.chart import (
 # ships schemas for: a field removed or added in between fails one of them.
 OLDEST, NEWEST = "1.27.0", kubernetes_validate.latest_version()
 # Custom resources: no schema in kubernetes-validate; checked by hand below.
-CUSTOM_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CUSTOM_KINDS = {
+    ("monitoring.coreos.com/v1", "ServiceMonitor"),
+    ("monitoring.coreos.com/v1", "PodMonitor"),
+}
 
 
 def test_lint_has_no_errors() -> None:
@@ -299,7 +302,7 @@ def test_migration_job_is_a_pre_install_and_pre_upgrade_hook() -> None:
 
 
 def test_service_monitor_is_off_by_default_and_scrapes_the_api() -> None:
-    assert not [o for o in objects() if o["kind"] == "ServiceMonitor"]
+    assert not [o for o in objects() if o["kind"] in ("ServiceMonitor", "PodMonitor")]
     objs = objects(VARIANTS["monitoring-and-policies"])
     (sm,) = [o for o in objs if o["kind"] == "ServiceMonitor"]
     assert sm["apiVersion"] == "monitoring.coreos.com/v1"
@@ -319,6 +322,8 @@ def test_network_policies_select_real_pods_and_ports() -> None:
         f"{RELEASE}-api",
         f"{RELEASE}-redis",
         f"{RELEASE}-postgresql",
+        f"{RELEASE}-reconciler",
+        f"{RELEASE}-celery",
     }
     workloads = [o for o in objs if o["kind"] in ("Deployment", "StatefulSet")]
     for policy in policies:

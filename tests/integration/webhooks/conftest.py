@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 
 from control_plane.api.app import create_app
 from control_plane.db.migrate import upgrade
+from control_plane.embedded.processes import free_port
 from control_plane.settings import Settings
 from tests.conftest import S3Server
 from tests.integration.api_helpers import WORKER_TOKEN, tenant_keys
@@ -57,6 +58,7 @@ def env(
         "PLATFORM_WEBHOOK_RETRY_SCHEDULE_S": RETRY_SCHEDULE_S,
         "PLATFORM_WEBHOOK_OUTPUT_INTERVAL_S": str(OUTPUT_INTERVAL_S),
         "PLATFORM_WEBHOOK_TIMEOUT_S": "3",
+        "PLATFORM_METRICS_PORT": str(metrics_port := free_port()),
     }
     log = d / "celery.log"
     worker = start_celery_worker(child_env, log)
@@ -66,7 +68,7 @@ def env(
         aws.setenv(k, v)  # this process writes batch results too
     try:
         with TestClient(create_app(settings)) as client:
-            yield Env(client, settings, receiver, worker, log)
+            yield Env(client, settings, receiver, worker, log, metrics_port)
     finally:
         aws.undo()
         receiver.close()

@@ -170,3 +170,57 @@ where worker pods go and what they look like. */}}
 - name: PLATFORM_KUBERNETES_INSTANCE
   value: {{ .Release.Name | quote }}
 {{- end -}}
+
+{{/* The reconciler's and Celery's own /metrics (control_plane/metrics/server.py): the
+process serves its event families on this port; Prometheus scrapes it and the probes check it.
+include "platform.metricsEnv" PORT, and "platform.metricsServing" PORT in the container. */}}
+{{- define "platform.metricsEnv" -}}
+- name: PLATFORM_METRICS_HOST
+  value: "0.0.0.0"
+- name: PLATFORM_METRICS_PORT
+  value: {{ . | quote }}
+{{- end -}}
+{{- define "platform.metricsServing" -}}
+ports:
+  - name: metrics
+    containerPort: {{ . }}
+    protocol: TCP
+{{- /* The port is served by a thread of the process itself, from its start: an answer
+means the process runs and is not wedged (a scrape reads a few small files). Nothing here goes
+through Redis or SQL, so a store's outage restarts nothing; a reconciler whose loop hangs stops
+renewing the Lease and a standby takes over within leaseSeconds. */}}
+startupProbe:
+  httpGet:
+    path: /metrics
+    port: metrics
+  periodSeconds: 2
+  failureThreshold: 60
+livenessProbe:
+  httpGet:
+    path: /metrics
+    port: metrics
+  periodSeconds: 20
+  timeoutSeconds: 5
+  failureThreshold: 3
+readinessProbe:
+  httpGet:
+    path: /metrics
+    port: metrics
+  periodSeconds: 10
+  timeoutSeconds: 5
+  failureThreshold: 2
+{{- end -}}
+
+{{/* A NetworkPolicy peer of the worker pods when they run in another namespace (a plain
+podSelector matches its own namespace only); nothing when they share the release's. */}}
+{{- define "platform.workerPeer" -}}
+{{- $ns := include "platform.workerNamespace" . -}}
+{{- if ne $ns .Release.Namespace -}}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ $ns }}
+  podSelector:
+    matchLabels:
+      app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+{{- end -}}
