@@ -180,6 +180,12 @@ def test_cache_tiers_from_the_values_reach_the_worker_pods(
     }
     mounts = {m["name"]: m["mountPath"] for m in pod["spec"]["containers"][0]["volumeMounts"]}
     assert mounts["weights-disk"] == "/cache"
+    # the disk tier on a claim instead
+    claimed = {**values, "workers": {**values["workers"], "diskCacheHostPath": "",
+                                     "diskCacheClaim": "platform-weights"}}  # fmt: skip
+    plain = {name: e["value"] for name, e in _reconciler_env(claimed).items() if "value" in e}
+    assert plain["PLATFORM_KUBERNETES_DISK_CACHE_CLAIM"] == "platform-weights"
+    assert "PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH" not in plain
 
 
 def test_worker_token_secret_lives_with_the_workers() -> None:

@@ -162,6 +162,10 @@ where worker pods go and what they look like. */}}
 - name: PLATFORM_KUBERNETES_DISK_CACHE_HOST_PATH
   value: {{ . | quote }}
 {{- end }}
+{{- with .Values.workers.diskCacheClaim }}
+- name: PLATFORM_KUBERNETES_DISK_CACHE_CLAIM
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.workers.memoryCacheHostPath }}
 - name: PLATFORM_KUBERNETES_MEMORY_CACHE_HOST_PATH
   value: {{ . | quote }}
