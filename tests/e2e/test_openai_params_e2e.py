@@ -14,6 +14,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from sdk import Client
+from tests.e2e.openai_helpers import deployed, openai_client
 
 pytestmark = pytest.mark.e2e
 
@@ -88,10 +89,7 @@ NEEDS = {
 
 @pytest.fixture(scope="module")
 def api(platform: dict[str, Any], demo_model: Path) -> dict[str, Any]:
-    Client(base_url=platform["url"], api_key=platform["api_key"]).deployments.create(
-        name=MODEL, model=str(demo_model), scaledown_window_s=600
-    )
-    return platform
+    return deployed(platform, demo_model, MODEL)
 
 
 def _post(api: dict[str, Any], path: str, body: dict[str, Any]) -> httpx.Response:
@@ -141,9 +139,7 @@ def test_an_unknown_parameter_is_refused_by_name(api: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def oai(api: dict[str, Any]) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=api["url"] + "/v1", api_key=api["api_key"], max_retries=0, timeout=120
-    )
+    return openai_client(api)
 
 
 def _greedy_tokens(oai: openai.OpenAI, **extra: Any) -> list[str]:

@@ -16,6 +16,7 @@ import openai
 import pytest
 
 from sdk import Client
+from tests.e2e.openai_helpers import deployed, openai_client
 
 pytestmark = pytest.mark.e2e
 
@@ -46,17 +47,12 @@ FORMAT: Any = {
 
 @pytest.fixture(scope="module")
 def api(platform: dict[str, Any], demo_model: Path) -> dict[str, Any]:
-    Client(base_url=platform["url"], api_key=platform["api_key"]).deployments.create(
-        name=MODEL, model=str(demo_model), scaledown_window_s=600
-    )
-    return platform
+    return deployed(platform, demo_model, MODEL)
 
 
 @pytest.fixture(scope="module")
 def oai(api: dict[str, Any]) -> openai.OpenAI:
-    return openai.OpenAI(
-        base_url=api["url"] + "/v1", api_key=api["api_key"], max_retries=0, timeout=120
-    )
+    return openai_client(api)
 
 
 def test_json_schema_outputs_validate_plain_streamed_and_sampled(oai: openai.OpenAI) -> None:

@@ -13,7 +13,7 @@ import jsonschema
 import openai
 import pytest
 
-from sdk import Client
+from tests.e2e.openai_helpers import deployed, openai_client
 
 pytestmark = pytest.mark.e2e
 
@@ -40,12 +40,7 @@ ASK: Any = [{"role": "user", "content": "What is the weather in Paris?"}]
 
 @pytest.fixture(scope="module")
 def oai(platform: dict[str, Any], demo_model: Path) -> openai.OpenAI:
-    Client(base_url=platform["url"], api_key=platform["api_key"]).deployments.create(
-        name=MODEL, model=str(demo_model), scaledown_window_s=600
-    )
-    return openai.OpenAI(
-        base_url=platform["url"] + "/v1", api_key=platform["api_key"], max_retries=0, timeout=120
-    )
+    return openai_client(deployed(platform, demo_model, MODEL))
 
 
 def _valid(call: Any) -> None:
