@@ -224,3 +224,26 @@ def test_worker_phases_become_billing_records_once(
         client.get(f"/v1/billing/records?worker_id={wid}", headers=h(keys["b"])).json()["data"]
         == []
     )
+
+
+def test_a_jobs_error_names_the_tenants_store_paths(
+    client: TestClient, keys: dict[str, str], settings: Settings
+) -> None:
+    deploy(client, keys["a"])
+    job = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()
+    claimed = client.post(
+        f"/internal/jobs/{job['id']}/claim", json={"worker_id": "w1"}, headers=WORKER
+    )
+    assert claimed.status_code == 200
+    sessions = make_sessionmaker(make_engine(settings.database_url))
+    with sessions() as session:
+        tenant_id = session.scalar(select(Job.tenant_id).where(Job.id == job["id"]))
+    internal = f"s3://{settings.store_bucket}/tenants/{tenant_id}/"
+    error = {"type": "model_error", "message": f"OSError: {internal}models/x/a.bin: gone"}
+    failed = {"worker_id": "w1", "attempt": 1, "status": "failed", "error": error}
+    done = client.post(f"/internal/jobs/{job['id']}/complete", json=failed, headers=WORKER)
+    assert done.status_code == 200, done.text
+    shown = client.get(f"/v1/jobs/{job['id']}", headers=h(keys["a"])).json()["error"]
+    assert shown["message"] == "OSError: store://models/x/a.bin: gone"

@@ -14,6 +14,7 @@ from typing import Any
 
 from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -30,7 +31,7 @@ from control_plane.api.worker_schemas import (
 )
 from control_plane.context import AppContext
 from control_plane.db.models import Job
-from control_plane.domain import endings
+from control_plane.domain import endings, user_paths
 from control_plane.domain.states import PENDING, TERMINAL, JobStatus
 from control_plane.errors import Conflict, InvalidRequest
 from control_plane.services.jobs import claims, events, finish, job_store
@@ -147,7 +148,7 @@ def _complete(
             status,
             r.attempt,
             output=r.output,
-            error=r.error,
+            error=_for_tenant(ctx, session, r.job_id, r.error),
             prompt_tokens=r.prompt_tokens,
             generated_tokens=r.generated_tokens,
         )
@@ -156,6 +157,22 @@ def _complete(
         # (their worker goes back to idle at the reconciler's next tick: workers.settle_idle)
         ended = {job.id for job in finish.finish(session, ctx.outbox, ends, at)}
     return [r.job_id in ended for r in reports]
+
+
+def _for_tenant(
+    ctx: AppContext, session: Session, job_id: str, error: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    """A reported error as its tenant reads it: the worker names what it read by its internal
+    path; the tenant knows it as `store://` (domain/user_paths.py). Failures are rare: one
+    lookup of the job's tenant each."""
+    message = (error or {}).get("message")
+    if not isinstance(message, str) or "s3://" not in message:
+        return error
+    tenant_id = session.scalar(select(Job.tenant_id).where(Job.id == job_id))
+    if tenant_id is None:
+        return error  # no such job: the fenced end refuses the report anyway
+    shown = user_paths.for_tenant(message, ctx.settings.store_bucket, tenant_id)
+    return {**(error or {}), "message": shown}
 
 
 @contextlib.contextmanager
