@@ -221,14 +221,30 @@ def test_rbac_grants_what_the_provider_needs_and_no_more() -> None:
     assert binding["subjects"][0]["namespace"] == NAMESPACE
     review = find(objs, "ClusterRole", f"{RELEASE}-{NAMESPACE}-access-review")
     assert _rules(review) == {("authorization.k8s.io", "selfsubjectaccessreviews"): {"create"}}
+    # the API's own account reads worker pods' logs (GET /v1/logs), and nothing else
+    api = find(objs, "Deployment", f"{RELEASE}-api")["spec"]["template"]["spec"]
+    assert api["serviceAccountName"] == f"{RELEASE}-api"
+    assert find(objs, "ServiceAccount", f"{RELEASE}-api")
+    logs = find(objs, "Role", f"{RELEASE}-api-logs")
+    assert logs["metadata"]["namespace"] == "llm-workers"
+    assert _rules(logs) == {("", "pods/log"): {"get"}}
+    logs_binding = find(objs, "RoleBinding", f"{RELEASE}-api-logs")
+    assert logs_binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": f"{RELEASE}-api", "namespace": NAMESPACE}
+    ]
+    (c,) = containers(find(objs, "Deployment", f"{RELEASE}-api"))
+    assert env_of(c)["PLATFORM_KUBERNETES_NAMESPACE"]["value"] == "llm-workers"
 
 
-def test_only_the_reconciler_talks_to_the_kubernetes_api() -> None:
+def test_only_the_reconciler_and_the_api_talk_to_the_kubernetes_api() -> None:
+    """The reconciler (pods, Secrets, its Lease) and the API (pods' logs, its own account);
+    nothing else mounts a token."""
+    talking = {f"{RELEASE}-reconciler", f"{RELEASE}-api"}
     for obj in objects(VARIANTS["trial-stores"]):
         if obj["kind"] in ("Deployment", "StatefulSet", "Job"):
             spec = obj["spec"]["template"]["spec"]
-            reconciler = obj["metadata"]["name"] == f"{RELEASE}-reconciler"
-            assert spec.get("automountServiceAccountToken", True) is reconciler, obj["metadata"]
+            talks = obj["metadata"]["name"] in talking
+            assert spec.get("automountServiceAccountToken", True) is talks, obj["metadata"]
 
 
 def test_redis_statefulset_keeps_an_aof_on_a_pvc() -> None:
