@@ -65,6 +65,20 @@ def test_pod_monitor_scrapes_both_processes_only_when_asked() -> None:
     assert selected == {f"{RELEASE}-reconciler", f"{RELEASE}-celery"}
 
 
+def test_a_pod_monitor_for_worker_pods_selects_what_the_provider_labels() -> None:
+    """Off by default (the workers are found by HTTP service discovery); asked for, it lives in
+    the workers' namespace and selects the labels every worker pod of the release carries."""
+    values = VARIANTS["monitoring-and-policies"]
+    assert not [o for o in objects(values) if o["metadata"]["name"] == f"{RELEASE}-workers"]
+    objs = objects({**values, "serviceMonitor": {**values["serviceMonitor"], "workerPods": True}})
+    pm = find(objs, "PodMonitor", f"{RELEASE}-workers")
+    assert pm["metadata"]["namespace"] == "llm-workers"
+    assert pm["spec"]["selector"]["matchLabels"].items() <= selector_labels(RELEASE).items()
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics"  # the worker container's port (pods.py)
+    assert "platform-serverless.io/worker-id" in pm["spec"]["podTargetLabels"]
+
+
 def _policy(objs: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return find(objs, "NetworkPolicy", f"{RELEASE}-{name}")["spec"]
 
