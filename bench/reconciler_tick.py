@@ -37,6 +37,7 @@ class RecordingProvider:
         self.stopped: list[str] = []
         self.killed: list[str] = []
         self.exits: list[Any] = []  # what the next reap reports (a test's process deaths)
+        self.held: dict[str, str] = {}  # what `waiting` reports (a test's pods without a node)
 
     def start(self, spec: Any) -> int | None:
         self.started.append(spec)
@@ -47,6 +48,9 @@ class RecordingProvider:
 
     def kill(self, worker_id: str) -> None:
         self.killed.append(worker_id)
+
+    def waiting(self) -> dict[str, str]:
+        return dict(self.held)
 
     def reap(self) -> list[Any]:
         out, self.exits = self.exits, []

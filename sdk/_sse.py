@@ -70,10 +70,12 @@ class RunStatus:
 
     status: str  # queued | starting | running
     reason: str | None = None  # starting: no_capacity | loading_weights | warming | crash_loop
-    phase: str | None = None  # booting | loading_weights | warming (a cold start under way)
+    # waiting_for_node | booting | assigning_warm_worker | loading_weights | warming
+    phase: str | None = None
     eta_s: float | None = None  # seconds until the worker should be ready; None: not known
     bytes_done: int | None = None  # weight bytes loaded so far (loading_weights)
     bytes_total: int | None = None  # weight bytes to load
+    detail: str | None = None  # waiting_for_node: why (the scheduler's words)
 
     @classmethod
     def from_event(cls, status: str, data: dict[str, Any]) -> RunStatus:
@@ -94,6 +96,7 @@ class RunStatus:
             eta_s=number("eta_s", float),
             bytes_done=number("bytes_done", int),
             bytes_total=number("bytes_total", int),
+            detail=text("detail"),
         )
 
 

@@ -11,6 +11,10 @@ what is left of its current phase plus the phases after it:
               (before the first bytes: max(load_s − in_state, 0) + warm_s)
     warming   max(warm_s − in_state, 0)
 
+A worker whose start is held up outside it (on Kubernetes, a pod no node can take yet) is in
+phase `waiting_for_node`, with the scheduler's words in `detail` and no ETA: it may never start,
+and its worker fails with that reason after the provider's grace.
+
 A phase overrunning its median counts as about to end (never a negative ETA, and no guess about
 by how much it will overrun). Without a measurement the ETA is unknown (None), except that an
 unmeasured warm-up counts as 0 s once the weight bytes give a rate: it is short next to them.
@@ -31,6 +35,7 @@ from typing import Any
 # worker state → the phase a waiting job sees, and the job's status_reason in that phase
 PHASE_OF_STATE = {"booting": "booting", "loading": "loading_weights", "warming": "warming"}
 REASON_OF_PHASE = {
+    "waiting_for_node": "no_capacity",
     "booting": "no_capacity",
     "assigning_warm_worker": "assigning_warm_worker",
     "loading_weights": "loading_weights",
@@ -60,14 +65,17 @@ class BootingWorker:
     bytes_done: int | None = None  # weight bytes landed (loading only, from its heartbeat)
     bytes_total: int | None = None  # weight bytes to land
     assigned: bool = False  # a warm-pool worker given this deployment (it did not boot for it)
+    # why its start is held up outside it (providers' `waiting`); None: it is on its way
+    held: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ColdStart:
-    phase: str  # booting | assigning_warm_worker | loading_weights | warming
+    phase: str  # waiting_for_node | booting | assigning_warm_worker | loading_weights | warming
     eta_s: float | None  # seconds until the worker should be ready; None: unknown
     bytes_done: int | None = None
     bytes_total: int | None = None
+    detail: str | None = None  # waiting_for_node: why (the scheduler's words)
 
     @property
     def reason(self) -> str:
@@ -75,13 +83,16 @@ class ColdStart:
         return REASON_OF_PHASE[self.phase]
 
     def public(self) -> dict[str, Any]:
-        """The JSON a job's `starting` event, GET and webhook carry."""
-        return {
+        """The JSON a job's `starting` event, GET and webhook carry (`detail` when set)."""
+        out: dict[str, Any] = {
             "phase": self.phase,
             "eta_s": self.eta_s,
             "bytes_done": self.bytes_done,
             "bytes_total": self.bytes_total,
         }
+        if self.detail is not None:
+            out["detail"] = self.detail
+        return out
 
 
 def _left(median_s: float | None, in_state_s: float) -> float | None:
@@ -93,6 +104,8 @@ def _sum(*parts: float | None) -> float | None:
 
 
 def estimate(w: BootingWorker, times: PhaseTimes) -> ColdStart:
+    if w.held is not None and w.state == "booting":
+        return ColdStart("waiting_for_node", None, detail=w.held)
     phase = PHASE_OF_STATE[w.state]
     if w.assigned and w.state == "loading" and not w.bytes_done:
         phase = "assigning_warm_worker"
@@ -117,7 +130,13 @@ def estimate(w: BootingWorker, times: PhaseTimes) -> ColdStart:
     )
 
 
-_ORDER = {"warming": 0, "loading_weights": 1, "assigning_warm_worker": 2, "booting": 3}
+_ORDER = {
+    "warming": 0,
+    "loading_weights": 1,
+    "assigning_warm_worker": 2,
+    "booting": 3,
+    "waiting_for_node": 4,
+}
 
 
 def soonest(workers: Iterable[BootingWorker], times: PhaseTimes) -> ColdStart | None:
@@ -152,7 +171,7 @@ def key_due(stored: tuple[ColdStart, float] | None, new: ColdStart, now_s: float
 def worth_publishing(last: ColdStart | None, new: ColdStart) -> bool:
     """Whether waiting jobs hear of `new`: a new phase, or within one, the ETA or the bytes
     moved enough (so a stream of 1000 jobs is not rewritten every tick for nothing)."""
-    if last is None or last.phase != new.phase:
+    if last is None or last.phase != new.phase or last.detail != new.detail:
         return True
     if (last.eta_s is None) != (new.eta_s is None):
         return True

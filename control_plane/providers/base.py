@@ -42,6 +42,10 @@ class Provider(Protocol):
     def reap(self) -> list[Exited]:
         """Workers whose process ended since the last call."""
 
+    def waiting(self) -> dict[str, str]:
+        """Workers whose start is held up outside them, and why (a pod no node can take yet);
+        what their waiting callers are told (domain/cold_start.py)."""
+
     def shutdown(self, timeout_s: float) -> list[Exited]:
         """This reconciler process stops: stop the workers only it can reach (its child
         processes: drain, no cache-tier fill, then kill after timeout_s) and return those that

@@ -86,6 +86,10 @@ class LocalProvider:
         if proc is not None and proc.poll() is None:
             proc.kill()
 
+    def waiting(self) -> dict[str, str]:
+        """A child process starts at once: nothing holds one up."""
+        return {}
+
     def reap(self) -> list[Exited]:
         out = []
         for worker_id, proc in list(self._procs.items()):

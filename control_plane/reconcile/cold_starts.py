@@ -74,9 +74,10 @@ def report_all(
     if not under_way:
         return
     beats = iter(_beats(env.redis, [w for c in under_way for w in c.booting]))
+    held = _held(env)
     starts: dict[str, ColdStart] = {}
     for c in under_way:
-        views = [_view(w, next(beats), now) for w in c.booting]
+        views = [_view(w, next(beats), now, held.get(w.id)) for w in c.booting]
         start = soonest(views, c.times)
         assert start is not None
         starts[c.deployment_id] = start
@@ -122,7 +123,16 @@ def _beats(r: redis.Redis, booting: list[Worker]) -> list[Any]:
         return [None] * len(booting)
 
 
-def _view(w: Worker, beat: Any, now: datetime) -> BootingWorker:
+def _held(env: Env) -> dict[str, str]:
+    """The provider's workers held up before they start (best effort: progress only)."""
+    try:
+        return env.provider.waiting()
+    except Exception as exc:
+        log.warning("cold starts: could not ask the provider what waits: %s", exc)
+        return {}
+
+
+def _view(w: Worker, beat: Any, now: datetime, held: str | None = None) -> BootingWorker:
     done = total = None
     if beat is not None:
         try:
@@ -136,4 +146,5 @@ def _view(w: Worker, beat: Any, now: datetime) -> BootingWorker:
         bytes_done=done,
         bytes_total=total,
         assigned=w.assigned_at is not None,
+        held=held,
     )

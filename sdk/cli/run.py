@@ -137,8 +137,14 @@ def describe(status: RunStatus) -> tuple[str, str]:
     'Cold start: loading weights (1.16 GB)'
     >>> describe(RunStatus("starting", "loading_weights", "loading_weights", None, 0, 612_000))[0]
     'Cold start: loading weights 0/612 KB'
+    >>> describe(RunStatus("starting", "no_capacity", "waiting_for_node",
+    ...                    detail="unschedulable: no node can take it: 0/2 nodes"))[0]
+    'Cold start: waiting for a node: unschedulable: no node can take it: 0/2 nodes'
     """
     phase = status.phase or "booting"
+    if phase == "waiting_for_node":
+        why = f": {status.detail}" if status.detail else ""
+        return f"Cold start: waiting for a node{why}", "Cold start: waiting for a node"
     eta = "" if status.eta_s is None else f", ready in ~{max(round(status.eta_s), 1)} s"
     if phase == "loading_weights" and status.bytes_total:
         done = bytes_progress(status.bytes_done or 0, status.bytes_total)
@@ -176,9 +182,12 @@ class ColdStartBar:
             self._progress = Progress(total=1, counts=False).__enter__()
         description, plain = describe(status)
         total = status.bytes_total or 1
-        done = {"booting": 0, "assigning_warm_worker": 0, "warming": total}.get(
-            status.phase, status.bytes_done or 0
-        )
+        done = {
+            "waiting_for_node": 0,
+            "booting": 0,
+            "assigning_warm_worker": 0,
+            "warming": total,
+        }.get(status.phase, status.bytes_done or 0)
         self._progress.update(description, completed=done, total=total, plain=plain)
 
     def close(self) -> None:

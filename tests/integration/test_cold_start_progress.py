@@ -169,3 +169,38 @@ def test_the_next_cold_start_has_an_eta_from_the_measured_phases(
         "bytes_done": None,
         "bytes_total": None,
     }
+
+
+def test_a_worker_waiting_for_a_node_is_what_its_callers_are_told(
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    redis_client: Any,
+    clock: PinnedClock,
+) -> None:
+    deploy(client, keys["a"], max_workers=1)
+    jid = client.post(
+        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
+    ).json()["id"]
+    t0 = past()
+    loop.tick(t0)
+    (spec,) = provider(loop).started
+    why = "unschedulable: no node can take it: 0/3 nodes are available: 3 Insufficient gpu."
+    provider(loop).held = {spec.worker_id: why}
+    loop.tick(t0 + timedelta(seconds=1))
+    job = job_at(client, clock, keys["a"], jid, t0 + timedelta(seconds=1))
+    assert (job["status"], job["status_reason"]) == ("starting", "no_capacity")
+    assert job["cold_start"] == {
+        "phase": "waiting_for_node",
+        "eta_s": None,
+        "bytes_done": None,
+        "bytes_total": None,
+        "detail": why,
+    }
+    # a node came: it boots
+    provider(loop).held = {}
+    loop.tick(t0 + timedelta(seconds=2))
+    job = job_at(client, clock, keys["a"], jid, t0 + timedelta(seconds=2))
+    assert job["cold_start"]["phase"] == "booting" and "detail" not in job["cold_start"]
+    phases = [(e.get("phase"), e.get("detail")) for e in starting_events(redis_client, jid)]
+    assert phases == [("booting", None), ("waiting_for_node", why), ("booting", None)]

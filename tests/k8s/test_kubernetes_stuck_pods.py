@@ -79,3 +79,16 @@ def test_a_pod_that_gets_a_node_within_the_grace_is_left_alone(
     time.sleep(1.2)
     assert provider.reap() == []
     assert apiserver.get("pods", NAMESPACE, pod_name("wrk_late")) is not None
+
+
+def test_a_pod_waiting_for_a_node_is_what_the_provider_says_waits(
+    apiserver: ApiServer, provider: KubernetesProvider
+) -> None:
+    provider.start(WorkerSpec("wrk_wait", "cpu", None))
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "message": "0/1 nodes are available"}  # fmt: skip
+    _status(apiserver, "wrk_wait", {"phase": "Pending", "conditions": [condition]})
+    wait_for(lambda: "wrk_wait" in provider.waiting())
+    assert provider.waiting() == {
+        "wrk_wait": "unschedulable: no node can take it: 0/1 nodes are available"
+    }

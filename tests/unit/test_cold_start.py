@@ -112,3 +112,18 @@ def test_a_key_is_written_on_news_or_before_it_expires_not_every_tick() -> None:
     assert key_due(stored, ColdStart("loading_weights", 7.0, 0, 1000), 101.0)
     # the key expires COLD_START_TTL_S after its write: written again well before
     assert key_due(stored, ColdStart("booting", 9.0 - KEY_REWRITE_S), 100.0 + KEY_REWRITE_S)
+
+
+def test_a_worker_held_up_before_it_starts_waits_for_a_node_without_an_eta() -> None:
+    times = PhaseTimes(boot_s=2.0, load_s=3.0, warm_s=1.0)
+    held = BootingWorker("booting", in_state_s=30.0, held="unschedulable: 0/1 nodes")
+    start = estimate(held, times)
+    assert start == ColdStart("waiting_for_node", None, detail="unschedulable: 0/1 nodes")
+    assert start.reason == "no_capacity" and start.public()["detail"] == start.detail
+    # another worker on its way is the one its callers are told about
+    on_its_way = BootingWorker("booting", in_state_s=1.0)
+    assert soonest([held, on_its_way], times) == estimate(on_its_way, times)
+    assert soonest([held], times) == start
+    # a new message is news; the same one is not
+    assert worth_publishing(start, ColdStart("waiting_for_node", None, detail="0/2 nodes"))
+    assert not worth_publishing(start, start)

@@ -137,6 +137,10 @@ class KubernetesProvider:
     def kill(self, worker_id: str) -> None:
         self._delete_pod(worker_id, 0)
 
+    def waiting(self) -> dict[str, str]:
+        """Worker pods no node takes yet, with the scheduler's message (stuck.py)."""
+        return self._watch.waiting_for_a_node()
+
     def reap(self) -> list[Exited]:
         """The worker pods that ended since the last call, after cleaning up what each left:
         a pod that ended by itself stays until it is deleted, and its Secret goes with it (the

@@ -57,6 +57,10 @@ class PodWatch:
         )
         return answer.get("items") or [], answer["metadata"]["resourceVersion"]
 
+    def waiting_for_a_node(self) -> dict[str, str]:
+        with self._lock:
+            return self.tracker.waiting_for_a_node()
+
     def overdue(self, grace_s: float) -> None:
         """Queue the ends of pods that waited for a node `grace_s` or more (their pods stay
         until deleted)."""
