@@ -64,6 +64,10 @@ def test_a_jobs_worker_and_deployment_lines_without_the_prompt(env: dict[str, st
     assert job_id in recent and "worker:" in recent
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_follow_prints_new_lines_as_they_come_until_interrupted(env: dict[str, str]) -> None:
     follow = subprocess.Popen(
         [str(BIN / "platform"), "logs", "demo", "--follow", "--since", "1s", "--json"],
@@ -71,6 +75,9 @@ def test_follow_prints_new_lines_as_they_come_until_interrupted(env: dict[str, s
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # SIGINT as a terminal's Ctrl-C sends it: a suite started in the background (`cmd &`)
+        # runs with SIGINT ignored, which its children would inherit
+        preexec_fn=_default_sigint,
     )
     seen: list[str] = []
     reader = threading.Thread(target=lambda: seen.extend(follow.stdout or []), daemon=True)

@@ -38,7 +38,7 @@ class Env:
     receiver: Receiver
     worker: subprocess.Popen[bytes]  # the Celery worker process
     log: Path  # its log
-    metrics_port: int  # its own /metrics (PLATFORM_METRICS_PORT)
+    metrics_port: int | None = None  # its own /metrics (PLATFORM_METRICS_PORT); None: none
 
     def wait(self, what: str, check: Callable[[], Any]) -> Any:
         """`check()` once it is truthy; fails at once if the Celery worker exited, and with the

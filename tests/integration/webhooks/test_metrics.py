@@ -10,7 +10,7 @@ from tests.integration.webhooks.helpers import Env, claim, complete, deploy, job
 def _delivered(env: Env) -> float:
     return sum(
         value
-        for (name, labels), value in scrape(env.metrics_port).items()
+        for (name, labels), value in scrape(_port(env)).items()
         if name == "platform_webhook_deliveries_total" and ("outcome", "delivered") in labels
     )
 
@@ -30,3 +30,8 @@ def _scraped(env: Env) -> tuple[float] | None:
         return (_delivered(env),)
     except OSError:
         return None
+
+
+def _port(env: Env) -> int:
+    assert env.metrics_port is not None, "this env's Celery worker serves no /metrics"
+    return env.metrics_port
