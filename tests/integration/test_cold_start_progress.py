@@ -49,6 +49,16 @@ def job_at(
         clock.pinned = None
 
 
+def first_boot(client: TestClient, key: str, loop: Reconciler) -> tuple[str, str, datetime]:
+    """A deployment's first job, and the worker a tick started for it: (job, worker, tick)."""
+    deploy(client, key, max_workers=1)
+    run = client.post("/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(key))
+    t0 = past()
+    loop.tick(t0)
+    (spec,) = provider(loop).started
+    return run.json()["id"], spec.worker_id, t0
+
+
 def test_a_waiting_job_follows_the_cold_start_phase_by_phase(
     client: TestClient,
     keys: dict[str, str],
@@ -56,15 +66,7 @@ def test_a_waiting_job_follows_the_cold_start_phase_by_phase(
     redis_client: Any,
     clock: PinnedClock,
 ) -> None:
-    deploy(client, keys["a"], max_workers=1)
-    run = client.post(
-        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
-    )
-    jid = run.json()["id"]
-    t0 = past()
-    loop.tick(t0)
-    (spec,) = provider(loop).started
-    wid = spec.worker_id
+    jid, wid, t0 = first_boot(client, keys["a"], loop)
     job = job_at(client, clock, keys["a"], jid, t0)
     assert (job["status"], job["status_reason"]) == ("starting", "no_capacity")
     # the first boot of a deployment: nothing measured, no ETA yet
@@ -178,15 +180,9 @@ def test_a_worker_waiting_for_a_node_is_what_its_callers_are_told(
     redis_client: Any,
     clock: PinnedClock,
 ) -> None:
-    deploy(client, keys["a"], max_workers=1)
-    jid = client.post(
-        "/v1/deployments/demo/jobs", json={"input": {"prompt": "x"}}, headers=h(keys["a"])
-    ).json()["id"]
-    t0 = past()
-    loop.tick(t0)
-    (spec,) = provider(loop).started
+    jid, wid, t0 = first_boot(client, keys["a"], loop)
     why = "unschedulable: no node can take it: 0/3 nodes are available: 3 Insufficient gpu."
-    provider(loop).held = {spec.worker_id: why}
+    provider(loop).held = {wid: why}
     loop.tick(t0 + timedelta(seconds=1))
     job = job_at(client, clock, keys["a"], jid, t0 + timedelta(seconds=1))
     assert (job["status"], job["status_reason"]) == ("starting", "no_capacity")
