@@ -35,6 +35,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "secrets": {"bootstrapAdminKey": "pk_0123456789ab_secret"},
     },
     "monitoring-and-policies": {
+        "secrets": {"generateAdminKey": True},
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
         "networkPolicy": {"apiIngressFrom": [{"namespaceSelector": {}}]},
         "api": {"autoscaling": {"enabled": False}, "replicas": 3, "processesPerPod": 2},
