@@ -204,6 +204,11 @@ def test_console_shows_a_cold_start_its_timeline_and_cost(
         amount = page.text_content('.amount[data-allocated="true"]') or ""
         assert amount.startswith("$") and amount != "$0.00", amount
         page.wait_for_selector("text=job.completed", timeout=WAIT_MS)
+        # its log lines: the platform's and its worker's, never its prompt
+        page.wait_for_selector("table.logs tbody tr", timeout=WAIT_MS)
+        logged = page.text_content("table.logs") or ""
+        assert "api" in logged and "worker" in logged, logged[:500]
+        assert "The weather" not in logged
         page.screenshot(path=str(artifacts / "05-job-timeline.png"), full_page=True)
 
         # usage and cost: by day and by phase, drawn as SVG bars

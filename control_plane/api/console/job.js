@@ -1,7 +1,9 @@
 // One job's view: its timeline, details (a failed job's error in full), cost, webhook
-// deliveries, input and output; and Cancel (scope `run`) while it has not ended.
+// deliveries, input and output, its log lines; and Cancel (scope `run`) while it has not ended.
 import { ApiError, api, send } from "./session.js";
-import { h, fill, secs, money, stamp, stateBadge, table, td, empty, section, foldable, fact } from "./dom.js";
+import {
+  h, fill, secs, money, stamp, clock, stateBadge, table, td, empty, section, foldable, fact,
+} from "./dom.js";
 import { timelineChart } from "./charts.js";
 import { TERMINAL } from "./jobs.js";
 import { scoped, outcome, perform } from "./actions.js";
@@ -14,6 +16,7 @@ function jobView(jobId, redraw) {
   const detail = h("div", { class: "split" });
   const hooks = h("div", {});
   const io = h("div", {});
+  const logs = h("div", {});
   const root = h(
     "div",
     { class: "job", "data-job": jobId },
@@ -24,6 +27,7 @@ function jobView(jobId, redraw) {
     detail,
     hooks,
     io,
+    logs,
   );
   let settled = false; // finished and its cost shared out: nothing changes any more
   return {
@@ -60,6 +64,8 @@ function jobView(jobId, redraw) {
       fill(detail, jobFacts(job), costPanel(tl));
       fill(hooks, webhookPanel(job, deliveries));
       fill(io, ioPanel(job));
+      const lines = await logLines(jobId);
+      if (current()) fill(logs, logsPanel(lines));
     },
   };
 }
@@ -213,3 +219,29 @@ function cancelAction(jobId, redraw) {
 }
 
 export { jobView };
+
+// The job's log lines (GET /v1/logs: the platform's and its workers' lines carrying its id;
+// never a prompt or an output), the newest 200; an error is shown in the panel, not thrown.
+async function logLines(jobId) {
+  try {
+    return (await api(`/v1/logs?job=${encodeURIComponent(jobId)}&limit=200`)).data || [];
+  } catch (e) {
+    return e instanceof ApiError ? e : new ApiError(0, String(e));
+  }
+}
+
+function logsPanel(lines) {
+  if (lines instanceof ApiError) return section("Logs", empty(lines.message));
+  if (!lines.length) return section("Logs", empty("No log lines yet."));
+  const rows = lines.map((l) =>
+    h(
+      "tr",
+      { "data-level": l.level || "" },
+      td(clock(l.timestamp)),
+      td(l.level || ""),
+      td(l.component || ""),
+      td(h("span", { class: "log-message", text: l.message || "" })),
+    ),
+  );
+  return section("Logs", table(["time", "level", "component", "message"], rows, { cls: "logs" }));
+}
