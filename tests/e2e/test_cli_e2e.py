@@ -100,3 +100,29 @@ def test_models_verify_loads_the_demo_weights(env: dict[str, str], demo_model: P
     done = cli("models", "verify", str(demo_model), env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "tensors" in done.stdout + done.stderr
+
+
+def test_verify_takes_the_store_uri_that_upload_printed(
+    env: dict[str, str], demo_model: Path
+) -> None:
+    uploaded = ok("models", "upload", str(demo_model), "models/cli-verify/", env=env)
+    uri = uploaded.strip().splitlines()[-1]
+    assert uri == "store://models/cli-verify/"
+    checked = ok("models", "verify", uri, env=env)
+    assert "model.safetensors" in checked and "ok" in checked
+    missing = cli("models", "verify", "store://models/nothing-here/", env=env)
+    assert missing.returncode == 1 and "no files there" in missing.stderr
+
+
+def test_up_on_a_running_platform_says_where_it_is(platform: dict[str, Any]) -> None:
+    again = cli("up", "--detach", "--state-dir", str(platform["state_dir"]), env=platform["env"])
+    assert again.returncode == 0, again.stdout + again.stderr
+    said = again.stdout + again.stderr
+    assert platform["url"] in said and "platform.json" in said
+    assert platform["api_key"] not in said  # where the key is, never the key
+
+
+def test_an_empty_id_is_one_line_not_a_traceback(env: dict[str, str]) -> None:
+    done = cli("jobs", "get", "", env=env)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
