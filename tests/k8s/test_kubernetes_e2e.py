@@ -10,8 +10,11 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.embedded.state import load_or_create_credentials
 from sdk import Client
@@ -64,9 +67,10 @@ def test_a_sync_call_runs_in_a_worker_pod_deleted_with_grace_on_scale_down(
         up = cli("models", "upload", str(model), "models/k8s/", env=platform["env"])
         assert up.returncode == 0, up.stdout + up.stderr
         client = Client(base_url=platform["url"], api_key=platform["api_key"], timeout=120)
-        client.deployments.create(name="k8s", model="store://models/k8s/", scaledown_window_s=2)
+        client.deployments.create(name="k8s", model="store://models/k8s/", scaledown_window_s=6)
         text = client.run("k8s", input={"prompt": "The weather", "max_tokens": 4})
         assert isinstance(text, str) and text
+        _every_process_is_scraped(platform)
 
         (worker,) = client.workers.list("k8s")
         pod_name = _pod_of(server, worker["id"])
@@ -104,3 +108,23 @@ def _pod_of(server: ApiServer, worker_id: str) -> str:
         if pod and pod["metadata"]["labels"].get("platform-serverless.io/worker-id") == worker_id:
             return name
     raise AssertionError(f"no pod of worker {worker_id}")
+
+
+def _every_process_is_scraped(platform: dict[str, Any]) -> None:
+    """The control plane's /metrics (the API, the reconciler's cold start and Celery's events
+    in one multiprocess directory here), and the worker pod's own, found by HTTP SD."""
+    auth = {"Authorization": f"Bearer {platform['api_key']}"}
+    plane = httpx.get(platform["url"] + "/metrics", headers=auth, timeout=10)
+    assert plane.status_code == 200
+    names = {f.name for f in text_string_to_metric_families(plane.text)}
+    assert {"platform_cold_starts", "platform_http_requests"} <= names, sorted(names)[:20]
+
+    def targets() -> list[str]:
+        groups = httpx.get(platform["url"] + "/metrics/workers", headers=auth, timeout=10).json()
+        return [t for g in groups for t in g["targets"]]
+
+    (target,) = wait_for(targets, timeout_s=30, what="the worker pod's metrics address")
+    worker = httpx.get(f"http://{target}/metrics", timeout=10)
+    assert worker.status_code == 200
+    families = {f.name for f in text_string_to_metric_families(worker.text)}
+    assert "platform_worker_generation_tokens" in families, sorted(families)[:20]
