@@ -33,6 +33,10 @@ def main() -> None:
     settings = Settings()
     logs.configure("reconciler", settings)
     tracing.configure("reconciler", settings)  # ticks that act, and requeues in jobs' traces
+    # before anything another process can see is up (its /metrics port): a stop asked during
+    # start-up ends it cleanly once started, never by the signal's default action
+    stop = threading.Event()
+    on_signals(lambda _signum: stop.set())  # off the main thread: common/signals.py
     # its own /metrics when its pod or container is not the API's (metrics/server.py)
     metrics = server.serve_from(settings)
     provider = make_provider(settings, workers_env(settings, os.environ))
@@ -46,8 +50,6 @@ def main() -> None:
     )
     reconciler.start(utc_now)  # the autoscaler's model refits, on their own thread
     tune_gc()
-    stop = threading.Event()
-    on_signals(lambda _signum: stop.set())  # off the main thread: common/signals.py
     holder = replica_name(settings.replica_id)
     leadership = Leadership(
         make_lease(settings, reconciler.env.redis, holder),
