@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from common.grammars import grammar_text
 from common.job_input import STRUCTURED_KINDS, Structured
 
 # A schema or grammar is program text from the caller: bounded like a prompt's share of a body.
@@ -32,32 +33,16 @@ def checked(spec: Structured) -> Structured:
         raise ValueError(
             f"the {spec.kind} is {len(spec.value):,} characters, above {MAX_SPEC_CHARS:,}"
         )
-    matcher = llguidance.LLMatcher
+    if spec.kind == "choice":
+        return spec  # any list of strings is a grammar
     try:
-        if spec.kind == "json":
-            grammar = matcher.grammar_from_json_schema(spec.value)
-        elif spec.kind == "regex":
-            grammar = matcher.grammar_from_regex(spec.value)
-        elif spec.kind == "grammar":
-            grammar = matcher.grammar_from_lark(lark_of(spec.value))
-        else:
-            return spec  # choices: any list of strings is a grammar
+        grammar = grammar_text(spec)
     except ValueError as exc:
         raise ValueError(f"the {spec.kind} is not valid: {exc}") from None
-    error = matcher.validate_grammar(grammar)
+    error = llguidance.LLMatcher.validate_grammar(grammar)
     if error and not error.startswith("WARNING"):
         raise ValueError(f"the {spec.kind} is not valid: {error.strip()[:500]}")
     return spec
-
-
-def lark_of(grammar: str) -> str:
-    """Lark as it is; GBNF / EBNF (`rule ::= ...`) converted (as the worker does)."""
-    from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
-
-    try:
-        return str(any_to_lark(grammar))
-    except GbnfToLarkError as exc:
-        raise ValueError(str(exc)) from None
 
 
 def from_dict(data: Any) -> Structured:

@@ -19,7 +19,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -29,43 +28,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from common.grammars import grammar_text
 from common.job_input import Structured
 
-# JSON is generated compactly: with free whitespace a model (a random one above all) may spend
-# its tokens on blanks and never close the document.
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 # Compiled grammars kept per engine (one deployment): a repeated schema costs nothing.
 GRAMMAR_CACHE_SIZE = 256
-
-
-def grammar_text(spec: Structured) -> str:
-    """llguidance's grammar for `spec` (not yet checked: `Grammars.matcher` does)."""
-    import llguidance
-
-    if spec.kind == "json":
-        return llguidance.LLMatcher.grammar_from_json_schema(spec.value, defaults=JSON_OPTIONS)  # type: ignore[arg-type]
-    if spec.kind == "regex":
-        return llguidance.LLMatcher.grammar_from_regex(spec.value)
-    if spec.kind == "choice":
-        return llguidance.LLMatcher.grammar_from_lark(_choice_lark(json.loads(spec.value)))
-    return llguidance.LLMatcher.grammar_from_lark(lark_of(spec.value))
-
-
-def lark_of(grammar: str) -> str:
-    """A grammar as Lark: Lark (llguidance's dialect) as it is; GBNF / EBNF (`rule ::= ...`,
-    llama.cpp's and xgrammar's) converted. ValueError when it is neither."""
-    from llguidance.gbnf_to_lark import GbnfToLarkError, any_to_lark
-
-    try:
-        return str(any_to_lark(grammar))
-    except GbnfToLarkError as exc:
-        raise ValueError(f"the grammar is not valid: {exc}") from None
-
-
-def _choice_lark(choices: list[str]) -> str:
-    """One of the strings, exactly (as vLLM's `choice`)."""
-    alternatives = " | ".join(json.dumps(c, ensure_ascii=False) for c in choices)
-    return f"start: {alternatives}\n"
 
 
 class Grammars:
