@@ -20,11 +20,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from common.grammars import JSON_OPTIONS  # compact JSON, as structured outputs write it
+
 PARSERS = ("hermes", "llama3_json")
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
-# Compact JSON inside a forced call (as structured outputs write it): a model cannot spend its
-# tokens on blanks.
-_COMPACT = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +154,7 @@ def forced_grammar(parser: str, tools: list[dict[str, Any]], parallel: bool) -> 
         }
         for tool in tools
     ]
-    schema = json.dumps({"anyOf": variants, "x-guidance": _COMPACT})
+    schema = json.dumps({"anyOf": variants, "x-guidance": JSON_OPTIONS})
     if parser == "llama3_json":
         return f"start: call\ncall: %json {schema}\n"
     repeat = "+" if parallel else ""
