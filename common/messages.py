@@ -37,6 +37,11 @@ class Assignment:
     # The storage credentials of this deployment's tenant for that location, and only those
     # (AWS_*, HF_TOKEN): a worker never holds what its deployment may not read.
     storage_env: dict[str, str] = field(default_factory=dict)
+    # The engine that serves it, resolved at deploy time: "builtin" (worker/engine) or "vllm"
+    # (worker/vllm, run by the vLLM environment's interpreter).
+    engine: str = "builtin"
+    # Accelerators the worker holds: vLLM's tensor-parallel size (the built-in engine: 1).
+    accelerator_count: int = 1
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -56,6 +61,8 @@ class Assignment:
                 queue=str(d["queue"]),
                 max_concurrency=max(1, int(d["max_concurrency"])),
                 storage_env=dict(env),
+                engine=_engine(d.get("engine", "builtin")),
+                accelerator_count=max(1, int(d.get("accelerator_count", 1))),
             )
         except (KeyError, TypeError, AttributeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not an assignment: {exc}") from None
@@ -121,6 +128,15 @@ class Claim:
         if not isinstance(d, dict):
             raise ValueError("not a claim: expected an object")
         return cls.from_dict(d)
+
+
+ENGINES = ("builtin", "vllm")
+
+
+def _engine(value: Any) -> str:
+    if value not in ENGINES:
+        raise ValueError(f"engine: expected one of {', '.join(ENGINES)}, got {value!r}")
+    return str(value)
 
 
 def _str(value: Any, name: str) -> str:

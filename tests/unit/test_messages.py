@@ -97,3 +97,12 @@ def test_an_assignment_reads_back_as_it_was_written() -> None:
     assert Assignment.from_json(a.to_json()) == a
     with pytest.raises(ValueError, match="not an assignment"):
         Assignment.from_json('{"deployment_id": "d"}')
+    v = Assignment("dep_1", 3, "s3://b/m/", "q", 4, engine="vllm", accelerator_count=2)
+    assert Assignment.from_json(v.to_json()) == v
+    # written before engines had names: the built-in engine on one accelerator
+    old = {
+        k: v for k, v in json.loads(a.to_json()).items() if k not in ("engine", "accelerator_count")
+    }
+    assert Assignment.from_json(json.dumps(old)) == a
+    with pytest.raises(ValueError, match="engine: expected one of builtin, vllm"):
+        Assignment.from_json(json.dumps({**old, "engine": "tgi"}))
