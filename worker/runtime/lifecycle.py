@@ -74,8 +74,8 @@ from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
     from loader import Progress, TierFill
-    from worker.engine.llm_engine import LLMEngine
     from worker.runtime.engine_loop import EngineLoop
+    from worker.runtime.serving import ServingEngine
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ class WorkerRuntime:
         # set by a second stop signal or SIGINT: no cache-tier fill any more
         self._skip_fill = threading.Event()
         self._tier_fill: TierFill | None = None  # the load's, once loaded
-        self.engine: LLMEngine | None = None
+        self.engine: ServingEngine | None = None
         self.loop: EngineLoop | None = None
         self.jobs = JobFlow(worker_id, self.control, self._on_busy)
         if assignment is not None:
@@ -230,9 +230,10 @@ class WorkerRuntime:
                     self._set_state(WorkerState.STOPPED, reason="drained")
                     return 0
             else:
+                # part of the boot: the load is urgent
                 engine_setup.prepare_runtime(
-                    self.accelerator, collect=False
-                )  # part of the boot: the load is urgent
+                    self.accelerator, collect=False, engine=self.assignment.engine
+                )
             self._serve(self.assignment)
             return 0
         except Exception as exc:
@@ -286,22 +287,16 @@ class WorkerRuntime:
     def _serve(self, assignment: Assignment) -> None:
         """Load, warm up, serve until asked to stop, drain, finish the cache-tier fill."""
         self._set_state(WorkerState.LOADING)
-        from worker.runtime.loading import fill_tiers, load_model
+        from worker.runtime.loading import fill_tiers
 
-        # a GPU worker loads straight into device memory; "cpu" workers stay on the host
-        device = "cpu" if self.accelerator == "cpu" else "cuda"
-        loaded = load_model(
-            assignment.model_uri,
-            device=device,
-            options=self.settings.load_options(),
-            on_progress=self._on_load_progress,
+        served = engine_setup.load_engine(
+            self.settings, assignment, self.accelerator, self._on_load_progress
         )
-        self.metrics.model_loaded(loaded.metrics)
-        self.engine = self.metrics.engine = engine_setup.build_engine(
-            self.settings, assignment, loaded
-        )
-        self._tier_fill = loaded.tier_fill
-        del loaded  # the engine holds the model; the fill needs only `tier_fill`
+        if served.metrics is not None:
+            self.metrics.model_loaded(served.metrics)
+        self.engine = self.metrics.engine = served.engine
+        self._tier_fill = served.tier_fill
+        del served  # the engine holds the model; the fill needs only `tier_fill`
         self._warm_up_unless_jobs_wait(assignment.queue)
         from worker.runtime.engine_loop import EngineLoop
 

@@ -46,9 +46,9 @@ if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
 
     from loader import LoadMetrics
-    from worker.engine.llm_engine import LLMEngine
     from worker.engine.outputs import RequestOutput
     from worker.runtime.batching import Combiner
+    from worker.runtime.serving import ServingEngine
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class WorkerMetrics:
     def __init__(self, started_at: float) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        self.engine: LLMEngine | None = None  # set once built; read at each scrape
+        self.engine: ServingEngine | None = None  # set once built; read at each scrape
         self._phases = PhaseClock(started_at)
         self._server: WSGIServer | None = None
         self.prompt_tokens = Counter(
