@@ -21,6 +21,9 @@ from control_plane.db.models.base import Base, utcnow
 from control_plane.db.types import UTCDateTime
 from control_plane.domain.spec import Spec
 
+# The engine of deployments made before engines were chosen (and of rows made without one).
+_EARLIER_REASON = "deployed before engines were chosen: the built-in engine"
+
 
 class Deployment(Base):
     __tablename__ = "deployments"
@@ -46,10 +49,13 @@ class Deployment(Base):
     # The engine the spec's `engine` resolved to at deploy time (builtin | vllm) and why
     # (domain/engine_choice.py), decided again when the model, engine or accelerator_count
     # change; what the worker's assignment names.
-    engine_resolved: Mapped[str] = mapped_column(String(16), server_default="builtin")
+    engine_resolved: Mapped[str] = mapped_column(
+        String(16), default="builtin", server_default="builtin"
+    )
     engine_reason: Mapped[str] = mapped_column(
         String(MAX_REASON_CHARS),
-        server_default="deployed before engines were chosen: the built-in engine",
+        default=_EARLIER_REASON,
+        server_default=_EARLIER_REASON,
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
