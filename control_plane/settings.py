@@ -106,6 +106,11 @@ class Settings(LogSettings, TraceSettings):
     provider: Literal["local", "kubernetes"] = "local"
     # Python interpreter used for local worker processes.
     worker_python: str = ""
+    # Python of the vLLM environment (a virtualenv with vLLM and this project installed): local
+    # workers of deployments whose engine resolved to vllm run `-m worker` with it. Empty: this
+    # platform has no vLLM (engine vllm is refused, auto never picks it). The embedded
+    # `platform up` takes the repository's .venv-vllm/bin/python when this is not set at all.
+    vllm_python: str = ""
     # Torch intra-op threads per local worker (0: torch's default).
     worker_threads: int = Field(1, ge=0)
     # Warm pool (docs/architecture.md): generic workers booted ahead, at most this many in all;
@@ -181,6 +186,9 @@ class Settings(LogSettings, TraceSettings):
     kubernetes_kubeconfig: str = ""
     # Worker image (required with the kubernetes provider): its `python` runs `-m worker`.
     kubernetes_worker_image: str = ""
+    # Worker image of deployments whose engine resolved to vllm: its `python` has vLLM and this
+    # project, and runs `-m worker`. Empty: no vLLM on Kubernetes (as PLATFORM_VLLM_PYTHON).
+    kubernetes_vllm_image: str = ""
     kubernetes_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     # Service account of worker pods; empty: the namespace's default. Its API token is never
     # mounted: workers do not talk to the Kubernetes API.
@@ -237,6 +245,13 @@ class Settings(LogSettings, TraceSettings):
         if secret and len(secret) < 16:
             raise ValueError("PLATFORM_WORKER_TOKEN must be at least 16 characters")
         return v
+
+    def has_vllm(self) -> bool:
+        """Whether this platform can start vLLM workers (the engine choice's input): with the
+        kubernetes provider its vLLM image, else a vLLM environment's python."""
+        if self.provider == "kubernetes":
+            return bool(self.kubernetes_vllm_image)
+        return bool(self.vllm_python)
 
     def offered_accelerators(self) -> list[str]:
         """The accelerator types a deployment may ask for: priced, and, once this platform

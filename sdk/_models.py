@@ -105,6 +105,7 @@ SPEC_FIELDS = (
     "model",
     "accelerator",
     "accelerator_count",
+    "engine",
     "min_workers",
     "max_workers",
     "target_concurrency",
@@ -158,6 +159,21 @@ class Deployment:
     def version(self) -> int:
         value = self._raw.get("version")
         return value if isinstance(value, int) else 0
+
+    @property
+    def engine(self) -> str | None:
+        """The engine asked for: auto | builtin | vllm."""
+        return _opt_str(self._raw.get("engine"))
+
+    @property
+    def engine_resolved(self) -> str | None:
+        """The engine that serves it (builtin | vllm), chosen at deploy time."""
+        return _opt_str(self._raw.get("engine_resolved"))
+
+    @property
+    def engine_reason(self) -> str | None:
+        """Why that engine, for people (not parsed)."""
+        return _opt_str(self._raw.get("engine_reason"))
 
     @property
     def workers(self) -> dict[str, int]:

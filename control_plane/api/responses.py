@@ -4,7 +4,7 @@ keeps the two equal."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -103,6 +103,11 @@ class ScalingStatus(BaseModel):
 class DeploymentPublic(DeploymentSpec):
     model_config = ConfigDict(extra="allow")
 
+    engine_resolved: Literal["builtin", "vllm"] = Field(
+        description="the engine that serves it, chosen at deploy time from `engine` and the "
+        "checkpoint (chosen again when the model, engine or accelerator_count change)"
+    )
+    engine_reason: str = Field(description="why that engine: for people, not parsed")
     id: str
     version: int
     created_at: str

@@ -98,7 +98,20 @@ class DeploymentSpec(BaseModel):
     )
     # Defaults live in the domain's Spec; these shapes only add the bounds.
     accelerator: Line = default_of("accelerator")
-    accelerator_count: int = Field(default_of("accelerator_count"), ge=1, le=8)
+    accelerator_count: int = Field(
+        default_of("accelerator_count"),
+        ge=1,
+        le=8,
+        description="accelerators per worker; above 1 the model is split over them by vLLM's "
+        "tensor parallelism (the built-in engine runs on one)",
+    )
+    engine: Literal["auto", "builtin", "vllm"] = Field(
+        default_of("engine"),
+        description="the engine that serves it: builtin (this platform's own), vllm (more "
+        "architectures, quantized weights, several accelerators) or auto (builtin where it "
+        "can, vllm otherwise); the deployment's engine_resolved and engine_reason say which "
+        "and why",
+    )
     min_workers: int = Field(default_of("min_workers"), ge=0, le=64)
     max_workers: int = Field(default_of("max_workers"), ge=1, le=64)
     target_concurrency: int = Field(default_of("target_concurrency"), ge=1, le=256)
@@ -119,17 +132,6 @@ class DeploymentSpec(BaseModel):
     def _name(cls, v: str) -> str:
         if not NAME_RE.fullmatch(v):
             raise ValueError("must be lowercase letters, digits and '-', starting alphanumeric")
-        return v
-
-    @field_validator("accelerator_count")
-    @classmethod
-    def _one_accelerator(cls, v: int) -> int:
-        # Refused rather than ignored: a worker runs its model on one accelerator today.
-        if v > 1:
-            raise ValueError(
-                f"{v} accelerators per worker are not supported yet: a worker runs its model on "
-                "one accelerator (no tensor parallelism); use accelerator_count 1"
-            )
         return v
 
     @field_validator("model")

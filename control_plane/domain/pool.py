@@ -16,6 +16,10 @@ with the most expected cold starts first) and never more than the accelerators o
 held by deployments' workers. Deployments that already run workers are not counted: their next
 worker is a scale-up, covered by the autoscaler's own pre-warming.
 
+Pool workers run the built-in engine on one accelerator (`serves`): a deployment whose engine
+resolved to vllm is never handed one (it boots its own worker, in vLLM's environment, with its
+accelerator_count), and its cold starts are not counted here.
+
 A used pool worker is replaced only once no cold start is under way (a boot competes with a
 load for the host's cores): no worker boots, loads or warms up, and none was placed less than
 REFILL_SETTLE_S ago (the first token follows the load: a warm-pool cold start answers 0.6-1.6 s
@@ -41,6 +45,14 @@ from control_plane.domain.fleet import BOOTING_STATES
 COVERAGE = 0.99
 # A worker placed (booted, or assigned from the pool) less than this ago is still a cold start.
 REFILL_SETTLE_S = 2.0
+
+
+POOL_ENGINE = "builtin"  # the engine a pool worker boots (`common.messages.Assignment.engine`)
+
+
+def serves(engine: str) -> bool:
+    """Whether a pool worker can take a deployment whose engine resolved to `engine`."""
+    return engine == POOL_ENGINE
 
 
 @dataclass(frozen=True, slots=True)

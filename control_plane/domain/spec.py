@@ -25,7 +25,10 @@ class Spec:
     name: str  # deployment name (unique per tenant among live deployments)
     model: str  # weights: store://prefix/, s3://bucket/prefix/, hf://org/repo[@rev], file:///path
     accelerator: str = "cpu"  # hardware kind; a key of settings.rates_per_s
-    accelerator_count: int = 1  # accelerators per worker
+    accelerator_count: int = 1  # accelerators per worker (above 1: vLLM's tensor parallelism)
+    # The engine asked for: auto | builtin | vllm (domain/engine_choice.py). The one it
+    # resolved to, and why, are the deployment row's (`engine_resolved`, `engine_reason`).
+    engine: str = "auto"
     min_workers: int = 0  # floor kept without traffic (0 = scale to zero)
     max_workers: int = 1  # ceiling
     target_concurrency: int = 1  # jobs one worker holds at once

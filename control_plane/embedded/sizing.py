@@ -1,10 +1,13 @@
 """What the embedded platform runs when the environment does not say: how many API and
-reconciler processes (and their names), and how much host memory the weight cache may take."""
+reconciler processes (and their names), how much host memory the weight cache may take, and
+which vLLM environment its workers use."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import sys
+from pathlib import Path
 
 from control_plane.embedded.processes import StartError
 from control_plane.settings import MAX_API_PROCESSES, MAX_RECONCILERS
@@ -17,6 +20,23 @@ def default_host_cache_bytes(shm: str = "/dev/shm") -> int:
         return min(shutil.disk_usage(shm).total // 4, 8 << 30)
     except OSError:
         return 0
+
+
+# The vLLM environment `make vllm-venv` builds, beside .venv in the repository.
+VLLM_VENV = ".venv-vllm"
+# The repository of this package (an editable install runs from it).
+REPOSITORY = Path(__file__).resolve().parents[2]
+
+
+def default_vllm_python(repository: Path = REPOSITORY, prefix: Path = Path(sys.prefix)) -> str:
+    """PLATFORM_VLLM_PYTHON when the environment does not set it: the python of the
+    repository's .venv-vllm (an editable install runs from the repository), or of one beside
+    the virtualenv this runs in; "" (no vLLM) when there is neither."""
+    for root in (repository, prefix.parent):
+        python = root / VLLM_VENV / "bin" / "python"
+        if python.exists():
+            return str(python)
+    return ""
 
 
 def default_api_processes() -> int:

@@ -44,7 +44,12 @@ from control_plane.embedded.processes import (
     wait_until,
 )
 from control_plane.embedded.restarts import Death, after_death
-from control_plane.embedded.sizing import api_names, default_host_cache_bytes, reconciler_names
+from control_plane.embedded.sizing import (
+    api_names,
+    default_host_cache_bytes,
+    default_vllm_python,
+    reconciler_names,
+)
 from control_plane.embedded.state import (
     STATE_FILE,
     load_or_create_credentials,
@@ -174,6 +179,9 @@ class Supervisor:
                 "PLATFORM_LOADER_HOST_CACHE_BYTES": env.get(
                     "PLATFORM_LOADER_HOST_CACHE_BYTES", str(default_host_cache_bytes())
                 ),
+                # vLLM workers run with the repository's .venv-vllm when there is one; set
+                # empty, the platform has no vLLM
+                "PLATFORM_VLLM_PYTHON": env.get("PLATFORM_VLLM_PYTHON", default_vllm_python()),
                 "PYTHONUNBUFFERED": "1",
                 "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir),
             }

@@ -44,16 +44,37 @@ def die_with_parent() -> None:
 
 
 class LocalProvider:
-    def __init__(self, env: Mapping[str, str], log_dir: Path, python: str = "") -> None:
+    """Workers as child processes: `python -m worker`, with the vLLM environment's python
+    (PLATFORM_VLLM_PYTHON) for an assignment whose engine is vllm."""
+
+    def __init__(
+        self, env: Mapping[str, str], log_dir: Path, python: str = "", vllm_python: str = ""
+    ) -> None:
         self._env = dict(env)
         self._log_dir = log_dir
         self._python = python or sys.executable
+        self._vllm_python = vllm_python
         self._procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs = LocalLogs(log_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
 
+    def interpreter(self, spec: WorkerSpec) -> str:
+        """The python a worker runs with: its engine's environment."""
+        if spec.assignment is None or spec.assignment.engine != "vllm":
+            return self._python  # the built-in engine (a pool worker runs it too)
+        if not self._vllm_python:
+            # Chosen while this platform had vLLM: the worker fails to import it and says so
+            # (its crash-loop reason), rather than a tick failing here.
+            log.warning(
+                "worker %s: engine vllm, but PLATFORM_VLLM_PYTHON is not set",
+                spec.worker_id,
+                extra={"worker_id": spec.worker_id},
+            )
+            return self._python
+        return self._vllm_python
+
     def start(self, spec: WorkerSpec) -> int | None:
-        cmd = [self._python, "-m", "worker", *worker_args(spec)]
+        cmd = [self.interpreter(spec), "-m", "worker", *worker_args(spec)]
         # Its /metrics on loopback, on a port free now; should another process take the port
         # first, the worker binds any other and its heartbeat says which (metrics/targets.py).
         metrics_env = {METRICS_HOST_ENV: "127.0.0.1", METRICS_PORT_ENV: str(_free_port())}

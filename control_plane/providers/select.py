@@ -37,7 +37,9 @@ def make_provider(settings: Settings, env: Mapping[str, str]) -> Provider:
         from control_plane.providers.kubernetes import KubernetesProvider
 
         return KubernetesProvider.from_settings(settings, env)
-    return LocalProvider(env, workers_log_dir(settings), settings.worker_python)
+    return LocalProvider(
+        env, workers_log_dir(settings), settings.worker_python, settings.vllm_python
+    )
 
 
 def workers_log_dir(settings: Settings) -> Path:

@@ -134,18 +134,26 @@ def _targets(
     expect over a boot, within what the types' free capacity allows."""
     outlooks, boots = [], []
     t = now.timestamp()
-    for dep in deployments.list_live(session):
+    live = deployments.list_live(session)
+    for dep in live:
+        if not pool_policy.serves(dep.engine_resolved):
+            # it boots its own workers (vLLM's): neither its cold starts nor its boot times
+            # are the pool's
+            continue
         m = measured(dep.id)
+        if m is not None:
+            boots.append(m.boot_s)
         rate = 0.0
         if m is not None and m.models.forecast is not None:
             rate = m.models.forecast.rate(t)[0]
-        if m is not None:
-            boots.append(m.boot_s)
         capacity = sum(1 for w in serving if w.deployment_id == dep.id)
         outlooks.append(pool_policy.Outlook(dep.spec.accelerator, capacity, rate))
+    # a worker holds its deployment's accelerator_count (vLLM's tensor parallelism)
+    count = {dep.id: dep.spec.accelerator_count for dep in live}
     held: dict[str, int] = {}
     for w in serving:
-        held[w.accelerator] = held.get(w.accelerator, 0) + 1
+        n = count.get(w.deployment_id or "", 1)
+        held[w.accelerator] = held.get(w.accelerator, 0) + n
     free = {a: n - held.get(a, 0) for a, n in env.settings.accelerators.items()}
     budget = pool_policy.Budget(env.settings.warm_pool_max, free)
     horizon = max(boots, default=DEFAULT_BOOT_S)

@@ -179,7 +179,7 @@ def _plan_and_act(
         if free is not None:
             candidates = free.candidates(dep.spec.accelerator, _model_uri(session, env, dep))
     est = Estimates(times.boot_s, times.load_s, times.warm_s, demand.model_bytes.get(dep.id))
-    view = DeploymentView(dep.id, dep.name, dep.version)
+    view = DeploymentView(dep.id, dep.name, dep.version, dep.engine_resolved)
     plan = plan_scale(view, d.fleet, d.state, d.decision, history, candidates, est, now)
     if free is not None:
         free.taken(

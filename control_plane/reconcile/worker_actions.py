@@ -18,6 +18,7 @@ from common import tracing
 from common.messages import Assignment
 from common.protocol import ASSIGNMENT_TTL_S, WorkerState, deployment_queue, worker_assignment_key
 from control_plane.db.models import Deployment, Worker
+from control_plane.domain import pool as pool_policy
 from control_plane.domain.placement import BOOT, Placement
 from control_plane.domain.plans import actions as a
 from control_plane.errors import InvalidRequest
@@ -103,6 +104,10 @@ def start(session: Session, env: Env, x: a.StartWorker, now: datetime) -> tuple[
     assignment = _assignment(session, env, dep)
     placement = x.placement
     new = None
+    if placement.worker_id is not None and not pool_policy.serves(assignment.engine):
+        # NOTE: the plan never does this (plans/scale.py); a pool worker runs the built-in
+        # engine, so whatever chose one, a vLLM deployment boots its own.
+        placement = _as_boot(placement)
     if placement.worker_id is not None:
         new = _assign(session, env, placement, dep, assignment, x.reason, now)
         if new is None:  # gone from the pool meanwhile: a boot, then
@@ -173,6 +178,9 @@ def _assignment(session: Session, env: Env, dep: Deployment) -> Assignment:
         queue=deployment_queue(dep.id),
         max_concurrency=spec.target_concurrency,
         storage_env=dict(storage_env),
+        # chosen at deploy time (domain/engine_choice.py), with the spec's current version
+        engine=dep.engine_resolved,
+        accelerator_count=spec.accelerator_count,
     )
 
 

@@ -9,8 +9,10 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from common.reasons import bounded_reason
 from control_plane.db import kept
 from control_plane.db.models import Deployment, DeploymentVersion
+from control_plane.domain.engine_choice import Choice
 from control_plane.domain.ids import new_id
 from control_plane.domain.spec import Spec
 from control_plane.errors import Conflict, NotFound
@@ -49,13 +51,18 @@ def list_live(session: Session) -> list[Deployment]:
 _LIVE_KEY = "services.deployments.live"
 
 
-def create(session: Session, tenant_id: str, spec: dict[str, Any], now: datetime) -> Deployment:
+def create(
+    session: Session, tenant_id: str, spec: dict[str, Any], engine: Choice, now: datetime
+) -> Deployment:
+    """A new deployment of `spec`, served by `engine` (the deploy-time check's choice)."""
     row = Deployment(
         id=new_id("dep", now),
         tenant_id=tenant_id,
         name=spec["name"],
         version=1,
         spec_doc=spec,
+        engine_resolved=engine.engine,
+        engine_reason=bounded_reason(engine.reason),
         created_at=now,
         updated_at=now,
     )
@@ -72,14 +79,23 @@ def create(session: Session, tenant_id: str, spec: dict[str, Any], now: datetime
 
 
 def update(
-    session: Session, tenant_id: str, name: str, spec: dict[str, Any], now: datetime
+    session: Session,
+    tenant_id: str,
+    name: str,
+    spec: dict[str, Any],
+    engine: Choice | None,
+    now: datetime,
 ) -> Deployment:
-    """Replace the spec; a changed spec becomes a new version (jobs keep the one they got)."""
+    """Replace the spec; a changed spec becomes a new version (jobs keep the one they got).
+    `engine`: the engine chosen anew (its model, engine or accelerator_count changed); None
+    keeps the current one."""
     row = get(session, tenant_id, name)
     if row.spec_doc == spec:
         return row
     row.version += 1
     row.spec_doc = spec
+    if engine is not None:
+        row.engine_resolved, row.engine_reason = engine.engine, bounded_reason(engine.reason)
     row.updated_at = now
     session.add(
         DeploymentVersion(deployment_id=row.id, version=row.version, spec=spec, created_at=now)

@@ -26,6 +26,8 @@ _FLAG_FIELDS = {
     "--name": "name",
     "--model": "model",
     "--accelerator": "accelerator",
+    "--accelerator-count": "accelerator_count",
+    "--engine": "engine",
     "--min-workers": "min_workers",
     "--max-workers": "max_workers",
     "--scaledown-window": "scaledown_window_s",
@@ -49,6 +51,17 @@ def deploy(
         ),
     ] = None,
     accelerator: Annotated[str | None, typer.Option(help="Hardware, e.g. cpu.")] = None,
+    accelerator_count: Annotated[
+        int | None,
+        typer.Option(help="Accelerators per worker (above 1: vLLM's tensor parallelism)."),
+    ] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="auto (the built-in engine where it can, vLLM otherwise), builtin or vllm; "
+            "`platform deployments get` shows the one chosen and why."
+        ),
+    ] = None,
     min_workers: Annotated[int | None, typer.Option(help="Workers kept warm.")] = None,
     max_workers: Annotated[int | None, typer.Option(help="Most workers at once.")] = None,
     scaledown_window: Annotated[
@@ -105,12 +118,15 @@ def deploy(
         platform deploy deploy.yaml
         platform deploy --name demo --model store://models/demo/ --max-workers 2
         platform deploy deploy.yaml --max-workers 4 --dry-run
+        platform deploy --name moe --model store://models/mixtral/ --engine vllm
         platform deploy deploy.yaml --min-workers 1 --wait
     """
     flags: dict[str, Any] = {
         "--name": name,
         "--model": model,
         "--accelerator": accelerator,
+        "--accelerator-count": accelerator_count,
+        "--engine": engine,
         "--min-workers": min_workers,
         "--max-workers": max_workers,
         "--scaledown-window": scaledown_window,

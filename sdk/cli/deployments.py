@@ -52,6 +52,8 @@ def get(name: Name, as_json: AsJson = False) -> None:
         return
     pairs: list[tuple[str, object]] = [(k, v) for k, v in deployment.spec.items()]
     pairs += [
+        ("engine_resolved", deployment.engine_resolved),
+        ("engine_reason", deployment.engine_reason),
         ("version", deployment.version),
         ("workers", _common.workers_summary(deployment.workers)),
         ("updated", deployment.raw.get("updated_at")),

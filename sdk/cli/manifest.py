@@ -7,6 +7,7 @@ the DeploymentSpec fields of docs/api.md:
     name: demo
     model: store://models/demo/
     accelerator: cpu
+    engine: auto
     max_workers: 2
     defaults:
       max_tokens: 64
@@ -33,6 +34,7 @@ SPEC_TYPES: dict[str, str] = {
     "model": _STR,
     "accelerator": _STR,
     "accelerator_count": _INT,
+    "engine": _STR,
     "min_workers": _INT,
     "max_workers": _INT,
     "target_concurrency": _INT,
@@ -55,6 +57,8 @@ MODEL_SCHEMES = ("store://", "s3://", "file://", "hf://")
 # Seconds fields where 0 is meaningful (no keep-alive, no price on a cold start, no queueing
 # for a busy worker); others > 0.
 _MAY_BE_ZERO = frozenset({"scaledown_window_s", "cold_penalty_s", "queue_wait_s"})
+# The engines a deployment may name (docs/api.md, "Engines").
+ENGINES = ("auto", "builtin", "vllm")
 # A deployment name, as the platform accepts it: lowercase letters, digits and '-'.
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
@@ -242,6 +246,8 @@ def _check_value(field: str, value: Any) -> str | None:
         return check_model_uri(value)
     if field == "accelerator" and not value:
         return "must not be empty"
+    if field == "engine" and value not in ENGINES:
+        return f"must be one of {', '.join(ENGINES)}, got {value!r}"
     if field in ("min_workers", "max_workers") and value < 0:
         return f"must be >= 0, got {value}"
     if field in ("accelerator_count", "target_concurrency") and value < 1:

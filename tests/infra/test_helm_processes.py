@@ -196,3 +196,14 @@ def test_stores_admit_workers_from_their_own_namespace() -> None:
     assert rule["from"] == [
         {"podSelector": {"matchLabels": {"app.kubernetes.io/instance": RELEASE}}}
     ]
+
+
+def test_a_vllm_image_makes_a_platform_with_vllm_for_the_api_and_the_reconciler() -> None:
+    """workers.vllmImage reaches every control-plane process (the API decides engines by it,
+    the reconciler starts vLLM workers' pods with it); without it the platform has no vLLM."""
+    image = "registry.example.com/platform-worker-vllm:0.1.0"
+    for values, expected in (({}, None), ({"workers": {"vllmImage": image}}, image)):
+        config = find(objects(values), "ConfigMap", f"{RELEASE}-env")["data"]
+        assert config.get("PLATFORM_KUBERNETES_VLLM_IMAGE") == expected
+        settings = Settings(provider="kubernetes", kubernetes_vllm_image=expected or "")
+        assert settings.has_vllm() == (expected is not None)

@@ -15,11 +15,13 @@ from sqlalchemy import select
 from common.protocol import WorkerState
 from control_plane.db.models import BillingRecord, Deployment, Tenant
 from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.domain.engine_choice import Choice
 from control_plane.services import deployments
 from control_plane.services.workers import worker_records
 from control_plane.settings import Settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+BUILTIN = Choice("builtin", "test")  # the engine a deployment made here resolved to
 LIFE = [WorkerState.LOADING, WorkerState.WARMING, WorkerState.IDLE]
 SERVE = [WorkerState.BUSY, WorkerState.IDLE]
 END = [WorkerState.DRAINING, WorkerState.STOPPED]
@@ -48,7 +50,7 @@ def test_segments_tile_the_life_whatever_the_delivery(
             s.add(tenant)
             s.flush()
         dep = s.scalars(select(Deployment)).first() or deployments.create(
-            s, tenant.id, {"name": "p", "model": "store://m/p/", "max_boot_s": 3600}, T0
+            s, tenant.id, {"name": "p", "model": "store://m/p/", "max_boot_s": 3600}, BUILTIN, T0
         )
         w = worker_records.create(s, dep, "cpu", "test", T0)
         s.commit()

@@ -141,30 +141,34 @@ def test_an_index_and_its_shards_are_checked(client: TestClient, keys: dict[str,
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"model_type": "gpt2"}, "config.json: model_type: 'gpt2' is not supported"),
+        ({"model_type": "gpt2"}, "builtin: config.json: model_type: 'gpt2' is not supported"),
         (
             {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}},
-            "config.json: rope_scaling:",
+            "builtin: config.json: rope_scaling:",
         ),
-        ({"hidden_act": "gelu"}, "config.json: hidden_act: 'gelu' is not supported"),
+        ({"hidden_act": "gelu"}, "builtin: config.json: hidden_act: 'gelu' is not supported"),
         # quantized checkpoints: refused before a worker fetches their weights
         (
             {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
-            "config.json: quantization_config: fp8 checkpoints are not supported",
+            "builtin: quantized weights (fp8)",
         ),
-        (
-            {"quantization_config": {"quant_method": "gptq", "bits": 4}},
-            "config.json: quantization_config: gptq checkpoints are not supported",
-        ),
+        ({"quantization_config": {"quant_method": "gptq", "bits": 4}}, "quantized weights (gptq)"),
     ],
 )
-def test_a_config_the_worker_refuses_is_refused(
+def test_a_config_no_engine_of_the_platform_serves_is_refused(
     client: TestClient, keys: dict[str, str], change: dict[str, Any], message: str
 ) -> None:
+    """What the built-in engine refuses, on a platform without vLLM (these settings): both
+    reasons (test_deploy_engine.py: the same configs where vLLM is)."""
     files = {**valid_model(), "config.json": json.dumps({**LLAMA, **change}).encode()}
     uri = upload(client, keys["a"], "models/cfg", files)
     r = deploy(client, keys["a"], uri)
-    refused(r, f"model {uri}: {message}")
+    refused(
+        r,
+        f"model {uri}: neither engine can serve it: ",
+        message,
+        "vllm: this platform has no vLLM environment",
+    )
     assert names(client, keys["a"]) == []
 
 
@@ -307,14 +311,16 @@ def test_validation_can_be_turned_off(
         assert deploy(c, keys["a"], "store://models/none/").status_code == 201
 
 
-def test_more_than_one_accelerator_is_refused_not_ignored(
+def test_more_than_one_accelerator_without_vllm_is_refused_not_ignored(
     client: TestClient, keys: dict[str, str]
 ) -> None:
+    """Several accelerators per worker are vLLM's tensor parallelism; a platform without vLLM
+    refuses them, naming the field."""
     uri = upload(client, keys["a"], "models/tp", valid_model())
     spec = {"name": "tp", "model": uri, "accelerator_count": 2}
     r = client.post("/v1/deployments", json=spec, headers=h(keys["a"]))
     assert r.status_code == 422, r.text
-    assert r.json()["errors"][0]["field"] == "accelerator_count"
+    assert [e["field"] for e in r.json()["errors"]] == ["accelerator_count", "engine"]
     assert "one accelerator" in r.json()["detail"]
     assert names(client, keys["a"]) == []
     assert (

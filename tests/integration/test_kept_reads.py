@@ -14,10 +14,12 @@ from sqlalchemy.orm import Session
 
 from control_plane.db.models import Tenant
 from control_plane.db.session import make_engine, make_sessionmaker
+from control_plane.domain.engine_choice import Choice
 from control_plane.services import deployments
 from control_plane.services.workers import worker_records
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
+BUILTIN = Choice("builtin", "test")  # the engine a deployment made here resolved to
 
 
 @pytest.fixture
@@ -33,7 +35,9 @@ def session(database_url: str) -> Iterator[tuple[Session, list[str]]]:
         s.add(Tenant(id="ten_k", name="k", webhook_secret="whsec_x", created_at=NOW))
         s.flush()
         for name in ("a", "b"):
-            deployments.create(s, "ten_k", {"name": name, "model": f"store://m/{name}/"}, NOW)
+            deployments.create(
+                s, "ten_k", {"name": name, "model": f"store://m/{name}/"}, BUILTIN, NOW
+            )
         s.commit()
         yield s, seen
     engine.dispose()
@@ -60,7 +64,9 @@ def test_a_deployment_written_through_the_session_is_read_again(
 ) -> None:
     s, seen = session
     live = deployments.list_live(s)
-    deployments.create(s, "ten_k", {"name": "c", "model": "store://m/c/"}, NOW)  # not flushed
+    deployments.create(
+        s, "ten_k", {"name": "c", "model": "store://m/c/"}, BUILTIN, NOW
+    )  # not flushed
     assert sorted(d.name for d in deployments.list_live(s)) == ["a", "b", "c"]
     gone = next(d for d in live if d.name == "a")
     gone.deleted_at = NOW
@@ -89,6 +95,6 @@ def test_a_spec_is_parsed_once_per_document(session: tuple[Session, list[str]]) 
     assert dep.spec is dep.spec
     assert dep.spec.max_workers == 1
     deployments.update(
-        s, "ten_k", "a", {"name": "a", "model": "store://m/a/", "max_workers": 3}, NOW
+        s, "ten_k", "a", {"name": "a", "model": "store://m/a/", "max_workers": 3}, None, NOW
     )
     assert dep.spec.max_workers == 3 and dep.version == 2

@@ -30,7 +30,8 @@ from tests.integration.conftest import provider
 
 @pytest.fixture
 def settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"warm_pool_max": 1})
+    # a platform with vLLM too: its deployments never take a pool worker
+    return settings.model_copy(update={"warm_pool_max": 1, "vllm_python": "/opt/vllm/python"})
 
 
 @dataclass(frozen=True)
@@ -191,6 +192,30 @@ def test_a_pool_worker_is_assigned_once(
         s.commit()
     (w,) = rows(settings, Worker, Worker.id == pool_id)
     assert w.deployment_id == got.deployment_id
+
+
+def test_a_deployment_on_vllm_boots_its_own_worker_beside_an_idle_pool_worker(
+    client: TestClient,
+    keys: dict[str, str],
+    loop: Reconciler,
+    redis_client: Any,
+    settings: Settings,
+) -> None:
+    deploy(client, keys["b"], max_workers=1)  # on the built-in engine: the pool is for it
+    deploy(client, keys["a"], max_workers=1, engine="vllm", accelerator_count=2)
+    t0 = past()
+    pool_id = pool_ready(client, loop, t0)
+    submit(client, keys["a"])
+    loop.tick(t0 + timedelta(seconds=3))
+    (_, booted) = provider(loop).started
+    assert booted.assignment is not None and booted.worker_id != pool_id
+    (dep,) = rows(settings, Deployment, Deployment.id == booted.assignment.deployment_id)
+    assert dep.engine_resolved == "vllm"  # tenant a's (b's is on the built-in engine)
+    # the worker is told its engine and accelerators (its provider picks its environment)
+    assert (booted.assignment.engine, booted.assignment.accelerator_count) == ("vllm", 2)
+    assert redis_client.llen(worker_assignment_key(pool_id)) == 0
+    (w,) = rows(settings, Worker, Worker.id == pool_id)
+    assert (w.deployment_id, w.state) == (None, "idle")
 
 
 def test_a_pool_worker_that_dies_after_its_assignment_is_replaced_and_the_job_waits(

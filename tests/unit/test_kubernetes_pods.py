@@ -5,6 +5,7 @@ fields are errors)."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from typing import Any
 
@@ -92,6 +93,46 @@ def test_a_gpu_workers_pod_is_a_valid_pod_with_its_gpu_node_selector_and_tolerat
     # the local provider's command line
     assert c["command"] == ["python", "-m", "worker"] and c["args"] == worker_args(assigned())
     assert c["image"] == "registry.example.com/platform-worker:1.0"
+
+
+def test_a_vllm_worker_runs_the_vllm_image_with_its_gpus_on_one_pod() -> None:
+    cfg = pod_config(settings(kubernetes_vllm_image="registry.example.com/platform-vllm:1.0"))
+    base = assigned()
+    assert base.assignment is not None
+    spec = dataclasses.replace(
+        base, assignment=dataclasses.replace(base.assignment, engine="vllm", accelerator_count=4)
+    )
+    pod = pod_manifest(cfg, spec, ENV)
+    valid(pod)
+    (c,) = pod["spec"]["containers"]
+    assert c["image"] == "registry.example.com/platform-vllm:1.0"
+    assert c["resources"]["limits"] == {"memory": "200Gi", "nvidia.com/gpu": "4"}
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == "4"
+    assert c["command"] == ["python", "-m", "worker"] and c["args"] == worker_args(spec)
+    assert pod["metadata"]["labels"]["platform-serverless.io/engine"] == "vllm"
+    # the built-in engine's workers and the pool's keep the worker image and one GPU
+    for other in (assigned(), WorkerSpec("wrk_pool2", "h100", None)):
+        (c,) = pod_manifest(cfg, other, ENV)["spec"]["containers"]
+        assert c["image"] == "registry.example.com/platform-worker:1.0"
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # a type whose resources name one GPU: the worker's count wins
+    one = settings(
+        kubernetes_vllm_image="v:1",
+        kubernetes_worker_resources={"h100": {"limits": {"nvidia.com/gpu": 1}}},
+    )
+    (c,) = pod_manifest(pod_config(one), spec, ENV)["spec"]["containers"]
+    assert c["resources"] == {
+        "limits": {"nvidia.com/gpu": "4"},
+        "requests": {"nvidia.com/gpu": "4"},
+    }
+
+
+def test_a_vllm_platform_on_kubernetes_is_one_with_a_vllm_image() -> None:
+    assert not settings().has_vllm()
+    assert settings(kubernetes_vllm_image="v:1").has_vllm()
+    # the local provider's python is not the cluster's
+    assert not settings(vllm_python="/opt/vllm/bin/python").has_vllm()
+    assert Settings(vllm_python="/opt/vllm/bin/python").has_vllm()
 
 
 def test_a_cpu_worker_asks_for_no_gpu_and_a_pool_worker_boots_with_pool() -> None:

@@ -150,6 +150,23 @@ def test_workers_of_an_old_version_drain_and_the_decision_starts_new_ones_from_t
     assert second.placement.choice == POOL and plan.reports_cold_start
 
 
+def test_a_deployment_on_vllm_never_takes_a_pool_worker() -> None:
+    """Pool workers run the built-in engine: a deployment resolved to vllm boots its own,
+    however fast the pool would be, and leaves the pool workers to others."""
+    state = scale_state(queued=2)
+    decision = decide(state, T)
+    pool = [PoolCandidate("p1", holds_model=True), PoolCandidate("p2")]
+    vllm = dataclasses.replace(DEP, engine="vllm")
+    plan = plan_scale(vllm, split([], 2), state, decision, NO_FAILURES, pool, EST, NOW)
+    starts = [x for x in plan.actions if isinstance(x, a.StartWorker)]
+    assert len(starts) == 2
+    assert all(x.placement.choice == BOOT and x.placement.worker_id is None for x in starts)
+    # the same deployment on the built-in engine takes them
+    builtin = plan_scale(DEP, split([], 2), state, decision, NO_FAILURES, pool, EST, NOW)
+    taken = [x.placement.worker_id for x in builtin.actions if isinstance(x, a.StartWorker)]
+    assert taken == ["p1", "p2"]
+
+
 def test_without_pool_workers_a_start_boots() -> None:
     state = scale_state(queued=1)
     plan = plan_scale(DEP, split([], 2), state, decide(state, T), NO_FAILURES, [], EST, NOW)

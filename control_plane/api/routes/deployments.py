@@ -12,7 +12,10 @@ from control_plane.api.context import Ctx, Db, Now, Principal
 from control_plane.api.responses import DeploymentList, DeploymentPublic
 from control_plane.api.schemas import DeploymentSpec
 from control_plane.db.models import Deployment
+from control_plane.domain import engine_choice
 from control_plane.domain.clock import iso
+from control_plane.domain.engine_choice import Checkpoint, Choice, EngineRefused
+from control_plane.domain.spec import Spec
 from control_plane.errors import InvalidRequest
 from control_plane.services import deployments
 from control_plane.services.models import model_check
@@ -29,6 +32,9 @@ def to_public(
     states = Counter(w.state for w in worker_records.live(session, dep.id))
     return {
         **dep.spec_doc,
+        "engine": dep.spec.engine,  # the default for specs stored before it existed
+        "engine_resolved": dep.engine_resolved,
+        "engine_reason": dep.engine_reason,
         "id": dep.id,
         "version": dep.version,
         "created_at": iso(dep.created_at),
@@ -44,16 +50,40 @@ def with_scaling(ctx: Ctx, session: Session, deps: list[Deployment]) -> list[dic
     return [to_public(session, d, latest.get(d.id)) for d in deps]
 
 
+NOT_CHECKED = "models are not read at deploy on this platform (PLATFORM_VALIDATE_MODELS is off)"
+
+
 def _check(
-    ctx: Ctx, session: Session, tenant_id: str, spec: DeploymentSpec, model_changed: bool = True
-) -> None:
+    ctx: Ctx, session: Session, tenant_id: str, spec: DeploymentSpec, current: Spec | None
+) -> Choice | None:
     """Refuse, before anything is written, a spec this tenant may not run: an unknown
-    accelerator, a model outside what the tenant may read (docs/security.md), or, when the
-    model is new or changed, one a worker would not load (services/models/model_check.py)."""
+    accelerator, a model outside what the tenant may read (docs/security.md), one a worker
+    would not load (services/models/model_check.py), or one no engine it allows can serve.
+    The engine chosen when the model, engine or accelerator_count are new or changed; None
+    when they are not (the deployment keeps its engine)."""
     _check_accelerator(ctx, spec)
     access = storage_access.resolve(session, ctx.settings, tenant_id, spec.model, "model")
-    if model_changed and ctx.settings.validate_models:
-        model_check.check_model(access)
+    if current is not None and (current.model, current.engine, current.accelerator_count) == (
+        spec.model,
+        spec.engine,
+        spec.accelerator_count,
+    ):
+        return None
+    model_changed = current is None or current.model != spec.model
+    if not ctx.settings.validate_models:
+        checkpoint = Checkpoint.unread(NOT_CHECKED)
+    elif model_changed:
+        checkpoint = model_check.check_model(access)
+    else:  # its weights were checked when it was deployed
+        checkpoint = model_check.read_checkpoint(access)
+    platform = engine_choice.Platform(has_vllm=ctx.settings.has_vllm())
+    try:
+        return engine_choice.choose(spec.engine, checkpoint, spec.accelerator_count, platform)
+    except EngineRefused as exc:
+        raise InvalidRequest(
+            f"model {spec.model}: {exc.summary}",
+            errors=[{"field": r.field, "message": r.message} for r in exc.refusals],
+        ) from None
 
 
 def _check_accelerator(ctx: Ctx, spec: DeploymentSpec) -> None:
@@ -86,8 +116,9 @@ def create_deployment(
     dry_run: bool = DryRun,
 ) -> Any:
     who.require("deploy")
-    _check(ctx, session, who.tenant_id, spec)
-    dep = deployments.create(session, who.tenant_id, spec.model_dump(), at)
+    engine = _check(ctx, session, who.tenant_id, spec, None)
+    assert engine is not None, "a new deployment's engine is always chosen"
+    dep = deployments.create(session, who.tenant_id, spec.model_dump(), engine, at)
     body = to_public(session, dep)
     if dry_run:
         # NOTE: the row was only flushed (so a taken name answers 409 here too); rolled back.
@@ -116,8 +147,8 @@ def update_deployment(
             errors=[{"field": "name", "message": "must match the URL"}],
         )
     current = deployments.get(session, who.tenant_id, name)
-    _check(ctx, session, who.tenant_id, spec, current.spec_doc.get("model") != spec.model)
-    dep = deployments.update(session, who.tenant_id, name, spec.model_dump(), at)
+    engine = _check(ctx, session, who.tenant_id, spec, current.spec)
+    dep = deployments.update(session, who.tenant_id, name, spec.model_dump(), engine, at)
     body = with_scaling(ctx, session, [dep])[0]
     if dry_run:
         session.rollback()

@@ -16,9 +16,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
+from common.reasons import MAX_REASON_CHARS
 from control_plane.db.models.base import Base, utcnow
 from control_plane.db.types import UTCDateTime
 from control_plane.domain.spec import Spec
+
+# The engine of deployments made before engines were chosen (and of rows made without one).
+_EARLIER_REASON = "deployed before engines were chosen: the built-in engine"
 
 
 class Deployment(Base):
@@ -42,6 +46,17 @@ class Deployment(Base):
     version: Mapped[int] = mapped_column(Integer, default=1)
     # The spec as stored (JSON); read it as `spec`, the typed object parsed from it.
     spec_doc: Mapped[dict[str, Any]] = mapped_column("spec", JSON)
+    # The engine the spec's `engine` resolved to at deploy time (builtin | vllm) and why
+    # (domain/engine_choice.py), decided again when the model, engine or accelerator_count
+    # change; what the worker's assignment names.
+    engine_resolved: Mapped[str] = mapped_column(
+        String(16), default="builtin", server_default="builtin"
+    )
+    engine_reason: Mapped[str] = mapped_column(
+        String(MAX_REASON_CHARS),
+        default=_EARLIER_REASON,
+        server_default=_EARLIER_REASON,
+    )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

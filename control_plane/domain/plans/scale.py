@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from common.protocol import WorkerState
-from control_plane.domain import fleet
+from control_plane.domain import fleet, pool
 from control_plane.domain.clock import iso
 from control_plane.domain.crash_loop import BootHistory, StartVerdict, may_start
 from control_plane.domain.placement import Estimates, PoolCandidate, place
@@ -52,6 +52,7 @@ class DeploymentView:
     id: str
     name: str
     version: int  # its current spec version
+    engine: str = "builtin"  # the engine it resolved to: builtin | vllm (only builtin pools)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,8 +108,9 @@ def plan_scale(
     now: datetime,
 ) -> ScalePlan:
     """What to do for `dep` this tick. `history`: its version's recent boots, read only when
-    `decision` starts workers (None otherwise); `candidates`: the idle pool workers it may
-    take (its accelerator type), each taken at most once."""
+    `decision` starts workers (None otherwise); `candidates`: the idle pool workers of its
+    accelerator type, each taken at most once, and none by a deployment a pool worker cannot
+    serve (`pool.serves`: it boots its own)."""
     actions: list[Action] = [StopWorker(w.id, dep.id, fleet.NEW_VERSION) for w in workers.to_drain]
     assert not decision.start or history is not None, "a plan that starts workers reads history"
     verdict: StartVerdict | None = None
@@ -123,7 +125,7 @@ def plan_scale(
         assert history is not None
         actions.append(FailWaiting(dep.id, dep.name, crash_loop_error(dep, history)))
     elif verdict is not None:
-        free = list(candidates)
+        free = list(candidates) if pool.serves(dep.engine) else []
         for _ in range(decision.start):
             placement = place(free, est)
             free = [c for c in free if c.worker_id != placement.worker_id]

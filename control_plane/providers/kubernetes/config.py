@@ -38,6 +38,7 @@ class PodConfig:
     disk_cache_host_path: str = ""  # node directory of the disk cache tier; "" = emptyDir
     disk_cache_claim: str = ""  # or a PersistentVolumeClaim behind it; "" = none
     memory_cache_host_path: str = ""  # node tmpfs directory of the memory tier; "" = emptyDir
+    vllm_image: str = ""  # image of vLLM workers (engine vllm); "" = no vLLM on this platform
 
 
 def pod_config(settings: Settings) -> PodConfig:
@@ -140,6 +141,7 @@ def pod_config(settings: Settings) -> PodConfig:
         disk_cache_host_path=settings.kubernetes_disk_cache_host_path,
         disk_cache_claim=settings.kubernetes_disk_cache_claim,
         memory_cache_host_path=settings.kubernetes_memory_cache_host_path,
+        vllm_image=settings.kubernetes_vllm_image,
     )
 
 

@@ -3,6 +3,10 @@ labels (pure: no I/O, no client). The provider (`provider.py`) creates what thes
 
     cfg = pod_config(settings)                       # config.py; ValueError naming the setting
     pod_manifest(cfg, WorkerSpec("wrk_…", "h100", assignment), env)   # a v1 Pod, as a dict
+
+A worker whose assignment's engine is vllm runs the vLLM image (PLATFORM_KUBERNETES_VLLM_IMAGE)
+and asks for its assignment's accelerator_count GPUs on its one pod (vLLM's tensor
+parallelism); every other worker (the warm pool's too) the worker image and one GPU.
 """
 
 from __future__ import annotations
@@ -78,6 +82,7 @@ def worker_labels(cfg: PodConfig, spec: WorkerSpec) -> dict[str, str]:
     if spec.assignment is not None:
         labels[f"{LABEL_PREFIX}/deployment-id"] = spec.assignment.deployment_id
         labels[f"{LABEL_PREFIX}/deployment-version"] = str(spec.assignment.deployment_version)
+        labels[f"{LABEL_PREFIX}/engine"] = spec.assignment.engine
     return labels
 
 
@@ -100,15 +105,29 @@ def pod_env(cfg: PodConfig, env: Mapping[str, str]) -> list[dict[str, Any]]:
     return out
 
 
-def container_resources(cfg: PodConfig, accelerator: str) -> dict[str, dict[str, str]]:
-    """The type's requests/limits, plus its one GPU (one worker per GPU) unless it is `cpu`."""
+def container_resources(
+    cfg: PodConfig, accelerator: str, accelerator_count: int = 1
+) -> dict[str, dict[str, str]]:
+    """The type's requests/limits, plus its GPUs unless it is `cpu`: one per worker, or the
+    `accelerator_count` of a worker that splits its model over several (vLLM)."""
     own = cfg.resources.get(accelerator, {})
     out = {part: dict(own.get(part, {})) for part in ("requests", "limits")}
     if accelerator != "cpu":
         # an extended resource: requests must equal limits, and the scheduler counts limits
+        if accelerator_count > 1:
+            out["limits"][cfg.gpu_resource] = str(accelerator_count)
         out["limits"].setdefault(cfg.gpu_resource, "1")
         out["requests"][cfg.gpu_resource] = out["limits"][cfg.gpu_resource]
     return {part: q for part, q in out.items() if q}
+
+
+def worker_image(cfg: PodConfig, spec: WorkerSpec) -> str:
+    """The vLLM image for a worker on vLLM, the worker image otherwise. Without a vLLM image
+    (its engine was chosen while the platform had one) the worker image: the worker fails to
+    import vLLM and reports why, rather than a tick failing here."""
+    if spec.assignment is not None and spec.assignment.engine == "vllm" and cfg.vllm_image:
+        return cfg.vllm_image
+    return cfg.image
 
 
 def assignment_secret_manifest(cfg: PodConfig, spec: WorkerSpec) -> dict[str, Any] | None:
@@ -133,7 +152,7 @@ def pod_manifest(cfg: PodConfig, spec: WorkerSpec, env: Mapping[str, str]) -> di
     """One worker's pod: `python -m worker` with the local provider's arguments."""
     container: dict[str, Any] = {
         "name": CONTAINER,
-        "image": cfg.image,
+        "image": worker_image(cfg, spec),
         "imagePullPolicy": cfg.pull_policy,
         "command": ["python", "-m", "worker"],
         "args": worker_args(spec),
@@ -146,7 +165,8 @@ def pod_manifest(cfg: PodConfig, spec: WorkerSpec, env: Mapping[str, str]) -> di
     }
     if spec.assignment is not None:
         container["envFrom"] = [{"secretRef": {"name": secret_name(spec.worker_id)}}]
-    resources = container_resources(cfg, spec.accelerator)
+    count = spec.assignment.accelerator_count if spec.assignment is not None else 1
+    resources = container_resources(cfg, spec.accelerator, count)
     if resources:
         container["resources"] = resources
     pod_spec: dict[str, Any] = {

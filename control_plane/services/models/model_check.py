@@ -3,8 +3,10 @@
 Before a deployment is created or its model changed, the model directory is read with the
 tenant's own `Access` (what the tenant may read, nothing more):
 
-- `config.json` must be a JSON object that the worker's own `ModelConfig.from_hf_dict`
-  accepts (the same function, so the checks are exactly the worker's);
+- `config.json` must be a JSON object; what it says (architectures, quantization, whether the
+  built-in engine's own parser, `ModelConfig.from_hf_dict`, accepts it) is returned as a
+  `Checkpoint`, from which the deployment's engine is chosen (domain/engine_choice.py: what
+  no engine it allows can serve is refused there);
 - the weights must exist: `model.safetensors.index.json` and every shard it names, or a
   single `model.safetensors`, or else the `*.safetensors` files in the directory (what the
   loader falls back to);
@@ -14,8 +16,9 @@ tenant's own `Access` (what the tenant may read, nothing more):
 
 Every failure is an InvalidRequest (422) naming the model URI and what is wrong. A missing
 and a forbidden object answer alike (`object_store`), so the check tells a tenant nothing
-about objects it may not read. `hf://` models are not checked: the Hub would become a
-network dependency of every deploy; their workers report problems as before.
+about objects it may not read. `hf://` models are not read: the Hub would become a network
+dependency of every deploy; their workers report problems as before, and the engine choice is
+told so (`Checkpoint.unread`).
 
 Pure imports only: `common.model_config` and `loader.header`/`loader.objects` import no torch.
 """
@@ -26,7 +29,7 @@ import json
 import re
 from typing import Any
 
-from common.model_config import ModelConfig
+from control_plane.domain.engine_choice import Checkpoint
 from control_plane.errors import InvalidRequest
 from control_plane.services.storage import object_store
 from control_plane.services.storage.storage_access import Access
@@ -43,22 +46,30 @@ MAX_SHARDS = 1_000
 _SHARD_NAME = re.compile(r"^(?!\.\.?$)[A-Za-z0-9._-]{1,255}$")
 
 
-def check_model(access: Access) -> None:
-    """Raise InvalidRequest (field `model`) unless `access` names a checkpoint a worker loads."""
-    if access.location.kind == "hf":
-        return
-    config = _read_json(access, CONFIG_NAME)
-    try:
-        ModelConfig.from_hf_dict(config)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        # ValueError names the field; the others are shapes the parser did not foresee.
-        raise _bad(access, f"{CONFIG_NAME}: {exc}") from None
+HF_NOT_READ = "hf:// models are not read at deploy"
+
+
+def check_model(access: Access) -> Checkpoint:
+    """What `access`'s config.json says, once its weights are found whole; InvalidRequest
+    (field `model`) when a worker could not load it whatever its engine."""
+    checkpoint = read_checkpoint(access)
+    if checkpoint.not_read:
+        return checkpoint
     objects = _weights(access)
     headers = [_header(access, name) for name in objects.uris]
     try:
         check_index(objects, headers)
     except LoaderError as exc:
         raise _bad(access, str(exc)) from None
+    return checkpoint
+
+
+def read_checkpoint(access: Access) -> Checkpoint:
+    """What config.json says (an unchanged model whose engine or accelerator_count changed:
+    its weights were checked when it was deployed)."""
+    if access.location.kind == "hf":
+        return Checkpoint.unread(HF_NOT_READ)
+    return Checkpoint.from_config(_read_json(access, CONFIG_NAME))
 
 
 def _weights(access: Access) -> CheckpointObjects:

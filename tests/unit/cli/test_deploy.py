@@ -190,3 +190,24 @@ def test_deploy_wait_reports_a_failed_worker_and_exits_2() -> None:
     result = invoke(args, routes)
     assert result.exit_code == 2
     assert "wrk_9 failed: ObjectNotFound" in result.stderr
+
+
+def test_the_engine_is_set_by_flag_and_a_wrong_one_is_refused_locally() -> None:
+    routes = Routes(
+        {
+            "GET /v1/deployments/demo": httpx.Response(200, json=DEPLOYMENT),
+            "PUT /v1/deployments/demo": httpx.Response(200, json={**DEPLOYMENT, "version": 4}),
+        }
+    )
+    args = ["deploy", "--name", "demo", "--engine", "vllm", "--accelerator-count", "2"]
+    result = invoke(args, routes)
+    assert result.exit_code == 0, result.output
+    assert "+ engine: 'vllm'" in result.stdout
+    sent = routes.body("PUT /v1/deployments/demo")
+    assert (sent["engine"], sent["accelerator_count"]) == ("vllm", 2)
+
+    routes = Routes({})
+    result = invoke(["deploy", "--name", "demo", "--engine", "tgi"], routes)
+    assert result.exit_code == 1
+    assert "--engine: engine: must be one of auto, builtin, vllm, got 'tgi'" in result.stderr
+    assert routes.requests == []

@@ -32,6 +32,7 @@ def test_jobs_list_follows_cursors_up_to_the_limit(
 def test_deployment_resource_calls(fake_time: FakeTime, make_client: MakeClient) -> None:
     dep = {"name": "demo", "model": "s3://m/d/", "max_workers": 1, "version": 2, "id": "dep_1"}
     dep["workers"] = {"idle": 1, "busy": 2}
+    dep |= {"engine": "auto", "engine_resolved": "vllm", "engine_reason": "auto: vLLM serves it"}
     server = Server(
         answer(201, dep),
         answer(200, dep),
@@ -57,7 +58,14 @@ def test_deployment_resource_calls(fake_time: FakeTime, make_client: MakeClient)
     assert server.body(1) == {"name": "demo", "model": "s3://m/d/", "max_workers": 2}
     assert isinstance(created, Deployment) and created.version == 2
     assert fetched.workers == {"idle": 1, "busy": 2}
-    assert fetched.spec == {"name": "demo", "model": "s3://m/d/", "max_workers": 1}
+    # the engine asked for is the spec's; the one chosen, and why, the platform's
+    assert fetched.spec == {
+        "name": "demo",
+        "model": "s3://m/d/",
+        "max_workers": 1,
+        "engine": "auto",
+    }
+    assert (fetched.engine_resolved, fetched.engine_reason) == ("vllm", "auto: vLLM serves it")
     assert [d.name for d in listed] == ["demo"] and updated.id == "dep_1"
     with pytest.raises(ValueError, match="does not match"):
         client.deployments.update("demo", {"name": "other"})
