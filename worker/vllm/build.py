@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 # The KV cache on a CPU host without an explicit size (PLATFORM_ENGINE_KV_CACHE_BYTES): room
 # for every held job at full context, at most this much (the built-in engine's rule).
 CPU_KV_CACHE_MAX_BYTES = 2 << 30
+# vLLM's KV-cache block on a CPU, in tokens
+VLLM_CPU_BLOCK = 128
 
 
 def prepare_vllm() -> None:
@@ -145,9 +147,13 @@ def _sizes(
     if kv_bytes is None and accelerator == "cpu":
         per_token = kv_bytes_per_token(config)
         max_len = int(config.get("max_position_embeddings") or 2048)
-        max_len = min(max_len, CPU_KV_CACHE_MAX_BYTES // per_token)
+        max_len = min(max_len, CPU_KV_CACHE_MAX_BYTES // (2 * per_token) - VLLM_CPU_BLOCK)
         sizes["max_model_len"] = max_len
-        kv_bytes = min(CPU_KV_CACHE_MAX_BYTES, per_token * max_len * assignment.max_concurrency)
+        # NOTE: twice the estimate, plus a block per sequence: vLLM pages whole blocks per layer
+        # group (a model mixing sliding-window and full layers keeps a group of each), so its
+        # bytes per token run above this lower bound; it refuses a cache short of one sequence
+        tokens = (max_len + VLLM_CPU_BLOCK) * assignment.max_concurrency
+        kv_bytes = min(CPU_KV_CACHE_MAX_BYTES, 2 * per_token * tokens)
     if kv_bytes is not None:
         sizes["kv_cache_memory_bytes"] = kv_bytes
     return sizes

@@ -8,9 +8,12 @@ outputs come back as the built-in engine's `RequestOutput`s: text deltas, token 
 tokens served from the prefix cache, log-probabilities, and the request's timings (taken
 here, on the same clock as the built-in engine's).
 
-Prompts are tokenized by the platform (the same `tokenizers.Tokenizer` and BOS rule as the
-built-in engine) and handed to vLLM as token ids; vLLM detokenizes the output with its own
-tokenizer, loaded from the checkpoint's files.
+vLLM works in token ids only. The text is made here exactly as the built-in engine makes it:
+prompts tokenized with the same `tokenizers.Tokenizer` and BOS rule, outputs detokenized
+incrementally (`worker.engine.detokenize`) and stop strings matched in the text
+(`worker.engine.stop`: the request is then aborted inside vLLM). So a deployment answers the
+same text on either engine for the same tokens, streamed in the same deltas; an end-of-sequence
+or stop token ends the request without showing its text, as there.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from typing import TYPE_CHECKING, Any
 from common.tokenizer import encode_prompt
 from worker.engine.block_manager import PrefixCacheStats
 from worker.engine.config import CacheSpec
+from worker.engine.detokenize import IncrementalDetokenizer
 from worker.engine.errors import PromptTooLongError
 from worker.engine.llm_engine import EngineStats
 from worker.engine.outputs import RequestMetrics, RequestOutput
 from worker.engine.params import SamplingParams
+from worker.engine.stop import StopMatcher
 from worker.vllm.params import finish_reason, sampling_kwargs, token_logprobs
 
 if TYPE_CHECKING:
@@ -40,6 +45,8 @@ class _Request:
     num_prompt_tokens: int
     logprobs: int | None
     arrival_time: float
+    detok: IncrementalDetokenizer
+    stops: StopMatcher
     num_cached_tokens: int = 0
     num_generated_tokens: int = 0
     first_token_time: float | None = None
@@ -116,6 +123,7 @@ class VllmEngine:
         vparams = self._vllm_params(
             **kwargs,
             output_kind=self._delta,
+            detokenize=False,
             structured_outputs=None if structured is None else self._structured(**structured),
         )
         now = self._clock() if arrival_time is None else arrival_time
@@ -125,7 +133,13 @@ class VllmEngine:
             vparams,
             priority=priority,
         )
-        self._requests[request_id] = _Request(len(prompt_ids), params.logprobs, now)
+        self._requests[request_id] = _Request(
+            len(prompt_ids),
+            params.logprobs,
+            now,
+            IncrementalDetokenizer(self.tokenizer, prompt_ids),
+            StopMatcher(params.stop),
+        )
 
     def abort_request(self, request_id: str) -> RequestOutput | None:
         """Stop a request now (aborted inside vLLM: its KV blocks freed); its final output
@@ -134,7 +148,8 @@ class VllmEngine:
         if req is None:
             return None
         self._engine.abort_request([request_id])
-        return self._final(request_id, req, (), "", "abort", None)
+        text, _ = _final_text(req)
+        return self._final(request_id, req, (), text, "abort", None)
 
     def has_unfinished_requests(self) -> bool:
         return bool(self._requests) or bool(self._engine.has_unfinished_requests())
@@ -164,39 +179,37 @@ class VllmEngine:
             req = self._requests.get(ro.request_id)
             if req is None or not ro.outputs:
                 continue
-            now = self._clock()
             completion = ro.outputs[0]
             new = tuple(completion.token_ids)
-            if new and req.first_token_time is None:
-                req.first_token_time = now
-                req.num_cached_tokens = int(getattr(ro, "num_cached_tokens", 0) or 0)
-                self._prefix_queries += req.num_prompt_tokens
-                self._prefix_hits += req.num_cached_tokens
-            elif new and req.last_token_time is not None:
-                req.itl.append(now - req.last_token_time)
-            if new:
-                req.last_token_time = now
-            req.num_generated_tokens += len(new)
+            self._note_tokens(req, ro, len(new))
             lps = None
             if req.logprobs is not None and completion.logprobs:
                 lps = token_logprobs(new, completion.logprobs, req.logprobs)
-            if ro.finished:
-                outs.append(
-                    self._final(
-                        ro.request_id,
-                        req,
-                        new,
-                        completion.text,
-                        finish_reason(completion.finish_reason),
-                        lps,
-                    )
-                )
+            reason = finish_reason(completion.finish_reason) if ro.finished else None
+            # vLLM's stop_reason: None for an end-of-sequence token, the id of a stop token
+            hidden = reason == "stop" and not isinstance(completion.stop_reason, str)
+            shown = new[:-1] if hidden and new else new
+            text, stopped = "", False
+            for token_id in shown:
+                piece, stopped = req.stops.feed(req.detok.add(token_id))
+                text += piece
+                if stopped:
+                    break
+            if stopped:  # a stop string: vLLM would go on
+                if not ro.finished:
+                    self._engine.abort_request([ro.request_id])
+                outs.append(self._final(ro.request_id, req, new, text, "stop", lps))
+                continue
+            if reason is not None:
+                tail, stopped = _final_text(req)
+                reason = "stop" if stopped else reason
+                outs.append(self._final(ro.request_id, req, new, text + tail, reason, lps))
                 continue
             outs.append(
                 RequestOutput(
                     request_id=ro.request_id,
                     new_token_ids=new,
-                    text_delta=completion.text,
+                    text_delta=text,
                     finished=False,
                     finish_reason=None,
                     num_prompt_tokens=req.num_prompt_tokens,
@@ -206,6 +219,21 @@ class VllmEngine:
                 )
             )
         return outs
+
+    def _note_tokens(self, req: _Request, ro: Any, count: int) -> None:
+        """Counts and times of `count` new tokens (the first: the prefix cache's hits)."""
+        if not count:
+            return
+        now = self._clock()
+        if req.first_token_time is None:
+            req.first_token_time = now
+            req.num_cached_tokens = int(getattr(ro, "num_cached_tokens", 0) or 0)
+            self._prefix_queries += req.num_prompt_tokens
+            self._prefix_hits += req.num_cached_tokens
+        elif req.last_token_time is not None:
+            req.itl.append(now - req.last_token_time)
+        req.last_token_time = now
+        req.num_generated_tokens += count
 
     def _final(
         self,
@@ -240,6 +268,13 @@ class VllmEngine:
             logprobs=lps,
             metrics=metrics,
         )
+
+
+def _final_text(req: _Request) -> tuple[str, bool]:
+    """The text still held back at the end (cut at a stop string the flushed text completes:
+    True then), as the built-in engine ends a request."""
+    text, stopped = req.stops.feed(req.detok.flush())
+    return (text, True) if stopped else (text + req.stops.flush(), False)
 
 
 def _scheduler(llm_engine: Any) -> Any:

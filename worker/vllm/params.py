@@ -21,8 +21,9 @@ _FINISH: dict[str, FinishReason] = {"stop": "stop", "length": "length", "abort":
 
 def sampling_kwargs(p: SamplingParams) -> dict[str, Any]:
     """Keyword arguments of `vllm.SamplingParams` for `p` (one choice: the engine thread adds a
-    job's other choices as requests of their own, as with the built-in engine), streamed as
-    deltas (`output_kind` is set by the caller: an enum of vLLM's)."""
+    job's other choices as requests of their own, as with the built-in engine). Not its stop
+    strings: `VllmEngine` matches them in the text it makes (vLLM then runs without a
+    detokenizer); `output_kind` is set by the caller (an enum of vLLM's)."""
     kwargs: dict[str, Any] = {
         "n": 1,
         "max_tokens": p.max_tokens,
@@ -34,7 +35,6 @@ def sampling_kwargs(p: SamplingParams) -> dict[str, Any]:
         "presence_penalty": p.presence_penalty,
         "frequency_penalty": p.frequency_penalty,
         "seed": p.seed,
-        "stop": list(p.stop) or None,
         "stop_token_ids": list(p.stop_token_ids) or None,
         "ignore_eos": p.ignore_eos,
         "logprobs": p.logprobs,
