@@ -111,6 +111,23 @@ def test_regex_grammar_and_choice_through_structured_outputs(oai: openai.OpenAI)
         extra_body={"structured_outputs": {"choice": ["sunny", "rainy"]}},
     )
     assert choice.choices[0].message.content in ("sunny", "rainy")
+    # with log-probabilities: the alternatives the grammar masks out cannot be sampled, and
+    # say so as OpenAI does (-9999.0: JSON has no -Infinity)
+    masked = oai.completions.create(
+        model=MODEL,
+        prompt="Weather:",
+        max_tokens=10,
+        temperature=0.0,
+        logprobs=3,
+        extra_body={"structured_outputs": {"choice": ["sunny", "rainy"]}},
+    )
+    assert masked.choices[0].text in ("sunny", "rainy")
+    assert masked.choices[0].logprobs is not None
+    alternatives = [
+        lp for top in masked.choices[0].logprobs.top_logprobs or [] for lp in top.values()
+    ]
+    assert alternatives and -9999.0 in alternatives
+    assert all(-9999.0 <= lp <= 0 for lp in alternatives)
     grammar = 'start: "(" n ("," n)* ")"\nn: /[0-9]/\n'
     lark = oai.completions.create(
         model=MODEL,

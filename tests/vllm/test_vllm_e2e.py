@@ -147,6 +147,24 @@ def test_a_llama_on_vllm_answers_as_on_the_builtin_engine(
         for name in ("llama-builtin", "llama-vllm")
     ]
     assert stopped[0] == stopped[1] == ours[: ours.index(stop)]
+    # the sampling parameters the OpenAI routes pass: structured outputs, n, logprobs, ...
+    special = {
+        "prompt": PROMPT,
+        **GREEDY,
+        "structured": {"choice": ["sunny", "rain"]},
+        "n": 2,
+        "logprobs": 2,
+        "presence_penalty": 0.5,
+    }
+    jobs = [client.submit(name, input=special) for name in llamas]
+    outputs = [job.wait(timeout=300).output for job in jobs]
+    assert outputs[0] is not None and outputs[1] is not None
+    assert outputs[0]["text"] in ("sunny", "rain")
+    for key in ("text", "finish_reason"):
+        assert outputs[0][key] == outputs[1][key]
+    assert [c["text"] for c in outputs[1]["choices"]] == [outputs[0]["text"]] * 2
+    tokens = [[(lp["token"], len(lp["top_logprobs"])) for lp in o["logprobs"]] for o in outputs]
+    assert tokens[0] == tokens[1] and all(n == 2 for _, n in tokens[1])
 
 
 def _worker_metric(platform: dict[str, Any], deployment: str, name: str) -> float:
@@ -187,7 +205,7 @@ def test_cancel_mid_stream_aborts_the_request_inside_vllm(
 
 
 def test_the_job_of_a_killed_vllm_worker_is_retried_once(
-    client: Client, llamas: tuple[str, str]
+    client: Client, platform: dict[str, Any], llamas: tuple[str, str]
 ) -> None:
     assert client.run("llama-vllm", input={"prompt": PROMPT, **GREEDY})
     ids = {w["id"] for w in client.workers.list("llama-vllm") if w["state"] in ("idle", "busy")}
@@ -203,6 +221,8 @@ def test_the_job_of_a_killed_vllm_worker_is_retried_once(
     assert final.status == "succeeded" and final.attempt == 2
     assert final.output is not None
     assert final.output["text"] == client.run("llama-vllm", input=LONG)
+    # the new worker read the weights from a cache tier the first one filled, not storage
+    assert _worker_metric(platform, "llama-vllm", "platform_worker_load_cache_hits_total") >= 1
 
 
 def test_a_vllm_deployment_scales_to_zero_with_a_clean_bill(

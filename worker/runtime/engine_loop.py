@@ -308,8 +308,8 @@ class EngineLoop:
         top = []
         for token_id, logprob in lp.top:
             alt_text, alt_raw = self._token_bytes.text_and_bytes(token_id)
-            top.append({"token": alt_text, "bytes": alt_raw, "logprob": logprob})
-        return {"token": text, "bytes": raw, "logprob": lp.logprob, "top_logprobs": top}
+            top.append({"token": alt_text, "bytes": alt_raw, "logprob": _finite(logprob)})
+        return {"token": text, "bytes": raw, "logprob": _finite(lp.logprob), "top_logprobs": top}
 
     def _fail_all(self, message: str) -> None:
         for job in list(self._jobs.values()):
@@ -330,6 +330,15 @@ class EngineLoop:
 
 
 _WAKE = Job("", 0, [], SamplingParams(), 0.0)
+
+
+# OpenAI's log-probability of a token that cannot be sampled (JSON has no -Infinity): e.g.
+# the alternatives a structured output's grammar masks out
+MIN_LOGPROB = -9999.0
+
+
+def _finite(logprob: float) -> float:
+    return logprob if logprob > MIN_LOGPROB else MIN_LOGPROB
 
 
 def _result(job: Job) -> JobResult:

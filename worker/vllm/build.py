@@ -65,6 +65,7 @@ def build_vllm_engine(
         tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         _environment(settings, assignment, accelerator)
         prepare_vllm()
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
 
@@ -79,6 +80,9 @@ def build_vllm_engine(
                 tensor_parallel_size=assignment.accelerator_count,
                 max_num_seqs=assignment.max_concurrency,
                 scheduling_policy="priority",
+                # llguidance, as the built-in engine: the same grammars (JSON schema, regex,
+                # Lark, choices) mean the same languages on either engine
+                structured_outputs_config=StructuredOutputsConfig(backend="guidance"),
                 enable_prefix_caching=settings.engine_enable_prefix_caching is not False,
                 seed=0,
                 # the checkpoint's own dtype, as the built-in engine serves it (vLLM's "auto"
