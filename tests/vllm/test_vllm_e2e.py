@@ -164,7 +164,10 @@ def test_a_llama_on_vllm_answers_as_on_the_builtin_engine(
         assert outputs[0][key] == outputs[1][key]
     assert [c["text"] for c in outputs[1]["choices"]] == [outputs[0]["text"]] * 2
     tokens = [[(lp["token"], len(lp["top_logprobs"])) for lp in o["logprobs"]] for o in outputs]
-    assert tokens[0] == tokens[1] and all(n == 2 for _, n in tokens[1])
+    # vLLM samples the end-of-sequence token once the grammar is complete (the built-in engine
+    # ends there): its entry comes last, nothing else differs
+    assert tokens[1][: len(tokens[0])] == tokens[0] and len(tokens[1]) <= len(tokens[0]) + 1
+    assert all(n == 2 for _, n in tokens[1])
 
 
 def _worker_metric(platform: dict[str, Any], deployment: str, name: str) -> float:
