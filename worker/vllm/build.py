@@ -38,6 +38,11 @@ VLLM_CPU_BLOCK = 128
 def prepare_vllm() -> None:
     """vLLM's imports and the platform's model loader registered: a cold start's first
     seconds, which a warm-pool worker pays before it is assigned."""
+    # vLLM's loggers go to the worker's own JSON lines (common/logs.py) instead of a console
+    # handler of vLLM's; no usage reports (no network at run time)
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
     import vllm.engine.arg_utils
     import vllm.v1.engine.llm_engine  # noqa: F401
 
@@ -64,7 +69,7 @@ def build_vllm_engine(
         config: dict[str, Any] = json.loads((model_dir / "config.json").read_text())
         tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         _environment(settings, assignment, accelerator)
-        prepare_vllm()
+        prepare_vllm()  # (done already in a warm-pool worker)
         from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import EngineArgs
         from vllm.v1.engine.llm_engine import LLMEngine
@@ -133,8 +138,6 @@ def _environment(settings: WorkerSettings, assignment: Assignment, accelerator: 
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         if settings.worker_threads:
             os.environ["OMP_NUM_THREADS"] = str(settings.worker_threads)
-    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")  # no network at run time
-    os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
 
 
 def _sizes(
