@@ -1,7 +1,8 @@
 """Run `VllmEngine` over prompts, in the vLLM environment: `.venv-vllm/bin/python -m
 tests.vllm.run_engine` with a JSON spec on stdin; prints one JSON line of results.
 
-Spec: {"models": [{"uri": "file:///…", "prompts": [[ids]], "max_tokens": N, "logprobs": k}]}.
+Spec: {"models": [{"uri": "file:///…", "prompts": [[ids]], "max_tokens": N, "logprobs": k,
+"accelerator_count": n}]}.
 Result: {"models": [{"tokens": [[ids]], "finish": [...], "cached": [...], "logprobs": [...],
 "load_bytes": N, "stats": {...}}]}. Greedy, EOS ignored.
 """
@@ -19,7 +20,15 @@ from worker.vllm.build import build_vllm_engine
 
 
 def run_model(spec: dict[str, Any]) -> dict[str, Any]:
-    assignment = Assignment("dep_t", 1, spec["uri"], "q", len(spec["prompts"]), engine="vllm")
+    assignment = Assignment(
+        "dep_t",
+        1,
+        spec["uri"],
+        "q",
+        len(spec["prompts"]),
+        engine="vllm",
+        accelerator_count=spec.get("accelerator_count", 1),
+    )
     engine, pending = build_vllm_engine(WorkerSettings(), assignment, "cpu")
     params = SamplingParams(
         max_tokens=spec["max_tokens"],

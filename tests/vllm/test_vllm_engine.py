@@ -89,3 +89,20 @@ def test_vllm_and_the_builtin_engine_agree_on_llama(
             assert len(top) == 3 and top[0][0] == token_id
             assert top[0][1] == pytest.approx(logprob) and logprob <= 0
     assert run["prefix_queries"] == sum(len(p) for p in PROMPTS)
+
+
+def test_two_accelerators_split_the_model_and_answer_the_same(
+    vllm_python: Path, tiny_models: dict[str, Path]
+) -> None:
+    """`accelerator_count: 2`: vLLM's tensor parallelism over two ranks (processes; on a CPU
+    host, two shares of its cores), each rank's weights through the platform's loader."""
+    spec = {
+        "uri": tiny_models["llama"].as_uri(),
+        "prompts": PROMPTS[:1],
+        "max_tokens": NEW_TOKENS,
+        "accelerator_count": 2,
+    }
+    (run,) = run_vllm_engine(vllm_python, [spec])["models"]
+    assert run["tokens"] == [hf_greedy(tiny_models["llama"], PROMPTS[0])]
+    # the ranks loaded in their own processes: the worker's process saw no load of its own
+    assert run["load_bytes"] is None

@@ -129,10 +129,11 @@ def build_vllm_engine(
 
 def _environment(settings: WorkerSettings, assignment: Assignment, accelerator: str) -> None:
     """vLLM's process-wide switches, set before it is imported."""
-    if assignment.accelerator_count == 1:
-        # the engine core in this process: the loader's progress and metrics reach the
-        # worker, and its scheduler's counters feed the heartbeat and /metrics
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    # One accelerator: the engine core in this process, so the loader's progress and metrics
+    # reach the worker, and its scheduler's counters feed the heartbeat and /metrics. Several:
+    # vLLM's own processes, one per rank (each loads through the loader: model_loader.py).
+    single = assignment.accelerator_count == 1
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if single else "1"
     if accelerator == "cpu":
         # the worker's own thread count; vLLM would bind one thread per core otherwise
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"

@@ -8,10 +8,10 @@ path. Each tensor goes to the model's own `load_weights` (vLLM's name mapping, f
 sharding) as soon as the loader has it.
 
 vLLM passes only `model_loader_extra_config` (JSON) to the loader, and with tensor
-parallelism it runs in each rank's process. So the extra config names the URI and a key;
-in the worker's own process the key finds the progress callback and receives the loader's
-metrics and tier fill (`PendingLoad`), and in a rank's child process the loader's options
-come from the same environment (WorkerSettings).
+parallelism it runs in each rank's process (registered there as a vLLM plugin: `register`).
+So the extra config names the URI and a key; in the worker's own process the key finds the
+progress callback and receives the loader's metrics and tier fill (`PendingLoad`), and in a
+rank's child process the loader's options come from the same environment (WorkerSettings).
 """
 
 from __future__ import annotations
@@ -97,6 +97,11 @@ class PlatformModelLoader(BaseModelLoader):  # type: ignore[misc]
                 f"{uri}: the checkpoint lacks weights the model needs: {', '.join(missing[:5])}"
                 + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             )
+
+
+def register() -> None:
+    """vLLM's plugin entry point (pyproject.toml, `vllm.general_plugins`): importing this
+    module registered the loader; vLLM calls this in each of its processes."""
 
 
 def _stream(uri: str, pending: PendingLoad) -> Iterator[tuple[str, torch.Tensor]]:
