@@ -25,7 +25,11 @@ Each group runs on its own `platform up` (with and without a pool), one after th
 
 Models (bench/coldstart/models.py): the demo model (`platform models create-demo`) and a
 1.16 GB bf16 Llama-shaped checkpoint (`bench/loader.py`'s "small" shape) with the demo's
-tokenizer, its lm_head rewritten so that the first token is a visible one.
+tokenizer, its lm_head rewritten so that the first token is a visible one; with vLLM's
+environment (`make vllm-venv`; `--engines builtin` leaves it out) the big checkpoint again as
+"big-vllm", deployed with `engine: vllm` (its pool scenarios take a vLLM pool worker: vLLM
+imported before the request), the same objects in the same store; the JSON line's
+`vllm_first_token_s` gives its medians.
 
 Columns, and where each comes from (all times are this machine's wall clock, so the client's,
 the API's and the worker's timestamps compare):

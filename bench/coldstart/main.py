@@ -17,13 +17,22 @@ from pathlib import Path
 from bench.coldstart.driver import Platform, Uploaded
 from bench.coldstart.models import Model, build_models
 from bench.coldstart.phases import PHASES
-from bench.coldstart.report import Round, load_table, median, summarize, table, target_lines
+from bench.coldstart.report import (
+    Round,
+    first_token_s,
+    load_table,
+    median,
+    summarize,
+    table,
+    target_lines,
+)
 from bench.coldstart.rounds import cold_round, stream_child, weight_stream
 from bench.coldstart.scenarios import SCENARIOS, Scenario, by_platform, tier_env
 from bench.coldstart.worker_log import TIER_NAMES
 from bench.loaderbench.checkpoint import machine
 
 ROOT = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
 
 def parse_args(description: str) -> argparse.Namespace:
@@ -50,8 +59,18 @@ def parse_args(description: str) -> argparse.Namespace:
         default="host,disk",
         help="weight-cache tiers the workers have (comma-separated; '' for none)",
     )
+    ap.add_argument(
+        "--engines",
+        default="builtin,vllm" if VLLM_PYTHON.exists() else "builtin",
+        help="engines the big model is deployed on (vllm needs `make vllm-venv`)",
+    )
     ap.add_argument("--child-stream", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    args.engines = tuple(e for e in args.engines.split(",") if e)
+    if set(args.engines) - {"builtin", "vllm"} or "builtin" not in args.engines:
+        ap.error("--engines: builtin, optionally with vllm")
+    if "vllm" in args.engines and not VLLM_PYTHON.exists():
+        ap.error(f"--engines vllm: no vLLM environment at {VLLM_PYTHON} (`make vllm-venv`)")
     args.tiers = [t for t in args.tiers.split(",") if t]
     if set(args.tiers) - set(TIER_NAMES):
         ap.error(f"--tiers: choose from {sorted(TIER_NAMES)}")
@@ -80,10 +99,15 @@ def run_on_platform(
         }
         cache_dirs = {t: d for t, d in dirs.items() if t in args.tiers}
         stack.callback(shutil.rmtree, dirs["host"], True)  # after `platform down`
-        p = Platform(state_dir, tier_env(cache_dirs) | group[0].platform_env, cache_dirs)
+        vllm = {"PLATFORM_VLLM_PYTHON": str(VLLM_PYTHON) if "vllm" in args.engines else ""}
+        p = Platform(state_dir, tier_env(cache_dirs) | group[0].platform_env | vllm, cache_dirs)
         stack.callback(p.close)
         uploaded: dict[str, Uploaded] = {}
         for m in models:
+            same = next((o for o in models if o.path == m.path and o.key in uploaded), None)
+            if same is not None:  # the same checkpoint on another engine: the same objects
+                uploaded[m.key] = uploaded[same.key]
+                continue
             mode = args.upload if m.key == "big" else "api"
             t0 = time.monotonic()
             uploaded[m.key] = p.upload(m, mode)
@@ -155,7 +179,7 @@ def main(description: str) -> None:
         work = args.model_dir or Path(tmp) / "models"
         work.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        models = build_models(work, args.skip_big)
+        models = build_models(work, args.skip_big, args.engines)
         print(
             f"models ready in {time.monotonic() - t0:.1f}s: "
             + ", ".join(f"{m.key} {m.size_bytes / 1e9:.3f} GB" for m in models),
@@ -194,4 +218,12 @@ def main(description: str) -> None:
         "tiers": args.tiers,
         "upload": args.upload,
     }
+    if "big-vllm" in keys:  # the same checkpoint on vLLM: its first token per scenario
+        extra["vllm_first_token_s"] = {
+            s.key: _round(first_token_s(rounds, s.key, "big-vllm")) for s in active
+        }
     print(json.dumps(summarize(SCENARIOS, rounds, streams, headline, extra)))
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)

@@ -23,9 +23,10 @@ from bench.loaderbench.checkpoint import SHAPES, make_checkpoint
 
 @dataclass(frozen=True, slots=True)
 class Model:
-    key: str  # "demo" or "big"
+    key: str  # "demo", "big", or "big-vllm" (the big checkpoint deployed on vLLM)
     path: Path  # the local directory
     size_bytes: int  # of model.safetensors
+    engine: str = "builtin"  # the deployment's `engine`
 
 
 def ascii_token_ids(tokenizer_json: Path, count: int = 2) -> list[int]:
@@ -65,8 +66,12 @@ def make_head_visible(path: Path, token_ids: list[int], name: str = "lm_head.wei
     del rows
 
 
-def build_models(work: Path, skip_big: bool) -> list[Model]:
-    """The demo model and (unless skipped) the big one under `work`, reused when complete."""
+def build_models(
+    work: Path, skip_big: bool, engines: tuple[str, ...] = ("builtin",)
+) -> list[Model]:
+    """The demo model and (unless skipped) the big one under `work`, reused when complete; with
+    vLLM among `engines`, the big one again as deployed on vLLM (the demo model's heads of 16
+    are below what vLLM's CPU attention runs)."""
     models = []
     demo = work / "demo"
     if not (demo / "model.safetensors").exists():
@@ -106,4 +111,6 @@ def build_models(work: Path, skip_big: bool) -> list[Model]:
         make_head_visible(big / "model.safetensors", ascii_token_ids(big / "tokenizer.json"))
         done.touch()
     models.append(Model("big", big, (big / "model.safetensors").stat().st_size))
+    if "vllm" in engines:
+        models.append(Model("big-vllm", big, models[-1].size_bytes, engine="vllm"))
     return models

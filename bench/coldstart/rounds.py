@@ -48,6 +48,7 @@ def cold_round(p: Platform, model: Model, up: Uploaded, scenario: Scenario, i: i
         "min_workers": 0,
         "max_workers": 1,
         "accelerator": "cpu",
+        "engine": model.engine,
         # kept up until the bench has seen its tier fill (a drain cancels one), then deleted
         "scaledown_window_s": 120,
     }

@@ -101,6 +101,7 @@ def build_vllm_engine(
     finally:
         # vLLM has read its config and tokenizer: the directory is not needed any more
         shutil.rmtree(model_dir, ignore_errors=True)
+    _log_load(pending)
     vconfig = llm_engine.vllm_config
     cache = CacheSpec(
         num_blocks=int(vconfig.cache_config.num_gpu_blocks or 0),
@@ -125,6 +126,31 @@ def build_vllm_engine(
         assignment.accelerator_count,
     )
     return engine, pending
+
+
+def _log_load(pending: PendingLoad) -> None:
+    """What the weight load did, in the built-in worker's words (one "loaded" line)."""
+    m = pending.metrics
+    if m is None:  # loaded by vLLM's rank processes
+        return
+    log.info(
+        "loaded %d tensors (%d bytes, %d objects) in %.2fs (weights %.2fs at %.2f GB/s "
+        "[header %.2fs, fetch %.2fs, copy %.2fs], %d retries, %d cache hits %s; into vLLM's "
+        "model)",
+        pending.tensors,
+        m.bytes_total,
+        m.num_objects,
+        pending.seconds,
+        m.seconds,
+        m.gbps,
+        m.phases_s.get("header", 0.0),
+        m.phases_s.get("fetch", 0.0),
+        m.phases_s.get("copy", 0.0),
+        m.num_retries,
+        m.cache_hits,
+        m.tier_hits,
+        extra={"duration_s": round(pending.seconds, 3)},
+    )
 
 
 def _environment(settings: WorkerSettings, assignment: Assignment, accelerator: str) -> None:

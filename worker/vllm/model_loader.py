@@ -50,6 +50,8 @@ class PendingLoad:
     on_progress: Callable[[Progress], None] | None = None
     metrics: LoadMetrics | None = None
     tier_fill: TierFill | None = None
+    # tensors handed to the model, and the wall time of the whole load into it
+    tensors: int = 0
     seconds: float = 0.0
 
 
@@ -137,6 +139,7 @@ def _stream(uri: str, pending: PendingLoad) -> Iterator[tuple[str, torch.Tensor]
                 return
             if isinstance(item, BaseException):
                 raise item
+            pending.tensors += 1
             yield name, item
     finally:
         # NOTE: a consumer that stops early (vLLM raising on a tensor) leaves the loader
