@@ -275,9 +275,10 @@ def test_each_engine_has_its_pool_and_its_own_boot_history() -> None:
     pooled = [PoolWorker("b1", "cpu", WorkerState.IDLE, "builtin")]
     assert growing_engines(targets, pooled, cold_start_under_way=False) == {"vllm"}
     clean = {"vllm": NO_FAILURES}
-    assert plan_pool(targets, pooled, False, clean, NOW) == [
-        a.BootPoolWorker("cpu", "vllm", 2, "covers_expected", 0.9)
-    ] * 2
+    assert (
+        plan_pool(targets, pooled, False, clean, NOW)
+        == [a.BootPoolWorker("cpu", "vllm", 2, "covers_expected", 0.9)] * 2
+    )
     # vLLM's pool boots failed just now: it waits out its backoff; the built-in one grows
     failed = BootHistory(3, NOW - timedelta(seconds=1), "exit_1")
     assert growing_engines(targets, [], cold_start_under_way=False) == {"builtin", "vllm"}
