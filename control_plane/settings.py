@@ -107,14 +107,16 @@ class Settings(LogSettings, TraceSettings):
     # Python interpreter used for local worker processes.
     worker_python: str = ""
     # Python of the vLLM environment (a virtualenv with vLLM and this project installed): local
-    # workers of deployments whose engine resolved to vllm run `-m worker` with it. Empty: this
+    # workers of deployments whose engine resolved to vllm run `-m worker` with it, and so do
+    # the warm pool's vLLM workers (`--pool --engine vllm`). Empty: this
     # platform has no vLLM (engine vllm is refused, auto never picks it). The embedded
     # `platform up` takes the repository's .venv-vllm/bin/python when this is not set at all.
     vllm_python: str = ""
     # Torch intra-op threads per local worker (0: torch's default).
     worker_threads: int = Field(1, ge=0)
-    # Warm pool (docs/architecture.md): generic workers booted ahead, at most this many in all;
-    # 0: none (the embedded `platform up` defaults to 1).
+    # Warm pool (docs/architecture.md): generic workers booted ahead, a pool per accelerator
+    # type and engine, at most this many in all; 0: none (the embedded `platform up`
+    # defaults to 1).
     warm_pool_max: int = Field(0, ge=0)
     # Accelerators of each type this platform has (the local provider: this host's GPUs); the
     # warm pool never holds more than the ones deployments' workers leave free. A type not
@@ -186,8 +188,9 @@ class Settings(LogSettings, TraceSettings):
     kubernetes_kubeconfig: str = ""
     # Worker image (required with the kubernetes provider): its `python` runs `-m worker`.
     kubernetes_worker_image: str = ""
-    # Worker image of deployments whose engine resolved to vllm: its `python` has vLLM and this
-    # project, and runs `-m worker`. Empty: no vLLM on Kubernetes (as PLATFORM_VLLM_PYTHON).
+    # Worker image of deployments whose engine resolved to vllm (and of the warm pool's vLLM
+    # workers): its `python` has vLLM and this project, and runs `-m worker`. Empty: no vLLM
+    # on Kubernetes (as PLATFORM_VLLM_PYTHON).
     kubernetes_vllm_image: str = ""
     kubernetes_image_pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
     # Service account of worker pods; empty: the namespace's default. Its API token is never

@@ -235,6 +235,7 @@ class WorkerPublic(BaseModel):
     state: str
     reason: str | None
     accelerator: str
+    engine: str = Field(description="the engine it runs: builtin | vllm (its deployment's)")
     started_at: str
     stopped_at: str | None
 
@@ -246,16 +247,21 @@ class WorkerList(BaseModel):
 class PoolWorker(BaseModel):
     id: str
     accelerator: str
+    # the engine it prepared at its boot: only deployments on that engine take it
+    engine: str = Field(description="builtin | vllm: the deployments' engine it waits for")
     state: str  # booting | idle (waiting for an assignment) | draining
     started_at: str
     state_since: str
 
 
 class PoolView(BaseModel):
-    """The warm pool (operator only): generic workers no deployment holds yet."""
+    """The warm pool (operator only): generic workers no deployment holds yet, a pool per
+    accelerator type and engine."""
 
     data: list[PoolWorker]
-    counts: dict[str, dict[str, int]]  # accelerator → state → workers
+    counts: dict[str, dict[str, int]]  # accelerator → state → workers (all engines)
+    # engine → accelerator → state → workers
+    counts_by_engine: dict[str, dict[str, dict[str, int]]]
 
 
 class TimelinePhase(BaseModel):

@@ -1,4 +1,5 @@
-"""Warm-pool sizing (pure): how many generic workers to keep booted, per accelerator type.
+"""Warm-pool sizing (pure): how many generic workers to keep booted, per accelerator type and
+engine.
 
 A pool worker has paid its boot (process start, runtime import, device context) ahead of time,
 so a cold start that takes one only loads and warms up. The pool's size covers the cold starts
@@ -7,18 +8,26 @@ which is how long a used pool worker takes to be replaced):
 
     a deployment with no worker needs one at its next arrival:
         P(it arrives within the horizon) = 1 − exp(−rate × horizon)
-    expected cold starts μ = Σ of those over the deployments of that accelerator type
+    expected cold starts μ = Σ of those over the deployments of that accelerator type and
+                             engine
     size = the smallest k with P(Poisson(μ) > k) ≤ 1 − COVERAGE, at least 1 while any
-           deployment of that type is live (its first call should not pay a boot either)
+           deployment of that type and engine is live (its first call should not pay a boot
+           either)
 
-within the machine's budget: at most `max_workers` in all (PLATFORM_WARM_POOL_MAX; the types
-with the most expected cold starts first) and never more than the accelerators of that type not
-held by deployments' workers. Deployments that already run workers are not counted: their next
-worker is a scale-up, covered by the autoscaler's own pre-warming.
+within the machine's budget: at most `max_workers` in all (PLATFORM_WARM_POOL_MAX) and never
+more than the accelerators of a type not held by deployments' workers (the pools of its
+engines share them), the pools with the most expected cold starts first. Deployments that
+already run workers are not counted: their next worker is a scale-up, covered by the
+autoscaler's own pre-warming.
 
-Pool workers run the built-in engine on one accelerator (`serves`): a deployment whose engine
-resolved to vllm is never handed one (it boots its own worker, in vLLM's environment, with its
-accelerator_count), and its cold starts are not counted here.
+A pool worker has one engine (`ENGINES`), prepared at its boot: a built-in one has imported
+torch and the engine, a vLLM one vLLM too (its ~8-10 s of imports, in vLLM's environment). It
+serves only deployments whose engine resolved to its own (`serves`), so each engine's pool is
+sized by its own deployments, over its own horizon (a vLLM boot is longer). A pool worker holds
+one accelerator, so only deployments of `accelerator_count` 1 take one (`takes_pool_worker`);
+the others (vLLM's tensor parallelism) boot their own and are not counted here. The vLLM pool
+exists only on a platform that has vLLM (its python or image): the caller leaves vLLM's
+deployments out otherwise.
 
 A used pool worker is replaced only once no cold start is under way (a boot competes with a
 load for the host's cores): no worker boots, loads or warms up, and none was placed less than
@@ -26,17 +35,20 @@ REFILL_SETTLE_S ago (the first token follows the load: a warm-pool cold start an
 after its assignment on 2 cores, and a replacement booting in that time took 0.1-0.15 s of it);
 after failed pool boots only after the crash-loop backoff.
 
->>> targets([Outlook("cpu", capacity=0, arrival_rate_per_s=0.01)], 2.0, Budget(4, {}))
-[PoolTarget(accelerator='cpu', size=1, expected_cold_starts=0.0198, reason='floor')]
+>>> quiet = [Outlook("cpu", capacity=0, arrival_rate_per_s=0.01, engine="vllm")]
+>>> (t,) = targets(quiet, {"vllm": 2.0}, Budget(4, {}))
+>>> (t.accelerator, t.engine, t.size, t.expected_cold_starts)
+('cpu', 'vllm', 1, 0.0198)
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from common.messages import ENGINES
 from common.protocol import WorkerState
 from control_plane.domain.crash_loop import BootHistory, backoff_s
 from control_plane.domain.fleet import BOOTING_STATES
@@ -47,12 +59,20 @@ COVERAGE = 0.99
 REFILL_SETTLE_S = 2.0
 
 
-POOL_ENGINE = "builtin"  # the engine a pool worker boots (`common.messages.Assignment.engine`)
+BUILTIN, VLLM = ENGINES  # the engines a pool worker may boot (`Assignment.engine`)
 
 
-def serves(engine: str) -> bool:
-    """Whether a pool worker can take a deployment whose engine resolved to `engine`."""
-    return engine == POOL_ENGINE
+def serves(pool_engine: str, engine: str) -> bool:
+    """Whether a pool worker booted for `pool_engine` can take a deployment whose engine
+    resolved to `engine`: only its own (it imported that engine and nothing else)."""
+    return pool_engine == engine
+
+
+def takes_pool_worker(accelerator_count: int) -> bool:
+    """Whether a deployment's cold start may take a pool worker at all: a pool worker holds one
+    accelerator, so a deployment that splits its model over several (vLLM's tensor
+    parallelism) boots its own, with all of them."""
+    return accelerator_count == 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +82,7 @@ class Outlook:
     accelerator: str  # the accelerator type its workers need
     capacity: int  # its workers, ready or on their way
     arrival_rate_per_s: float  # expected arrivals per second over the horizon (0: unknown)
+    engine: str = BUILTIN  # the engine it resolved to: its cold starts take that engine's pool
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +95,7 @@ class Budget:
 @dataclass(frozen=True, slots=True)
 class PoolTarget:
     accelerator: str
+    engine: str  # the engine its workers boot (ENGINES)
     size: int  # pool workers to keep
     expected_cold_starts: float  # μ over the horizon
     reason: str  # covers_expected | floor | budget | no_deployments
@@ -100,32 +122,37 @@ def poisson_quantile(mean: float, coverage: float = COVERAGE) -> int:
     return k
 
 
-def targets(outlooks: Iterable[Outlook], horizon_s: float, budget: Budget) -> list[PoolTarget]:
-    """The pool size per accelerator type in use, types sorted by name."""
-    by_type: dict[str, list[Outlook]] = {}
+def targets(
+    outlooks: Iterable[Outlook], horizons_s: Mapping[str, float], budget: Budget
+) -> list[PoolTarget]:
+    """The pool size per accelerator type and engine in use, sorted by type, then engine;
+    `horizons_s`: per engine, the time a fresh boot of it takes (its pool's refill)."""
+    by_pool: dict[tuple[str, str], list[Outlook]] = {}
     for o in outlooks:
-        by_type.setdefault(o.accelerator, []).append(o)
+        by_pool.setdefault((o.accelerator, o.engine), []).append(o)
     wanted = []
-    for accelerator, group in by_type.items():
-        mu = expected_cold_starts(group, horizon_s)
+    for (accelerator, engine), group in by_pool.items():
+        mu = expected_cold_starts(group, horizons_s[engine])
         covering = poisson_quantile(mu)
         size, reason = (covering, "covers_expected") if covering >= 1 else (1, "floor")
-        free = budget.free_accelerators.get(accelerator)
-        if free is not None and size > free:
-            size, reason = max(free, 0), "budget"
-        wanted.append(PoolTarget(accelerator, size, round(mu, 4), reason))
-    # The machine-wide budget goes to the types expecting the most cold starts first.
+        wanted.append(PoolTarget(accelerator, engine, size, round(mu, 4), reason))
+    # The budgets go to the pools expecting the most cold starts first: a type's free
+    # accelerators (shared by its engines' pools), then the machine-wide maximum.
+    free = dict(budget.free_accelerators)
     left = budget.max_workers
     out = []
-    for t in sorted(wanted, key=lambda t: (-t.expected_cold_starts, t.accelerator)):
-        size = min(t.size, left)
+    for t in sorted(wanted, key=lambda t: (-t.expected_cold_starts, t.accelerator, t.engine)):
+        size, reason = t.size, t.reason
+        type_free = free.get(t.accelerator)
+        if type_free is not None and size > type_free:
+            size, reason = max(type_free, 0), "budget"
+        if size > left:
+            size, reason = left, "budget"
         left -= size
-        out.append(
-            t
-            if size == t.size
-            else PoolTarget(t.accelerator, size, t.expected_cold_starts, "budget")
-        )
-    return sorted(out, key=lambda t: t.accelerator)
+        if type_free is not None:
+            free[t.accelerator] = type_free - size
+        out.append(t if size == t.size else replace(t, size=size, reason=reason))
+    return sorted(out, key=lambda t: (t.accelerator, t.engine))
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +175,9 @@ def plan(
     history: Callable[[], BootHistory],
     now: datetime,
 ) -> PoolPlan:
-    """Boots or stops that bring one type's pool (`pooled` workers now) toward `target`;
-    `history` (the pool's failed boots) is asked only when the pool would grow."""
+    """Boots or stops that bring one pool (an accelerator type's workers of one engine;
+    `pooled` now) toward `target`; `history` (that pool's failed boots) is asked only when it
+    would grow."""
     if pooled > target:
         return PoolPlan(start=0, stop=pooled - target)
     if pooled == target or cold_start_under_way:

@@ -62,8 +62,9 @@ class Snapshot:
     live: frozenset[str]
     # (deployment id, status) → jobs in that active status (queued, starting, running)
     active_jobs: dict[tuple[str, str], int]
-    # (state, accelerator, pooled) → live or draining workers; pooled: warm pool, unassigned
-    workers: dict[tuple[str, str, bool], int]
+    # (state, accelerator, pool engine) → live or draining workers; pool engine: the engine
+    # of a warm-pool worker (unassigned), None for a deployment's worker
+    workers: dict[tuple[str, str, str | None], int]
     # deployment id → (desired, actual) workers of its latest scaling decision (recent ones)
     scaling: dict[str, tuple[int, int]]
     # decision reason → decisions taken with it (None: Redis unreadable)
@@ -89,9 +90,9 @@ def read(session: Session, r: redis.Redis, now: datetime) -> Snapshot:
         )
     ).all()
     live = frozenset(row.id for row in rows if row.deleted_at is None)
-    fleet: dict[tuple[str, str, bool], int] = {}
+    fleet: dict[tuple[str, str, str | None], int] = {}
     for w in worker_records.live(session):
-        key = (w.state, w.accelerator, w.deployment_id is None)
+        key = (w.state, w.accelerator, w.engine if w.deployment_id is None else None)
         fleet[key] = fleet.get(key, 0) + 1
     scaling = {
         dep_id: (doc["desired"], doc["actual"])
@@ -134,17 +135,22 @@ def families(s: Snapshot) -> list[Metric]:
     )
     pool = GaugeMetricFamily(
         "platform_warm_pool_workers",
-        "Warm-pool workers (no deployment yet) by state: the pool's size.",
-        labels=["state", "accelerator"],
+        "Warm-pool workers (no deployment yet) by state: the pool's size, per engine.",
+        labels=["state", "accelerator", "engine"],
     )
     accelerators = sorted({a for _, a, _ in s.workers})
+    # the built-in engine's pool on every type in use; another engine's once it has workers
+    engines = sorted({"builtin"} | {e for _, _, e in s.workers if e is not None})
     for accelerator in accelerators:
         for state in WORKER_STATES:
-            assigned = s.workers.get((state, accelerator, False), 0)
-            pooled = s.workers.get((state, accelerator, True), 0)
-            by_state.add_metric([state, accelerator], assigned + pooled)
-            if state in (WorkerState.BOOTING, WorkerState.IDLE, WorkerState.DRAINING):
-                pool.add_metric([state, accelerator], pooled)
+            total = sum(n for (st, a, _), n in s.workers.items() if (st, a) == (state, accelerator))
+            by_state.add_metric([state, accelerator], total)
+            if state not in (WorkerState.BOOTING, WorkerState.IDLE, WorkerState.DRAINING):
+                continue
+            for engine in engines:
+                pool.add_metric(
+                    [state, accelerator, engine], s.workers.get((state, accelerator, engine), 0)
+                )
 
     desired = GaugeMetricFamily(
         "platform_autoscaler_desired_workers",

@@ -17,6 +17,14 @@ class WorkerSpec:
     # What it serves; None: a warm-pool worker, which boots, then waits for its assignment
     # (`common.protocol.worker_assignment_key`).
     assignment: Assignment | None
+    # A warm-pool worker's engine, which it prepares at its boot (its interpreter or image is
+    # that engine's); a worker started for a deployment runs its assignment's.
+    pool_engine: str = "builtin"
+
+    @property
+    def engine(self) -> str:
+        """The engine it runs: its environment (vLLM's python or image) follows from it."""
+        return self.assignment.engine if self.assignment is not None else self.pool_engine
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,7 +45,8 @@ def die_with_parent() -> None:
 
 class LocalProvider:
     """Workers as child processes: `python -m worker`, with the vLLM environment's python
-    (PLATFORM_VLLM_PYTHON) for an assignment whose engine is vllm."""
+    (PLATFORM_VLLM_PYTHON) for a worker whose engine is vllm (its assignment's, or a vLLM
+    warm-pool worker's)."""
 
     def __init__(
         self, env: Mapping[str, str], log_dir: Path, python: str = "", vllm_python: str = ""
@@ -60,8 +61,8 @@ class LocalProvider:
 
     def interpreter(self, spec: WorkerSpec) -> str:
         """The python a worker runs with: its engine's environment."""
-        if spec.assignment is None or spec.assignment.engine != "vllm":
-            return self._python  # the built-in engine (a pool worker runs it too)
+        if spec.engine != "vllm":
+            return self._python  # the built-in engine
         if not self._vllm_python:
             # Chosen while this platform had vLLM: the worker fails to import it and says so
             # (its crash-loop reason), rather than a tick failing here.
@@ -154,9 +155,9 @@ class LocalProvider:
 def worker_args(spec: WorkerSpec) -> list[str]:
     """The arguments of `python -m worker` for this worker (every provider's command line):
     who it is; what it serves comes in its environment (`assignment_env`), or, with `--pool`,
-    later through Redis."""
+    later through Redis (a pool worker prepares its `--engine` meanwhile)."""
     args = ["--worker-id", spec.worker_id, "--accelerator", spec.accelerator]
-    return args if spec.assignment is not None else [*args, "--pool"]
+    return args if spec.assignment is not None else [*args, "--pool", "--engine", spec.engine]
 
 
 def assignment_env(spec: WorkerSpec) -> dict[str, str]:

@@ -5,8 +5,9 @@ the pool at the size `domain.pool.targets` asks for.
                     scaling plans place a deployment's new worker on one of them when that is
                     faster than a boot (`domain.placement`); the actuator assigns it
                     (`worker_actions.start`)
-    keep(...)       boots / stops pool workers toward the target per accelerator type
-                    (`domain/plans/pool.py`)
+    keep(...)       boots / stops pool workers toward the target per accelerator type and
+                    engine (`domain/plans/pool.py`); vLLM's pools only on a platform that has
+                    vLLM (`Settings.has_vllm`)
 
 A pool worker is assigned at most once (`services.workers.worker_records.assign` is a conditional
 update) and never returns to the pool. If the assignment cannot be sent, the worker is killed and
@@ -35,7 +36,13 @@ from control_plane.db.models import Worker
 from control_plane.domain import pool as pool_policy
 from control_plane.domain.crash_loop import BootHistory, PastWorker, history_of
 from control_plane.domain.placement import PoolCandidate
-from control_plane.domain.plans.pool import SHRINK, PoolWorker, plan_pool, wants_history
+from control_plane.domain.plans.pool import (
+    SHRINK,
+    PoolKey,
+    PoolWorker,
+    growing_engines,
+    plan_pool,
+)
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S
 from control_plane.reconcile.actuator import Actuator
 from control_plane.reconcile.env import Env
@@ -53,7 +60,9 @@ class FreePool:
     idle: list[Worker] = field(default_factory=list)
     host_tier: dict[str, frozenset[str]] = field(default_factory=dict)  # worker id → URIs
 
-    def candidates(self, accelerator: str, model_uri: str) -> list[PoolCandidate]:
+    def candidates(self, accelerator: str, engine: str, model_uri: str) -> list[PoolCandidate]:
+        """The idle pool workers a deployment of this type and engine may take (a pool worker
+        prepared one engine: `pool.serves`)."""
         prefix = model_uri.rstrip("/") + "/"
         return [
             PoolCandidate(
@@ -61,7 +70,7 @@ class FreePool:
                 holds_model=any(u.startswith(prefix) for u in self.host_tier.get(w.id, ())),
             )
             for w in self.idle
-            if w.accelerator == accelerator
+            if w.accelerator == accelerator and pool_policy.serves(w.engine, engine)
         ]
 
     def taken(self, worker_ids: set[str]) -> None:
@@ -98,10 +107,10 @@ def keep(
     measured: Callable[[str], Measured | None],
     now: datetime,
 ) -> None:
-    """Boot or stop pool workers toward each accelerator type's target (`plans/pool.py`)."""
+    """Boot or stop pool workers toward each pool's target (`plans/pool.py`)."""
     all_live = worker_records.live(session)
     pooled = [
-        PoolWorker(w.id, w.accelerator, WorkerState(w.state))
+        PoolWorker(w.id, w.accelerator, WorkerState(w.state), w.engine)
         for w in all_live
         if w.deployment_id is None and w.state != WorkerState.DRAINING
     ]
@@ -113,11 +122,8 @@ def keep(
     under_way = pool_policy.cold_start_under_way(
         ((WorkerState(w.state), w.started_at) for w in serving), now
     )
-    grows = any(
-        wants_history(t.size, sum(1 for w in pooled if w.accelerator == a), under_way)
-        for a, t in targets.items()
-    )
-    history = _pool_history(session) if grows else None  # a query: only when growing
+    # a query per engine whose pools grow: only then
+    history = {e: _pool_history(session, e) for e in growing_engines(targets, pooled, under_way)}
     act = Actuator(session, env, now)
     act.apply(plan_pool(targets, pooled, under_way, history, now))
     act.commit()
@@ -129,25 +135,33 @@ def _targets(
     measured: Callable[[str], Measured | None],
     serving: list[Worker],
     now: datetime,
-) -> dict[str, pool_policy.PoolTarget]:
-    """Each accelerator type's pool target: the cold starts the live deployments' forecasts
-    expect over a boot, within what the types' free capacity allows."""
-    outlooks, boots = [], []
+) -> dict[PoolKey, pool_policy.PoolTarget]:
+    """Each pool's target (accelerator type, engine): the cold starts the live deployments'
+    forecasts expect over a boot of that engine, within what the types' free capacity
+    allows."""
+    outlooks = []
+    boots: dict[str, list[float]] = {}
     t = now.timestamp()
     live = deployments.list_live(session)
+    pooled_engines = {pool_policy.BUILTIN} | (
+        {pool_policy.VLLM} if env.settings.has_vllm() else set()
+    )
     for dep in live:
-        if not pool_policy.serves(dep.engine_resolved):
-            # it boots its own workers (vLLM's): neither its cold starts nor its boot times
-            # are the pool's
+        engine = dep.engine_resolved
+        if engine not in pooled_engines or not pool_policy.takes_pool_worker(
+            dep.spec.accelerator_count
+        ):
+            # it boots its own workers (several accelerators each, or an engine this platform
+            # keeps no pool of): neither its cold starts nor its boot times are a pool's
             continue
         m = measured(dep.id)
         if m is not None:
-            boots.append(m.boot_s)
+            boots.setdefault(engine, []).append(m.boot_s)
         rate = 0.0
         if m is not None and m.models.forecast is not None:
             rate = m.models.forecast.rate(t)[0]
         capacity = sum(1 for w in serving if w.deployment_id == dep.id)
-        outlooks.append(pool_policy.Outlook(dep.spec.accelerator, capacity, rate))
+        outlooks.append(pool_policy.Outlook(dep.spec.accelerator, capacity, rate, engine))
     # a worker holds its deployment's accelerator_count (vLLM's tensor parallelism)
     count = {dep.id: dep.spec.accelerator_count for dep in live}
     held: dict[str, int] = {}
@@ -156,16 +170,18 @@ def _targets(
         held[w.accelerator] = held.get(w.accelerator, 0) + n
     free = {a: n - held.get(a, 0) for a, n in env.settings.accelerators.items()}
     budget = pool_policy.Budget(env.settings.warm_pool_max, free)
-    horizon = max(boots, default=DEFAULT_BOOT_S)
-    return {t.accelerator: t for t in pool_policy.targets(outlooks, horizon, budget)}
+    # an engine's pool is refilled in a boot of that engine (vLLM's imports make it longer)
+    horizons = {e: max(boots.get(e, ()), default=DEFAULT_BOOT_S) for e in pooled_engines}
+    return {(t.accelerator, t.engine): t for t in pool_policy.targets(outlooks, horizons, budget)}
 
 
-def _pool_history(session: Session) -> BootHistory:
-    """Crash-loop history of pool boots: the newest pool workers, newest first; one that got
-    to the pool (idle) or was assigned booted fine."""
+def _pool_history(session: Session, engine: str) -> BootHistory:
+    """Crash-loop history of the boots of `engine`'s pool workers: the newest, newest first;
+    one that got to the pool (idle) or was assigned booted fine."""
     rows = session.scalars(
         select(Worker)
         .where((Worker.deployment_id.is_(None)) | (Worker.assigned_at.is_not(None)))
+        .where(Worker.engine == engine)
         .order_by(Worker.id.desc())  # ids start with their creation time
         .limit(10)
     )

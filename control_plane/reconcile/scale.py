@@ -177,9 +177,13 @@ def _plan_and_act(
         # The crash-loop gate's input and the model's place, read only when workers would start.
         history = boot_history.boot_history(session, dep.id, dep.version)
         if free is not None:
-            candidates = free.candidates(dep.spec.accelerator, _model_uri(session, env, dep))
+            candidates = free.candidates(
+                dep.spec.accelerator, dep.engine_resolved, _model_uri(session, env, dep)
+            )
     est = Estimates(times.boot_s, times.load_s, times.warm_s, demand.model_bytes.get(dep.id))
-    view = DeploymentView(dep.id, dep.name, dep.version, dep.engine_resolved)
+    view = DeploymentView(
+        dep.id, dep.name, dep.version, dep.engine_resolved, dep.spec.accelerator_count
+    )
     plan = plan_scale(view, d.fleet, d.state, d.decision, history, candidates, est, now)
     if free is not None:
         free.taken(

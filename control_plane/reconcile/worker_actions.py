@@ -104,13 +104,15 @@ def start(session: Session, env: Env, x: a.StartWorker, now: datetime) -> tuple[
     assignment = _assignment(session, env, dep)
     placement = x.placement
     new = None
-    if placement.worker_id is not None and not pool_policy.serves(assignment.engine):
-        # NOTE: the plan never does this (plans/scale.py); a pool worker runs the built-in
-        # engine, so whatever chose one, a vLLM deployment boots its own.
+    if placement.worker_id is not None and not pool_policy.takes_pool_worker(
+        assignment.accelerator_count
+    ):
+        # NOTE: the plan never does this (plans/scale.py); a pool worker holds one accelerator,
+        # so whatever chose one, a deployment over several boots its own.
         placement = _as_boot(placement)
     if placement.worker_id is not None:
         new = _assign(session, env, placement, dep, assignment, x.reason, now)
-        if new is None:  # gone from the pool meanwhile: a boot, then
+        if new is None:  # gone from the pool meanwhile (or on another engine): a boot, then
             placement = _as_boot(placement)
     if new is None:
         spec = dep.spec
@@ -138,16 +140,23 @@ def start(session: Session, env: Env, x: a.StartWorker, now: datetime) -> tuple[
 
 
 def boot_pool_worker(session: Session, env: Env, x: a.BootPoolWorker, now: datetime) -> None:
-    w = worker_records.create(session, None, x.accelerator, worker_records.POOL_REASON, now)
+    w = worker_records.create(
+        session, None, x.accelerator, worker_records.POOL_REASON, now, pool_engine=x.engine
+    )
     session.flush()
-    w.pid = env.provider.start(WorkerSpec(w.id, x.accelerator, None))
+    w.pid = env.provider.start(WorkerSpec(w.id, x.accelerator, None, pool_engine=x.engine))
     tick_trace.note(
         "pool.start",
-        **{"platform.worker.id": w.id, "platform.worker.accelerator": x.accelerator},
+        **{
+            "platform.worker.id": w.id,
+            "platform.worker.accelerator": x.accelerator,
+            "platform.worker.engine": x.engine,
+        },
     )
     log.info(
-        "warm pool (%s): booting %s (target %d: %s, %.3f cold starts expected)",
+        "warm pool (%s, %s): booting %s (target %d: %s, %.3f cold starts expected)",
         x.accelerator,
+        x.engine,
         w.id,
         x.target,
         x.why,

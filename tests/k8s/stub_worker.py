@@ -20,7 +20,14 @@ import worker.__main__ as worker_main
 
 
 class StubRuntime:
-    def __init__(self, settings: Any, worker_id: str, accelerator: str, assignment: Any) -> None:
+    def __init__(
+        self,
+        settings: Any,
+        worker_id: str,
+        accelerator: str,
+        assignment: Any,
+        pool_engine: str = "builtin",
+    ) -> None:
         self.worker_id = worker_id
         self.dir = Path(os.environ["STUB_DIR"])
 

@@ -69,7 +69,12 @@ def test_state_families_are_zero_filled_and_keyed_by_name_and_tenant() -> None:
         },
         live=frozenset({"dep_1", "dep_2"}),
         active_jobs={("dep_1", "queued"): 3, ("dep_old", "running"): 1},
-        workers={("idle", "cpu", False): 2, ("idle", "cpu", True): 1, ("booting", "h100", True): 1},
+        workers={
+            ("idle", "cpu", None): 2,
+            ("idle", "cpu", "builtin"): 1,
+            ("booting", "h100", "builtin"): 1,
+            ("idle", "cpu", "vllm"): 2,
+        },
         scaling={"dep_1": (2, 1)},
         decisions={"demand": 7},
         billing_issues=0,
@@ -83,11 +88,14 @@ def test_state_families_are_zero_filled_and_keyed_by_name_and_tenant() -> None:
     assert get("platform_jobs_active", deployment="demo", tenant="ten_b", status="queued") == [0]
     assert get("platform_jobs_active", deployment="old", tenant="ten_a", status="running") == [1]
     assert get("platform_jobs_active", deployment="old", tenant="ten_a", status="queued") == []
-    assert get("platform_workers", state="idle", accelerator="cpu") == [3]  # the pool's too
+    assert get("platform_workers", state="idle", accelerator="cpu") == [5]  # the pools' too
     assert get("platform_workers", state="busy", accelerator="cpu") == [0]
     assert get("platform_workers", state="booting", accelerator="h100") == [1]
-    assert get("platform_warm_pool_workers", state="idle", accelerator="cpu") == [1]
-    assert get("platform_warm_pool_workers", state="booting", accelerator="cpu") == [0]
+    pool = "platform_warm_pool_workers"
+    assert get(pool, state="idle", accelerator="cpu", engine="builtin") == [1]
+    assert get(pool, state="idle", accelerator="cpu", engine="vllm") == [2]  # a pool per engine
+    assert get(pool, state="booting", accelerator="cpu", engine="builtin") == [0]
+    assert get(pool, state="booting", accelerator="h100", engine="vllm") == [0]
     assert get("platform_autoscaler_desired_workers", deployment="demo", tenant="ten_a") == [2]
     assert get("platform_autoscaler_actual_workers", deployment="demo", tenant="ten_a") == [1]
     assert get("platform_scale_decisions_total", reason="demand") == [7]

@@ -110,11 +110,22 @@ def test_a_vllm_worker_runs_the_vllm_image_with_its_gpus_on_one_pod() -> None:
     assert c["resources"]["requests"]["nvidia.com/gpu"] == "4"
     assert c["command"] == ["python", "-m", "worker"] and c["args"] == worker_args(spec)
     assert pod["metadata"]["labels"]["platform-serverless.io/engine"] == "vllm"
-    # the built-in engine's workers and the pool's keep the worker image and one GPU
+    # the built-in engine's workers and its pool's keep the worker image and one GPU
     for other in (assigned(), WorkerSpec("wrk_pool2", "h100", None)):
         (c,) = pod_manifest(cfg, other, ENV)["spec"]["containers"]
         assert c["image"] == "registry.example.com/platform-worker:1.0"
         assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    # a vLLM pool worker: the vLLM image, one GPU, told to prepare vLLM while it waits
+    pool_spec = WorkerSpec("wrk_pool3", "h100", None, pool_engine="vllm")
+    pod = pod_manifest(cfg, pool_spec, ENV)
+    valid(pod)
+    (c,) = pod["spec"]["containers"]
+    assert c["image"] == "registry.example.com/platform-vllm:1.0"
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert c["args"][-3:] == ["--pool", "--engine", "vllm"] and "envFrom" not in c
+    labels = pod["metadata"]["labels"]
+    assert labels["platform-serverless.io/engine"] == "vllm"
+    assert labels["platform-serverless.io/pool"] == "true"
     # a type whose resources name one GPU: the worker's count wins
     one = settings(
         kubernetes_vllm_image="v:1",
@@ -142,7 +153,7 @@ def test_a_cpu_worker_asks_for_no_gpu_and_a_pool_worker_boots_with_pool() -> Non
     (c,) = pod["spec"]["containers"]
     assert c["resources"] == {"requests": {"cpu": "2"}}
     assert "nodeSelector" not in pod["spec"] and "tolerations" not in pod["spec"]
-    assert c["args"][-1] == "--pool" and "envFrom" not in c
+    assert c["args"][-3:] == ["--pool", "--engine", "builtin"] and "envFrom" not in c
     assert assignment_secret_manifest(cfg, WorkerSpec("wrk_pool1", "cpu", None)) is None
     assert pod["metadata"]["labels"]["platform-serverless.io/pool"] == "true"
 

@@ -1,7 +1,8 @@
 """The local provider runs each worker with its engine's environment: `python -m worker` of
-the platform's own python for the built-in engine (and warm-pool workers), of the vLLM
-environment (PLATFORM_VLLM_PYTHON) for an assignment whose engine is vllm; the embedded
-platform finds the repository's .venv-vllm."""
+the platform's own python for the built-in engine (its warm-pool workers too), of the vLLM
+environment (PLATFORM_VLLM_PYTHON) for an assignment whose engine is vllm and for vLLM
+warm-pool workers (`--pool --engine vllm`); the embedded platform finds the repository's
+.venv-vllm."""
 
 from __future__ import annotations
 
@@ -15,11 +16,13 @@ from control_plane.providers.local import LocalProvider, worker_env
 
 
 def stand_in(path: Path, name: str) -> Path:
-    """An interpreter that records who ran (its name) and the assignment it was given."""
+    """An interpreter that records who ran (its name), the assignment it was given and its
+    arguments."""
     python = path / name / "python"
     python.parent.mkdir(parents=True)
     python.write_text(
         f'#!/bin/sh\nprintf "%s\\n%s" "{name}" "${ASSIGNMENT_ENV}" > "{path}/ran-$4"\n'
+        f'printf "%s" "$*" > "{path}/args-$4"\n'
     )
     python.chmod(0o755)
     return python
@@ -50,6 +53,7 @@ def test_each_worker_runs_with_its_engines_python(tmp_path: Path) -> None:
             WorkerSpec("wrk_b", "cpu", assignment("builtin", 1)),
             WorkerSpec("wrk_v", "cpu", assignment("vllm", 2)),
             WorkerSpec("wrk_p", "cpu", None),  # a pool worker: the built-in engine
+            WorkerSpec("wrk_pv", "cpu", None, pool_engine="vllm"),  # a vLLM pool worker
         ],
     )
     ran = {w: (tmp_path / f"ran-{w}").read_text().split("\n", 1) for w in ("wrk_b", "wrk_v")}
@@ -57,6 +61,10 @@ def test_each_worker_runs_with_its_engines_python(tmp_path: Path) -> None:
     got = Assignment.from_json(ran["wrk_v"][1])
     assert (got.engine, got.accelerator_count) == ("vllm", 2)
     assert (tmp_path / "ran-wrk_p").read_text().split("\n")[0] == "builtin"
+    assert (tmp_path / "args-wrk_p").read_text().endswith("--pool --engine builtin")
+    # a vLLM pool worker: vLLM's python, told to prepare vLLM; no assignment yet
+    assert (tmp_path / "ran-wrk_pv").read_text() == "vllm\n"
+    assert (tmp_path / "args-wrk_pv").read_text().endswith("--pool --engine vllm")
 
 
 def test_without_a_vllm_environment_the_worker_starts_and_fails_on_its_own(

@@ -34,7 +34,7 @@ def exported() -> dict[str, str]:
         if isinstance(obj, MetricWrapperBase):
             out[_shown(obj._name, str(obj._type))] = str(obj._type)
     snap = Snapshot(
-        {"d": Named("demo", "t")}, frozenset({"d"}), {}, {("idle", "cpu", True): 1},
+        {"d": Named("demo", "t")}, frozenset({"d"}), {}, {("idle", "cpu", "builtin"): 1},
         {"d": (1, 1)}, {"demand": 1}, 0,
     )  # fmt: skip
     for metric in families(snap):

@@ -22,7 +22,13 @@ from control_plane.domain.plans.jobs import (
     plan_redispatch,
     plan_take_back,
 )
-from control_plane.domain.plans.pool import SHRINK, PoolWorker, plan_pool, wants_history
+from control_plane.domain.plans.pool import (
+    SHRINK,
+    PoolWorker,
+    growing_engines,
+    plan_pool,
+    wants_history,
+)
 from control_plane.domain.plans.scale import (
     DeploymentView,
     DeploymentWorker,
@@ -150,21 +156,24 @@ def test_workers_of_an_old_version_drain_and_the_decision_starts_new_ones_from_t
     assert second.placement.choice == POOL and plan.reports_cold_start
 
 
-def test_a_deployment_on_vllm_never_takes_a_pool_worker() -> None:
-    """Pool workers run the built-in engine: a deployment resolved to vllm boots its own,
-    however fast the pool would be, and leaves the pool workers to others."""
+def test_a_deployment_over_several_accelerators_never_takes_a_pool_worker() -> None:
+    """A pool worker holds one accelerator: a deployment whose workers need more (vLLM's tensor
+    parallelism) boots its own, however fast the pool would be, and leaves the pool workers to
+    others; one on vLLM with one accelerator takes them (the candidates are its engine's)."""
     state = scale_state(queued=2)
     decision = decide(state, T)
     pool = [PoolCandidate("p1", holds_model=True), PoolCandidate("p2")]
-    vllm = dataclasses.replace(DEP, engine="vllm")
-    plan = plan_scale(vllm, split([], 2), state, decision, NO_FAILURES, pool, EST, NOW)
+    split_over_2 = dataclasses.replace(DEP, engine="vllm", accelerator_count=2)
+    plan = plan_scale(split_over_2, split([], 2), state, decision, NO_FAILURES, pool, EST, NOW)
     starts = [x for x in plan.actions if isinstance(x, a.StartWorker)]
     assert len(starts) == 2
     assert all(x.placement.choice == BOOT and x.placement.worker_id is None for x in starts)
-    # the same deployment on the built-in engine takes them
-    builtin = plan_scale(DEP, split([], 2), state, decision, NO_FAILURES, pool, EST, NOW)
-    taken = [x.placement.worker_id for x in builtin.actions if isinstance(x, a.StartWorker)]
-    assert taken == ["p1", "p2"]
+    # on one accelerator, vLLM's or the built-in engine's, it takes them
+    for engine in ("vllm", "builtin"):
+        one = dataclasses.replace(DEP, engine=engine)
+        taken = plan_scale(one, split([], 2), state, decision, NO_FAILURES, pool, EST, NOW)
+        starts = [x for x in taken.actions if isinstance(x, a.StartWorker)]
+        assert [x.placement.worker_id for x in starts] == ["p1", "p2"]
 
 
 def test_without_pool_workers_a_start_boots() -> None:
@@ -237,19 +246,52 @@ def test_workers_of_deleted_deployments_drain_once() -> None:
 
 
 def test_the_pool_grows_toward_its_target_and_shrinks_booting_workers_first() -> None:
-    target = {"cpu": PoolTarget("cpu", 2, 0.5, "expected")}
+    target = {("cpu", "builtin"): PoolTarget("cpu", "builtin", 2, 0.5, "expected")}
     assert wants_history(2, 0, cold_start_under_way=False)
-    grow = plan_pool(target, [], False, NO_FAILURES, NOW)
-    assert grow == [a.BootPoolWorker("cpu", 2, "expected", 0.5)] * 2
+    assert growing_engines(target, [], cold_start_under_way=False) == {"builtin"}
+    grow = plan_pool(target, [], False, {"builtin": NO_FAILURES}, NOW)
+    assert grow == [a.BootPoolWorker("cpu", "builtin", 2, "expected", 0.5)] * 2
     assert not wants_history(2, 0, cold_start_under_way=True)
-    assert plan_pool(target, [], True, None, NOW) == []
+    assert growing_engines(target, [], cold_start_under_way=True) == set()
+    assert plan_pool(target, [], True, {}, NOW) == []
     pooled = [
         PoolWorker("idle", "cpu", WorkerState.IDLE),
         PoolWorker("boot", "cpu", WorkerState.BOOTING),
     ]
-    assert plan_pool({}, pooled, False, None, NOW) == [
+    assert plan_pool({}, pooled, False, {}, NOW) == [
         a.StopWorker("boot", None, SHRINK),
         a.StopWorker("idle", None, SHRINK),
+    ]
+
+
+def test_each_engine_has_its_pool_and_its_own_boot_history() -> None:
+    """The pools of one type are one per engine: each grows toward its own target, counting
+    only its own workers, and failed vLLM pool boots back off vLLM's pool alone."""
+    targets = {
+        ("cpu", "builtin"): PoolTarget("cpu", "builtin", 1, 0.2, "floor"),
+        ("cpu", "vllm"): PoolTarget("cpu", "vllm", 2, 0.9, "covers_expected"),
+    }
+    # a built-in pool worker does not count toward vLLM's pool, nor the other way round
+    pooled = [PoolWorker("b1", "cpu", WorkerState.IDLE, "builtin")]
+    assert growing_engines(targets, pooled, cold_start_under_way=False) == {"vllm"}
+    clean = {"vllm": NO_FAILURES}
+    assert (
+        plan_pool(targets, pooled, False, clean, NOW)
+        == [a.BootPoolWorker("cpu", "vllm", 2, "covers_expected", 0.9)] * 2
+    )
+    # vLLM's pool boots failed just now: it waits out its backoff; the built-in one grows
+    failed = BootHistory(3, NOW - timedelta(seconds=1), "exit_1")
+    assert growing_engines(targets, [], cold_start_under_way=False) == {"builtin", "vllm"}
+    history = {"builtin": NO_FAILURES, "vllm": failed}
+    assert plan_pool(targets, [], False, history, NOW) == [
+        a.BootPoolWorker("cpu", "builtin", 1, "floor", 0.2)
+    ]
+    # no vLLM deployment any more (or no vLLM on the platform): its pool workers drain
+    vllm_pooled = [PoolWorker("v1", "cpu", WorkerState.IDLE, "vllm")]
+    builtin_only = {("cpu", "builtin"): targets[("cpu", "builtin")]}
+    assert plan_pool(builtin_only, vllm_pooled, False, {"builtin": NO_FAILURES}, NOW) == [
+        a.BootPoolWorker("cpu", "builtin", 1, "floor", 0.2),
+        a.StopWorker("v1", None, SHRINK),
     ]
 
 

@@ -72,6 +72,7 @@ def test_a_worker_and_a_key_as_the_services_build_them_are_the_documented_ones()
         state="idle",
         reason=None,
         accelerator="cpu",
+        engine="vllm",
         started_at=T0,
         stopped_at=None,
     )

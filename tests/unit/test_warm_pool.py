@@ -29,6 +29,9 @@ from control_plane.domain.pool import (
     targets,
 )
 
+# a boot of the built-in engine takes 2 s here
+H = {"builtin": 2.0}
+
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 CLEAN = BootHistory(0, None, None)
 
@@ -53,33 +56,74 @@ def test_poisson_quantile() -> None:
 def test_one_warm_worker_per_type_in_use_more_as_cold_starts_are_expected() -> None:
     budget = Budget(max_workers=10, free_accelerators={})
     quiet = [Outlook("cpu", 0, 0.0)]
-    (t,) = targets(quiet, 2.0, budget)
+    (t,) = targets(quiet, H, budget)
     assert (t.accelerator, t.size, t.reason) == ("cpu", 1, "floor")
     # ten deployments at zero, each called about every 4 s, boots of 2 s
     busy = [Outlook("h100", 0, 0.25) for _ in range(10)]
-    (t,) = targets(busy, 2.0, budget)
+    (t,) = targets(busy, H, budget)
     mu = 10 * (1 - math.exp(-0.5))
     assert t.expected_cold_starts == pytest.approx(mu, abs=1e-4)
     assert (t.size, t.reason) == (poisson_quantile(mu), "covers_expected")
     assert t.size > 1
-    assert targets([], 2.0, budget) == []
+    assert targets([], H, budget) == []
 
 
 def test_the_budget_caps_the_pool_by_accelerators_free_and_in_all() -> None:
     busy = [Outlook("h100", 0, 1.0) for _ in range(5)] + [Outlook("cpu", 0, 0.0)]
     # two H100s not held by deployments' workers
-    out = {t.accelerator: t for t in targets(busy, 2.0, Budget(10, {"h100": 2}))}
+    out = {t.accelerator: t for t in targets(busy, H, Budget(10, {"h100": 2}))}
     assert (out["h100"].size, out["h100"].reason) == (2, "budget")
     assert out["cpu"].size == 1
     # three pool workers in all: the type expecting more cold starts is served first
-    out = {t.accelerator: t for t in targets(busy, 2.0, Budget(3, {}))}
+    out = {t.accelerator: t for t in targets(busy, H, Budget(3, {}))}
     assert out["h100"].size == 3 and out["cpu"].size == 0
     assert out["cpu"].reason == "budget"
     # no pool at all
-    assert all(t.size == 0 for t in targets(busy, 2.0, Budget(0, {})))
+    assert all(t.size == 0 for t in targets(busy, H, Budget(0, {})))
     # every H100 held: none for the pool (never more workers than accelerators)
-    out = {t.accelerator: t for t in targets(busy, 2.0, Budget(10, {"h100": 0}))}
+    out = {t.accelerator: t for t in targets(busy, H, Budget(10, {"h100": 0}))}
     assert out["h100"].size == 0
+
+
+def test_each_engine_has_its_own_pool_sized_by_its_deployments_over_its_boot() -> None:
+    """vLLM's deployments size a vLLM pool the way the built-in ones size theirs, each over
+    its own horizon (a vLLM boot pays its imports): one engine's cold starts never grow the
+    other's pool."""
+    budget = Budget(max_workers=10, free_accelerators={})
+    horizons = {"builtin": 2.0, "vllm": 12.0}
+    outlooks = [Outlook("h100", 0, 0.05, engine="vllm") for _ in range(4)]
+    outlooks.append(Outlook("h100", 0, 0.0))  # one built-in deployment, rarely called
+    out = {(t.accelerator, t.engine): t for t in targets(outlooks, horizons, budget)}
+    assert set(out) == {("h100", "builtin"), ("h100", "vllm")}
+    mu_vllm = 4 * (1 - math.exp(-0.05 * 12.0))
+    assert out[("h100", "vllm")].expected_cold_starts == pytest.approx(mu_vllm, abs=1e-4)
+    assert out[("h100", "vllm")].size == poisson_quantile(mu_vllm) > 1
+    assert out[("h100", "builtin")].expected_cold_starts == 0.0
+    assert (out[("h100", "builtin")].size, out[("h100", "builtin")].reason) == (1, "floor")
+    # the same arrivals over the built-in horizon would expect far fewer cold starts
+    (short,) = targets(outlooks[:4], {"vllm": 2.0}, budget)
+    assert short.expected_cold_starts < out[("h100", "vllm")].expected_cold_starts
+
+
+def test_a_types_engines_share_its_free_accelerators_and_the_machines_budget() -> None:
+    outlooks = [Outlook("h100", 0, 1.0, engine="vllm") for _ in range(3)]
+    outlooks += [Outlook("h100", 0, 0.0), Outlook("cpu", 0, 0.0)]
+    horizons = {"builtin": 2.0, "vllm": 2.0}
+    # three H100s free: vLLM's pool (more cold starts expected) first, the built-in one gets
+    # what is left, and the two never hold more than the three
+    out = {
+        (t.accelerator, t.engine): t for t in targets(outlooks, horizons, Budget(10, {"h100": 3}))
+    }
+    assert (out[("h100", "vllm")].size, out[("h100", "vllm")].reason) == (3, "budget")
+    assert (out[("h100", "builtin")].size, out[("h100", "builtin")].reason) == (0, "budget")
+    assert out[("cpu", "builtin")].size == 1
+    # four pool workers in all: vLLM's pool first, then by expected cold starts
+    out = {(t.accelerator, t.engine): t for t in targets(outlooks, horizons, Budget(4, {}))}
+    assert out[("h100", "vllm")].size == 4
+    assert out[("h100", "builtin")].size == out[("cpu", "builtin")].size == 0
+    # room for every pool's wish: each gets it
+    out = {(t.accelerator, t.engine): t for t in targets(outlooks, horizons, Budget(20, {}))}
+    assert sum(t.size for t in out.values()) == poisson_quantile(3 * (1 - math.exp(-2))) + 2
 
 
 def test_the_plan_refills_after_cold_starts_and_backs_off_after_failed_boots() -> None:

@@ -3,10 +3,11 @@
 The warm-up (one short generation) is skipped when wake-ups already wait in the deployment's
 queue: on a cold start the waiting job would pay for both the warm-up and its own first pass.
 
-A warm-pool worker (no assignment at start) boots — imports the runtime, initialises the
-device — reports `idle` with no deployment, and waits for its one assignment (a message in
-Redis, `worker_assignment_key`); then it loads, warms and serves like any other. It never goes
-back to the pool: a worker that served a tenant holds nothing for the next one.
+A warm-pool worker (no assignment at start) boots — imports the runtime and its engine's
+(vLLM's for `--engine vllm`), initialises the device — reports `idle` with no deployment, and
+waits for its one assignment (warm_pool.py: one on another engine fails it); then it loads,
+warms and serves like any other. It never goes back to the pool: a worker that served a
+tenant holds nothing for the next one.
 
 Each transition is reported to the control plane (it closes a billing segment), except BUSY
 and IDLE, which it derives from the claims and job ends itself; a heartbeat
@@ -58,13 +59,12 @@ from common.protocol import (
     HEARTBEAT_TTL_S,
     PROGRESS_BEAT_S,
     WorkerState,
-    worker_assignment_key,
     worker_handoffs_key,
     worker_heartbeat_key,
 )
 from common.reasons import bounded_reason
 from common.signals import on_signals
-from worker.runtime import engine_setup
+from worker.runtime import engine_setup, warm_pool
 from worker.runtime.broker import jobs_waiting
 from worker.runtime.consumer import consume
 from worker.runtime.control_client import ControlClient
@@ -80,11 +80,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-# A warm-pool worker waits for its assignment in blocking pops of this long (then checks
-# whether it was asked to stop).
-ASSIGNMENT_POLL_S = 1
 # Each of the worker's own Redis commands (heartbeat, output deltas, cancel polls, the pool's
-# BLPOP above) gets this long for an answer, and one more try on a fresh connection. A
+# BLPOP: warm_pool.py) gets this long for an answer, and one more try on a fresh connection. A
 # connection that stops answering without closing (a partition, a lost NAT entry) must cost a
 # heartbeat or two, not the worker (HEARTBEAT_TTL_S), nor stall the engine thread. NOTE:
 # redis-py's defaults differ by version: < 6 waits forever, 6+ 5 s and 10 retries (a minute).
@@ -108,12 +105,15 @@ class WorkerRuntime:
         worker_id: str,
         accelerator: str,
         assignment: Assignment | None = None,
+        pool_engine: str = "builtin",
     ) -> None:
         self.settings = settings
         self.worker_id = worker_id  # id given by the provider
         self.accelerator = accelerator  # cpu, h100, ...
         # what it serves; None while in the warm pool
         self.assignment = assignment
+        # in the warm pool: the engine it prepares, and the only one it serves
+        self.pool_engine = pool_engine
         self.control = ControlClient(
             settings.internal_url, settings.worker_token.get_secret_value(), worker_id
         )
@@ -253,36 +253,34 @@ class WorkerRuntime:
             self.metrics.close()
 
     def _wait_in_pool(self) -> Assignment | None:
-        """Warm-pool worker: get ready for any deployment, say so, then wait for one."""
+        """Warm-pool worker: get ready for any deployment on its engine, say so, then wait
+        for one."""
         t0 = time.monotonic()
-        engine_setup.prepare_runtime(self.accelerator, collect=True)
+        engine_setup.prepare_runtime(self.accelerator, collect=True, engine=self.pool_engine)
         ready_s = round(time.monotonic() - t0, 3)
         log.info(
-            "in the warm pool (runtime ready in %.2fs)", ready_s, extra={"duration_s": ready_s}
+            "in the warm pool, engine %s (runtime ready in %.2fs)",
+            self.pool_engine,
+            ready_s,
+            extra={"duration_s": ready_s},
         )
         self._set_state(WorkerState.IDLE)
-        key = worker_assignment_key(self.worker_id)
-        while not self._stop.is_set():
-            try:
-                item = self.redis.blpop([key], timeout=ASSIGNMENT_POLL_S)
-            except redis.RedisError as exc:
-                log.warning("assignment unreadable (Redis: %s); retrying", exc)
-                self._stop.wait(ASSIGNMENT_POLL_S)
-                continue
-            if item is None:
-                continue
-            assignment = Assignment.from_json(item[1])  # ValueError: fails the worker
-            # its tenant's storage credentials, for the loader (boto3 and the S3 client)
-            os.environ.update(assignment.storage_env)
-            self.jobs.open(assignment)
-            logs.set_process_fields(deployment_id=assignment.deployment_id)
-            log.info(
-                "assigned to deployment %s (version %d)",
-                assignment.deployment_id,
-                assignment.deployment_version,
-            )
-            return assignment
-        return None
+        # ValueError (another engine's assignment among them): fails the worker
+        assignment = warm_pool.next_assignment(
+            self.redis, self.worker_id, self.pool_engine, self._stop
+        )
+        if assignment is None:
+            return None
+        # its tenant's storage credentials, for the loader (boto3 and the S3 client)
+        os.environ.update(assignment.storage_env)
+        self.jobs.open(assignment)
+        logs.set_process_fields(deployment_id=assignment.deployment_id)
+        log.info(
+            "assigned to deployment %s (version %d)",
+            assignment.deployment_id,
+            assignment.deployment_version,
+        )
+        return assignment
 
     def _serve(self, assignment: Assignment) -> None:
         """Load, warm up, serve until asked to stop, drain, finish the cache-tier fill."""

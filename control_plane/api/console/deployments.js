@@ -293,12 +293,15 @@ function failedWorkers(workers) {
 }
 
 function poolPanel(body) {
-  const counts = Object.entries(body.counts).map(([acc, byState]) =>
-    h(
-      "li",
-      {},
-      h("strong", { text: acc }),
-      `: ${Object.entries(byState).map(([st, n]) => `${n} ${st}`).join(", ")}`,
+  // a pool per accelerator type and engine (a pool worker serves only its engine's deployments)
+  const counts = Object.entries(body.counts_by_engine).flatMap(([engine, byAcc]) =>
+    Object.entries(byAcc).map(([acc, byState]) =>
+      h(
+        "li",
+        {},
+        h("strong", { text: `${acc} · ${engine}` }),
+        `: ${Object.entries(byState).map(([st, n]) => `${n} ${st}`).join(", ")}`,
+      ),
     ),
   );
   const rows = body.data.map((w) =>
@@ -307,6 +310,7 @@ function poolPanel(body) {
       {},
       td(h("code", { text: w.id })),
       td(w.accelerator),
+      td(w.engine),
       td(stateBadge(w.state)),
       td(ago(w.state_since)),
       td(ago(w.started_at)),
@@ -317,11 +321,12 @@ function poolPanel(body) {
     h("p", {
       class: "muted",
       text:
-        "Generic workers booted ahead of cold starts; a deployment that needs one takes it " +
-        "instead of booting (billed to the platform until then).",
+        "Generic workers booted ahead of cold starts, each with its engine prepared; a " +
+        "deployment on that engine that needs one takes it instead of booting (billed to the " +
+        "platform until then).",
     }),
     h("ul", { class: "inline" }, counts),
-    table(["worker", "accelerator", "state", "since", "started"], rows),
+    table(["worker", "accelerator", "engine", "state", "since", "started"], rows),
   );
 }
 

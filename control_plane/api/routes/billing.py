@@ -192,7 +192,8 @@ def list_workers(session: Db, who: Principal, deployment: str | None = None) -> 
 
 @router.get("/v1/pool", response_model=PoolView)
 def warm_pool(session: Db, who: Principal) -> Any:
-    """The warm pool: generic workers booted ahead of cold starts, no deployment's yet.
+    """The warm pool: generic workers booted ahead of cold starts, no deployment's yet, each
+    prepared for one engine (it is given only deployments on that engine).
 
     The pool is the platform's (billed to it, phase `pool`), so only the operator's keys read
     it; a tenant sees where its workers came from in its deployments' `scaling.placement`."""
@@ -202,14 +203,18 @@ def warm_pool(session: Db, who: Principal) -> Any:
         raise Forbidden("the warm pool is the platform's: only the operator's keys may read it")
     rows = worker_records.pooled(session)
     counts: dict[str, dict[str, int]] = {}
+    by_engine: dict[str, dict[str, dict[str, int]]] = {}
     for w in rows:
         by_state = counts.setdefault(w.accelerator, {})
         by_state[w.state] = by_state.get(w.state, 0) + 1
+        of_engine = by_engine.setdefault(w.engine, {}).setdefault(w.accelerator, {})
+        of_engine[w.state] = of_engine.get(w.state, 0) + 1
     return {
         "data": [
             {
                 "id": w.id,
                 "accelerator": w.accelerator,
+                "engine": w.engine,
                 "state": w.state,
                 "started_at": iso(w.started_at),
                 "state_since": iso(w.state_since),
@@ -217,4 +222,5 @@ def warm_pool(session: Db, who: Principal) -> Any:
             for w in rows
         ],
         "counts": counts,
+        "counts_by_engine": by_engine,
     }

@@ -29,6 +29,9 @@ class Worker(Base):
     deployment_version: Mapped[int] = mapped_column(Integer)
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"))
     accelerator: Mapped[str] = mapped_column(String(20))
+    # The engine it runs (builtin | vllm): its deployment's, or a warm-pool worker's own, which
+    # it prepared at its boot; a pool worker is assigned only deployments on that engine.
+    engine: Mapped[str] = mapped_column(String(16), default="builtin", server_default="builtin")
     state: Mapped[str] = mapped_column(String(20), default="booting")
     # When the current state (= billing phase) began.
     state_since: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

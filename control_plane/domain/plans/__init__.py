@@ -6,7 +6,7 @@ actions (`actions.py`) the one actuator (`control_plane/reconcile/actuator.py`) 
     scale.py     per deployment, from its `scaling.decide` decision and the crash-loop gate:
                  drains, starts (placed), holds, failures, scale-downs; deleted deployments'
                  workers drained
-    pool.py      the warm pool toward its target per accelerator type
+    pool.py      the warm pool toward its target per accelerator type and engine
     batches.py   a batch topped up to its limit, or completed
     billing.py   open segments rolled after a minute
     webhooks.py  lost `*.completed` deliveries sent again

@@ -68,9 +68,10 @@ class StartWorker:
 
 @dataclass(frozen=True, slots=True)
 class BootPoolWorker:
-    """Boot a warm-pool worker (no deployment) of this accelerator type."""
+    """Boot a warm-pool worker (no deployment) of this accelerator type and engine."""
 
     accelerator: str
+    engine: str  # the engine it prepares at its boot (`domain.pool.ENGINES`)
     target: int  # the pool's target size for the type (for the log)
     why: str  # the target's reason
     expected_cold_starts: float

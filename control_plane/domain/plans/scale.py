@@ -52,7 +52,8 @@ class DeploymentView:
     id: str
     name: str
     version: int  # its current spec version
-    engine: str = "builtin"  # the engine it resolved to: builtin | vllm (only builtin pools)
+    engine: str = "builtin"  # the engine it resolved to: builtin | vllm
+    accelerator_count: int = 1  # accelerators per worker (a pool worker holds one)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +110,9 @@ def plan_scale(
 ) -> ScalePlan:
     """What to do for `dep` this tick. `history`: its version's recent boots, read only when
     `decision` starts workers (None otherwise); `candidates`: the idle pool workers of its
-    accelerator type, each taken at most once, and none by a deployment a pool worker cannot
-    serve (`pool.serves`: it boots its own)."""
+    accelerator type and engine, each taken at most once, and none by a deployment whose
+    workers need more than the one accelerator a pool worker holds
+    (`pool.takes_pool_worker`: it boots its own)."""
     actions: list[Action] = [StopWorker(w.id, dep.id, fleet.NEW_VERSION) for w in workers.to_drain]
     assert not decision.start or history is not None, "a plan that starts workers reads history"
     verdict: StartVerdict | None = None
@@ -125,7 +127,7 @@ def plan_scale(
         assert history is not None
         actions.append(FailWaiting(dep.id, dep.name, crash_loop_error(dep, history)))
     elif verdict is not None:
-        free = list(candidates) if pool.serves(dep.engine) else []
+        free = list(candidates) if pool.takes_pool_worker(dep.accelerator_count) else []
         for _ in range(decision.start):
             placement = place(free, est)
             free = [c for c in free if c.worker_id != placement.worker_id]

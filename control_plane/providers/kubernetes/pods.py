@@ -4,9 +4,10 @@ labels (pure: no I/O, no client). The provider (`provider.py`) creates what thes
     cfg = pod_config(settings)                       # config.py; ValueError naming the setting
     pod_manifest(cfg, WorkerSpec("wrk_…", "h100", assignment), env)   # a v1 Pod, as a dict
 
-A worker whose assignment's engine is vllm runs the vLLM image (PLATFORM_KUBERNETES_VLLM_IMAGE)
-and asks for its assignment's accelerator_count GPUs on its one pod (vLLM's tensor
-parallelism); every other worker (the warm pool's too) the worker image and one GPU.
+A worker whose engine is vllm (its assignment's, or a vLLM warm-pool worker's) runs the vLLM
+image (PLATFORM_KUBERNETES_VLLM_IMAGE); one started for a deployment asks for its assignment's
+accelerator_count GPUs on its one pod (vLLM's tensor parallelism). Every other worker runs the
+worker image, and every pool worker (of either engine) holds one GPU.
 """
 
 from __future__ import annotations
@@ -78,11 +79,11 @@ def worker_labels(cfg: PodConfig, spec: WorkerSpec) -> dict[str, str]:
         WORKER_ID_LABEL: spec.worker_id,
         f"{LABEL_PREFIX}/accelerator": spec.accelerator,
         f"{LABEL_PREFIX}/pool": "true" if spec.assignment is None else "false",
+        f"{LABEL_PREFIX}/engine": spec.engine,
     }
     if spec.assignment is not None:
         labels[f"{LABEL_PREFIX}/deployment-id"] = spec.assignment.deployment_id
         labels[f"{LABEL_PREFIX}/deployment-version"] = str(spec.assignment.deployment_version)
-        labels[f"{LABEL_PREFIX}/engine"] = spec.assignment.engine
     return labels
 
 
@@ -122,10 +123,11 @@ def container_resources(
 
 
 def worker_image(cfg: PodConfig, spec: WorkerSpec) -> str:
-    """The vLLM image for a worker on vLLM, the worker image otherwise. Without a vLLM image
-    (its engine was chosen while the platform had one) the worker image: the worker fails to
-    import vLLM and reports why, rather than a tick failing here."""
-    if spec.assignment is not None and spec.assignment.engine == "vllm" and cfg.vllm_image:
+    """The vLLM image for a worker on vLLM (a vLLM pool worker's too), the worker image
+    otherwise. Without a vLLM image (its engine was chosen while the platform had one) the
+    worker image: the worker fails to import vLLM and reports why, rather than a tick failing
+    here."""
+    if spec.engine == "vllm" and cfg.vllm_image:
         return cfg.vllm_image
     return cfg.image
 

@@ -43,10 +43,15 @@ POOL_REASON = "warm_pool"
 
 
 def create(
-    session: Session, deployment: Deployment | None, accelerator: str, reason: str, now: datetime
+    session: Session,
+    deployment: Deployment | None,
+    accelerator: str,
+    reason: str,
+    now: datetime,
+    pool_engine: str = "builtin",
 ) -> Worker:
-    """A booting worker's row: for `deployment`, or (None) a warm-pool worker, which has no
-    deployment yet and belongs to the platform's tenant."""
+    """A booting worker's row: for `deployment` (on its engine), or (None) a warm-pool worker
+    on `pool_engine`, which has no deployment yet and belongs to the platform's tenant."""
     if deployment is None:
         _platform_tenant(session, now)
     w = Worker(
@@ -55,6 +60,7 @@ def create(
         deployment_version=deployment.version if deployment else 0,
         tenant_id=deployment.tenant_id if deployment else PLATFORM_TENANT_ID,
         accelerator=accelerator,
+        engine=deployment.engine_resolved if deployment else pool_engine,
         state=WorkerState.BOOTING,
         state_since=now,
         reason=reason,
@@ -81,7 +87,8 @@ def assign(
     """Give an idle warm-pool worker to `dep`: its pool segment closes (the platform's), and it
     is `loading` for the deployment's tenant from `now`. False, changing nothing, when the
     worker is no longer an idle pool worker (assigned, stopping or dead meanwhile): a pool
-    worker is never assigned twice."""
+    worker is never assigned twice; nor when it runs another engine than `dep`'s (it prepared
+    only its own: the plans never choose one, and this holds whatever chose it)."""
     since = w.state_since
     try:
         with session.begin_nested():
@@ -94,6 +101,7 @@ def assign(
                     Worker.deployment_id.is_(None),
                     Worker.state == WorkerState.IDLE,
                     Worker.state_since == since,
+                    Worker.engine == dep.engine_resolved,
                 )
                 .values(
                     deployment_id=dep.id,
@@ -311,6 +319,7 @@ def to_public(w: Worker, deployment_name: str) -> dict[str, Any]:
         "state": w.state,
         "reason": w.reason,
         "accelerator": w.accelerator,
+        "engine": w.engine,
         "started_at": iso(w.started_at),
         "stopped_at": iso(w.stopped_at),
     }
