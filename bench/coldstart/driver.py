@@ -227,8 +227,8 @@ class Platform:
         wait_for("this tenant's workers to stop", none_live, timeout_s, every_s=0.2)
 
     def pool_workers(self) -> dict[str, str]:
-        """Live warm-pool workers (no deployment yet): id → state, from the worker rows (the
-        pool is the platform tenant's: no user's API lists it)."""
+        """Live warm-pool workers (no deployment yet): id → "state engine", from the worker
+        rows (the pool is the platform tenant's: no user's API lists it)."""
         from sqlalchemy import select
 
         from control_plane.db.models import Worker
@@ -238,12 +238,12 @@ class Platform:
             self._sessions = make_sessionmaker(make_engine(self.state["database_url"]))
         with self._sessions() as s:
             rows = s.execute(
-                select(Worker.id, Worker.state).where(
+                select(Worker.id, Worker.state, Worker.engine).where(
                     Worker.deployment_id.is_(None), Worker.state.not_in(ENDED)
                 )
             ).all()
         self.worker_ids.update(r.id for r in rows)
-        return {r.id: str(r.state) for r in rows}
+        return {r.id: f"{r.state} {r.engine}" for r in rows}
 
     def heartbeat(self, worker_id: str) -> dict[str, Any] | None:
         """The worker's latest heartbeat (common/protocol.py), None when it has none."""
@@ -256,15 +256,17 @@ class Platform:
         raw = self._redis.get(worker_heartbeat_key(worker_id))
         return None if raw is None else dict(json.loads(raw))
 
-    def wait_pool_ready(self, model: Uploaded, host_hit: bool, timeout_s: float = 180.0) -> str:
-        """Until the pool is one idle worker and nothing else (no pool boot or drain under way
-        to compete for the cores), whose heartbeat says its host tier holds the model iff
-        `host_hit` (what placement reads); its id."""
+    def wait_pool_ready(
+        self, model: Uploaded, host_hit: bool, engine: str = "builtin", timeout_s: float = 180.0
+    ) -> str:
+        """Until the pool is one idle worker of `engine` and nothing else (no pool boot or
+        drain under way to compete for the cores), whose heartbeat says its host tier holds
+        the model iff `host_hit` (what placement reads); its id."""
         from common.protocol import HEARTBEAT_HOST_TIER_FIELD
 
         def ready() -> str | None:
             pool = self.pool_workers()
-            if len(pool) != 1 or next(iter(pool.values())) != "idle":
+            if len(pool) != 1 or next(iter(pool.values())) != f"idle {engine}":
                 return None
             (worker_id,) = pool
             beat = self.heartbeat(worker_id)

@@ -23,7 +23,7 @@ PROMPT = "The weather changed in the afternoon."  # never logged, nor the output
 MAX_TOKENS = 8
 
 
-def prepare(p: Platform, scenario: Scenario, model: Uploaded) -> None:
+def prepare(p: Platform, scenario: Scenario, model: Uploaded, engine: str) -> None:
     """Make the weights sit where `scenario` says, with its deployment created and none of
     its workers running; with a pool, until one idle pool worker waits and its heartbeat
     tells placement the truth about its host tier."""
@@ -34,7 +34,7 @@ def prepare(p: Platform, scenario: Scenario, model: Uploaded) -> None:
             "though the previous round's worker filled the tiers"
         )
     if scenario.pool:
-        p.wait_pool_ready(model, host_hit="host" in p.tiers_holding(model))
+        p.wait_pool_ready(model, host_hit="host" in p.tiers_holding(model), engine=engine)
 
 
 def cold_round(p: Platform, model: Model, up: Uploaded, scenario: Scenario, i: int) -> Round:
@@ -55,7 +55,7 @@ def cold_round(p: Platform, model: Model, up: Uploaded, scenario: Scenario, i: i
     p.http.post("/v1/deployments", json=spec).raise_for_status()
     try:
         edge_s = read_model_at_edge(p, name)
-        prepare(p, scenario, up)
+        prepare(p, scenario, up, model.engine)
         os.sync()  # no writeback of the last round's files during this one
         time.sleep(0.5)
         first: dict[str, float] = {}
