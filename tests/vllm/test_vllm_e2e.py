@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer
 
 from common.tokenizer import encode_prompt
-from sdk import Client, webhooks
+from sdk import Client, RunStatus, webhooks
 from tests.e2e.conftest import cli, embedded_platform, processes_mentioning
 from tests.e2e.openai_helpers import openai_client
 from tests.e2e.test_platform_e2e import Receiver
@@ -229,13 +229,24 @@ def test_the_job_of_a_killed_vllm_worker_is_retried_once(
 
 
 def test_a_vllm_deployment_scales_to_zero_with_a_clean_bill(
-    client: Client, platform: dict[str, Any], uploaded: dict[str, str]
+    client: Client, platform: dict[str, Any], uploaded: dict[str, str], tiny_models: dict[str, Path]
 ) -> None:
     client.deployments.create(
         name="vllm-zero", model=uploaded["llama"], engine="vllm", scaledown_window_s=15
     )
     assert client.workers.list(deployment="vllm-zero") == []
-    assert client.run("vllm-zero", input={"prompt": PROMPT, **GREEDY})
+    seen: list[RunStatus] = []
+    stream = client.run(
+        "vllm-zero", {"prompt": PROMPT, **GREEDY}, stream=True, on_status=seen.append
+    )
+    assert "".join(stream)
+    # the caller saw the cold start's progress: the boot, then the weights (vLLM's engine
+    # start is part of the load), their bytes counted by the platform's loader
+    phases = [s.phase for s in seen if s.status == "starting"]
+    assert "booting" in phases and "loading_weights" in phases, phases
+    size = sum(f.stat().st_size for f in tiny_models["llama"].glob("*.safetensors"))
+    totals = {s.bytes_total for s in seen if s.bytes_total is not None}
+    assert totals and all(0 < t <= size for t in totals), (totals, size)
     deadline = time.monotonic() + 120
     while any(w["state"] not in ("stopped", "failed") for w in client.workers.list("vllm-zero")):
         assert time.monotonic() < deadline, "did not scale to zero"
