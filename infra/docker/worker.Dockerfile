@@ -8,6 +8,10 @@
 #   docker build -f infra/docker/worker.Dockerfile -t platform-worker .
 # EXTRAS=server,worker builds the GPU host image of infra/compose (the reconciler runs there and
 # starts workers as its child processes: the local provider).
+# The vLLM worker image (the chart's workers.vllmImage: deployments whose engine is vllm, and
+# the warm pool's vLLM workers) is the same with vLLM installed beside the worker:
+#   docker build -f infra/docker/worker.Dockerfile --build-arg VLLM_VERSION=0.32.0 \
+#       -t platform-worker-vllm .
 ARG CUDA_IMAGE=nvidia/cuda:12.9.1-base-ubuntu24.04
 
 FROM ${CUDA_IMAGE}
@@ -24,6 +28,10 @@ RUN python3 -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 # torch first, in its own layer: it is most of the image and changes least often.
 RUN pip install "torch==${TORCH_VERSION}"
+# vLLM (CUDA build) for the vLLM worker image; its torch pin must be this torch's (vLLM's
+# release pins one torch version: pick the release that pins TORCH_VERSION).
+ARG VLLM_VERSION=""
+RUN if [ -n "${VLLM_VERSION}" ]; then pip install "vllm==${VLLM_VERSION}" "torch==${TORCH_VERSION}"; fi
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY common ./common

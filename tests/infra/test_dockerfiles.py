@@ -154,3 +154,16 @@ def test_healthcheck_probes_what_each_role_serves() -> None:
     celery = ["/opt/venv/bin/python", "/opt/venv/bin/celery", "-A", "x", "worker"]
     assert target(celery, env) is None
     assert target(["python", "-m", "control_plane.reconcile"], env) is None
+
+
+def test_the_vllm_worker_image_is_the_worker_image_with_the_tested_vllm() -> None:
+    """The vLLM image (a build argument of the worker image) names the vLLM version the tests
+    run (the Makefile's vLLM environment), and installs it beside the pinned torch."""
+    text = WORKER.read_text()
+    (version,) = re.findall(r"--build-arg VLLM_VERSION=(\S+)", text)
+    (tested,) = re.findall(r"^VLLM_VERSION \?= (\S+)$", (REPO / "Makefile").read_text(), re.M)
+    assert version == tested
+    (run,) = [
+        i.args for i in dockerfile.parse(WORKER) if "VLLM_VERSION" in i.args and i.keyword == "RUN"
+    ]
+    assert '"vllm==${VLLM_VERSION}"' in run and '"torch==${TORCH_VERSION}"' in run
