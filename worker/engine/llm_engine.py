@@ -91,6 +91,30 @@ class _Request:
         self.token_times: list[float] = []
 
 
+def check_request(
+    prompt_ids: Sequence[int], params: SamplingParams, max_model_len: int, vocab_size: int
+) -> None:
+    """Raise ValueError (PromptTooLongError for sizes) unless the request fits a model of
+    `max_model_len` positions and `vocab_size` tokens: every engine's first check."""
+    if len(prompt_ids) == 0:
+        raise ValueError("prompt: must contain at least one token")
+    if len(prompt_ids) + params.max_tokens > max_model_len:
+        raise PromptTooLongError(len(prompt_ids), params.max_tokens, max_model_len)
+    if not all(0 <= t < vocab_size for t in prompt_ids):
+        raise ValueError(f"prompt: token ids must be in [0, {vocab_size})")
+    if not all(t < vocab_size for t in params.stop_token_ids):
+        raise ValueError(f"stop_token_ids: token ids must be in [0, {vocab_size})")
+    if not all(t < vocab_size for t, _ in params.logit_bias):
+        raise ValueError(f"logit_bias: token ids must be in [0, {vocab_size})")
+
+
+def final_text(detok: IncrementalDetokenizer, stops: StopMatcher) -> tuple[str, bool]:
+    """Everything a request still held back at its end (cut at a stop string if the flushed
+    text completes one: True then, and the stop string wins over eos / length)."""
+    text, stopped = stops.feed(detok.flush())
+    return (text, True) if stopped else (text + stops.flush(), False)
+
+
 class LLMEngine:
     """Continuous-batching engine over a paged KV cache (see the module doc)."""
 
@@ -178,21 +202,11 @@ class LLMEngine:
 
         Thread-safe: reads only immutable settings.
         """
-        if len(prompt_ids) == 0:
-            raise ValueError("prompt: must contain at least one token")
-        if len(prompt_ids) + params.max_tokens > self.max_model_len:
-            raise PromptTooLongError(len(prompt_ids), params.max_tokens, self.max_model_len)
+        check_request(prompt_ids, params, self.max_model_len, self.vocab_size)
         if self._blocks_alone(len(prompt_ids) + params.max_tokens) > self.cache.num_blocks:
             raise PromptTooLongError(
                 len(prompt_ids), params.max_tokens, self.cache.num_tokens, "the KV cache"
             )
-        vocab_size = self.vocab_size
-        if not all(0 <= t < vocab_size for t in prompt_ids):
-            raise ValueError(f"prompt: token ids must be in [0, {vocab_size})")
-        if not all(t < vocab_size for t in params.stop_token_ids):
-            raise ValueError(f"stop_token_ids: token ids must be in [0, {vocab_size})")
-        if not all(t < vocab_size for t, _ in params.logit_bias):
-            raise ValueError(f"logit_bias: token ids must be in [0, {vocab_size})")
         if params.structured is not None:
             self.grammars().matcher(params.structured)  # compiled and cached, or refused
 
@@ -341,10 +355,7 @@ class LLMEngine:
 
     @staticmethod
     def _final_text(req: _Request) -> tuple[str, bool]:
-        """Everything still held back at the end (cut at a stop string if the flushed text
-        completes one: True then, and the stop string wins over eos / length)."""
-        text, stopped = req.stops.feed(req.detok.flush())
-        return (text, True) if stopped else (text + req.stops.flush(), False)
+        return final_text(req.detok, req.stops)
 
     def _finish(
         self,

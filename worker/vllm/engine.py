@@ -27,9 +27,8 @@ from common.tokenizer import encode_prompt
 from worker.engine.block_manager import PrefixCacheStats
 from worker.engine.config import CacheSpec
 from worker.engine.detokenize import IncrementalDetokenizer
-from worker.engine.errors import PromptTooLongError
-from worker.engine.llm_engine import EngineStats
-from worker.engine.outputs import RequestMetrics, RequestOutput
+from worker.engine.llm_engine import EngineStats, check_request, final_text
+from worker.engine.outputs import FinishReason, RequestMetrics, RequestOutput, TokenLogprobs
 from worker.engine.params import SamplingParams
 from worker.engine.stop import StopMatcher
 from worker.vllm.params import finish_reason, sampling_kwargs, token_logprobs
@@ -93,18 +92,9 @@ class VllmEngine:
         return encode_prompt(self.tokenizer, prompt, self.bos_token_id, add_special_tokens)
 
     def validate(self, prompt_ids: Sequence[int], params: SamplingParams) -> None:
-        """Raise ValueError (PromptTooLongError for sizes) if the request can never run."""
-        if len(prompt_ids) == 0:
-            raise ValueError("prompt: must contain at least one token")
-        if len(prompt_ids) + params.max_tokens > self.max_model_len:
-            raise PromptTooLongError(len(prompt_ids), params.max_tokens, self.max_model_len)
-        vocab_size = self.vocab_size
-        if not all(0 <= t < vocab_size for t in prompt_ids):
-            raise ValueError(f"prompt: token ids must be in [0, {vocab_size})")
-        if not all(t < vocab_size for t in params.stop_token_ids):
-            raise ValueError(f"stop_token_ids: token ids must be in [0, {vocab_size})")
-        if not all(t < vocab_size for t, _ in params.logit_bias):
-            raise ValueError(f"logit_bias: token ids must be in [0, {vocab_size})")
+        """Raise ValueError (PromptTooLongError for sizes) if the request can never run (vLLM
+        pages its cache and preempts; a sequence of `max_model_len` fits it: build.py)."""
+        check_request(prompt_ids, params, self.max_model_len, self.vocab_size)
 
     def add_request(
         self,
@@ -148,7 +138,7 @@ class VllmEngine:
         if req is None:
             return None
         self._engine.abort_request([request_id])
-        text, _ = _final_text(req)
+        text, _ = final_text(req.detok, req.stops)
         return self._final(request_id, req, (), text, "abort", None)
 
     def has_unfinished_requests(self) -> bool:
@@ -201,23 +191,11 @@ class VllmEngine:
                 outs.append(self._final(ro.request_id, req, new, text, "stop", lps))
                 continue
             if reason is not None:
-                tail, stopped = _final_text(req)
+                tail, stopped = final_text(req.detok, req.stops)
                 reason = "stop" if stopped else reason
                 outs.append(self._final(ro.request_id, req, new, text + tail, reason, lps))
                 continue
-            outs.append(
-                RequestOutput(
-                    request_id=ro.request_id,
-                    new_token_ids=new,
-                    text_delta=text,
-                    finished=False,
-                    finish_reason=None,
-                    num_prompt_tokens=req.num_prompt_tokens,
-                    num_cached_tokens=req.num_cached_tokens,
-                    num_generated_tokens=req.num_generated_tokens,
-                    logprobs=lps,
-                )
-            )
+            outs.append(_output(ro.request_id, req, new, text, None, lps, None))
         return outs
 
     def _note_tokens(self, req: _Request, ro: Any, count: int) -> None:
@@ -241,8 +219,8 @@ class VllmEngine:
         req: _Request,
         new: tuple[int, ...],
         text: str,
-        reason: Any,
-        lps: Any,
+        reason: FinishReason,
+        lps: tuple[TokenLogprobs, ...] | None,
     ) -> RequestOutput:
         del self._requests[request_id]
         now = self._clock()
@@ -256,25 +234,31 @@ class VllmEngine:
             inter_token_latencies_s=tuple(req.itl),
             num_preemptions=0,
         )
-        return RequestOutput(
-            request_id=request_id,
-            new_token_ids=new,
-            text_delta=text,
-            finished=True,
-            finish_reason=reason,
-            num_prompt_tokens=req.num_prompt_tokens,
-            num_cached_tokens=req.num_cached_tokens,
-            num_generated_tokens=req.num_generated_tokens,
-            logprobs=lps,
-            metrics=metrics,
-        )
+        return _output(request_id, req, new, text, reason, lps, metrics)
 
 
-def _final_text(req: _Request) -> tuple[str, bool]:
-    """The text still held back at the end (cut at a stop string the flushed text completes:
-    True then), as the built-in engine ends a request."""
-    text, stopped = req.stops.feed(req.detok.flush())
-    return (text, True) if stopped else (text + req.stops.flush(), False)
+def _output(
+    request_id: str,
+    req: _Request,
+    new: tuple[int, ...],
+    text: str,
+    reason: FinishReason | None,
+    lps: tuple[TokenLogprobs, ...] | None,
+    metrics: RequestMetrics | None,
+) -> RequestOutput:
+    """The request's output of this step (final when `reason` is set)."""
+    return RequestOutput(
+        request_id=request_id,
+        new_token_ids=new,
+        text_delta=text,
+        finished=reason is not None,
+        finish_reason=reason,
+        num_prompt_tokens=req.num_prompt_tokens,
+        num_cached_tokens=req.num_cached_tokens,
+        num_generated_tokens=req.num_generated_tokens,
+        logprobs=lps,
+        metrics=metrics,
+    )
 
 
 def _scheduler(llm_engine: Any) -> Any:
