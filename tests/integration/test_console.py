@@ -285,3 +285,17 @@ def test_another_tenants_jobs_workers_and_the_pool_never_appear(
     r = client.get("/v1/pool", headers=h(kb))
     assert r.status_code == 403 and r.headers["content-type"] == "application/problem+json"
     assert client.get("/v1/pool").status_code == 401
+
+
+def test_the_deploy_actions_strip_every_field_get_adds_to_the_spec() -> None:
+    """The console PUTs a deployment back as its spec (PUT refuses unknown fields): the fields
+    it strips are exactly those the answer adds to the spec."""
+    from control_plane.api.responses import DeploymentPublic
+    from control_plane.api.schemas import DeploymentSpec
+
+    source = (STATIC_DIR / "deploy_actions.js").read_text()
+    listed = re.search(r"const SERVER_FIELDS = \[(.*?)\];", source, re.S)
+    assert listed is not None
+    stripped = set(re.findall(r'"(\w+)"', listed.group(1)))
+    added = set(DeploymentPublic.model_fields) - set(DeploymentSpec.model_fields)
+    assert stripped == added

@@ -6,7 +6,16 @@ import { h } from "./dom.js";
 import { scoped, outcome, said, perform } from "./actions.js";
 
 // what GET adds to the spec (PUT refuses unknown fields)
-const SERVER_FIELDS = ["id", "version", "created_at", "updated_at", "workers", "scaling"];
+const SERVER_FIELDS = [
+  "id",
+  "version",
+  "created_at",
+  "updated_at",
+  "workers",
+  "scaling",
+  "engine_resolved",
+  "engine_reason",
+];
 
 function specOf(dep) {
   const spec = { ...dep };
