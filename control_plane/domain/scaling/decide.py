@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from control_plane.domain.scaling.backlog import backlog_workers
-from control_plane.domain.scaling.idle import IdleWindows
+from control_plane.domain.scaling.inflow import Inflow, observe
 from control_plane.domain.scaling.levels import NO_LEVELS, Levels, update_levels
 from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE, Models
 from control_plane.domain.scaling.policy import (
@@ -40,11 +40,19 @@ from control_plane.domain.scaling.policy import (
     STABLE_WINDOW_S,
     ScalingPolicy,
     counted_boot_s,
-    hold_s,
     under_quantile,
+    wait_price,
     waits_allowed,
 )
 from control_plane.domain.scaling.policy import MAX_TICK_S as MAX_TICK_S  # (re-exported)
+from control_plane.domain.scaling.queueing import workers_for_stream
+from control_plane.domain.scaling.wake import keepalive_levels as keepalive_levels
+from control_plane.domain.scaling.wake import (
+    keepalive_window,
+    prewarm_levels,
+    wake_levels,
+)
+from control_plane.domain.scaling.wake import wake_callers as wake_callers
 
 # Above this mean concurrency the Poisson quantile is taken from its normal approximation
 # (error well under one job), which keeps decide() a few microseconds at any load.
@@ -58,6 +66,7 @@ class Memory:
     levels: Levels = NO_LEVELS  # when each count of workers was last needed; their holds
     panic_until: float = 0.0  # panic mode lasts a stable window after it was last triggered
     busy_at: float | None = None  # last time work was present (queued or running)
+    inflow: Inflow | None = None  # the arrivals read off the work present (`inflow.py`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,79 +125,6 @@ REASONS = (
 _Z: dict[float, float] = {}
 
 
-def keepalive_window(idle: IdleWindows, policy: ScalingPolicy) -> float:
-    """How long the last worker is kept after its work: the idle windows' keep-alive, or the
-    scale-down window while they are not representative. Keeping a worker for the window is the
-    ski-rental rule for a cold start priced at the window (the owner keeps an unneeded worker
-    that long for the chance of a call): within 2× of the best choice made in hindsight at that
-    price, whatever comes next; the idle windows only ever shorten it where the deployment's
-    own gaps show the shorter keep-alive makes no call colder (`idle.fit_idle_windows`)."""
-    if idle.representative:
-        return idle.keepalive_s
-    return policy.scaledown_window_s
-
-
-def wake_levels(
-    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float, window_s: float
-) -> list[float]:
-    """How long each worker is kept after the deployment went quiet, for the next wake: [0] is
-    the last worker's `window_s`; one more per worker a wake needs (`wake_callers`), each kept
-    for the ski-rental time of the callers it would serve while a replacement boots (never
-    longer than the last one). A sparse deployment's wakes bring one caller: one level."""
-    callers = wake_callers(idle, policy, boot_s, service_s)
-    return [window_s] + [min(hold_s(policy, boot_s, c), window_s) for c in callers]
-
-
-def prewarm_levels(
-    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
-) -> list[float]:
-    """On the pre-warm plan, the workers booted ahead of the next wake, each kept until the
-    plan's `keepalive_s`: [0] the plan's own worker; then one per further worker the wake needs
-    (`wake_callers`) whose callers' wait through a boot, priced, costs more than the time a
-    worker pre-warmed for them may sit idle: from the pre-warm to the keep-alive, and the tick
-    it starts early (its boot is paid either way, ahead of the wake or at it). A cron job that
-    fires a few calls at a time gets one worker, as before; one that fires a batch gets the
-    workers its batch wants, ready when it comes."""
-    assert idle.prewarm_s is not None
-    idles_s = idle.keepalive_s - idle.prewarm_s + MAX_TICK_S  # besides the boot, paid either way
-    callers = wake_callers(idle, policy, boot_s, service_s)
-    return [idle.keepalive_s] * (1 + sum(1 for c in callers if policy.cold_penalty_s * c > idles_s))
-
-
-def wake_callers(
-    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
-) -> list[float]:
-    """The callers of a wake each worker after the first would serve, on average over the
-    recent wakes (`idle.wakes`; their mean `idle.wake_requests` before any was seen): a worker
-    ready when a wake comes starts its slots at once, then each again every service time, so
-    `target × (1 + boot / service)` callers over a boot; those beyond that many per worker wait
-    for the next one (a replacement would take a boot). The j-th worker after the first serves
-    a wake of A callers min(max(A − j × that, 0), that) of them; averaged over the wakes seen,
-    not taken at their mean, so that a worker the larger wakes need is priced by them."""
-    target = max(policy.target_concurrency, 1)
-    per_worker = target * (1.0 + boot_s / max(service_s, 1e-3))
-    wakes = idle.wakes or (idle.wake_requests,)
-    callers: list[float] = []
-    while len(callers) + 1 < policy.max_workers:
-        j = len(callers) + 1
-        served = sum(min(max(a - j * per_worker, 0.0), per_worker) for a in wakes) / len(wakes)
-        if served <= 0.0:
-            break
-        callers.append(served)
-    return callers
-
-
-def keepalive_levels(
-    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
-) -> list[float]:
-    """How long each worker is kept once no work is left, the last one first: on the pre-warm
-    plan, the pre-warmed workers' window (`prewarm_levels`); on the keep-alive plan,
-    `wake_levels`."""
-    if idle.prewarms:
-        return prewarm_levels(idle, policy, boot_s, service_s)
-    return wake_levels(idle, policy, boot_s, service_s, keepalive_window(idle, policy))
-
-
 def counts_as_capacity(booting_since: float, now: float, policy: ScalingPolicy) -> bool:
     """A booting worker counts until `max_boot_s`; past it a replacement is started (and the
     liveness check fails the overdue one)."""
@@ -222,9 +158,13 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # While workers boot, a new one helps only with the jobs those will not have started by the
     # time it is ready (`backlog.py`): the parts driven by the work present ask for no more.
     more: int | None = None
+    demand = state.queued + state.running
+    inflow = observe(mem.inflow, now, demand, state.running, state.service_s)
     if booting:
         rate = fc.rate(now)[0] if fc is not None else models.recent_rate if recent else None
         if rate is not None:
+            # a surge shows in the work present before it shows in the models' buckets
+            rate = max(rate, inflow.rate)
             more = backlog_workers(
                 p,
                 now=now,
@@ -241,7 +181,6 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         return workers if more is None else min(workers, capacity + more)
 
     parts: list[tuple[int, str]] = []
-    demand = state.queued + state.running
     # Running jobs hold their slots: only queued ones can wait, and they wait for a worker that
     # stays (a job queued on an idle worker, not claimed yet, keeps it).
     at_once = max(demand - waits, state.running, min(demand, 1))
@@ -265,6 +204,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     if fc is not None and fc.rate(now)[0] * boot_s >= 1.0:
         quantile = under_quantile(p, boot_s)
         z = _z(quantile)
+        price, cap = wait_price(p, boot_s), p.max_workers
+        wait_s = min(p.queue_wait_s, boot_s)  # as `policy.waits_allowed`
         worst = 0
         for t in (now, now + boot_s):  # a linear trend peaks at one end of the horizon
             mean, sd = fc.rate(t)
@@ -274,12 +215,26 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             # slots than that the queue grows for as long as the load lasts (a ramp of traffic).
             load = mean * state.service_s
             worst = max(worst, math.ceil(max(concurrency - waits, load) / target))
+            # ... and only as long as the queueing the next worker would spare costs less than
+            # it (`queueing.py`): a stream's swings queue at the tail of its latency
+            rate = max(mean + z * sd, 0.0)
+            stream = workers_for_stream(rate, state.service_s, target, price, cap, wait_s)
+            worst = max(worst, stream)
         parts.append((worst, "forecast"))
 
     # The parts above size the workers for the work present or forecast; each worker above the
     # last is held once no longer needed by them, for its level's hold (`levels.py`).
     work_needed = min(max(n for n, _ in parts), p.max_workers)
-    held_levels, held = update_levels(mem.levels, work_needed, now, boot_s, p, demand)
+    held_levels, held = update_levels(
+        mem.levels,
+        work_needed,
+        now,
+        boot_s,
+        p,
+        demand=demand,
+        running=state.running,
+        service_s=state.service_s,
+    )
 
     # The idle windows' parts below keep or pre-warm the workers of the next wake, counted
     # from the last work: the levels' holds do not start again after them. (Counted as needed,
@@ -314,7 +269,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     if needed > p.max_workers:
         needed, reason = p.max_workers, "max_workers"
 
-    memory = Memory(held_levels, panic_until, busy_at)
+    memory = Memory(held_levels, panic_until, busy_at, inflow)
     desired = min(max(held, needed), p.max_workers)
     if desired > needed:
         reason = "hold"
