@@ -206,7 +206,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         z = _z(quantile)
         price, cap = wait_price(p, boot_s), p.max_workers
         wait_s = min(p.queue_wait_s, boot_s)  # as `policy.waits_allowed`
-        worst = 0
+        worst, stream = 0, p.max_workers
         for t in (now, now + boot_s):  # a linear trend peaks at one end of the horizon
             mean, sd = fc.rate(t)
             # Little's law; the rate's own uncertainty is added at the same quantile
@@ -215,12 +215,16 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             # slots than that the queue grows for as long as the load lasts (a ramp of traffic).
             load = mean * state.service_s
             worst = max(worst, math.ceil(max(concurrency - waits, load) / target))
-            # ... and only as long as the queueing the next worker would spare costs less than
-            # it (`queueing.py`): a stream's swings queue at the tail of its latency
+            # The swings of the stream at its sustained rate (the lower end of the horizon; a
+            # trend is the part above's) get workers for as long as the queueing the next one
+            # would spare costs more than it (`queueing.py`): they queue at the tail of the
+            # latency. (At the higher end, a burst's rate, extrapolated past its end by the
+            # trend, kept the burst's workers after it.)
             rate = max(mean + z * sd, 0.0)
-            stream = workers_for_stream(rate, state.service_s, target, price, cap, wait_s)
-            worst = max(worst, stream)
-        parts.append((worst, "forecast"))
+            stream = min(
+                stream, workers_for_stream(rate, state.service_s, target, price, cap, wait_s)
+            )
+        parts.append((max(worst, stream), "forecast"))
 
     # The parts above size the workers for the work present or forecast; each worker above the
     # last is held once no longer needed by them, for its level's hold (`levels.py`).
