@@ -7,20 +7,23 @@ remember between ticks travels in `Memory`, returned with the decision).
 The parts, each a worker count:
 - demand: the work present now (queued + running), never queue length alone; while
   workers boot, no more than the backlog still needs once a new one could be ready
-  (`backlog.py`: the booting workers serve part of it first), which bounds KPA's parts too;
+  (`backlog.py`: the booting workers serve part of it first, at the higher of the models'
+  rate and the one read off the work present, `inflow.py`), which bounds KPA's parts too;
 - KPA: Knative-style stable (60 s) and panic (6 s) windows over concurrency; in panic the
   count never goes down;
 - forecast (dense traffic): arrivals forecast over the boot horizon, turned into concurrency by
-  Little's law and into workers at the demand quantile the cost rule picks (`policy.py`);
+  Little's law and into workers at the demand quantile the cost rule picks (`policy.py`), and
+  at least the workers whose spared queueing pays for them (`queueing.py`);
 - idle windows: the workers the next wake wants, kept from the end of the last work or
   pre-warmed ahead of the next call (`idle.py`). The last one is never released where the
   scale-down window's keep-alive would have served the next call; the others are priced by the
   callers of the recent wakes they would serve.
 Each part counts only the work that cannot wait `queue_wait_s` for a worker already ready
 (`policy.waits_allowed`). Workers above those the work needs are held once no longer needed,
-each level for its own learned hold (`levels.py`: priced by the callers it held a boot after
-it was needed, spanning the gaps its past shows when that costs less), then released at most
-half at a time (Knative's max scale-down rate); the reconciler drains what it releases.
+each level for its own learned hold (`levels.py`: priced by the queueing it spared over a
+boot from its need, `episode.py`, spanning the gaps its past shows when that costs less),
+then released at most half at a time (Knative's max scale-down rate); the reconciler drains
+what it releases.
 """
 
 from __future__ import annotations
