@@ -81,10 +81,11 @@ class ScalingStatus(BaseModel):
     holds_s: list[float] = Field(
         default_factory=list,
         description="once no longer needed, how long each worker above the last is kept: [0] "
-        "the second worker, [1] the third, ...: the ski-rental time of the callers that count "
-        "of workers still held a boot after it was needed, min(boot_s + callers × "
-        "cold_penalty_s, scaledown_window_s), or longer where it was needed again after gaps "
-        "that cost less to hold through than to boot again; 0 where its past says it is not "
+        "the second worker, [1] the third, ...: the ski-rental time of the queueing it spared "
+        "over a boot after it was needed, in callers waiting a whole boot, min(boot_s + "
+        "callers × cold_penalty_s, scaledown_window_s), or longer where it was needed again "
+        "after gaps that cost less to hold through than to boot again; 0 where its past says "
+        "it is not "
         "needed again within the window",
     )
     idle_windows: ScalingIdleWindows

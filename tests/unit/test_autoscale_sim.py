@@ -264,7 +264,10 @@ def test_every_worker_a_woken_stream_starts_serves_a_call_that_waited_for_it(
 
     monkeypatch.setattr(Sim, "start", recording)
     sim.run()
-    wave = [i for i, at in enumerate(starts) if at < 60.0]  # worker ids are given in order
+    # the wave started for the wake's backlog, before the first worker was ready (a worker
+    # started later answers a swing of the arrivals read off the work present, `inflow.py`:
+    # 16 calls in the 2 s before the first workers' slots filled, it may find them served)
+    wave = [i for i, at in enumerate(starts) if at < 30.0]  # worker ids are given in order
     assert len(wave) >= 5  # ~27 jobs in service at once, and the backlog of the first boot
     assert all(served_waiting.get(i, 0) > 0 for i in wave), served_waiting
 

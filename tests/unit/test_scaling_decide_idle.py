@@ -50,9 +50,11 @@ def test_unneeded_workers_are_held_for_the_ski_rental_time_then_halved() -> None
 
 
 def test_a_worker_needed_again_at_each_swing_is_held_through_the_swings() -> None:
-    # three workers' slots full for 40 s every 400 s, two workers' worth between: the third
-    # worker still holds 4 callers a boot into each swing (a 270 s ski-rental time), and the
-    # swings come 360 s apart: it is held through them once it has seen them (`levels.py`)
+    # three workers' slots full for 40 s every 400 s, two workers' worth between: without
+    # the third worker, its 4 jobs would queue through a boot into each swing and the
+    # arrivals it serves would pile up behind them (`episode.py`), a cold start worth more
+    # than the window: it is held through the swings, 360 s apart, and for the window after
+    # the last (`levels.py`)
     swing = state(ready=3, running=12)
     calm = state(ready=3, running=8)
     memory = swing.memory
@@ -63,9 +65,9 @@ def test_a_worker_needed_again_at_each_swing_is_held_through_the_swings() -> Non
             memory = run(s, t).memory
     last = T0 + 3 * 400.0 + 40.0
     calm = dataclasses.replace(calm, last_arrival_at=last, memory=memory)
-    assert run(calm, last + hold_s(POLICY, 30.0, 4.0) + 10).reason == "hold"
-    assert run(calm, last + 350.0).reason == "hold"
-    d = run(calm, last + 362.0)
+    assert run(calm, last + 362.0).reason == "hold"
+    assert run(calm, last + POLICY.scaledown_window_s - 2).reason == "hold"
+    d = run(calm, last + POLICY.scaledown_window_s + 2)
     assert (d.desired, d.reason) == (2, "scale_down")
 
 

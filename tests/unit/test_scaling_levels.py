@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import pytest
+
 from control_plane.domain.scaling import ScalingPolicy
 from control_plane.domain.scaling.levels import (
     GAPS_KEPT,
@@ -26,7 +28,21 @@ POLICY = ScalingPolicy(
 )
 BOOT_S = 30.0
 TICK_S = 2.0
+SERVICE_S = 10.0  # what a job holds its slot
 ONE = hold_s(POLICY, BOOT_S)  # 30 s boot + 60 s for one caller: 90 s
+# Three workers' work (12 jobs) from a level's need for 10 s, then 6 (less than two workers'
+# slots): without the third worker, its 4 jobs queue, and the arrivals the third would have
+# served pile up behind them (0.4 a tick) until the calm drains them; with it, none wait.
+# Caller-seconds spared, tick by tick: 2 × (4 + 4.8 + 5.6 + 6.4 + 7.2) over the burst, then
+# 2 × (2 + 1.6 + 1.2 + 0.8 + 0.4) while the queue drains: 68.
+SHORT_BURST_CALLERS = 68.0 / BOOT_S
+
+
+def step(levels: Levels, needed: int, t: float, demand: float) -> tuple[Levels, int]:
+    """One tick at `t` with `demand` jobs, all of them in a slot."""
+    return update_levels(
+        levels, needed, t, BOOT_S, POLICY, demand=demand, running=demand, service_s=SERVICE_S
+    )
 
 
 def tick(levels: Levels, since: float, until: float, needed: int, demand: float) -> Levels:
@@ -34,68 +50,79 @@ def tick(levels: Levels, since: float, until: float, needed: int, demand: float)
     t = since
     while t < until:
         t = min(t + TICK_S, until)
-        levels, _ = update_levels(levels, needed, t, BOOT_S, POLICY, demand)
+        levels, _ = step(levels, needed, t, demand)
     return levels
 
 
 def held_after(levels: Levels, since: float, now: float) -> int:
-    """Workers held at `now` when two are needed (and two workers' work is present)."""
+    """Workers held at `now` when two are needed (and 6 jobs are present)."""
     held = 0
     t = since
     while t < now:
         t = min(t + TICK_S, now)
-        levels, held = update_levels(levels, 2, t, BOOT_S, POLICY, 8.0)
+        levels, held = step(levels, 2, t, 6.0)
     return held
 
 
 def burst(levels: Levels, at: float, lasts_s: float) -> tuple[Levels, float]:
-    """Three workers' work (12 jobs) from `at` for `lasts_s`; returns when it ended."""
-    levels, _ = update_levels(levels, 3, at, BOOT_S, POLICY, 12.0)
-    return tick(levels, at, at + lasts_s, 3, 12.0), at + lasts_s
+    """Three workers' work (12 jobs) from `at` for `lasts_s`, then 6 jobs until a boot after
+    `at`; returns the levels then and when the burst ended."""
+    levels, _ = step(levels, 3, at, 12.0)
+    levels = tick(levels, at, at + lasts_s, 3, 12.0)
+    return tick(levels, at + lasts_s, max(at + BOOT_S, at + lasts_s), 2, 6.0), at + lasts_s
 
 
 def test_before_its_first_episode_is_measured_a_level_costs_one_caller() -> None:
     assert NO_FIT.cold_callers == PRIOR_CALLERS == 1.0
-    levels, _ = update_levels(NO_LEVELS, 3, T0, BOOT_S, POLICY, 12.0)
-    assert levels.began_at[2] == T0 and levels.fits[2].callers == ()
+    levels, _ = step(NO_LEVELS, 3, T0, 12.0)
+    episode = levels.episodes[2]
+    assert episode is not None and episode.began_at == T0 and levels.fits[2].callers == ()
     assert held_after(levels, T0, T0 + BOOT_S - 1) == 3
 
 
-def test_a_level_still_busy_a_boot_after_its_need_is_priced_by_the_callers_it_holds() -> None:
-    # the third worker holds 4 jobs when a replacement started at its need would be ready:
-    # each of them would have waited through a whole boot
-    levels, end = burst(NO_LEVELS, T0, 40.0)
-    assert levels.fits[2].callers == (4.0,) and levels.began_at[2] is None
-    four = hold_s(POLICY, BOOT_S, 4.0)  # 30 + 4 × 60 s
-    # (the second worker held 4 of the 12 jobs too)
-    assert four == 270.0 and hold_levels_s(levels, BOOT_S, POLICY) == [four, four]
-    assert held_after(levels, end, end + four - 1) == 3
-    assert held_after(levels, end, end + four + 1) == 2
-
-
-def test_a_level_whose_burst_ends_within_a_boot_costs_its_boot_only() -> None:
-    # its callers waited for a slot of the two workers below, never for a boot
+def test_a_level_is_priced_by_the_queueing_it_spares_over_a_boot() -> None:
     levels, end = burst(NO_LEVELS, T0, 10.0)
-    levels = tick(levels, end, T0 + BOOT_S, 2, 8.0)
-    assert levels.fits[2].callers == (0.0,)
-    assert hold_levels_s(levels, BOOT_S, POLICY)[1] == BOOT_S
-    assert held_after(levels, T0 + BOOT_S, end + BOOT_S - 1) == 3
-    assert held_after(levels, T0 + BOOT_S, end + BOOT_S + 1) == 2
+    assert levels.fits[2].callers == pytest.approx((SHORT_BURST_CALLERS,))
+    assert levels.episodes[2] is None
+    hold = hold_s(POLICY, BOOT_S, SHORT_BURST_CALLERS)  # 30 + 68 / 30 × 60 s: 166 s
+    assert hold == pytest.approx(166.0)
+    assert hold_levels_s(levels, BOOT_S, POLICY)[1] == pytest.approx(hold)
+    assert held_after(levels, T0 + BOOT_S, end + hold - 1) == 3
+    assert held_after(levels, T0 + BOOT_S, end + hold + 1) == 2
+
+
+def test_a_level_that_carries_a_backlog_through_its_boot_costs_more_than_the_window() -> None:
+    # its 4 jobs wait the whole boot, and the queue grows by 0.4 a tick behind them:
+    # 2 × (4 + 4.4 + ... ) = 2 × (15 × 4 + 0.8 × 105) = 288 caller-seconds, 9.6 callers
+    levels, _ = burst(NO_LEVELS, T0, 40.0)
+    assert levels.fits[2].callers == pytest.approx((9.6,))
+    assert hold_levels_s(levels, BOOT_S, POLICY)[1] == POLICY.scaledown_window_s
+
+
+def test_a_level_a_stream_touches_for_a_moment_costs_a_fraction_of_a_caller() -> None:
+    # one job beyond the two workers for one 2 s tick: 2 caller-seconds, a fifteenth of a boot
+    levels, _ = step(NO_LEVELS, 3, T0, 9.0)
+    levels = tick(levels, T0, T0 + 2.0, 3, 9.0)
+    levels = tick(levels, T0 + 2.0, T0 + BOOT_S, 2, 6.0)
+    assert levels.fits[2].callers == pytest.approx((2.0 / BOOT_S,))
+    assert hold_levels_s(levels, BOOT_S, POLICY)[1] == pytest.approx(BOOT_S + 4.0)
 
 
 def test_a_level_needed_again_at_each_swing_is_held_through_the_swings() -> None:
-    # four callers a swing (a 270 s ski-rental time), needed again 360 s after each: spanning
-    # a gap costs 360 s, releasing and booting again 270 + 270 s
+    # priced at 68 caller-seconds a swing at first (a 166 s ski-rental time; the later swings
+    # also count the tick before their need: 94.4), needed again 200 s after each: spanning
+    # the gaps costs less than releasing at once and booting again at each swing
     levels = NO_LEVELS
     at = T0
     for _ in range(4):
-        levels, end = burst(levels, at, 40.0)
-        levels = tick(levels, end, at + 400.0, 2, 8.0)
-        at += 400.0
-    # each gap from the end of a burst to the next: 360 s, spanned (three of them: 1,080 s;
-    # released at once, 4 × 270 s, the same: a tie goes to the hold)
-    assert levels.fits[2].gaps == (360.0,) * 3 and levels.fits[2].hold_s == 360.0
-    assert held_after(levels, at - 400.0 + 40.0, at - 2.0) == 3
+        levels, _ = burst(levels, at, 10.0)
+        levels = tick(levels, at + BOOT_S, at + 210.0 - TICK_S, 2, 6.0)
+        at += 210.0
+    fit = levels.fits[2]
+    assert fit.gaps == (200.0,) * 3
+    assert fit.callers == pytest.approx((SHORT_BURST_CALLERS,) + (94.4 / BOOT_S,) * 3)
+    assert hold_levels_s(levels, BOOT_S, POLICY)[1] > 200.0
+    assert held_after(levels, at - 210.0 + BOOT_S, at - 2.0) == 3
 
 
 def test_gaps_too_long_to_span_are_not_held_for() -> None:
@@ -108,9 +135,9 @@ def test_gaps_too_long_to_span_are_not_held_for() -> None:
 
 
 def test_a_level_not_needed_again_within_the_window_counts_a_gap_no_hold_spans() -> None:
-    levels, _ = update_levels(NO_LEVELS, 3, T0, BOOT_S, POLICY, 12.0)
+    levels, _ = step(NO_LEVELS, 3, T0, 12.0)
     later = T0 + POLICY.scaledown_window_s
-    levels, held = update_levels(levels, 0, later, BOOT_S, POLICY)
+    levels, held = step(levels, 0, later, 0.0)
     assert held == 0
     assert levels.needed_at[2] is None and levels.fits[2].gaps == (NOT_AGAIN,)
     # the last worker's level is the idle windows' (no gaps are kept for it)
@@ -135,10 +162,10 @@ def test_a_level_whose_past_says_it_is_not_needed_again_is_released_at_once() ->
 def test_gaps_shorter_than_a_boot_are_not_kept_and_the_past_is_bounded() -> None:
     levels = NO_LEVELS
     for i in range(5):  # needed again every 29 s: one episode
-        levels, _ = update_levels(levels, 3, T0 + 29 * i, BOOT_S, POLICY, 12.0)
+        levels, _ = step(levels, 3, T0 + 29 * i, 12.0)
     assert levels.fits[2].gaps == ()
     for i in range(GAPS_KEPT + 5):
-        levels, _ = update_levels(levels, 3, T0 + 1000 + 100 * i, BOOT_S, POLICY, 12.0)
+        levels, _ = step(levels, 3, T0 + 1000 + 100 * i, 12.0)
     assert len(levels.fits[2].gaps) == GAPS_KEPT
     assert len(levels.fits[2].callers) == GAPS_KEPT
 
@@ -164,14 +191,14 @@ def test_the_holds_as_the_api_shows_them() -> None:
     levels = NO_LEVELS
     for i in range(4 * 60 + 1):  # every 2 s: two workers' work, three's every 120 s for 40 s
         busy = i % 60 < 20
-        levels, _ = update_levels(
-            levels, 3 if busy else 2, T0 + 2 * i, BOOT_S, POLICY, 12.0 if busy else 8.0
-        )
-    # the second worker was needed throughout (one episode, its callers at its first boot);
-    # the third again after gaps of 82 s, each time still busy a boot later
+        levels, _ = step(levels, 3 if busy else 2, T0 + 2 * i, 12.0 if busy else 8.0)
+    # the second worker was needed throughout (one episode, at the first burst); the third
+    # again after gaps of 82 s; each carried a burst through a boot: held for the window.
+    # (The first episode counts from its need; the later ones the tick before it too, when
+    # the jobs that made it needed came: 2 × (4 + 4.8 + ... + 16) = 320 caller-seconds.)
     assert levels.fits[2].gaps == (82.0,) * 4
-    assert levels.fits[2].callers == (4.0,) * 4
-    assert hold_levels_s(levels, BOOT_S, POLICY) == [hold_s(POLICY, BOOT_S, 4.0)] * 2
+    assert levels.fits[2].callers == pytest.approx((9.6,) + (320.0 / BOOT_S,) * 3)
+    assert hold_levels_s(levels, BOOT_S, POLICY) == [POLICY.scaledown_window_s] * 2
 
 
 def test_a_hold_fitted_before_follows_the_prices_and_window_of_now() -> None:

@@ -7,20 +7,23 @@ remember between ticks travels in `Memory`, returned with the decision).
 The parts, each a worker count:
 - demand: the work present now (queued + running), never queue length alone; while
   workers boot, no more than the backlog still needs once a new one could be ready
-  (`backlog.py`: the booting workers serve part of it first), which bounds KPA's parts too;
+  (`backlog.py`: the booting workers serve part of it first, at the higher of the models'
+  rate and the one read off the work present, `inflow.py`), which bounds KPA's parts too;
 - KPA: Knative-style stable (60 s) and panic (6 s) windows over concurrency; in panic the
   count never goes down;
 - forecast (dense traffic): arrivals forecast over the boot horizon, turned into concurrency by
-  Little's law and into workers at the demand quantile the cost rule picks (`policy.py`);
+  Little's law and into workers at the demand quantile the cost rule picks (`policy.py`), and
+  at least the workers whose spared queueing pays for them (`queueing.py`);
 - idle windows: the workers the next wake wants, kept from the end of the last work or
   pre-warmed ahead of the next call (`idle.py`). The last one is never released where the
   scale-down window's keep-alive would have served the next call; the others are priced by the
   callers of the recent wakes they would serve.
 Each part counts only the work that cannot wait `queue_wait_s` for a worker already ready
 (`policy.waits_allowed`). Workers above those the work needs are held once no longer needed,
-each level for its own learned hold (`levels.py`: priced by the callers it held a boot after
-it was needed, spanning the gaps its past shows when that costs less), then released at most
-half at a time (Knative's max scale-down rate); the reconciler drains what it releases.
+each level for its own learned hold (`levels.py`: priced by the queueing it spared over a
+boot from its need, `episode.py`, spanning the gaps its past shows when that costs less),
+then released at most half at a time (Knative's max scale-down rate); the reconciler drains
+what it releases.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from control_plane.domain.scaling.backlog import backlog_workers
-from control_plane.domain.scaling.idle import IdleWindows
+from control_plane.domain.scaling.inflow import Inflow, observe
 from control_plane.domain.scaling.levels import NO_LEVELS, Levels, update_levels
 from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE, Models
 from control_plane.domain.scaling.policy import (
@@ -40,11 +43,19 @@ from control_plane.domain.scaling.policy import (
     STABLE_WINDOW_S,
     ScalingPolicy,
     counted_boot_s,
-    hold_s,
     under_quantile,
+    wait_price,
     waits_allowed,
 )
 from control_plane.domain.scaling.policy import MAX_TICK_S as MAX_TICK_S  # (re-exported)
+from control_plane.domain.scaling.queueing import workers_for_stream
+from control_plane.domain.scaling.wake import keepalive_levels as keepalive_levels
+from control_plane.domain.scaling.wake import (
+    keepalive_window,
+    prewarm_levels,
+    wake_levels,
+)
+from control_plane.domain.scaling.wake import wake_callers as wake_callers
 
 # Above this mean concurrency the Poisson quantile is taken from its normal approximation
 # (error well under one job), which keeps decide() a few microseconds at any load.
@@ -58,6 +69,7 @@ class Memory:
     levels: Levels = NO_LEVELS  # when each count of workers was last needed; their holds
     panic_until: float = 0.0  # panic mode lasts a stable window after it was last triggered
     busy_at: float | None = None  # last time work was present (queued or running)
+    inflow: Inflow | None = None  # the arrivals read off the work present (`inflow.py`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,79 +128,6 @@ REASONS = (
 _Z: dict[float, float] = {}
 
 
-def keepalive_window(idle: IdleWindows, policy: ScalingPolicy) -> float:
-    """How long the last worker is kept after its work: the idle windows' keep-alive, or the
-    scale-down window while they are not representative. Keeping a worker for the window is the
-    ski-rental rule for a cold start priced at the window (the owner keeps an unneeded worker
-    that long for the chance of a call): within 2× of the best choice made in hindsight at that
-    price, whatever comes next; the idle windows only ever shorten it where the deployment's
-    own gaps show the shorter keep-alive makes no call colder (`idle.fit_idle_windows`)."""
-    if idle.representative:
-        return idle.keepalive_s
-    return policy.scaledown_window_s
-
-
-def wake_levels(
-    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float, window_s: float
-) -> list[float]:
-    """How long each worker is kept after the deployment went quiet, for the next wake: [0] is
-    the last worker's `window_s`; one more per worker a wake needs (`wake_callers`), each kept
-    for the ski-rental time of the callers it would serve while a replacement boots (never
-    longer than the last one). A sparse deployment's wakes bring one caller: one level."""
-    callers = wake_callers(idle, policy, boot_s, service_s)
-    return [window_s] + [min(hold_s(policy, boot_s, c), window_s) for c in callers]
-
-
-def prewarm_levels(
-    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
-) -> list[float]:
-    """On the pre-warm plan, the workers booted ahead of the next wake, each kept until the
-    plan's `keepalive_s`: [0] the plan's own worker; then one per further worker the wake needs
-    (`wake_callers`) whose callers' wait through a boot, priced, costs more than the time a
-    worker pre-warmed for them may sit idle: from the pre-warm to the keep-alive, and the tick
-    it starts early (its boot is paid either way, ahead of the wake or at it). A cron job that
-    fires a few calls at a time gets one worker, as before; one that fires a batch gets the
-    workers its batch wants, ready when it comes."""
-    assert idle.prewarm_s is not None
-    idles_s = idle.keepalive_s - idle.prewarm_s + MAX_TICK_S  # besides the boot, paid either way
-    callers = wake_callers(idle, policy, boot_s, service_s)
-    return [idle.keepalive_s] * (1 + sum(1 for c in callers if policy.cold_penalty_s * c > idles_s))
-
-
-def wake_callers(
-    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
-) -> list[float]:
-    """The callers of a wake each worker after the first would serve, on average over the
-    recent wakes (`idle.wakes`; their mean `idle.wake_requests` before any was seen): a worker
-    ready when a wake comes starts its slots at once, then each again every service time, so
-    `target × (1 + boot / service)` callers over a boot; those beyond that many per worker wait
-    for the next one (a replacement would take a boot). The j-th worker after the first serves
-    a wake of A callers min(max(A − j × that, 0), that) of them; averaged over the wakes seen,
-    not taken at their mean, so that a worker the larger wakes need is priced by them."""
-    target = max(policy.target_concurrency, 1)
-    per_worker = target * (1.0 + boot_s / max(service_s, 1e-3))
-    wakes = idle.wakes or (idle.wake_requests,)
-    callers: list[float] = []
-    while len(callers) + 1 < policy.max_workers:
-        j = len(callers) + 1
-        served = sum(min(max(a - j * per_worker, 0.0), per_worker) for a in wakes) / len(wakes)
-        if served <= 0.0:
-            break
-        callers.append(served)
-    return callers
-
-
-def keepalive_levels(
-    idle: IdleWindows, policy: ScalingPolicy, boot_s: float, service_s: float
-) -> list[float]:
-    """How long each worker is kept once no work is left, the last one first: on the pre-warm
-    plan, the pre-warmed workers' window (`prewarm_levels`); on the keep-alive plan,
-    `wake_levels`."""
-    if idle.prewarms:
-        return prewarm_levels(idle, policy, boot_s, service_s)
-    return wake_levels(idle, policy, boot_s, service_s, keepalive_window(idle, policy))
-
-
 def counts_as_capacity(booting_since: float, now: float, policy: ScalingPolicy) -> bool:
     """A booting worker counts until `max_boot_s`; past it a replacement is started (and the
     liveness check fails the overdue one)."""
@@ -222,9 +161,13 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # While workers boot, a new one helps only with the jobs those will not have started by the
     # time it is ready (`backlog.py`): the parts driven by the work present ask for no more.
     more: int | None = None
+    demand = state.queued + state.running
+    inflow = observe(mem.inflow, now, demand, state.running, state.service_s)
     if booting:
         rate = fc.rate(now)[0] if fc is not None else models.recent_rate if recent else None
         if rate is not None:
+            # a surge shows in the work present before it shows in the models' buckets
+            rate = max(rate, inflow.rate)
             more = backlog_workers(
                 p,
                 now=now,
@@ -241,7 +184,6 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         return workers if more is None else min(workers, capacity + more)
 
     parts: list[tuple[int, str]] = []
-    demand = state.queued + state.running
     # Running jobs hold their slots: only queued ones can wait, and they wait for a worker that
     # stays (a job queued on an idle worker, not claimed yet, keeps it).
     at_once = max(demand - waits, state.running, min(demand, 1))
@@ -265,7 +207,9 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     if fc is not None and fc.rate(now)[0] * boot_s >= 1.0:
         quantile = under_quantile(p, boot_s)
         z = _z(quantile)
-        worst = 0
+        price, cap = wait_price(p, boot_s), p.max_workers
+        wait_s = min(p.queue_wait_s, boot_s)  # as `policy.waits_allowed`
+        worst, stream = 0, p.max_workers
         for t in (now, now + boot_s):  # a linear trend peaks at one end of the horizon
             mean, sd = fc.rate(t)
             # Little's law; the rate's own uncertainty is added at the same quantile
@@ -274,12 +218,30 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             # slots than that the queue grows for as long as the load lasts (a ramp of traffic).
             load = mean * state.service_s
             worst = max(worst, math.ceil(max(concurrency - waits, load) / target))
-        parts.append((worst, "forecast"))
+            # The swings of the stream at its sustained rate (the lower end of the horizon; a
+            # trend is the part above's) get workers for as long as the queueing the next one
+            # would spare costs more than it (`queueing.py`): they queue at the tail of the
+            # latency. (At the higher end, a burst's rate, extrapolated past its end by the
+            # trend, kept the burst's workers after it.)
+            rate = max(mean + z * sd, 0.0)
+            stream = min(
+                stream, workers_for_stream(rate, state.service_s, target, price, cap, wait_s)
+            )
+        parts.append((max(worst, stream), "forecast"))
 
     # The parts above size the workers for the work present or forecast; each worker above the
     # last is held once no longer needed by them, for its level's hold (`levels.py`).
     work_needed = min(max(n for n, _ in parts), p.max_workers)
-    held_levels, held = update_levels(mem.levels, work_needed, now, boot_s, p, demand)
+    held_levels, held = update_levels(
+        mem.levels,
+        work_needed,
+        now,
+        boot_s,
+        p,
+        demand=demand,
+        running=state.running,
+        service_s=state.service_s,
+    )
 
     # The idle windows' parts below keep or pre-warm the workers of the next wake, counted
     # from the last work: the levels' holds do not start again after them. (Counted as needed,
@@ -314,7 +276,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     if needed > p.max_workers:
         needed, reason = p.max_workers, "max_workers"
 
-    memory = Memory(held_levels, panic_until, busy_at)
+    memory = Memory(held_levels, panic_until, busy_at, inflow)
     desired = min(max(held, needed), p.max_workers)
     if desired > needed:
         reason = "hold"

@@ -8,13 +8,16 @@ hindsight, whatever comes next.
 
 Each level (the k-th worker, k ≥ 2; the last one is the idle windows') learns both sides of
 that rule from its own past:
-- the price of its cold start: how many callers it makes wait through a boot. Each time the
-  level is needed again after more than a boot (an episode), the jobs it holds once a boot has
-  passed (the work present beyond the k − 1 workers below it, at most a worker's slots) are
-  the callers a replacement started at the need would only then be ready to serve: those
-  wait through a whole boot, the wait `cold_penalty_s` prices. A level that carries a burst
-  longer than a boot costs many; one that a stream or a short burst touches for a moment,
-  none (its callers wait for a slot of the workers below, `policy.queue_wait_s`'s business).
+- the price of its cold start: the waits of the callers it would serve while a replacement
+  boots. Each time the level is needed again after more than a boot (an episode), the
+  queueing it spares over the first boot from the need (`episode.py`: the caller-seconds the
+  jobs would wait without it, less those they would wait with it, each followed as a fluid
+  queue beside the observed demand), in units of a caller's wait through a whole boot (the
+  wait `cold_penalty_s` prices; a caller waiting a tenth of a boot costs a tenth of it), is
+  the episode's callers. A level that carries a backlog through a boot costs many; one that a
+  stream touches for a moment, a fraction of one. (Counted only as the callers still waiting
+  a boot after the need, a batch that the few workers kept for its wake served in 25 s of
+  queueing cost nothing, and its workers were released between batches a minute apart.)
   The recent episodes' mean prices the level.
 - the gaps between the times it was needed, those longer than a boot (a shorter one is held
   through whatever the hold, since a new boot alone costs more than it). A level released at
@@ -39,6 +42,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from control_plane.domain.scaling.episode import Episode
 from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s, hold_s
 
 # Gaps and episodes kept per level: the recent ones, so that a level follows a change of the
@@ -77,8 +81,9 @@ class Levels:
 
     needed_at: tuple[float | None, ...] = ()  # [k - 1]: when k workers were last needed
     fits: tuple[LevelFit, ...] = ()  # [k - 1]: level k's gaps (only changed when one ends)
-    # [k - 1]: when level k's episode began, until its first boot has passed (else None)
-    began_at: tuple[float | None, ...] = ()
+    # [k - 1]: level k's episode, until its first boot has passed (else None)
+    episodes: tuple[Episode | None, ...] = ()
+    ticked_at: float | None = None  # the last update's time (None: none yet)
 
 
 NO_LEVELS = Levels()
@@ -90,47 +95,56 @@ def update_levels(
     now: float,
     boot_s: float,
     policy: ScalingPolicy,
+    *,
     demand: float = 0.0,
+    running: float = 0.0,
+    service_s: float = 1.0,
 ) -> tuple[Levels, int]:
     """The levels after a tick where `needed` workers are asked for with `demand` jobs present
-    (queued + running), and how many workers to keep: the `needed`, or more up to the highest
-    level from 2 up whose hold has not run out."""
+    (queued + running; `running` of them in a slot, each for `service_s` on average), and how
+    many workers to keep: the `needed`, or more up to the highest level from 2 up whose hold
+    has not run out."""
     cap = policy.scaledown_window_s
     target = max(policy.target_concurrency, 1)
     n = max(len(levels.needed_at), needed)
     needed_at = list(levels.needed_at) + [None] * (n - len(levels.needed_at))
     fits = list(levels.fits) + [NO_FIT] * (n - len(levels.fits))
-    began_at = list(levels.began_at) + [None] * (n - len(levels.began_at))
-    refit = n > len(levels.fits)
+    episodes = list(levels.episodes) + [None] * (n - len(levels.episodes))
+    # the time since the last update, which this tick's counts stand for (a stalled loop's
+    # long pause counts as a boot at most: an episode never spans more)
+    dt = 0.0 if levels.ticked_at is None else min(max(now - levels.ticked_at, 0.0), boot_s)
     held = needed
     if n:  # the last worker is the idle windows' to keep: only its last need is kept
         needed_at[0] = now if needed else needed_at[0]
     for k in range(1, n):
-        start = began_at[k]
-        if start is not None and now - start >= boot_s:
-            # the episode's callers: those the level would hold now, which a replacement
-            # started at its need would only now be ready to serve
-            callers = min(max(demand - k * target, 0.0), target)
-            fits[k] = _with(fits[k], policy, boot_s, callers=callers)
-            began_at[k], refit = None, True
         last = needed_at[k]
+        episode = episodes[k]
+        if episode is not None:
+            episode = episode.advance(dt, demand, running, service_s, k * target, target)
+            if now - episode.began_at >= boot_s:
+                # the episode's callers: the queueing the level spared over the boot a
+                # replacement started at its need takes, in callers waiting a whole boot
+                callers = episode.spared_s / max(boot_s, 1e-3)
+                fits[k] = _with(fits[k], policy, boot_s, callers=callers)
+                episode = None
+        if k < needed and episode is None and (last is None or now - last > boot_s):
+            # needed again: an episode begins. The jobs that made it needed came since the
+            # last update: they count for it, as every later update's do.
+            if last is not None:
+                fits[k] = _with(fits[k], policy, boot_s, gap=now - last)
+            episode = Episode(now).advance(dt, demand, running, service_s, k * target, target)
+        episodes[k] = episode
         if k < needed:
-            if last is None or now - last > boot_s:  # needed again: an episode begins
-                if last is not None:
-                    fits[k] = _with(fits[k], policy, boot_s, gap=now - last)
-                began_at[k], refit = now, True
             needed_at[k] = now
             continue
         if last is None:
             continue
         if now - last >= cap:  # not needed again within the longest hold there is
             fits[k] = _with(fits[k], policy, boot_s, gap=NOT_AGAIN)
-            needed_at[k], refit = None, True
+            needed_at[k] = None
         elif now - last < _hold_s(fits[k], policy, boot_s):
             held = k + 1
-    if not refit:
-        return Levels(tuple(needed_at), levels.fits, levels.began_at), held
-    return Levels(tuple(needed_at), tuple(fits), tuple(began_at)), held
+    return Levels(tuple(needed_at), tuple(fits), tuple(episodes), now), held
 
 
 def hold_levels_s(levels: Levels, boot_s: float, policy: ScalingPolicy) -> list[float]:

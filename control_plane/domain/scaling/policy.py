@@ -60,6 +60,12 @@ def cold_cost_s(policy: ScalingPolicy, boot_s: float, cold_requests: float = 1.0
     return boot_s + policy.cold_penalty_s * cold_requests
 
 
+def wait_price(policy: ScalingPolicy, boot_s: float) -> float:
+    """Worker-seconds one second of a caller's wait costs: a wait through a whole boot costs
+    `cold_penalty_s` (the cold start's price for its caller), a shorter one its share."""
+    return policy.cold_penalty_s / max(boot_s, 1e-3)
+
+
 def hold_s(policy: ScalingPolicy, boot_s: float, cold_requests: float = 1.0) -> float:
     """How long an unneeded worker is kept. Keeping it costs one worker-second per second;
     letting it go and needing it again costs a cold start. Keeping it exactly as long as a cold

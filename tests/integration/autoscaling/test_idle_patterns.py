@@ -100,9 +100,10 @@ def test_a_deployment_called_in_a_burst_keeps_the_workers_its_next_wake_wants(
 ) -> None:
     """12 calls at once, 2 slots per worker, 2 s jobs and 2 s boots: a worker ready at a wake
     starts 2 × (1 + 2 / 2) = 4 of its callers during a boot, so the next wake of 12 wants 3.
-    Once the burst is served, the keep-alive keeps 3 workers: the two above the last for the
-    ski-rental time of their 4 callers each (2 + 4 × 30 s), the last for the scale-down window
-    (600 s: no past yet says a shorter keep-alive makes no call colder), then none."""
+    Once the burst is served, its six workers are held for the queueing each spared (62 s),
+    then the keep-alive keeps 3: the two above the last for the ski-rental time of their 4
+    callers each (2 + 4 × 30 s), the last for the scale-down window (600 s: no past yet says a
+    shorter keep-alive makes no call colder), then none."""
     deploy(
         fleet.client,
         fleet.key,
@@ -135,12 +136,14 @@ def test_a_deployment_called_in_a_burst_keeps_the_workers_its_next_wake_wants(
     idle = fleet.scaling()["idle_windows"]
     assert idle["wake_requests"] == 12.0
     assert idle["keepalive_levels_s"] == [last, upper, upper]  # as the API shows them
-    # the burst's first tick asked for 6 workers; a boot later the five above the last held
-    # no call (all served): a cold start of theirs makes no caller wait through a boot, and
-    # each is held for the boot alone
-    assert holds[0] == [2.0] * 5
-    # not needed again within the window, that past says to release them at once next time
-    assert holds[-1] == [0.0] * 5
+    # the burst's first tick asked for 6 workers; each of the five above the last, ready at
+    # that need, would have spared its 2 callers the boot they waited (`episode.py`): priced
+    # at 2 callers, each is held for 2 + 2 × 30 s
+    assert holds[0] == [2.0 + 2 * 30.0] * 5
+    # needed again 4 s later (the claims), when they spared nothing, and then not within the
+    # window: one such gap does not yet pay for releasing them at once (`levels.best_hold_s`);
+    # each is held for the ski-rental time of its mean price, one caller (2 + 30 s)
+    assert holds[-1] == [2.0 + 30.0] * 5
     kept = [(q, d) for q, d, reason in seen if reason == "keepalive"]
     assert {d for q, d in kept if q < upper - TICK_S} == {3}, seen
     assert {d for q, d in kept if upper + TICK_S < q < last - TICK_S} == {1}, seen

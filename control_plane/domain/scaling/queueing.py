@@ -1,0 +1,64 @@
+"""How many workers a steady stream wants so that the waits they spare pay for them.
+
+A stream of `rate` calls a second, each holding a slot `service_s`, keeps `rate × service_s`
+slots busy on average (Little's law), but its calls come at random: with just enough slots,
+every swing above the mean queues. Each worker added takes some of that queueing away, and
+costs one worker-second per second. A caller's wait is priced as the cold start is
+(`policy.py`: a caller waiting through a boot costs `cold_penalty_s`; a wait of a tenth of a
+boot, a tenth of that), so a worker is worth adding while the caller-seconds of queueing it
+spares each second, at that price, exceed the worker-second it costs.
+
+The queueing is Erlang's delay model (M/M/c: Poisson arrivals, exponential service, c slots):
+a call waits longer than t with probability C(c, a) × exp(−θt) (Erlang C, offered load
+a = rate × service_s, θ = (c − a) / service_s). A wait within `queue_wait_s` is the owner's
+allowance (every part of the decision lets so many jobs wait for the workers there); a call
+that waits longer counts its whole wait: C × exp(−θq) × (q + 1/θ) caller-seconds per call, q
+the allowance. Service times of LLM calls vary less than exponential ones, so the model
+overstates the queue a little: a worker too many now and then, rather than a swing that
+queues at the tail of the latency.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Erlang B is computed by its recursion over the slots, one step per slot: past this many
+# slots (a stream of thousands of concurrent calls) the square-root staffing rule takes over,
+# whose queueing is negligible at the price of a few workers more.
+MAX_EXACT_SLOTS = 4096
+
+
+def workers_for_stream(
+    rate: float,
+    service_s: float,
+    target: int,
+    wait_price: float,
+    max_workers: int,
+    wait_s: float = 0.0,
+) -> int:
+    """The fewest workers of `target` slots past which one more spares less queueing (of the
+    calls that wait longer than `wait_s`), priced at `wait_price` worker-seconds per
+    caller-second, than the worker-second it costs."""
+    load = rate * service_s
+    if load <= 0.0:
+        return 0
+    m = max(math.floor(load / target) + 1, 1)  # the fewest that can keep up
+    if m * target > MAX_EXACT_SLOTS:
+        return min(math.ceil((load + 3.0 * math.sqrt(load)) / target), max_workers)
+    b = 1.0  # Erlang B with 0 slots
+    slots = 0
+    waits: list[float] = []  # mean wait per call with m, m + 1 workers
+    while m <= max_workers:
+        while slots < (m + len(waits)) * target:
+            slots += 1
+            b = load * b / (slots + load * b)
+        c = slots
+        erlang_c = c * b / (c - load * (1.0 - b))
+        theta = (c - load) / max(service_s, 1e-3)
+        waits.append(erlang_c * math.exp(-theta * wait_s) * (wait_s + 1.0 / theta))
+        if len(waits) == 2:
+            if rate * (waits[0] - waits[1]) * wait_price <= 1.0:
+                return m
+            m += 1
+            waits = waits[1:]
+    return max_workers

@@ -1,0 +1,93 @@
+"""The arrival rate read off the work present (`scaling/inflow.py`) and the queueing a level
+spares while a replacement would boot (`scaling/episode.py`), on a fake clock."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from control_plane.domain.scaling.episode import Episode
+from control_plane.domain.scaling.inflow import observe
+from control_plane.domain.scaling.policy import PANIC_WINDOW_S
+from control_plane.domain.scaling.queueing import workers_for_stream
+
+T0 = 1_000_000.0
+SERVICE_S = 4.0
+TICK_S = 2.0
+
+
+def test_a_surge_shows_in_the_inflow_within_a_few_ticks() -> None:
+    # 8 jobs running on one worker, the queue growing by 6 a tick: 3 arrivals a second, and
+    # the 8 running jobs end 2 a second (4 a tick, replaced from the queue)
+    inflow = observe(None, T0, 8, 8, SERVICE_S)
+    assert inflow.rate == 0.0
+    for i in range(1, 4):
+        inflow = observe(inflow, T0 + TICK_S * i, 8 + 6 * i, 8, SERVICE_S)
+    seen = (6 + TICK_S * 8 / SERVICE_S) / TICK_S  # 5 a second
+    assert inflow.rate == pytest.approx(seen * (1 - math.exp(-3 * TICK_S / PANIC_WINDOW_S)))
+    assert inflow.rate > 3.0
+
+
+def test_a_steady_stream_reads_as_its_rate_and_a_batch_fades() -> None:
+    # 16 jobs running throughout, 4 end and 4 arrive each tick: 2 a second
+    inflow = observe(None, T0, 16, 16, SERVICE_S)
+    for i in range(1, 30):
+        inflow = observe(inflow, T0 + TICK_S * i, 16, 16, SERVICE_S)
+    assert inflow.rate == pytest.approx(16 / SERVICE_S, rel=1e-2)
+    # a batch of 40 at once, then nothing more: its jobs end and nothing replaces them
+    at = T0 + TICK_S * 30
+    inflow = observe(inflow, at, 56, 16, SERVICE_S)
+    high = inflow.rate
+    demand = 56.0
+    for i in range(1, 10):
+        demand -= TICK_S * 16 / SERVICE_S
+        inflow = observe(inflow, at + TICK_S * i, round(demand), 16, SERVICE_S)
+    assert high > 5 and inflow.rate < 0.5
+
+
+def spared(demands: list[tuple[float, float]], below: float, slots: float) -> float:
+    """Caller-seconds spared over ticks of (demand, running), the first at the need."""
+    episode = Episode(T0)
+    for demand, running in demands:  # the first tick's counts stand for the tick before it
+        episode = episode.advance(TICK_S, demand, running, SERVICE_S, below, slots)
+    return episode.spared_s
+
+
+def test_a_level_spares_nothing_where_the_workers_below_hold_the_work() -> None:
+    assert spared([(8.0, 8.0)] * 15, below=8.0, slots=8.0) == 0.0
+
+
+def test_a_batch_the_level_serves_at_once_is_priced_by_the_queue_it_spares() -> None:
+    # 24 jobs at once, served by three workers of 8 slots: without the third, 8 jobs queue
+    # until the first slots free (a service time, 4 s) and the rest follow; with it, none
+    demands = [(24.0, 24.0), (12.0, 12.0), (0.0, 0.0)] + [(0.0, 0.0)] * 12
+    s = spared(demands, below=16.0, slots=8.0)
+    assert 8 * TICK_S <= s <= 8 * 2 * SERVICE_S
+
+
+def test_a_backlog_that_outlasts_the_boot_is_priced_by_the_queue_it_grows() -> None:
+    # a stream that keeps three workers' slots full: without the third worker, its 8 jobs
+    # wait, and 2 more a second pile up behind them (the arrivals the third would have served)
+    demands = [(24.0, 24.0)] * 15
+    s = spared(demands, below=16.0, slots=8.0)
+    piled = sum(8 + 8 / SERVICE_S * TICK_S * i for i in range(15)) * TICK_S
+    assert s == pytest.approx(piled)
+
+
+def test_a_stream_gets_the_workers_whose_queueing_is_worth_their_cost() -> None:
+    # one call a second of 4 s each (4 slots busy on average) on workers of 8 slots, a
+    # caller-second of waiting priced at 20 worker-seconds (a 600 s penalty, 30 s boots):
+    # with one worker a call waits 0.059 s on average (Erlang C), 1.2 worker-seconds a second
+    # that a second worker spares, for 1 worker-second
+    assert workers_for_stream(1.0, 4.0, 8, 20.0, 100) == 2
+    # ... priced ten times lower, the queueing no longer pays for it
+    assert workers_for_stream(1.0, 4.0, 8, 2.0, 100) == 1
+    # ... nor where callers may wait 10 s for a slot (the owner's allowance)
+    assert workers_for_stream(1.0, 4.0, 8, 20.0, 100, wait_s=10.0) == 1
+    # never fewer than keep up with the load, never more than the ceiling, none for no load
+    assert workers_for_stream(10.0, 4.0, 8, 0.0, 100) == 6  # 40 slots busy: 48 keep up
+    assert workers_for_stream(10.0, 4.0, 8, 20.0, 3) == 3
+    assert workers_for_stream(0.0, 4.0, 8, 20.0, 100) == 0
+    counts = [workers_for_stream(r / 4, 4.0, 8, 20.0, 1000) for r in range(1, 200)]
+    assert counts == sorted(counts)
