@@ -250,6 +250,10 @@ def start_s3(
         # there and hiding one that is, until the entry expires: after 1 s, not rclone's
         # 5 min. (0 s, re-reading every time, made each request take seconds.)
         f"--dir-cache-time={S3_DIR_CACHE_S}s",
+        # ETags (the loader's cache-tier keys and If-Match) from xxh3, not MD5: an expired
+        # directory entry makes rclone hash the whole object again, and MD5 at every expiry
+        # made a 1.16 GB weight load take 17 s instead of 1 s
+        "--etag-hash=xxh3",
         str(root),
     ]  # fmt: skip
     proc = spawn("s3", cmd, log_path, env=env, before_exec=before_exec)
