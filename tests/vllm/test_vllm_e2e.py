@@ -208,9 +208,18 @@ def test_cancel_mid_stream_aborts_the_request_inside_vllm(
 
 
 def test_the_job_of_a_killed_vllm_worker_is_retried_once(
-    client: Client, platform: dict[str, Any], llamas: tuple[str, str]
+    client: Client, platform: dict[str, Any], llamas: tuple[str, str], tiny_models: dict[str, Path]
 ) -> None:
     assert client.run("llama-vllm", input={"prompt": PROMPT, **GREEDY})
+    # the worker fills the disk tier once it is idle: the next worker reads it
+    weights = (tiny_models["llama"] / "model.safetensors").read_bytes()
+    deadline = time.monotonic() + 60
+    while not any(
+        p.read_bytes() == weights
+        for p in (platform["state_dir"] / "weights-cache").glob("*.safetensors")
+    ):
+        assert time.monotonic() < deadline, "the disk tier was never filled"
+        time.sleep(0.2)
     ids = {w["id"] for w in client.workers.list("llama-vllm") if w["state"] in ("idle", "busy")}
     victim = [p for i in ids for p in processes_mentioning(i) if "-m worker" in p]
     assert len(victim) == 1
