@@ -43,8 +43,9 @@ class WorkerSettings(LogSettings, TraceSettings):
     engine_block_size: int | None = Field(None, ge=1)
     engine_enable_prefix_caching: bool | None = None
     engine_enable_chunked_prefill: bool | None = None
-    # "triton" (CUDA only), "torch" (the reference path) or "auto" (triton on CUDA).
-    engine_attention_backend: Literal["auto", "torch", "triton"] | None = None
+    # "triton" (CUDA only), "cpu" (a C kernel for decodes, float32), "torch" (the reference
+    # path) or "auto" (triton on CUDA, cpu on CPU where it can run).
+    engine_attention_backend: Literal["auto", "torch", "triton", "cpu"] | None = None
 
     # --- weight loading (PLATFORM_LOADER_*) ---
     # Local cache tier for weights (a node's disk): the next load of the same object version

@@ -20,7 +20,8 @@ FROM ${CUDA_IMAGE}
 ARG TORCH_VERSION=2.13.0
 ARG EXTRAS=worker
 ENV DEBIAN_FRONTEND=noninteractive PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# gcc and the Python headers: Triton compiles its kernel launchers at run time.
+# gcc and the Python headers: Triton compiles its kernel launchers at run time, and a CPU
+# worker its decode-attention kernel (worker/model/native_attention.py, for the node's CPU).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3 python3-venv python3-dev gcc \
     && rm -rf /var/lib/apt/lists/*

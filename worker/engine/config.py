@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-AttentionBackend = Literal["auto", "torch", "triton"]
+AttentionBackend = Literal["auto", "torch", "triton", "cpu"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +43,9 @@ class EngineConfig:
     kv_cache_bytes: int | None = None
     # on CUDA with no explicit size: this share of the device memory free after loading weights
     kv_cache_memory_fraction: float = 0.8
-    # "triton" kernels (CUDA only), the "torch" reference, or "auto" (triton on CUDA)
+    # "triton" kernels (CUDA only), "cpu" (torch for prompts, a C kernel for decodes: float32
+    # on CPU, needs a C compiler), the "torch" reference, or "auto" (triton on CUDA, cpu on
+    # CPU where it can run, torch otherwise)
     attention_backend: AttentionBackend = "auto"
 
     def __post_init__(self) -> None:
@@ -57,9 +59,9 @@ class EngineConfig:
                 "kv_cache_memory_fraction: must be in (0, 1], "
                 f"got {self.kv_cache_memory_fraction!r}"
             )
-        if self.attention_backend not in ("auto", "torch", "triton"):
+        if self.attention_backend not in ("auto", "torch", "triton", "cpu"):
             raise ValueError(
-                "attention_backend: must be 'auto', 'torch' or 'triton', "
+                "attention_backend: must be 'auto', 'torch', 'triton' or 'cpu', "
                 f"got {self.attention_backend!r}"
             )
 

@@ -15,12 +15,14 @@ query (``worker.model.runner``): attention may read such entries, but always mas
 Each layer first writes the step's new keys/values into the cache, then attends: so a query
 may read keys written in the same step by another sequence (a prefix-cache hit).
 
-Two implementations with identical semantics:
+Three implementations with identical semantics:
 
 - ``triton``: ``worker.model.kernels`` (CUDA; tested on CPU through the Triton interpreter).
 - ``torch``: ``store_kv_ref`` + ``paged_attention_ref`` (the specification, one sequence at a
-  time) and ``attention_torch``, the CPU path: the same maths, batched (whole-prompt prefills
-  use the new keys directly, decodes are gathered and run as one masked batch).
+  time) and ``attention_torch``: the same maths, batched (whole-prompt prefills use the new keys
+  directly, decodes are gathered and run as one masked batch).
+- ``cpu``: ``attention_torch`` for prompts, and for decodes the C kernel of
+  ``worker.model.native_attention``, which reads the paged cache in place (float32).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ from typing import Any, Literal
 import torch
 import torch.nn.functional as F
 
+from worker.model import native_attention
+
 # (k_cache, v_cache) of one layer, each [num_blocks, block_size, num_kv_heads, head_dim]
 KVCacheLayer = tuple[torch.Tensor, torch.Tensor]
-Backend = Literal["torch", "triton"]
+Backend = Literal["torch", "triton", "cpu"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +182,22 @@ def attention_torch(
             values = gather_kv(v_cache, meta.block_tables[i], seq_lens[i])
         out[start:end] = _causal_attention(q[start:end], keys, values, scale, sliding_window)
     first = meta.num_prefill_tokens
-    if first < q.shape[0]:
+    if first == q.shape[0]:
+        return out
+    kernel = native_attention.load() if meta.backend == "cpu" else None
+    if kernel is not None and kernel.supports(q, k_cache):
+        decodes = slice(meta.num_prefills, None)
+        kernel.decode(
+            q[first:],
+            k_cache,
+            v_cache,
+            meta.block_tables[decodes],
+            meta.seq_lens[decodes],
+            scale,
+            sliding_window,
+            out[first:],
+        )
+    else:
         out[first:] = _decode_attention(q[first:], k_cache, v_cache, meta, scale, sliding_window)
     return out
 

@@ -29,6 +29,7 @@ from worker.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, CacheSpec, EngineCo
 from worker.engine.outputs import SampleResult
 from worker.engine.sampling import request_generator, sample_batch
 from worker.engine.scheduler import ScheduledSequence, SchedulerOutput
+from worker.model import native_attention
 from worker.model.attention import AttentionMetadata, Backend, KVCacheLayer
 from worker.model.host_memory import keep_freed_memory
 from worker.model.llama import LlamaModel
@@ -79,8 +80,20 @@ def freeable_sliding_window(config: ModelConfig) -> int | None:
     return config.sliding_window
 
 
-def resolve_backend(requested: str, device: torch.device) -> Backend:
-    if requested == "torch" or (requested == "auto" and device.type != "cuda"):
+def resolve_backend(
+    requested: str, device: torch.device, dtype: torch.dtype = torch.float32
+) -> Backend:
+    if requested == "cpu" or (requested == "auto" and device.type != "cuda"):
+        usable = device.type == "cpu" and dtype == torch.float32
+        if usable and native_attention.load() is not None:
+            return "cpu"
+        if requested == "cpu":
+            raise ValueError(
+                "attention_backend: 'cpu' needs a float32 model on CPU and a C compiler "
+                "(its kernel is built on first use)"
+            )
+        return "torch"
+    if requested == "torch":
         return "torch"
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(
@@ -103,7 +116,7 @@ class ModelRunner:
         self.model = model
         self.device = model.inv_freq.device
         self.dtype = model.model.embed_tokens.weight.dtype
-        self.backend = resolve_backend(config.attention_backend, self.device)
+        self.backend = resolve_backend(config.attention_backend, self.device, self.dtype)
         num_blocks = kv_cache_num_blocks(mc, config, self.dtype, self.device, max_model_len)
         self.cache = CacheSpec(
             num_blocks, config.block_size, max_model_len, freeable_sliding_window(mc)

@@ -74,6 +74,12 @@ def load_engine(
         return Served(vllm_engine, pending.metrics, pending.tier_fill)
     from worker.runtime.loading import load_model
 
+    if accelerator == "cpu":
+        from worker.model.native_attention import prepare_in_background
+
+        # the decode-attention kernel's first build on this machine (~0.2 s) runs beside
+        # the weight load instead of after it
+        prepare_in_background()
     # a GPU worker loads straight into device memory; "cpu" workers stay on the host
     loaded = load_model(
         assignment.model_uri,

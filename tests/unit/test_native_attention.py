@@ -1,0 +1,190 @@
+"""The CPU decode-attention kernel (worker/model/csrc/paged_decode.c) against the torch
+reference: MHA/GQA/MQA, head sizes, sliding windows with blocks freed out of the window (a NaN
+null block it must never read), queries that are views of a fused projection, one and two
+threads; the whole engine on it against the torch path; its build cache shared by processes;
+and the fallback where it cannot be built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+
+from worker.model import native_attention
+from worker.model.attention import paged_attention_ref
+from worker.model.runner import resolve_backend
+
+ROOT = Path(__file__).resolve().parents[2]
+BLOCK_SIZE = 16
+
+# name -> (num_heads, num_kv_heads, head_dim, window, seq_lens)
+CASES: dict[str, tuple[int, int, int, int | None, list[int]]] = {
+    "mha": (2, 2, 16, None, [1, 17, 40, 16]),
+    "gqa_head64": (8, 2, 64, None, [300, 129, 5, 64]),
+    "mqa_odd_head": (4, 1, 12, None, [33, 1, 90]),
+    "gqa_head128_long": (4, 2, 128, None, [1000, 2]),
+    "sliding_window": (4, 2, 16, 20, [70, 50, 21, 3]),
+}
+
+
+@pytest.fixture(scope="module")
+def kernel() -> native_attention.DecodeKernel:
+    built = native_attention.load()
+    assert built is not None, "this machine has a C compiler: the kernel must build"
+    return built
+
+
+def _case(
+    name: str, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Caches with shuffled blocks and a NaN null block, block tables (out-of-window blocks
+    freed to the null block, padding to it too), and queries as a view of a wider projection."""
+    num_heads, num_kv_heads, head_dim, window, lens = CASES[name]
+    num_blocks = sum(-(-n // BLOCK_SIZE) for n in lens)
+    null = num_blocks
+    shape = (num_blocks + 1, BLOCK_SIZE, num_kv_heads, head_dim)
+    k_cache, v_cache = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
+    free = torch.randperm(num_blocks, generator=gen).tolist()
+    max_blocks = max(-(-n // BLOCK_SIZE) for n in lens)
+    tables = []
+    for n in lens:
+        table = [free.pop() for _ in range(-(-n // BLOCK_SIZE))]
+        # what BlockManager frees once a decode's window has passed a block
+        num_freed = 0 if window is None else max(n - window, 0) // BLOCK_SIZE
+        tables.append([null] * num_freed + table[num_freed:] + [null] * (max_blocks - len(table)))
+    # the null block: never to be read (NaN would leak through p @ v)
+    k_cache[null], v_cache[null] = float("nan"), float("nan")
+    # q: [n, Hq, D], a view of [n, (Hq + Hkv), D] as the fused projection gives
+    fused = torch.randn(len(lens), num_heads + num_kv_heads, head_dim, generator=gen)
+    q = fused[:, :num_heads]
+    return q, k_cache, v_cache, torch.tensor(tables, dtype=torch.int32), torch.tensor(lens), lens
+
+
+def _reference(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    tables: torch.Tensor,
+    lens: list[int],
+    window: int | None,
+) -> torch.Tensor:
+    # the reference reads every block it is given, masked or not: zeros in the null block
+    k_ref, v_ref = k_cache.nan_to_num(0.0), v_cache.nan_to_num(0.0)
+    starts = list(range(len(lens) + 1))
+    scale = q.shape[-1] ** -0.5
+    return paged_attention_ref(q, k_ref, v_ref, starts, lens, tables, scale, window)
+
+
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request: pytest.FixtureRequest) -> Iterator[int]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(request.param)
+    yield request.param
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_decode_kernel_matches_reference(
+    kernel: native_attention.DecodeKernel, name: str, threads: int
+) -> None:
+    gen = torch.Generator().manual_seed(len(name))
+    q, k_cache, v_cache, tables, lens_t, lens = _case(name, gen)
+    window = CASES[name][3]
+    assert kernel.supports(q, k_cache) and not q.is_contiguous()
+    out = torch.full(q.shape, float("nan"))
+    scale = q.shape[-1] ** -0.5
+    kernel.decode(q, k_cache, v_cache, tables, lens_t.to(torch.int32), scale, window, out)
+    ref = _reference(q, k_cache, v_cache, tables, lens, window)
+    assert torch.isfinite(out).all()
+    assert float((out - ref).abs().max()) <= 1e-5
+
+
+def test_kernel_is_used_only_where_it_applies(kernel: native_attention.DecodeKernel) -> None:
+    cpu = torch.device("cpu")
+    q = torch.zeros(2, 4, 16)
+    cache = torch.zeros(3, BLOCK_SIZE, 2, 16)
+    assert kernel.supports(q, cache)
+    assert not kernel.supports(q.to(torch.bfloat16), cache.to(torch.bfloat16))
+    assert not kernel.supports(q.transpose(1, 2), cache)  # heads not contiguous
+    assert resolve_backend("auto", cpu) == "cpu"
+    assert resolve_backend("cpu", cpu) == "cpu"
+    assert resolve_backend("torch", cpu) == "torch"
+    # bf16 models on CPU keep torch's path; asking for the kernel there is an error
+    assert resolve_backend("auto", cpu, torch.bfloat16) == "torch"
+    with pytest.raises(ValueError, match="'cpu' needs a float32 model on CPU"):
+        resolve_backend("cpu", cpu, torch.bfloat16)
+
+
+@pytest.mark.parametrize("window", [None, 16], ids=["llama", "mistral_window"])
+def test_engine_on_the_kernel_matches_torch_path(window: int | None) -> None:
+    from tests.unit.test_kernels import _engine_tokens
+
+    on_kernel = _engine_tokens("cpu", "cpu", window=window)
+    on_torch = _engine_tokens("cpu", "torch", window=window)
+    assert on_kernel == on_torch
+    assert all(len(t) == (4 if window is None else 40) for t in on_torch)
+
+
+_CHILD = (
+    "import json, os; from worker.model import native_attention as n; k = n.load(); "
+    "print(json.dumps(None if k is None else [str(k.path), os.stat(k.path).st_mtime_ns]))"
+)
+
+
+def _child(env: dict[str, str]) -> list[object] | None:
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result: list[object] | None = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_a_second_process_reuses_the_built_kernel(tmp_path: Path) -> None:
+    env = {**os.environ, "PLATFORM_ENGINE_KERNEL_CACHE_DIR": str(tmp_path)}
+    env.pop("CC", None)
+    first = _child(env)
+    assert first is not None and Path(str(first[0])).parent == tmp_path
+    # no compiler on PATH now: the second process can only load what the first built
+    no_compiler = {**env, "PATH": str(tmp_path / "empty")}
+    assert _child(no_compiler) == first
+    assert sorted(p.name for p in tmp_path.iterdir()) == [Path(str(first[0])).name]
+
+
+@pytest.mark.parametrize(
+    ("compiler", "reason"),
+    [("/nonexistent/cc", "no C compiler"), ("false", "failed")],
+    ids=["missing", "failing"],
+)
+def test_without_a_kernel_the_engine_keeps_torch_path(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    compiler: str,
+    reason: str,
+) -> None:
+    monkeypatch.setenv("PLATFORM_ENGINE_KERNEL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("CC", compiler)
+    native_attention.forget()
+    try:
+        assert native_attention.load() is None
+        assert reason in caplog.text
+        cpu = torch.device("cpu")
+        assert resolve_backend("auto", cpu) == "torch"
+        with pytest.raises(ValueError, match="needs a float32 model on CPU and a C compiler"):
+            resolve_backend("cpu", cpu)
+        assert list(tmp_path.iterdir()) == []  # no half-built file left behind
+    finally:
+        native_attention.forget()
