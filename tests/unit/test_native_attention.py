@@ -2,7 +2,7 @@
 reference: MHA/GQA/MQA, head sizes, sliding windows with blocks freed out of the window (a NaN
 null block it must never read), queries that are views of a fused projection, one and two
 threads; the whole engine on it against the torch path; its build cache shared by processes;
-and the fallback where it cannot be built.
+and the fallback where it cannot be built (for both CPU kernels).
 """
 
 from __future__ import annotations
@@ -133,34 +133,31 @@ def test_engine_on_the_kernel_matches_torch_path(window: int | None) -> None:
 
 
 _CHILD = (
-    "import json, os; from worker.model import native_attention as n; k = n.load(); "
-    "print(json.dumps(None if k is None else [str(k.path), os.stat(k.path).st_mtime_ns]))"
+    "import json, os; from worker.model import native_attention as a, native_ops as o; "
+    "ok = [a.load() is not None, o.load() is not None]; d = a.LIBRARY.path('cc').parent; "
+    "print(json.dumps([ok, sorted((p.name, p.stat().st_mtime_ns) for p in d.iterdir())]))"
 )
 
 
-def _child(env: dict[str, str]) -> list[object] | None:
+def _child(env: dict[str, str]) -> list[object]:
     proc = subprocess.run(
-        [sys.executable, "-c", _CHILD],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        [sys.executable, "-c", _CHILD], env=env, cwd=ROOT, capture_output=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    result: list[object] | None = json.loads(proc.stdout.strip().splitlines()[-1])
+    result: list[object] = json.loads(proc.stdout.strip().splitlines()[-1])
     return result
 
 
-def test_a_second_process_reuses_the_built_kernel(tmp_path: Path) -> None:
+def test_a_second_process_reuses_the_built_kernels(tmp_path: Path) -> None:
     env = {**os.environ, "PLATFORM_ENGINE_KERNEL_CACHE_DIR": str(tmp_path)}
     env.pop("CC", None)
     first = _child(env)
-    assert first is not None and Path(str(first[0])).parent == tmp_path
+    # both kernels built, nothing else left in the cache directory
+    assert first[0] == [True, True]
+    assert [name.split("-")[0] for name, _ in first[1]] == ["elementwise", "paged_decode"]
     # no compiler on PATH now: the second process can only load what the first built
     no_compiler = {**env, "PATH": str(tmp_path / "empty")}
     assert _child(no_compiler) == first
-    assert sorted(p.name for p in tmp_path.iterdir()) == [Path(str(first[0])).name]
 
 
 @pytest.mark.parametrize(
@@ -168,18 +165,22 @@ def test_a_second_process_reuses_the_built_kernel(tmp_path: Path) -> None:
     [("/nonexistent/cc", "no C compiler"), ("false", "failed")],
     ids=["missing", "failing"],
 )
-def test_without_a_kernel_the_engine_keeps_torch_path(
+def test_without_the_kernels_the_engine_keeps_torch_path(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
     compiler: str,
     reason: str,
 ) -> None:
+    from worker.model import native_ops
+
     monkeypatch.setenv("PLATFORM_ENGINE_KERNEL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", compiler)
-    native_attention.forget()
+    libraries = (native_attention.LIBRARY, native_ops.LIBRARY)
+    for library in libraries:
+        library.forget()
     try:
-        assert native_attention.load() is None
+        assert native_attention.load() is None and native_ops.load() is None
         assert reason in caplog.text
         cpu = torch.device("cpu")
         assert resolve_backend("auto", cpu) == "torch"
@@ -187,4 +188,5 @@ def test_without_a_kernel_the_engine_keeps_torch_path(
             resolve_backend("cpu", cpu)
         assert list(tmp_path.iterdir()) == []  # no half-built file left behind
     finally:
-        native_attention.forget()
+        for library in libraries:
+            library.forget()

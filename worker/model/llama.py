@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,9 @@ from torch import nn
 
 from common.model_config import ModelConfig, RopeScaling
 from worker.model.attention import AttentionMetadata, KVCacheLayer, paged_attention
+
+if TYPE_CHECKING:
+    from worker.model.native_ops import RowOps
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -84,9 +88,13 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(hidden_size))
         self.eps = eps
+        # CPU inference: the C kernel (worker.model.native_ops.attach), else torch
+        self.native: RowOps | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [..., hidden]; statistics in float32 whatever the model dtype
+        if self.native is not None and self.native.takes(x):
+            return self.native.rms_norm(x, self.weight, self.eps)
         if x.dtype == torch.float32:
             # one fused kernel, the same products and sum as the formula below
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
@@ -117,6 +125,8 @@ class Attention(nn.Module):
         if config.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps)
+        # CPU inference: the C rotary embedding (worker.model.native_ops.attach), else torch
+        self.native: RowOps | None = None
 
     def _qkv(
         self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
@@ -169,9 +179,15 @@ class Attention(nn.Module):
         # qkv: [num_tokens, (Hq + 2 Hkv) * D]
         qkv = self.qkv_proj(x)
         heads = self.num_heads + self.num_kv_heads
-        qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, heads, self.head_dim)
-        # qk: [num_tokens, Hq + Hkv, D], rotated
-        qk = _apply_rope(qk, cos.unsqueeze(-2), sin.unsqueeze(-2))
+        native = self.native
+        if native is not None and native.takes(qkv) and native.takes(cos) and native.takes(sin):
+            # rotated in place: qkv is this step's own buffer
+            native.rope_(qkv, heads, cos, sin)
+            qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, heads, self.head_dim)
+        else:
+            qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, heads, self.head_dim)
+            # qk: [num_tokens, Hq + Hkv, D], rotated
+            qk = _apply_rope(qk, cos.unsqueeze(-2), sin.unsqueeze(-2))
         v = qkv[:, self.q_size + self.kv_size :].view(num_tokens, self.num_kv_heads, self.head_dim)
         return qk[:, : self.num_heads], qk[:, self.num_heads :], v
 

@@ -1,5 +1,5 @@
-"""The CPU decode-attention kernel (``csrc/paged_decode.c``): built with the machine's C compiler
-on first use, cached on disk, called through ``ctypes``.
+"""The CPU decode-attention kernel (``csrc/paged_decode.c``; built and loaded by
+``worker.model.native_build``).
 
 Why C: a decode step's attention on CPU in torch gathers every sequence's blocks into a scratch
 buffer and runs SDPA over it, so each cached key and value crosses memory three times (read,
@@ -7,18 +7,8 @@ write, read again), padding included; the kernel reads them once, in place, from
 cache (vLLM's CPU backend does the same with its C++ kernels). Prompts keep torch's SDPA: there
 the work is matrix products, which torch already does well.
 
-The shared object is compiled for this machine (``-march=native``) and cached under
-``PLATFORM_ENGINE_KERNEL_CACHE_DIR`` (default ``~/.cache/platform/kernels``), keyed by the
-source, the flags, the compiler, the machine and its CPU's features: a second process loads it in
-about a millisecond, and a machine with another CPU builds its own (about 0.2 s; a worker starts
-that build beside its weight loading, ``prepare_in_background``). It uses OpenMP through the
-runtime torch has already loaded (torch is imported first), so its threads are torch's threads.
-Where there is no C compiler, or the build fails, ``load()`` returns None once (the reason is
-logged) and the engine keeps torch's path.
-
 Example:
 
-    >>> prepare_in_background()  # at process start: the build overlaps other start-up work
     >>> kernel = load()  # None without a C compiler
     >>> kernel.decode(q, k_cache, v_cache, block_tables, seq_lens, scale, window, out)
 """
@@ -26,64 +16,23 @@ Example:
 from __future__ import annotations
 
 import ctypes
-import functools
-import hashlib
-import logging
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
-import threading
-from pathlib import Path
 
 import torch
 
-log = logging.getLogger(__name__)
+from worker.model.native_build import FAST_MATH_FLAGS, NativeLibrary
 
-SOURCE = Path(__file__).with_name("csrc") / "paged_decode.c"
-# -ffast-math: the vectorised exp and reassociated sums (the source never relies on inf/NaN)
-CFLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared")
-BUILD_TIMEOUT_S = 120.0
+LIBRARY = NativeLibrary("paged_decode", FAST_MATH_FLAGS)
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 
 
-def cache_dir() -> Path:
-    explicit = os.environ.get("PLATFORM_ENGINE_KERNEL_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "platform" / "kernels"
-
-
-def _cpu_features() -> str:
-    """The CPU's model and feature flags (what -march=native compiles for)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor()
-    wanted = ("model name", "flags", "features", "cpu part")
-    return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
-
-
-def library_path(compiler: str) -> Path:
-    """Where the kernel built by ``compiler`` for this machine is cached."""
-    key = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(CFLAGS).encode(), compiler.encode()):
-        key.update(part)
-        key.update(b"\0")
-    key.update(f"{platform.machine()}\0{_cpu_features()}".encode())
-    return cache_dir() / f"paged_decode-{key.hexdigest()[:20]}.so"
-
-
 class DecodeKernel:
     """The loaded kernel."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._fn = ctypes.CDLL(str(path)).paged_decode_f32
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self.library = library
+        self._fn = library.paged_decode_f32
         self._fn.restype = ctypes.c_int
         self._fn.argtypes = [
             *(_P, _I64, _P, _P, _P, _I64, _P, _P),
@@ -151,61 +100,14 @@ class DecodeKernel:
             raise MemoryError("paged decode attention: out of memory for its score buffers")
 
 
-def build(compiler: str | None = None) -> Path:
-    """Compile the kernel for this machine unless cached; returns the shared object's path.
-
-    Raises ``RuntimeError`` with the compiler's message when it cannot be built.
-    """
-    compiler = compiler or os.environ.get("CC") or "cc"
-    path = library_path(compiler)
-    if path.exists():
-        return path
-    if shutil.which(compiler) is None:
-        raise RuntimeError(f"no C compiler ({compiler!r} is not on PATH)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # built beside its final name, then renamed: processes building at once never see half a file
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".build-", suffix=".so")
-    os.close(fd)
-    try:
-        cmd = [compiler, *CFLAGS, "-o", tmp, str(SOURCE), "-lm"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-        if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
-
-
-_LOCK = threading.Lock()
+_KERNEL: list[DecodeKernel] = []
 
 
 def load() -> DecodeKernel | None:
-    """The kernel, built if needed; None (logged once) where it cannot be built or loaded."""
-    with _LOCK:
-        return _load_once()
-
-
-def forget() -> None:
-    """Load again on the next ``load()`` (tests change the compiler or the cache directory)."""
-    with _LOCK:
-        _load_once.cache_clear()
-
-
-def prepare_in_background() -> None:
-    """Build (or find) the kernel on a thread: the compiler is a child process, so the build
-    runs beside whatever this process does next (a worker loads its weights)."""
-    threading.Thread(target=load, name="decode-kernel-build", daemon=True).start()
-
-
-@functools.cache
-def _load_once() -> DecodeKernel | None:
-    try:
-        path = build()
-        kernel = DecodeKernel(path)
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:
-        log.warning("CPU decode-attention kernel unavailable, using torch's path: %s", exc)
+    """The kernel, built if needed; None (logged once) where it cannot be built."""
+    library = LIBRARY.get()
+    if library is None:
         return None
-    log.info("CPU decode-attention kernel: %s", path)
-    return kernel
+    if not _KERNEL or _KERNEL[0].library is not library:
+        _KERNEL[:] = [DecodeKernel(library)]
+    return _KERNEL[0]

@@ -29,7 +29,7 @@ from worker.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, CacheSpec, EngineCo
 from worker.engine.outputs import SampleResult
 from worker.engine.sampling import request_generator, sample_batch
 from worker.engine.scheduler import ScheduledSequence, SchedulerOutput
-from worker.model import native_attention
+from worker.model import native_attention, native_ops
 from worker.model.attention import AttentionMetadata, Backend, KVCacheLayer
 from worker.model.host_memory import keep_freed_memory
 from worker.model.llama import LlamaModel
@@ -133,6 +133,9 @@ class ModelRunner:
             )
             for _ in range(mc.num_hidden_layers)
         ]
+        if self.backend == "cpu":
+            # RMSNorm and rotary embeddings in C too (worker.model.native_ops)
+            native_ops.attach(model, native_ops.load())
         self._generators: dict[str, torch.Generator | None] = {}
         # CPU: freed intermediates kept for the next step (worker.model.host_memory), and the
         # linear layers' weights reordered into oneDNN's blocked layout

@@ -75,11 +75,12 @@ def load_engine(
     from worker.runtime.loading import load_model
 
     if accelerator == "cpu":
-        from worker.model.native_attention import prepare_in_background
+        from worker.model import native_attention, native_ops
+        from worker.model.native_build import prepare_in_background
 
-        # the decode-attention kernel's first build on this machine (~0.2 s) runs beside
-        # the weight load instead of after it
-        prepare_in_background()
+        # the CPU kernels' first build on this machine (~0.2 s each) runs beside the weight
+        # load instead of after it
+        prepare_in_background(native_attention.LIBRARY, native_ops.LIBRARY)
     # a GPU worker loads straight into device memory; "cpu" workers stay on the host
     loaded = load_model(
         assignment.model_uri,
