@@ -133,8 +133,10 @@ def test_engine_on_the_kernel_matches_torch_path(window: int | None) -> None:
 
 
 _CHILD = (
-    "import json, os; from worker.model import native_attention as a, native_ops as o; "
+    "import json, os, torch; from worker.model import native_attention as a, native_ops as o; "
     "ok = [a.load() is not None, o.load() is not None]; d = a.LIBRARY.path('cc').parent; "
+    # loading them leaves the process's floating point alone (no flush-to-zero: subnormals stay)
+    "assert 5e-324 * 1.0 != 0.0 and float(torch.tensor([1e-40]) * 1.0) != 0.0; "
     "print(json.dumps([ok, sorted((p.name, p.stat().st_mtime_ns) for p in d.iterdir())]))"
 )
 

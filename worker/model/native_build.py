@@ -34,11 +34,15 @@ import torch  # noqa: F401  (loaded first: the kernels bind to torch's OpenMP ru
 log = logging.getLogger(__name__)
 
 CSRC = Path(__file__).with_name("csrc")
-COMMON_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared")
+COMMON_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC")
 # vectorised exp (glibc's libmvec) and reassociated sums; the source must not rely on inf/NaN
 FAST_MATH_FLAGS = (*COMMON_FLAGS, "-ffast-math")
 # every product and sum rounded as written, as torch's own ops round them
 EXACT_FLAGS = (*COMMON_FLAGS, "-ffp-contract=off")
+# NOTE: linked apart from compiling, without -ffast-math: linked with it, the library would
+# carry crtfastmath.o, which turns on flush-to-zero for the whole process when it is loaded
+# (subnormals become 0 in torch and Python too)
+LINK_FLAGS = ("-shared", "-fopenmp")
 BUILD_TIMEOUT_S = 120.0
 
 
@@ -74,7 +78,8 @@ class NativeLibrary:
     def path(self, compiler: str) -> Path:
         """Where this source built by ``compiler`` for this machine is cached."""
         key = hashlib.sha256()
-        for part in (self.source.read_bytes(), " ".join(self.flags).encode(), compiler.encode()):
+        flags = " ".join((*self.flags, "|", *LINK_FLAGS))
+        for part in (self.source.read_bytes(), flags.encode(), compiler.encode()):
             key.update(part)
             key.update(b"\0")
         key.update(f"{platform.machine()}\0{_cpu_features()}".encode())
@@ -96,15 +101,20 @@ class NativeLibrary:
         # a file
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".build-", suffix=".so")
         os.close(fd)
+        obj = tmp[: -len(".so")] + ".o"
         try:
-            cmd = [compiler, *self.flags, "-o", tmp, str(self.source), "-lm"]
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
-            if done.returncode != 0:
-                raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
+            for cmd in (
+                [compiler, *self.flags, "-c", "-o", obj, str(self.source)],
+                [compiler, *LINK_FLAGS, "-o", tmp, obj, "-lm"],
+            ):
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+                if done.returncode != 0:
+                    raise RuntimeError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
             os.replace(tmp, path)
         finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+            for leftover in (tmp, obj):
+                if os.path.exists(leftover):
+                    os.unlink(leftover)
         return path
 
     def get(self) -> ctypes.CDLL | None:
