@@ -11,12 +11,13 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+# one and two intra-op threads (the kernels split their work on torch's OpenMP threads)
+from tests.unit.test_native_ops import threads  # noqa: F401
 from worker.model import native_attention
 from worker.model.attention import paged_attention_ref
 from worker.model.runner import resolve_backend
@@ -82,18 +83,9 @@ def _reference(
     return paged_attention_ref(q, k_ref, v_ref, starts, lens, tables, scale, window)
 
 
-@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
-def threads(request: pytest.FixtureRequest) -> Iterator[int]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
-
-
+@pytest.mark.usefixtures("threads")
 @pytest.mark.parametrize("name", list(CASES))
-def test_decode_kernel_matches_reference(
-    kernel: native_attention.DecodeKernel, name: str, threads: int
-) -> None:
+def test_decode_kernel_matches_reference(kernel: native_attention.DecodeKernel, name: str) -> None:
     gen = torch.Generator().manual_seed(len(name))
     q, k_cache, v_cache, tables, lens_t, lens = _case(name, gen)
     window = CASES[name][3]

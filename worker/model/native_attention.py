@@ -31,7 +31,6 @@ class DecodeKernel:
     """The loaded kernel."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
-        self.library = library
         self._fn = library.paged_decode_f32
         self._fn.restype = ctypes.c_int
         self._fn.argtypes = [
@@ -100,14 +99,6 @@ class DecodeKernel:
             raise MemoryError("paged decode attention: out of memory for its score buffers")
 
 
-_KERNEL: list[DecodeKernel] = []
-
-
 def load() -> DecodeKernel | None:
     """The kernel, built if needed; None (logged once) where it cannot be built."""
-    library = LIBRARY.get()
-    if library is None:
-        return None
-    if not _KERNEL or _KERNEL[0].library is not library:
-        _KERNEL[:] = [DecodeKernel(library)]
-    return _KERNEL[0]
+    return LIBRARY.bind(DecodeKernel)

@@ -27,11 +27,15 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import torch  # noqa: F401  (loaded first: the kernels bind to torch's OpenMP runtime)
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 CSRC = Path(__file__).with_name("csrc")
 COMMON_FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC")
@@ -74,6 +78,8 @@ class NativeLibrary:
         self._lock = threading.Lock()
         self._loaded = False
         self._library: ctypes.CDLL | None = None
+        # (library, what bind() made of it)
+        self._bound: tuple[ctypes.CDLL, Any] | None = None
 
     def path(self, compiler: str) -> Path:
         """Where this source built by ``compiler`` for this machine is cached."""
@@ -125,10 +131,20 @@ class NativeLibrary:
                 self._loaded = True
             return self._library
 
+    def bind(self, wrap: Callable[[ctypes.CDLL], T]) -> T | None:
+        """``wrap(library)``, made once per loaded library; None where it cannot be loaded."""
+        library = self.get()
+        if library is None:
+            return None
+        with self._lock:
+            if self._bound is None or self._bound[0] is not library:
+                self._bound = (library, wrap(library))
+            return cast(T, self._bound[1])
+
     def forget(self) -> None:
         """Load again on the next ``get()`` (tests change the compiler or the cache)."""
         with self._lock:
-            self._loaded, self._library = False, None
+            self._loaded, self._library, self._bound = False, None, None
 
     def _load(self) -> ctypes.CDLL | None:
         try:

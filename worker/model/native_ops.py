@@ -37,7 +37,6 @@ class RowOps:
     """The loaded kernels."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
-        self.library = library
         self._rms_norm = library.rms_norm_f32
         self._rms_norm.restype = None
         self._rms_norm.argtypes = [_P, _I64, _P, _P, _I64, _I64, ctypes.c_float, ctypes.c_int]
@@ -92,17 +91,9 @@ class _UsesRowOps(Protocol):
     native: RowOps | None
 
 
-_OPS: list[RowOps] = []
-
-
 def load() -> RowOps | None:
     """The kernels, built if needed; None (logged once) where they cannot be built."""
-    library = LIBRARY.get()
-    if library is None:
-        return None
-    if not _OPS or _OPS[0].library is not library:
-        _OPS[:] = [RowOps(library)]
-    return _OPS[0]
+    return LIBRARY.bind(RowOps)
 
 
 def attach(model: nn.Module, ops: RowOps | None) -> int:
