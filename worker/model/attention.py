@@ -22,19 +22,21 @@ Three implementations with identical semantics:
   time) and ``attention_torch``: the same maths, batched (whole-prompt prefills use the new keys
   directly, decodes are gathered and run as one masked batch).
 - ``cpu``: ``attention_torch`` for prompts, and for decodes the C kernel of
-  ``worker.model.native_attention``, which reads the paged cache in place (float32).
+  ``worker.model.native_attention`` (``AttentionMetadata.decode_kernel``), which reads the paged
+  cache in place (float32).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 import torch.nn.functional as F
 
-from worker.model import native_attention
+if TYPE_CHECKING:
+    from worker.model.native_attention import DecodeKernel
 
 # (k_cache, v_cache) of one layer, each [num_blocks, block_size, num_kv_heads, head_dim]
 KVCacheLayer = tuple[torch.Tensor, torch.Tensor]
@@ -67,6 +69,8 @@ class AttentionMetadata:
     seq_lens_host: tuple[int, ...]
     # which implementation runs
     backend: Backend = "torch"
+    # the "cpu" backend's decode kernel (loaded once by the runner)
+    decode_kernel: DecodeKernel | None = None
     # scratch buffers of the torch path, allocated by the first layer and reused by the others
     workspace: dict[str, torch.Tensor] = field(default_factory=dict)
     # the torch path's per-step plans (decode groups), built by the first layer
@@ -184,7 +188,7 @@ def attention_torch(
     first = meta.num_prefill_tokens
     if first == q.shape[0]:
         return out
-    kernel = native_attention.load() if meta.backend == "cpu" else None
+    kernel = meta.decode_kernel
     if kernel is not None and kernel.supports(q, k_cache):
         decodes = slice(meta.num_prefills, None)
         kernel.decode(

@@ -180,13 +180,13 @@ class Attention(nn.Module):
         qkv = self.qkv_proj(x)
         heads = self.num_heads + self.num_kv_heads
         native = self.native
-        if native is not None and native.takes(qkv) and native.takes(cos) and native.takes(sin):
+        in_place = native is not None and all(native.takes(t) for t in (qkv, cos, sin))
+        if native is not None and in_place:
             # rotated in place: qkv is this step's own buffer
             native.rope_(qkv, heads, cos, sin)
-            qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, heads, self.head_dim)
-        else:
-            qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, heads, self.head_dim)
-            # qk: [num_tokens, Hq + Hkv, D], rotated
+        # qk: [num_tokens, Hq + Hkv, D], rotated
+        qk = qkv[:, : self.q_size + self.kv_size].view(num_tokens, heads, self.head_dim)
+        if not in_place:
             qk = _apply_rope(qk, cos.unsqueeze(-2), sin.unsqueeze(-2))
         v = qkv[:, self.q_size + self.kv_size :].view(num_tokens, self.num_kv_heads, self.head_dim)
         return qk[:, : self.num_heads], qk[:, self.num_heads :], v

@@ -78,8 +78,8 @@ class NativeLibrary:
         self._lock = threading.Lock()
         self._loaded = False
         self._library: ctypes.CDLL | None = None
-        # (library, what bind() made of it)
-        self._bound: tuple[ctypes.CDLL, Any] | None = None
+        # what bind() made of the loaded library (forget() drops both)
+        self._bound: Any = None
 
     def path(self, compiler: str) -> Path:
         """Where this source built by ``compiler`` for this machine is cached."""
@@ -137,9 +137,9 @@ class NativeLibrary:
         if library is None:
             return None
         with self._lock:
-            if self._bound is None or self._bound[0] is not library:
-                self._bound = (library, wrap(library))
-            return cast(T, self._bound[1])
+            if self._bound is None:
+                self._bound = wrap(library)
+            return cast(T, self._bound)
 
     def forget(self) -> None:
         """Load again on the next ``get()`` (tests change the compiler or the cache)."""

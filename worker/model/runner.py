@@ -133,6 +133,8 @@ class ModelRunner:
             )
             for _ in range(mc.num_hidden_layers)
         ]
+        # the "cpu" backend's kernels, loaded once (resolve_backend has built them)
+        self._decode_kernel = native_attention.load() if self.backend == "cpu" else None
         if self.backend == "cpu":
             # RMSNorm and rotary embeddings in C too (worker.model.native_ops)
             native_ops.attach(model, native_ops.load())
@@ -248,6 +250,7 @@ class ModelRunner:
             query_start_loc_host=tuple(query_start_loc),
             seq_lens_host=tuple(seq_lens),
             backend=self.backend,
+            decode_kernel=self._decode_kernel,
         )
         return (
             torch.tensor(input_ids, dtype=torch.long, device=dev),
