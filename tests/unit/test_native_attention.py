@@ -2,7 +2,7 @@
 reference: MHA/GQA/MQA, head sizes, sliding windows with blocks freed out of the window (a NaN
 null block it must never read), queries that are views of a fused projection, one and two
 threads; the whole engine on it against the torch path; its build cache shared by processes;
-and the fallback where it cannot be built (for both CPU kernels).
+and the fallback where it cannot be built (for every CPU kernel).
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ CASES: dict[str, tuple[int, int, int, int | None, list[int]]] = {
     "mqa_odd_head": (4, 1, 12, None, [33, 1, 90]),
     "gqa_head128_long": (4, 2, 128, None, [1000, 2]),
     "sliding_window": (4, 2, 16, 20, [70, 50, 21, 3]),
+    # query heads go four at a time: a group of 3, and one of 10 (4 + 4 + 2), head 40 (32 + 8)
+    "group_of_3": (6, 2, 32, None, [77, 3]),
+    "group_of_10": (10, 1, 40, None, [130, 16, 1]),
 }
 
 
@@ -126,7 +129,8 @@ def test_engine_on_the_kernel_matches_torch_path(window: int | None) -> None:
 
 _CHILD = (
     "import json, os, torch; from worker.model import native_attention as a, native_ops as o; "
-    "ok = [a.load() is not None, o.load() is not None]; d = a.LIBRARY.path('cc').parent; "
+    "ok = [k is not None for k in (a.load(), a.load_prefill(), o.load())]; "
+    "d = a.LIBRARY.path('cc').parent; "
     # loading them leaves the process's floating point alone (no flush-to-zero: subnormals stay)
     "assert 5e-324 * 1.0 != 0.0 and float(torch.tensor([1e-40]) * 1.0) != 0.0; "
     "print(json.dumps([ok, sorted((p.name, p.stat().st_mtime_ns) for p in d.iterdir())]))"
@@ -146,9 +150,10 @@ def test_a_second_process_reuses_the_built_kernels(tmp_path: Path) -> None:
     env = {**os.environ, "PLATFORM_ENGINE_KERNEL_CACHE_DIR": str(tmp_path)}
     env.pop("CC", None)
     first = _child(env)
-    # both kernels built, nothing else left in the cache directory
-    assert first[0] == [True, True]
-    assert [name.split("-")[0] for name, _ in first[1]] == ["elementwise", "paged_decode"]
+    # every kernel built, nothing else left in the cache directory
+    assert first[0] == [True, True, True]
+    names = [name.split("-")[0] for name, _ in first[1]]
+    assert names == ["elementwise", "paged_decode", "paged_prefill"]
     # no compiler on PATH now: the second process can only load what the first built
     no_compiler = {**env, "PATH": str(tmp_path / "empty")}
     assert _child(no_compiler) == first
@@ -170,11 +175,12 @@ def test_without_the_kernels_the_engine_keeps_torch_path(
 
     monkeypatch.setenv("PLATFORM_ENGINE_KERNEL_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("CC", compiler)
-    libraries = (native_attention.LIBRARY, native_ops.LIBRARY)
+    libraries = (native_attention.LIBRARY, native_attention.PREFILL_LIBRARY, native_ops.LIBRARY)
     for library in libraries:
         library.forget()
     try:
         assert native_attention.load() is None and native_ops.load() is None
+        assert native_attention.load_prefill() is None
         assert reason in caplog.text
         cpu = torch.device("cpu")
         assert resolve_backend("auto", cpu) == "torch"

@@ -1,7 +1,8 @@
 """RMSNorm and rotary embeddings in C (worker/model/csrc/elementwise.c) against torch's: the
 rotary embedding bit for bit, RMSNorm within float rounding; small and large row counts (the
 kernels go parallel from 64 rows), widths that are not a multiple of 8, one and two threads;
-and the model's modules using them only once attached, and only where they apply."""
+and the model's modules using them only once attached, and only where they apply; greedy
+sampling's argmax against torch's max(dim=-1): ties, NaN, rows banned entirely, tails."""
 
 from __future__ import annotations
 
@@ -98,3 +99,19 @@ def test_modules_use_the_kernels_once_attached_and_only_where_they_apply(
         assert norm.native is None
         detached = model.forward_all(ids)
     assert torch.allclose(attached, detached, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.usefixtures("threads")
+@pytest.mark.parametrize(("rows", "cols"), [(1, 1), (3, 31), (6, 32), (7, 100), (32, 32000)])
+def test_argmax_matches_torch_max(ops: native_ops.RowOps, rows: int, cols: int) -> None:
+    gen = torch.Generator().manual_seed(rows * cols)
+    # few distinct values: ties everywhere (the first maximum wins), in every lane and tail
+    x = torch.randint(0, 5, (rows, cols + 3), generator=gen).float()[:, 3:]
+    if rows >= 6:
+        x[1, cols // 2] = float("nan")  # NaN is the greatest: its first index
+        x[2] = float("-inf")  # a row a structured output banned entirely: index 0
+        x[3, -1] = x[3, cols // 3] = float("nan")
+        x[4, -1] = 9.0  # the maximum in the tail past the last whole vector
+        x[5, 0] = 9.0
+    assert x.stride(0) == cols + 3  # rows apart
+    assert ops.argmax(x) == x.max(dim=-1).indices.tolist()

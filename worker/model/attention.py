@@ -21,9 +21,9 @@ Three implementations with identical semantics:
 - ``torch``: ``store_kv_ref`` + ``paged_attention_ref`` (the specification, one sequence at a
   time) and ``attention_torch``: the same maths, batched (whole-prompt prefills use the new keys
   directly, decodes are gathered and run as one masked batch).
-- ``cpu``: ``attention_torch`` for prompts, and for decodes the C kernel of
-  ``worker.model.native_attention`` (``AttentionMetadata.decode_kernel``), which reads the paged
-  cache in place (float32).
+- ``cpu``: ``attention_torch`` with the C kernels of ``worker.model.native_attention``
+  (``AttentionMetadata.decode_kernel``, ``prefill_kernel``), which read the paged cache in place
+  (float32); a prompt's keys are read back from the cache, so every new token must have a slot.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 
 if TYPE_CHECKING:
-    from worker.model.native_attention import DecodeKernel
+    from worker.model.native_attention import DecodeKernel, PrefillKernel
 
 # (k_cache, v_cache) of one layer, each [num_blocks, block_size, num_kv_heads, head_dim]
 KVCacheLayer = tuple[torch.Tensor, torch.Tensor]
@@ -69,8 +69,9 @@ class AttentionMetadata:
     seq_lens_host: tuple[int, ...]
     # which implementation runs
     backend: Backend = "torch"
-    # the "cpu" backend's decode kernel (loaded once by the runner)
+    # the "cpu" backend's kernels (loaded once by the runner)
     decode_kernel: DecodeKernel | None = None
+    prefill_kernel: PrefillKernel | None = None
     # scratch buffers of the torch path, allocated by the first layer and reused by the others
     workspace: dict[str, torch.Tensor] = field(default_factory=dict)
     # the torch path's per-step plans (decode groups), built by the first layer
@@ -175,16 +176,23 @@ def attention_torch(
     q: [num_tokens, Hq, D]; k, v: this step's [num_tokens, Hkv, D]. Returns [num_tokens, Hq, D].
     """
     out = torch.empty_like(q)
-    starts, seq_lens = meta.query_start_loc_host, meta.seq_lens_host
-    for i in range(meta.num_prefills):
-        start, end = starts[i], starts[i + 1]
-        if seq_lens[i] == end - start:
-            # nothing cached before: the new keys are the whole sequence (no gather)
-            keys, values = k[start:end], v[start:end]
-        else:
-            keys = gather_kv(k_cache, meta.block_tables[i], seq_lens[i])
-            values = gather_kv(v_cache, meta.block_tables[i], seq_lens[i])
-        out[start:end] = _causal_attention(q[start:end], keys, values, scale, sliding_window)
+    prefill = meta.prefill_kernel
+    if meta.num_prefills and prefill is not None and prefill.supports(q, k_cache):
+        # every prompt of the step in one call, keys read back from the cache
+        prompts, tokens = slice(0, meta.num_prefills), slice(0, meta.num_prefill_tokens)
+        prefill.prefill(
+            q[tokens],
+            k_cache,
+            v_cache,
+            meta.block_tables[prompts],
+            meta.query_start_loc[: meta.num_prefills + 1],
+            meta.seq_lens[prompts],
+            scale,
+            sliding_window,
+            out[tokens],
+        )
+    else:
+        _prompt_attention(q, k, v, k_cache, v_cache, meta, scale, sliding_window, out)
     first = meta.num_prefill_tokens
     if first == q.shape[0]:
         return out
@@ -204,6 +212,30 @@ def attention_torch(
     else:
         out[first:] = _decode_attention(q[first:], k_cache, v_cache, meta, scale, sliding_window)
     return out
+
+
+def _prompt_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    meta: AttentionMetadata,
+    scale: float,
+    window: int | None,
+    out: torch.Tensor,
+) -> None:
+    """``out``'s prompt rows: one SDPA call per sequence with more than one new token."""
+    starts, seq_lens = meta.query_start_loc_host, meta.seq_lens_host
+    for i in range(meta.num_prefills):
+        start, end = starts[i], starts[i + 1]
+        if seq_lens[i] == end - start:
+            # nothing cached before: the new keys are the whole sequence (no gather)
+            keys, values = k[start:end], v[start:end]
+        else:
+            keys = gather_kv(k_cache, meta.block_tables[i], seq_lens[i])
+            values = gather_kv(v_cache, meta.block_tables[i], seq_lens[i])
+        out[start:end] = _causal_attention(q[start:end], keys, values, scale, window)
 
 
 def _causal_attention(

@@ -1,16 +1,22 @@
-"""The CPU decode-attention kernel (``csrc/paged_decode.c``; built and loaded by
-``worker.model.native_build``).
+"""The CPU attention kernels: decodes (``csrc/paged_decode.c``) and prompts
+(``csrc/paged_prefill.c``), built and loaded by ``worker.model.native_build``.
 
 Why C: a decode step's attention on CPU in torch gathers every sequence's blocks into a scratch
 buffer and runs SDPA over it, so each cached key and value crosses memory three times (read,
-write, read again), padding included; the kernel reads them once, in place, from the paged
-cache (vLLM's CPU backend does the same with its C++ kernels). Prompts keep torch's SDPA: there
-the work is matrix products, which torch already does well.
+write, read again), padding included; the decode kernel reads them once, in place, from the
+paged cache (vLLM's CPU backend does the same with its C++ kernels). For prompts, torch runs
+one SDPA call per sequence (a gather first where part of it was cached), at about half the
+machine's multiply-add rate on prompt-sized chunks; the prefill kernel runs every prompt of a
+step in one call, flash-attention style over the paged cache, at 1.5-2.3x that speed (measured
+on 8 query and 2 kv heads of 64, 100-1,000 tokens, 1-2 threads).
 
 Example:
 
     >>> kernel = load()  # None without a C compiler
     >>> kernel.decode(q, k_cache, v_cache, block_tables, seq_lens, scale, window, out)
+    >>> prefill = load_prefill()
+    >>> prefill.prefill(q, k_cache, v_cache, block_tables, query_start_loc, seq_lens, scale,
+    ...                 window, out)
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ import torch
 from worker.model.native_build import FAST_MATH_FLAGS, NativeLibrary
 
 LIBRARY = NativeLibrary("paged_decode", FAST_MATH_FLAGS)
+PREFILL_LIBRARY = NativeLibrary("paged_prefill", FAST_MATH_FLAGS)
+# the prefill kernel's widest head (its tile buffers are sized for it)
+PREFILL_MAX_HEAD_DIM = 256
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -99,6 +108,89 @@ class DecodeKernel:
             raise MemoryError("paged decode attention: out of memory for its score buffers")
 
 
+class PrefillKernel:
+    """The loaded prefill kernel."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self._fn = library.paged_prefill_f32
+        self._fn.restype = ctypes.c_int
+        self._fn.argtypes = [
+            *(_P, _I64, _P, _P, _P, _I64, _P, _P, _P),
+            *(_I64, _I64, _I64, _I64, _I64),
+            ctypes.c_float,
+            _I64,
+            ctypes.c_int,
+        ]
+
+    @staticmethod
+    def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
+        # the kernel works in whole 16-float vectors of a head
+        head_dim = q.shape[2]
+        return (
+            DecodeKernel.supports(q, k_cache)
+            and head_dim % 16 == 0
+            and head_dim <= PREFILL_MAX_HEAD_DIM
+        )
+
+    def prefill(
+        self,
+        q: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        block_tables: torch.Tensor,
+        query_start_loc: torch.Tensor,
+        seq_lens: torch.Tensor,
+        scale: float,
+        window: int | None,
+        out: torch.Tensor,
+    ) -> None:
+        """Sequence ``i``'s new tokens ``q[query_start_loc[i]:query_start_loc[i + 1]]`` attend
+        causally to its ``seq_lens[i]`` cached positions (theirs included: written first).
+
+        q: [tokens, Hq, D] float32, heads contiguous (tokens may be apart: a view of a fused
+        projection); out: [tokens, Hq, D] contiguous; caches: [num_blocks, block_size, Hkv, D];
+        block_tables: [n, max_blocks] int32 (rows contiguous); query_start_loc: [n + 1] int32
+        from 0; seq_lens: [n] int32, each at least its sequence's new tokens.
+        """
+        tokens, num_heads, head_dim = q.shape
+        _, block_size, num_kv_heads, _ = k_cache.shape
+        n = seq_lens.shape[0]
+        # NOTE: the C code trusts these; a wrong stride or dtype would read out of bounds
+        assert out.shape == q.shape and out.is_contiguous() and v_cache.shape == k_cache.shape
+        assert v_cache.is_contiguous() and block_tables.stride(1) == 1
+        assert block_tables.dtype == seq_lens.dtype == query_start_loc.dtype == torch.int32
+        assert block_tables.shape[0] == n and query_start_loc.shape == (n + 1,)
+        assert query_start_loc.is_contiguous() and seq_lens.is_contiguous()
+        assert num_heads % num_kv_heads == 0 and self.supports(q, k_cache)
+        assert int(query_start_loc[n]) == tokens
+        status = self._fn(
+            q.data_ptr(),
+            q.stride(0),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            block_tables.data_ptr(),
+            block_tables.stride(0),
+            query_start_loc.data_ptr(),
+            seq_lens.data_ptr(),
+            out.data_ptr(),
+            n,
+            num_heads,
+            num_kv_heads,
+            head_dim,
+            block_size,
+            scale,
+            window or 0,
+            torch.get_num_threads(),
+        )
+        if status != 0:
+            raise MemoryError("paged prefill attention: out of memory for its tile buffers")
+
+
 def load() -> DecodeKernel | None:
-    """The kernel, built if needed; None (logged once) where it cannot be built."""
+    """The decode kernel, built if needed; None (logged once) where it cannot be built."""
     return LIBRARY.bind(DecodeKernel)
+
+
+def load_prefill() -> PrefillKernel | None:
+    """The prefill kernel, built if needed; None (logged once) where it cannot be built."""
+    return PREFILL_LIBRARY.bind(PrefillKernel)

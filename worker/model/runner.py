@@ -133,11 +133,15 @@ class ModelRunner:
             )
             for _ in range(mc.num_hidden_layers)
         ]
-        # the "cpu" backend's kernels, loaded once (resolve_backend has built them)
-        self._decode_kernel = native_attention.load() if self.backend == "cpu" else None
+        # the "cpu" backend's kernels, loaded once (resolve_backend has built the decode one;
+        # prompts fall back to torch's SDPA where the prefill one cannot be built)
+        self._decode_kernel = self._prefill_kernel = self._row_ops = None
         if self.backend == "cpu":
-            # RMSNorm and rotary embeddings in C too (worker.model.native_ops)
-            native_ops.attach(model, native_ops.load())
+            self._decode_kernel = native_attention.load()
+            self._prefill_kernel = native_attention.load_prefill()
+            # RMSNorm, rotary embeddings and greedy argmax in C too (worker.model.native_ops)
+            self._row_ops = native_ops.load()
+            native_ops.attach(model, self._row_ops)
         self._generators: dict[str, torch.Generator | None] = {}
         # CPU: freed intermediates kept for the next step (worker.model.host_memory), and the
         # linear layers' weights reordered into oneDNN's blocked layout
@@ -203,6 +207,7 @@ class ModelRunner:
                 [seq.token_ids for seq in seqs],
                 [seq.num_prompt_tokens for seq in seqs],
                 banned,
+                argmax=None if self._row_ops is None else self._row_ops.argmax,
             )
 
     def _prepare(
@@ -251,6 +256,7 @@ class ModelRunner:
             seq_lens_host=tuple(seq_lens),
             backend=self.backend,
             decode_kernel=self._decode_kernel,
+            prefill_kernel=self._prefill_kernel,
         )
         return (
             torch.tensor(input_ids, dtype=torch.long, device=dev),

@@ -80,7 +80,9 @@ def load_engine(
 
         # the CPU kernels' first build on this machine (~0.2 s each) runs beside the weight
         # load instead of after it
-        prepare_in_background(native_attention.LIBRARY, native_ops.LIBRARY)
+        prepare_in_background(
+            native_attention.LIBRARY, native_attention.PREFILL_LIBRARY, native_ops.LIBRARY
+        )
     # a GPU worker loads straight into device memory; "cpu" workers stay on the host
     loaded = load_model(
         assignment.model_uri,

@@ -56,3 +56,73 @@ void rope_f32(float *x, int64_t token_stride, const float *cos_t, const float *s
         }
     }
 }
+
+/* GCC/Clang generic vectors of 16 floats and of 16 int32 (unaligned) */
+typedef float vf16 __attribute__((vector_size(64), aligned(4)));
+typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
+
+static inline vi16 pick_i(vi16 mask, vi16 a, vi16 b) { return (a & mask) | (b & ~mask); }
+static inline vf16 pick_f(vi16 mask, vf16 a, vf16 b)
+{
+    return (vf16)pick_i(mask, (vi16)a, (vi16)b);
+}
+
+/* index of row r's first maximum, NaN counting as the greatest (torch.max(dim=-1)); rows
+ * stride apart, 0 < cols < 2^31 */
+static int64_t argmax_row(const float *x, int64_t cols)
+{
+    int64_t j = 0, at = 0;
+    float top = x[0];
+    if (cols >= 32) {
+        /* two sets of 16 lanes, each lane the first maximum of its own columns so far */
+        const vi16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        vf16 b0 = *(const vf16 *)x, b1 = *(const vf16 *)(x + 16);
+        vi16 i0 = lane, i1 = lane + 16, nan = (b0 != b0) | (b1 != b1);
+        for (j = 32; j + 32 <= cols; j += 32) {
+            const vf16 v0 = *(const vf16 *)(x + j), v1 = *(const vf16 *)(x + j + 16);
+            const vi16 g0 = v0 > b0, g1 = v1 > b1;
+            b0 = pick_f(g0, v0, b0);
+            b1 = pick_f(g1, v1, b1);
+            i0 = pick_i(g0, lane + (int32_t)j, i0);
+            i1 = pick_i(g1, lane + (int32_t)(j + 16), i1);
+            nan |= (v0 != v0) | (v1 != v1);
+        }
+        int any_nan = 0;
+        for (int k = 0; k < 16; k++)
+            any_nan |= nan[k] != 0;
+        if (any_nan) {
+            for (int64_t t = 0;; t++)
+                if (x[t] != x[t])
+                    return t;
+        }
+        top = b0[0];
+        at = i0[0];
+        for (int k = 0; k < 16; k++) {
+            const float v[2] = {b0[k], b1[k]};
+            const int32_t i[2] = {i0[k], i1[k]};
+            for (int s = 0; s < 2; s++)
+                if (v[s] > top || (v[s] == top && i[s] < at)) {
+                    top = v[s];
+                    at = i[s];
+                }
+        }
+    }
+    /* the columns past the last whole 32 (all of them in a short row) */
+    for (; j < cols; j++) {
+        if (x[j] != x[j])
+            return j;
+        if (x[j] > top) {
+            top = x[j];
+            at = j;
+        }
+    }
+    return at;
+}
+
+void argmax_rows_f32(const float *x, int64_t stride, int64_t rows, int64_t cols, int64_t *out,
+                     int num_threads)
+{
+#pragma omp parallel for num_threads(num_threads) if (rows >= 4)
+    for (int64_t r = 0; r < rows; r++)
+        out[r] = argmax_row(x + r * stride, cols);
+}

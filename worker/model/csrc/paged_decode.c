@@ -12,9 +12,10 @@
  *   window        > 0: only the last `window` positions are visible (sliding window)
  *
  * Work is split over (sequence, kv head) pairs on OpenMP threads (torch's runtime: the library
- * is loaded after torch). Keys and values are read through per-token row pointers, once per
- * query head from cache-resident rows. The loops keep several independent accumulators so that
- * they are bound by memory, not by the latency of one chain of multiply-adds.
+ * is loaded after torch). Keys and values are read through per-token row pointers (a division
+ * per block, not per token), each row once for up to four query heads of the kv head's group,
+ * with software prefetch a few rows ahead: a decode's attention is bound by memory, and this
+ * keeps it streaming.
  *
  * Built with -ffast-math for the vectorised exp (glibc's libmvec) and reassociated sums; the
  * code therefore never relies on infinities or NaNs (the running max starts at a real score).
@@ -26,7 +27,9 @@
 
 /* GCC/Clang generic vectors: 8 floats (AVX2 registers, two NEON registers); unaligned */
 typedef float vf __attribute__((vector_size(32), aligned(4)));
-enum { W = 8 };
+/* W: floats per vector; AHEAD: rows prefetched ahead of the one being read (the rows of a
+ * sequence are pieces of its blocks: the hardware's stream prefetch alone falls behind) */
+enum { W = 8, AHEAD = 8 };
 
 static inline vf load(const float *p) { return *(const vf *)p; }
 static inline void store(float *p, vf v) { *(vf *)p = v; }
@@ -36,32 +39,37 @@ static inline float hsum(vf v)
     return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]));
 }
 
-/* s[t] = scale * q . keys[t]; four keys at a time (four independent sums) when d % W == 0 */
-static void scores(const float *restrict q, const float *restrict const *keys, int64_t count,
-                   int64_t d, float scale, float *restrict s)
+/* s[g][t] = scale * q[g] . keys[t] for the heads g < HEADS of a group at once (queries
+ * q_stride apart, scores s_stride apart), so each key row crosses memory once however many
+ * heads share it. HEADS is a constant at every call (the accumulators stay in registers). */
+static inline __attribute__((always_inline)) void
+scores(const float *restrict q, int64_t q_stride, const int HEADS,
+       const float *restrict const *keys, int64_t count, int64_t d, float scale,
+       float *restrict s, int64_t s_stride)
 {
-    int64_t t = 0;
-    if (d % W == 0) {
-        for (; t + 4 <= count; t += 4) {
-            vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-            for (int64_t x = 0; x < d; x += W) {
-                const vf qx = load(q + x);
-                a0 += qx * load(keys[t] + x);
-                a1 += qx * load(keys[t + 1] + x);
-                a2 += qx * load(keys[t + 2] + x);
-                a3 += qx * load(keys[t + 3] + x);
+    if (d % W != 0) {
+        for (int64_t t = 0; t < count; t++)
+            for (int g = 0; g < HEADS; g++) {
+                float acc = 0.f;
+                for (int64_t x = 0; x < d; x++)
+                    acc += q[g * q_stride + x] * keys[t][x];
+                s[g * s_stride + t] = acc * scale;
             }
-            s[t] = hsum(a0) * scale;
-            s[t + 1] = hsum(a1) * scale;
-            s[t + 2] = hsum(a2) * scale;
-            s[t + 3] = hsum(a3) * scale;
-        }
+        return;
     }
-    for (; t < count; t++) {
-        float acc = 0.f;
-        for (int64_t x = 0; x < d; x++)
-            acc += q[x] * keys[t][x];
-        s[t] = acc * scale;
+    for (int64_t t = 0; t < count; t++) {
+        vf a[4] = {{0}, {0}, {0}, {0}};
+        const float *k = keys[t];
+        if (t + AHEAD < count)
+            for (int64_t x = 0; x < d; x += 2 * W) /* a 64-byte line each */
+                __builtin_prefetch(keys[t + AHEAD] + x);
+        for (int64_t x = 0; x < d; x += W) {
+            const vf kx = load(k + x);
+            for (int g = 0; g < HEADS; g++)
+                a[g] += load(q + g * q_stride + x) * kx;
+        }
+        for (int g = 0; g < HEADS; g++)
+            s[g * s_stride + t] = hsum(a[g]) * scale;
     }
 }
 
@@ -84,40 +92,67 @@ static void softmax(float *restrict s, int64_t count)
         s[j] *= inv;
 }
 
-/* o = sum_t p[t] * values[t]: 32 output columns at a time in registers when d % W == 0 */
-static void weighted_sum(const float *restrict p, const float *restrict const *values,
-                         int64_t count, int64_t d, float *restrict o)
+/* o[g] = sum_t p[g][t] * values[t] for the heads g < HEADS at once (probabilities p_stride
+ * apart, outputs d apart): 32 columns of each head in registers, each value row read once */
+static inline __attribute__((always_inline)) void
+weighted_sum(const float *restrict p, int64_t p_stride, const int HEADS,
+             const float *restrict const *values, int64_t count, int64_t d, float *restrict o)
 {
     if (d % W != 0) {
-        for (int64_t x = 0; x < d; x++)
-            o[x] = 0.f;
-        for (int64_t t = 0; t < count; t++)
+        for (int g = 0; g < HEADS; g++) {
+            float *og = o + g * d;
             for (int64_t x = 0; x < d; x++)
-                o[x] += p[t] * values[t][x];
+                og[x] = 0.f;
+            for (int64_t t = 0; t < count; t++)
+                for (int64_t x = 0; x < d; x++)
+                    og[x] += p[g * p_stride + t] * values[t][x];
+        }
         return;
     }
     for (int64_t x0 = 0; x0 < d; x0 += 4 * W) {
-        const int64_t width = d - x0 < 4 * W ? d - x0 : 4 * W;
-        vf a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
-        for (int64_t t = 0; t < count; t++) {
-            const vf pt = splat(p[t]);
-            const float *v = values[t] + x0;
-            a0 += pt * load(v);
-            if (width > W)
-                a1 += pt * load(v + W);
-            if (width > 2 * W)
-                a2 += pt * load(v + 2 * W);
-            if (width > 3 * W)
-                a3 += pt * load(v + 3 * W);
+        /* the last columns of a head not a multiple of 32 wide: 1-3 vectors */
+        const int width = d - x0 < 4 * W ? (int)((d - x0) / W) : 4;
+        vf a[4][4];
+        for (int g = 0; g < HEADS; g++)
+            for (int c = 0; c < 4; c++)
+                a[g][c] = (vf){0};
+        if (width == 4) {
+            for (int64_t t = 0; t < count; t++) {
+                const float *v = values[t] + x0;
+                if (t + AHEAD < count) {
+                    __builtin_prefetch(values[t + AHEAD] + x0);
+                    __builtin_prefetch(values[t + AHEAD] + x0 + 2 * W);
+                }
+                const vf v0 = load(v), v1 = load(v + W), v2 = load(v + 2 * W), v3 = load(v + 3 * W);
+                for (int g = 0; g < HEADS; g++) {
+                    const vf pg = splat(p[g * p_stride + t]);
+                    a[g][0] += pg * v0;
+                    a[g][1] += pg * v1;
+                    a[g][2] += pg * v2;
+                    a[g][3] += pg * v3;
+                }
+            }
+        } else {
+            for (int64_t t = 0; t < count; t++)
+                for (int g = 0; g < HEADS; g++)
+                    for (int c = 0; c < width; c++)
+                        a[g][c] += splat(p[g * p_stride + t]) * load(values[t] + x0 + c * W);
         }
-        store(o + x0, a0);
-        if (width > W)
-            store(o + x0 + W, a1);
-        if (width > 2 * W)
-            store(o + x0 + 2 * W, a2);
-        if (width > 3 * W)
-            store(o + x0 + 3 * W, a3);
+        for (int g = 0; g < HEADS; g++)
+            for (int c = 0; c < width; c++)
+                store(o + g * d + x0 + c * W, a[g][c]);
     }
+}
+
+/* the heads [g0, g0 + HEADS) of kv head h's group: scores, softmax, weighted sums */
+static inline __attribute__((always_inline)) void
+heads(const float *q, const int HEADS, const float *const *keys, const float *const *values,
+      int64_t count, int64_t d, float scale, float *s, float *o)
+{
+    scores(q, d, HEADS, keys, count, d, scale, s, count);
+    for (int g = 0; g < HEADS; g++)
+        softmax(s + g * count, count);
+    weighted_sum(s, count, HEADS, values, count, d, o);
 }
 
 int paged_decode_f32(const float *q, int64_t q_stride, const float *k_cache, const float *v_cache,
@@ -149,19 +184,35 @@ int paged_decode_f32(const float *q, int64_t q_stride, const float *k_cache, con
         }
         const float **keys = rows, **values = rows + count;
         const int32_t *table = block_tables + i * table_stride;
-        for (int64_t t = first; t < len; t++) {
-            const int64_t at = (int64_t)table[t / block_size] * block_stride +
-                               (t % block_size) * token_stride + h * d;
-            keys[t - first] = k_cache + at;
-            values[t - first] = v_cache + at;
+        /* a division per block, not per token */
+        for (int64_t t = first; t < len;) {
+            const int64_t b = t / block_size;
+            const int64_t base = (int64_t)table[b] * block_stride + h * d;
+            const int64_t end = (b + 1) * block_size < len ? (b + 1) * block_size : len;
+            for (; t < end; t++) {
+                const int64_t at = base + (t - b * block_size) * token_stride;
+                keys[t - first] = k_cache + at;
+                values[t - first] = v_cache + at;
+            }
         }
-        /* the query heads of kv head h (GQA) are consecutive */
-        for (int64_t g = 0; g < group; g++) {
+        /* the query heads of kv head h (GQA) are consecutive: four at a time */
+        for (int64_t g = 0; g < group; g += 4) {
             const int64_t head = h * group + g;
-            float *sg = s + g * count;
-            scores(q + i * q_stride + head * d, keys, count, d, scale, sg);
-            softmax(sg, count);
-            weighted_sum(sg, values, count, d, out + (i * num_heads + head) * d);
+            const float *qg = q + i * q_stride + head * d;
+            float *sg = s + g * count, *og = out + (i * num_heads + head) * d;
+            switch (group - g < 4 ? group - g : 4) {
+            case 4:
+                heads(qg, 4, keys, values, count, d, scale, sg, og);
+                break;
+            case 3:
+                heads(qg, 3, keys, values, count, d, scale, sg, og);
+                break;
+            case 2:
+                heads(qg, 2, keys, values, count, d, scale, sg, og);
+                break;
+            default:
+                heads(qg, 1, keys, values, count, d, scale, sg, og);
+            }
         }
         free(rows);
         free(s);
