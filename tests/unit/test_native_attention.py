@@ -1,7 +1,8 @@
 """The CPU decode-attention kernel (worker/model/csrc/paged_decode.c) against the torch
 reference: MHA/GQA/MQA, head sizes, sliding windows with blocks freed out of the window (a NaN
 null block it must never read), queries that are views of a fused projection, one and two
-threads; the whole engine on it against the torch path; its build cache shared by processes;
+threads; its store of a step's keys and values against store_kv_ref; the whole engine on it
+against the torch path; its build cache shared by processes;
 and the fallback where it cannot be built (for every CPU kernel).
 """
 
@@ -19,7 +20,7 @@ import torch
 # one and two intra-op threads (the kernels split their work on torch's OpenMP threads)
 from tests.unit.test_native_ops import threads  # noqa: F401
 from worker.model import native_attention
-from worker.model.attention import paged_attention_ref
+from worker.model.attention import paged_attention_ref, store_kv_ref
 from worker.model.runner import resolve_backend
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,6 +100,24 @@ def test_decode_kernel_matches_reference(kernel: native_attention.DecodeKernel, 
     ref = _reference(q, k_cache, v_cache, tables, lens, window)
     assert torch.isfinite(out).all()
     assert float((out - ref).abs().max()) <= 1e-5
+
+
+@pytest.mark.usefixtures("threads")
+@pytest.mark.parametrize("tokens", [5, 300])  # the copy goes parallel from 256 tokens
+def test_store_writes_what_store_kv_ref_writes(
+    kernel: native_attention.DecodeKernel, tokens: int
+) -> None:
+    gen = torch.Generator().manual_seed(tokens)
+    # k, v: views of a fused projection [tokens, (Hq + 2 Hkv) * D] with Hq 4, Hkv 2, D 16
+    fused = torch.randn(tokens, 8, 16, generator=gen)
+    k, v = fused[:, 4:6], fused[:, 6:]
+    slots = torch.randperm(40 * BLOCK_SIZE, generator=gen)[:tokens]
+    slots[::7] = -1  # skipped
+    caches = [torch.randn(40, BLOCK_SIZE, 2, 16, generator=gen) for _ in range(2)]
+    want = [c.clone() for c in caches]
+    store_kv_ref(k, v, *want, slots)
+    kernel.store(k, v, *caches, slots)
+    assert torch.equal(caches[0], want[0]) and torch.equal(caches[1], want[1])
 
 
 def test_kernel_is_used_only_where_it_applies(kernel: native_attention.DecodeKernel) -> None:

@@ -1,5 +1,6 @@
 """RMSNorm and rotary embeddings in C (worker/model/csrc/elementwise.c) against torch's: the
-rotary embedding bit for bit, RMSNorm within float rounding; small and large row counts (the
+rotary embedding bit for bit, RMSNorm within float rounding (and with the residual sum before
+it, the sum then the same norm); small and large row counts (the
 kernels go parallel from 64 rows), widths that are not a multiple of 8, one and two threads;
 and the model's modules using them only once attached, and only where they apply; greedy
 sampling's argmax against torch's max(dim=-1): ties, NaN, rows banned entirely, tails."""
@@ -43,6 +44,20 @@ def test_rms_norm_matches_torch(
     want = F.rms_norm(x, (hidden,), weight, 1e-6)
     assert got.shape == want.shape
     assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("rows", "hidden"), [(1, 512), (33, 36), (300, 512)])
+def test_add_rms_norm_is_the_sum_then_the_norm(
+    ops: native_ops.RowOps, threads: int, rows: int, hidden: int
+) -> None:
+    gen = torch.Generator().manual_seed(rows)
+    branch, residual = torch.randn(2, rows, hidden, generator=gen).unbind()
+    weight = torch.randn(hidden, generator=gen)
+    total = branch + residual
+    out = ops.add_rms_norm_(branch, residual, weight, 1e-6)
+    # the sum lands in residual bit for bit; the norm is rms_norm's of it, bit for bit
+    assert torch.equal(residual, total)
+    assert torch.equal(out, ops.rms_norm(total, weight, 1e-6))
 
 
 @pytest.mark.parametrize(

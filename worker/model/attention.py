@@ -107,7 +107,11 @@ def paged_attention(
             scale,
             sliding_window,
         )
-    store_kv_ref(k, v, k_cache, v_cache, meta.slot_mapping)
+    kernel = meta.decode_kernel
+    if kernel is not None and kernel.supports(k, k_cache) and kernel.supports(v, v_cache):
+        kernel.store(k, v, k_cache, v_cache, meta.slot_mapping)
+    else:
+        store_kv_ref(k, v, k_cache, v_cache, meta.slot_mapping)
     return attention_torch(q, k, v, k_cache, v_cache, meta, scale, sliding_window)
 
 

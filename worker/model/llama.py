@@ -19,7 +19,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 import torch.nn.functional as F
@@ -103,6 +103,18 @@ class RMSNorm(nn.Module):
         variance = x32.pow(2).mean(-1, keepdim=True)
         x32 = x32 * torch.rsqrt(variance + self.eps)
         return self.weight * x32.to(input_dtype)
+
+    def add_forward(
+        self, branch: torch.Tensor, residual: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual sum and its norm: ``(forward(branch + residual), branch + residual)``.
+        Inference only: the sum is written into one of the two (both are the step's own)."""
+        native = self.native
+        if native is not None and native.takes(branch) and native.takes(residual):
+            # one pass: the sum into residual, its norm out (the C kernel)
+            return native.add_rms_norm_(branch, residual, self.weight, self.eps), residual
+        total = branch.add_(residual)
+        return self(total), total
 
 
 class Attention(nn.Module):
@@ -244,24 +256,34 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """Training / scoring: whole rows, no cache. x: [batch, seq, hidden]; pre-norm
+        residuals."""
+        x = x + self.self_attn.forward_dense(self.input_layernorm(x), cos, sin)
+        out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
+        return out
+
+    def step(
         self,
-        x: torch.Tensor,
+        branch: torch.Tensor,
+        residual: torch.Tensor | None,
         cos: torch.Tensor,
         sin: torch.Tensor,
-        kv_cache: KVCacheLayer | None,
-        meta: AttentionMetadata | None,
-    ) -> torch.Tensor:
-        # x: [num_tokens, hidden] (paged) or [batch, seq, hidden] (dense); pre-norm residuals
-        h = self.input_layernorm(x)
-        if kv_cache is None or meta is None:
-            x = x + self.self_attn.forward_dense(h, cos, sin)
-            out: torch.Tensor = x + self.mlp(self.post_attention_layernorm(x))
-            return out
-        # paged (inference): each residual sum lands in the branch's fresh output;
-        # branch + x is x + branch bit for bit
-        x = self.self_attn(h, cos, sin, kv_cache, meta).add_(x)
-        return self.mlp.forward_inference(self.post_attention_layernorm(x)).add_(x)
+        kv_cache: KVCacheLayer,
+        meta: AttentionMetadata,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The paged path, the residual stream kept apart: the layer's input is ``branch +
+        residual`` (``branch`` alone for the first layer), its output the pair it returns (the
+        next norm adds them as it normalises). branch + residual is residual + branch bit for
+        bit, so this is ``forward`` to the last bit."""
+        # branch, residual: [num_tokens, hidden]
+        if residual is None:
+            residual, h = branch, self.input_layernorm(branch)
+        else:
+            h, residual = self.input_layernorm.add_forward(branch, residual)
+        attended = self.self_attn(h, cos, sin, kv_cache, meta)
+        h, residual = self.post_attention_layernorm.add_forward(attended, residual)
+        return self.mlp.forward_inference(h), residual
 
 
 class DecoderStack(nn.Module):
@@ -310,10 +332,14 @@ class LlamaModel(nn.Module):
         # x: [num_tokens, hidden]; cos, sin: [num_tokens, D]
         x = self.model.embed_tokens(input_ids)
         cos, sin = self._rope(positions, x.dtype)
-        for layer, kv_cache in zip(self.model.layers, kv_caches, strict=True):
-            x = layer(x, cos, sin, kv_cache, meta)
-        out: torch.Tensor = self.model.norm(x)
-        return out
+        residual: torch.Tensor | None = None
+        layers = cast(list[DecoderLayer], self.model.layers)
+        for layer, kv_cache in zip(layers, kv_caches, strict=True):
+            x, residual = layer.step(x, residual, cos, sin, kv_cache, meta)
+        if residual is None:
+            out: torch.Tensor = self.model.norm(x)
+            return out
+        return self.model.norm.add_forward(x, residual)[0]
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """hidden: [n, hidden] -> float32 logits [n, vocab] (lm_head in the model's dtype)."""
@@ -331,7 +357,7 @@ class LlamaModel(nn.Module):
         x = self.model.embed_tokens(input_ids)
         cos, sin = self._rope(positions, x.dtype)
         for layer in self.model.layers:
-            x = layer(x, cos, sin, None, None)
+            x = layer(x, cos, sin)
         logits: torch.Tensor = self.lm_head(self.model.norm(x))
         return logits
 

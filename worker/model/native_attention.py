@@ -50,6 +50,10 @@ class DecodeKernel:
             ctypes.c_int,
         ]
 
+        self._store = library.store_kv_f32
+        self._store.restype = None
+        self._store.argtypes = [_P, _I64, _P, _I64, _P, _P, _P, _I64, _I64, ctypes.c_int]
+
     @staticmethod
     def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
         return (
@@ -106,6 +110,38 @@ class DecodeKernel:
         )
         if status != 0:
             raise MemoryError("paged decode attention: out of memory for its score buffers")
+
+    def store(
+        self,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> None:
+        """``store_kv_ref`` in one pass: token ``t``'s keys and values to slot
+        ``slot_mapping[t]`` of the caches, slots < 0 skipped. k, v: [tokens, Hkv, D] float32,
+        heads contiguous (tokens may be apart); slot_mapping: [tokens] int64 below the caches'
+        slot count (the runner's invariant)."""
+        tokens, num_kv_heads, head_dim = k.shape
+        # NOTE: the C code trusts these; a wrong stride or dtype would write out of bounds
+        assert v.shape == k.shape and k_cache.shape[2:] == (num_kv_heads, head_dim)
+        assert self.supports(k, k_cache) and self.supports(v, v_cache)
+        assert v_cache.shape == k_cache.shape and v_cache.is_contiguous()
+        assert slot_mapping.dtype == torch.int64 and slot_mapping.shape == (tokens,)
+        assert slot_mapping.is_contiguous()
+        self._store(
+            k.data_ptr(),
+            k.stride(0),
+            v.data_ptr(),
+            v.stride(0),
+            k_cache.data_ptr(),
+            v_cache.data_ptr(),
+            slot_mapping.data_ptr(),
+            tokens,
+            num_kv_heads * head_dim,
+            torch.get_num_threads(),
+        )
 
 
 class PrefillKernel:

@@ -45,6 +45,9 @@ class RowOps:
         self._rope = library.rope_f32
         self._rope.restype = None
         self._rope.argtypes = [_P, _I64, _P, _P, _I64, _I64, _I64, ctypes.c_int]
+        self._add_rms_norm = library.add_rms_norm_f32
+        self._add_rms_norm.restype = None
+        self._add_rms_norm.argtypes = [_P, _P, _P, _P, _I64, _I64, ctypes.c_float, ctypes.c_int]
         self._argmax = library.argmax_rows_f32
         self._argmax.restype = None
         self._argmax.argtypes = [_P, _I64, _I64, _I64, _P, ctypes.c_int]
@@ -66,6 +69,28 @@ class RowOps:
             weight.data_ptr(),
             out.data_ptr(),
             rows,
+            hidden,
+            eps,
+            torch.get_num_threads(),
+        )
+        return out
+
+    def add_rms_norm_(
+        self, branch: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> torch.Tensor:
+        """``residual += branch`` in place (as ``branch + residual``, bit for bit), then
+        ``rms_norm(residual)``, in one pass. branch, residual: [..., hidden] float32
+        contiguous, the same shape. Returns the norm, a new tensor."""
+        hidden = residual.shape[-1]
+        assert self.takes(branch) and self.takes(residual) and branch.shape == residual.shape
+        assert self.takes(weight) and weight.shape == (hidden,)
+        out = torch.empty_like(residual)
+        self._add_rms_norm(
+            branch.data_ptr(),
+            residual.data_ptr(),
+            weight.data_ptr(),
+            out.data_ptr(),
+            residual.numel() // hidden,
             hidden,
             eps,
             torch.get_num_threads(),

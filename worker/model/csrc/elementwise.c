@@ -1,5 +1,6 @@
 /* Row-wise operations of a Llama layer on CPU, one pass over memory each where torch runs
- * several ops (each with its own temporary): RMSNorm and rotary embeddings. float32.
+ * several ops (each with its own temporary): RMSNorm (with the residual sum before it), rotary
+ * embeddings, and the argmax of greedy sampling. float32.
  * worker.model.native_ops builds and calls this.
  *
  * Built WITHOUT -ffast-math and with -ffp-contract=off: every product and sum is rounded as in
@@ -9,28 +10,46 @@
 #include <math.h>
 #include <stdint.h>
 
+/* o = weight * (x * (1 / sqrt(mean(x^2) + eps))), one row */
+static void norm_row(const float *xr, const float *weight, float *o, int64_t hidden, float eps)
+{
+    /* eight partial sums (vectorisable without reassociation flags) */
+    float part[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= hidden; j += 8)
+        for (int k = 0; k < 8; k++)
+            part[k] += xr[j + k] * xr[j + k];
+    float sum = ((part[0] + part[4]) + (part[1] + part[5])) +
+                ((part[2] + part[6]) + (part[3] + part[7]));
+    for (; j < hidden; j++)
+        sum += xr[j] * xr[j];
+    const float inv = 1.f / sqrtf(sum / (float)hidden + eps);
+    for (j = 0; j < hidden; j++)
+        o[j] = weight[j] * (xr[j] * inv);
+}
+
 /* out[r] = weight * (x[r] * (1 / sqrt(mean(x[r]^2) + eps))); x rows x_stride apart, out
  * contiguous [rows, hidden] */
 void rms_norm_f32(const float *x, int64_t x_stride, const float *weight, float *out, int64_t rows,
                   int64_t hidden, float eps, int num_threads)
 {
 #pragma omp parallel for num_threads(num_threads) if (rows >= 64)
+    for (int64_t r = 0; r < rows; r++)
+        norm_row(x + r * x_stride, weight, out + r * hidden, hidden, eps);
+}
+
+/* A layer's residual sum and the next norm in one pass: residual[r] = branch[r] + residual[r]
+ * (in place), out[r] = the norm of it as rms_norm_f32; all [rows, hidden] contiguous */
+void add_rms_norm_f32(const float *branch, float *residual, const float *weight, float *out,
+                      int64_t rows, int64_t hidden, float eps, int num_threads)
+{
+#pragma omp parallel for num_threads(num_threads) if (rows >= 64)
     for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * x_stride;
-        float *o = out + r * hidden;
-        /* eight partial sums (vectorisable without reassociation flags) */
-        float part[8] = {0};
-        int64_t j = 0;
-        for (; j + 8 <= hidden; j += 8)
-            for (int k = 0; k < 8; k++)
-                part[k] += xr[j + k] * xr[j + k];
-        float sum = ((part[0] + part[4]) + (part[1] + part[5])) +
-                    ((part[2] + part[6]) + (part[3] + part[7]));
-        for (; j < hidden; j++)
-            sum += xr[j] * xr[j];
-        const float inv = 1.f / sqrtf(sum / (float)hidden + eps);
-        for (j = 0; j < hidden; j++)
-            o[j] = weight[j] * (xr[j] * inv);
+        float *xr = residual + r * hidden;
+        const float *br = branch + r * hidden;
+        for (int64_t j = 0; j < hidden; j++)
+            xr[j] = br[j] + xr[j];
+        norm_row(xr, weight, out + r * hidden, hidden, eps);
     }
 }
 

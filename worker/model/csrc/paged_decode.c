@@ -24,6 +24,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* GCC/Clang generic vectors: 8 floats (AVX2 registers, two NEON registers); unaligned */
 typedef float vf __attribute__((vector_size(32), aligned(4)));
@@ -218,4 +219,20 @@ int paged_decode_f32(const float *q, int64_t q_stride, const float *k_cache, con
         free(s);
     }
     return failed ? -1 : 0;
+}
+
+/* The step's new keys and values into the cache: token t's rows (row_floats floats: every kv
+ * head) go to slot slots[t] of the flattened caches; slots < 0 are skipped. k and v rows are
+ * k_stride / v_stride floats apart (views of a fused projection). */
+void store_kv_f32(const float *k, int64_t k_stride, const float *v, int64_t v_stride,
+                  float *k_cache, float *v_cache, const int64_t *slots, int64_t tokens,
+                  int64_t row_floats, int num_threads)
+{
+#pragma omp parallel for num_threads(num_threads) if (tokens >= 256)
+    for (int64_t t = 0; t < tokens; t++) {
+        if (slots[t] < 0)
+            continue;
+        memcpy(k_cache + slots[t] * row_floats, k + t * k_stride, sizeof(float) * (size_t)row_floats);
+        memcpy(v_cache + slots[t] * row_floats, v + t * v_stride, sizeof(float) * (size_t)row_floats);
+    }
 }
