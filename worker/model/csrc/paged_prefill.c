@@ -304,8 +304,8 @@ int paged_prefill_f32(const float *q, int64_t q_stride, const float *k_cache, co
         }
     }
     qsort(jobs, (size_t)count, sizeof(struct job), by_cost);
-    /* per thread: a tile's buffers, rounded up to whole vectors */
-    const size_t floats = (size_t)(d * ROWS * 2 + KEYS * ROWS + 2 * ROWS);
+    /* per thread: a tile's buffers (a whole number of 64-byte lines, as aligned_alloc wants) */
+    const size_t floats = (size_t)(d * ROWS * 2 + KEYS * ROWS + 2 * ROWS + W - 1) / W * W;
     int failed = 0;
 #pragma omp parallel num_threads(num_threads)
     {
