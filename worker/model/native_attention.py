@@ -22,6 +22,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import torch
 
@@ -36,19 +37,46 @@ _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
 
 
+# both attention kernels' leading arguments (``_arguments``)
+_ARGUMENT_TYPES: list[type[ctypes._SimpleCData[Any]]] = [
+    *(_P, _I64, _P, _P, _P, _I64, _P, _P),
+    *(_I64, _I64, _I64, _I64, _I64),
+    ctypes.c_float,
+    _I64,
+    ctypes.c_int,
+]
+
+
+def _arguments(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    seq_lens: torch.Tensor,
+    scale: float,
+    window: int | None,
+    out: torch.Tensor,
+) -> tuple[int | float, ...]:
+    """The attention kernels' leading arguments (the caller has checked the layouts)."""
+    _, num_heads, head_dim = q.shape
+    _, block_size, num_kv_heads, _ = k_cache.shape
+    return (
+        *(q.data_ptr(), q.stride(0), k_cache.data_ptr(), v_cache.data_ptr()),
+        *(block_tables.data_ptr(), block_tables.stride(0), seq_lens.data_ptr(), out.data_ptr()),
+        *(seq_lens.shape[0], num_heads, num_kv_heads, head_dim, block_size),
+        scale,
+        window or 0,
+        torch.get_num_threads(),
+    )
+
+
 class DecodeKernel:
     """The loaded kernel."""
 
     def __init__(self, library: ctypes.CDLL) -> None:
         self._fn = library.paged_decode_f32
         self._fn.restype = ctypes.c_int
-        self._fn.argtypes = [
-            *(_P, _I64, _P, _P, _P, _I64, _P, _P),
-            *(_I64, _I64, _I64, _I64, _I64),
-            ctypes.c_float,
-            _I64,
-            ctypes.c_int,
-        ]
+        self._fn.argtypes = _ARGUMENT_TYPES
 
         self._store = library.store_kv_f32
         self._store.restype = None
@@ -82,8 +110,7 @@ class DecodeKernel:
         projection); out: [n, Hq, D] contiguous; caches: [num_blocks, block_size, Hkv, D];
         block_tables: [n, max_blocks] int32 (rows contiguous); seq_lens: [n] int32 (>= 1).
         """
-        n, num_heads, head_dim = q.shape
-        _, block_size, num_kv_heads, _ = k_cache.shape
+        n, num_heads, num_kv_heads = q.shape[0], q.shape[1], k_cache.shape[2]
         # NOTE: the C code trusts these; a wrong stride or dtype would read out of bounds
         assert out.shape == q.shape and out.is_contiguous() and v_cache.shape == k_cache.shape
         assert v_cache.is_contiguous() and block_tables.dtype == seq_lens.dtype == torch.int32
@@ -91,22 +118,7 @@ class DecodeKernel:
         assert seq_lens.is_contiguous() and num_heads % num_kv_heads == 0
         assert self.supports(q, k_cache)
         status = self._fn(
-            q.data_ptr(),
-            q.stride(0),
-            k_cache.data_ptr(),
-            v_cache.data_ptr(),
-            block_tables.data_ptr(),
-            block_tables.stride(0),
-            seq_lens.data_ptr(),
-            out.data_ptr(),
-            n,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            block_size,
-            scale,
-            window or 0,
-            torch.get_num_threads(),
+            *_arguments(q, k_cache, v_cache, block_tables, seq_lens, scale, window, out)
         )
         if status != 0:
             raise MemoryError("paged decode attention: out of memory for its score buffers")
@@ -150,13 +162,7 @@ class PrefillKernel:
     def __init__(self, library: ctypes.CDLL) -> None:
         self._fn = library.paged_prefill_f32
         self._fn.restype = ctypes.c_int
-        self._fn.argtypes = [
-            *(_P, _I64, _P, _P, _P, _I64, _P, _P, _P),
-            *(_I64, _I64, _I64, _I64, _I64),
-            ctypes.c_float,
-            _I64,
-            ctypes.c_int,
-        ]
+        self._fn.argtypes = [*_ARGUMENT_TYPES, _P]
 
     @staticmethod
     def supports(q: torch.Tensor, k_cache: torch.Tensor) -> bool:
@@ -188,8 +194,7 @@ class PrefillKernel:
         block_tables: [n, max_blocks] int32 (rows contiguous); query_start_loc: [n + 1] int32
         from 0; seq_lens: [n] int32, each at least its sequence's new tokens.
         """
-        tokens, num_heads, head_dim = q.shape
-        _, block_size, num_kv_heads, _ = k_cache.shape
+        tokens, num_heads, num_kv_heads = q.shape[0], q.shape[1], k_cache.shape[2]
         n = seq_lens.shape[0]
         # NOTE: the C code trusts these; a wrong stride or dtype would read out of bounds
         assert out.shape == q.shape and out.is_contiguous() and v_cache.shape == k_cache.shape
@@ -199,25 +204,8 @@ class PrefillKernel:
         assert query_start_loc.is_contiguous() and seq_lens.is_contiguous()
         assert num_heads % num_kv_heads == 0 and self.supports(q, k_cache)
         assert int(query_start_loc[n]) == tokens
-        status = self._fn(
-            q.data_ptr(),
-            q.stride(0),
-            k_cache.data_ptr(),
-            v_cache.data_ptr(),
-            block_tables.data_ptr(),
-            block_tables.stride(0),
-            query_start_loc.data_ptr(),
-            seq_lens.data_ptr(),
-            out.data_ptr(),
-            n,
-            num_heads,
-            num_kv_heads,
-            head_dim,
-            block_size,
-            scale,
-            window or 0,
-            torch.get_num_threads(),
-        )
+        arguments = _arguments(q, k_cache, v_cache, block_tables, seq_lens, scale, window, out)
+        status = self._fn(*arguments, query_start_loc.data_ptr())
         if status != 0:
             raise MemoryError("paged prefill attention: out of memory for its tile buffers")
 

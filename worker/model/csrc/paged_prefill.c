@@ -269,11 +269,12 @@ static void tile(const float *q, int64_t q_stride, const float *k_cache, const f
     }
 }
 
+/* paged_decode_f32's arguments, then where each sequence's new tokens start */
 int paged_prefill_f32(const float *q, int64_t q_stride, const float *k_cache, const float *v_cache,
-                      const int32_t *block_tables, int64_t table_stride,
-                      const int32_t *query_start_loc, const int32_t *seq_lens, float *out,
-                      int64_t n, int64_t num_heads, int64_t num_kv_heads, int64_t head_dim,
-                      int64_t block_size, float scale, int64_t window, int num_threads)
+                      const int32_t *block_tables, int64_t table_stride, const int32_t *seq_lens,
+                      float *out, int64_t n, int64_t num_heads, int64_t num_kv_heads,
+                      int64_t head_dim, int64_t block_size, float scale, int64_t window,
+                      int num_threads, const int32_t *query_start_loc)
 {
     const int64_t group = num_heads / num_kv_heads, d = head_dim;
     if (d % W != 0 || d > MAX_DIM)
