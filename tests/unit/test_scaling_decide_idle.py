@@ -241,3 +241,31 @@ def test_the_workers_kept_for_the_next_wake_are_not_held_again_after_it() -> Non
         if t < T0 + 30 + hold_s(POLICY, 30.0, 8.0):
             assert d.desired == 5
     assert d.needed == 0 and d.desired == 2  # halved: the reconciler drains what goes
+
+
+def test_on_a_prewarm_plan_held_workers_wait_for_the_prewarm_unless_a_miss_costs_more() -> None:
+    """Four workers' work for a boot (each level priced by the callers it spared), then quiet
+    on a pre-warm plan: the next call is not expected before the pre-warm is ready, so the
+    workers the levels hold are released at the end of the work and booted again with the
+    pre-warm, unless a call before it is likely enough (few pauses seen) that a level's cold
+    start, at that chance, costs more than the idle seconds released."""
+    policy = dataclasses.replace(POLICY, cold_penalty_s=600.0)
+    busy = state(policy=policy, ready=4, running=16, last_arrival_at=T0)
+    memory = run(busy, T0).memory
+    memory = run(dataclasses.replace(busy, memory=memory), T0 + 30).memory
+
+    def quiet(pauses: int, t: float) -> ScaleDecision:
+        idle = IdleWindows(500.0, 620.0, representative=True, idle_gaps=pauses)
+        models = Models(t, None, idle)
+        s = state(policy=policy, ready=4, last_arrival_at=T0 + 30, models=models, memory=memory)
+        return run(s, t)
+
+    released = quiet(30, T0 + 32)
+    assert released.needed == 0 and released.desired == 2  # halved: the reconciler drains
+    assert released.next_prewarm_at == pytest.approx(T0 + 30 + 500 - 30 - MAX_TICK_S)
+    kept = quiet(0, T0 + 32)
+    assert (kept.desired, kept.reason) == (4, "hold")
+    # at the pre-warm, the workers the holds still keep are booted again
+    boot_at = T0 + 30 + 500 - 30 - MAX_TICK_S
+    warm = quiet(30, boot_at + 1)
+    assert (warm.desired, warm.reason) == (4, "hold")

@@ -18,6 +18,7 @@ from control_plane.domain.scaling.levels import (
     Levels,
     best_hold_s,
     hold_levels_s,
+    kept_through_pause,
     update_levels,
 )
 from control_plane.domain.scaling.policy import cold_cost_s, hold_s
@@ -210,3 +211,24 @@ def test_a_hold_fitted_before_follows_the_prices_and_window_of_now() -> None:
     # a scale-down window shortened since caps it
     shorter = dataclasses.replace(POLICY, scaledown_window_s=100.0)
     assert hold_levels_s(levels, BOOT_S, shorter)[1] == 100.0
+
+
+def test_a_pause_keeps_the_held_workers_whose_miss_costs_more_than_it_spares() -> None:
+    """On a pre-warm plan the holds pause from the end of the work to the pre-warm: a level is
+    kept through the pause only if its cold start, at the chance of a call before the pre-warm
+    is ready, costs more than the idle seconds the pause spares; with the workers below it."""
+    levels, end = burst(NO_LEVELS, T0, 40.0)
+    now = end + TICK_S
+    levels, held = step(levels, 0, now, 0.0)
+    assert held == 3
+    # the second worker spared 9.6 callers, the third half a caller: 606 and 60 worker-seconds
+    fits = (levels.fits[0], LevelFit(callers=(9.6,)), LevelFit(callers=(0.5,)))
+    levels = dataclasses.replace(levels, fits=fits)
+    assert cold_cost_s(POLICY, BOOT_S, 9.6) == pytest.approx(606.0)
+    assert cold_cost_s(POLICY, BOOT_S, 0.5) == pytest.approx(60.0)
+    assert kept_through_pause(levels, now, BOOT_S, POLICY, 50.0, 1.0) == 3
+    assert kept_through_pause(levels, now, BOOT_S, POLICY, 100.0, 1.0) == 2
+    assert kept_through_pause(levels, now, BOOT_S, POLICY, 100.0, 0.1) == 0
+    # a level whose hold has run out is not kept, whatever it costs
+    later = now + POLICY.scaledown_window_s
+    assert kept_through_pause(levels, later, BOOT_S, POLICY, 0.0, 1.0) == 0

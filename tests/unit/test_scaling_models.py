@@ -132,6 +132,16 @@ def test_periodic_gaps_prewarm_just_before_the_period() -> None:
     assert w.keepalive_s - (w.prewarm_s - 30) <= 600  # a pre-warmed worker lives ≤ the window
 
 
+def test_a_fit_knows_how_many_pauses_it_saw() -> None:
+    """The chance that the next pause is shorter than every one seen: of n + 1 exchangeable
+    pauses, the next is the shortest one time in n + 1 (what a held worker's release weighs)."""
+    rng = random.Random(3)
+    gaps = [rng.uniform(280, 320) for _ in range(30)]
+    w = fit_idle_windows(gaps, 30, 600, 600, busy_s=5)
+    assert w.prewarms
+    assert (w.idle_gaps, w.shorter_chance) == (30, pytest.approx(1 / 31))
+
+
 def test_calls_that_come_together_do_not_hide_the_period() -> None:
     """A cron job firing three calls 0.2 s apart every four minutes: its short gaps come while
     the worker still serves the first call, so they cost no cold start even if the worker is

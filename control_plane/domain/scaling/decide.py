@@ -17,7 +17,9 @@ The parts, each a worker count:
 - idle windows: the workers the next wake wants, kept from the end of the last work or
   pre-warmed ahead of the next call (`idle.py`). The last one is never released where the
   scale-down window's keep-alive would have served the next call; the others are priced by the
-  callers of the recent wakes they would serve.
+  callers of the recent wakes they would serve. On the pre-warm plan, the levels' holds (below)
+  pause from the end of the work until the pre-warm boots, for each level whose miss, at the
+  chance of a pause shorter than any seen, costs less than the idle time paused.
 Each part counts only the work that cannot wait `queue_wait_s` for a worker already ready
 (`policy.waits_allowed`). Workers above those the work needs are held once no longer needed,
 each level for its own learned hold (`levels.py`: priced by the queueing it spared over a
@@ -35,7 +37,12 @@ from statistics import NormalDist
 
 from control_plane.domain.scaling.backlog import backlog_workers
 from control_plane.domain.scaling.inflow import Inflow, observe
-from control_plane.domain.scaling.levels import NO_LEVELS, Levels, update_levels
+from control_plane.domain.scaling.levels import (
+    NO_LEVELS,
+    Levels,
+    kept_through_pause,
+    update_levels,
+)
 from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE, Models
 from control_plane.domain.scaling.policy import (
     MAX_SCALE_DOWN_RATE,
@@ -259,6 +266,17 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         boot_at = idle.prewarm_s - boot_s - MAX_TICK_S
         if arrived < boot_at:
             next_prewarm_at = now + boot_at - arrived
+            if demand == 0 and busy_at is not None and state.last_arrival_at is not None:
+                # The plan expects no call before its pre-warm is ready: a worker held through
+                # the quiet time until it boots idles for nothing. The levels' holds pause
+                # (they still run): the workers they would keep are booted again with the
+                # pre-warm, ready at every call the plan expects, as warm as if kept. A level
+                # whose cold start costs more, at the chance of a gap shorter than any seen,
+                # than the pause spares (from the end of the work to the pre-warm's boot) is
+                # kept through it. (Paused at any price, a burst of 50 callers that came at a
+                # new shortest gap found its workers booting.)
+                pause_s = boot_at - (busy_at - state.last_arrival_at)
+                held = kept_through_pause(held_levels, now, boot_s, p, pause_s, idle.shorter_chance)
         if boot_at <= arrived and idle_for < idle.keepalive_s:
             parts.append((len(prewarm_levels(idle, p, boot_s, state.service_s)), "prewarm"))
     else:

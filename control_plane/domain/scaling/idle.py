@@ -56,6 +56,15 @@ class IdleWindows:
     # wake wants is priced on these, not on their mean (a mean undershoots every wake larger
     # than the average one).
     wakes: tuple[float, ...] = ()
+    # The idle gaps the windows were fitted on: the next is shorter than all of them one time
+    # in this many + 1 (`shorter_chance`).
+    idle_gaps: int = 0
+
+    @property
+    def shorter_chance(self) -> float:
+        """The chance that the next idle gap is shorter than every one seen: of n + 1
+        exchangeable gaps, the next is the shortest one time in n + 1."""
+        return 1.0 / (self.idle_gaps + 1)
 
     @property
     def prewarms(self) -> bool:
@@ -220,7 +229,9 @@ def fit_idle_windows(
         r, c = np.unravel_index(int(np.argmin(cost)), cost.shape)
         if cost[r, c] < best.expected_cost_s:
             best = IdleWindows(float(starts[r]), float(ends2[c]), True, float(cost[r, c]))
-    return IdleWindows(best.prewarm_s, best.keepalive_s, True, best.expected_cost_s / n, wake)
+    return IdleWindows(
+        best.prewarm_s, best.keepalive_s, True, best.expected_cost_s / n, wake, idle_gaps=idle.size
+    )
 
 
 class _Spread:

@@ -34,6 +34,11 @@ at most 1 + hold / price times hindsight's. The exception is no hold at all, for
 own past says it is not needed again within the window, weighed against the chance that the
 next need comes sooner than any seen (`best_hold_s`): a burst's workers are released once the
 bursts have shown that the next one comes after the window, instead of being held for it.
+
+Where the idle windows have found a pre-warm plan (the next call is not expected before the
+pre-warm is ready), a held worker idles from the end of the work to the pre-warm's boot for
+nothing the plan expects: the holds pause there (`kept_through_pause`) unless a call sooner, at
+the chance of a pause shorter than any seen, would cost that level more than the pause spares.
 """
 
 from __future__ import annotations
@@ -145,6 +150,26 @@ def update_levels(
         elif now - last < _hold_s(fits[k], policy, boot_s):
             held = k + 1
     return Levels(tuple(needed_at), tuple(fits), tuple(episodes), now), held
+
+
+def kept_through_pause(
+    levels: Levels, now: float, boot_s: float, policy: ScalingPolicy, pause_s: float, chance: float
+) -> int:
+    """While the idle windows' pre-warm plan expects no call for `pause_s` more seconds than a
+    worker kept idles (`decide`), how many of the workers the levels hold are kept anyway: those
+    whose hold runs and whose cold start, at the `chance` that the next call comes before the
+    pre-warm is ready (a gap shorter than any seen), costs more than the pause spares, and the
+    workers below them (as `update_levels` holds). The others are released and booted again
+    with the pre-warm."""
+    kept = 0
+    for k in range(1, len(levels.needed_at)):
+        last = levels.needed_at[k]
+        fit = levels.fits[k]
+        if last is None or now - last >= _hold_s(fit, policy, boot_s):
+            continue
+        if chance * cold_cost_s(policy, boot_s, fit.cold_callers) > pause_s:
+            kept = k + 1
+    return kept
 
 
 def hold_levels_s(levels: Levels, boot_s: float, policy: ScalingPolicy) -> list[float]:
