@@ -3,7 +3,8 @@ rotary embedding bit for bit, RMSNorm within float rounding (and with the residu
 it, the sum then the same norm); small and large row counts (the
 kernels go parallel from 64 rows), widths that are not a multiple of 8, one and two threads;
 and the model's modules using them only once attached, and only where they apply; greedy
-sampling's argmax against torch's max(dim=-1): ties, NaN, rows banned entirely, tails."""
+sampling's argmax against torch's max(dim=-1): ties, NaN, rows banned entirely, tails; SwiGLU's
+silu(gate) * up within float rounding of torch's."""
 
 from __future__ import annotations
 
@@ -99,8 +100,8 @@ def test_modules_use_the_kernels_once_attached_and_only_where_they_apply(
         }
     )
     model = init_model(config, torch.Generator().manual_seed(0)).eval()
-    # per layer its two RMSNorms and its attention, then the final norm
-    assert native_ops.attach(model, ops) == 2 * 3 + 1
+    # per layer its two RMSNorms, its attention and its MLP, then the final norm
+    assert native_ops.attach(model, ops) == 2 * 4 + 1
     norm = model.model.norm
     x = torch.randn(5, 32)
     with torch.inference_mode():
@@ -114,6 +115,21 @@ def test_modules_use_the_kernels_once_attached_and_only_where_they_apply(
         assert norm.native is None
         detached = model.forward_all(ids)
     assert torch.allclose(attached, detached, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("rows", "width"), [(1, 8), (3, 37), (32, 1536), (64, 1536)])
+def test_silu_mul_matches_torch(
+    ops: native_ops.RowOps, threads: int, rows: int, width: int
+) -> None:
+    gen = torch.Generator().manual_seed(rows + width)
+    # wide-ranging inputs: e^-|x| from 1 down to below float's normal range
+    gate_up = torch.randn(rows, 2 * width, generator=gen) * 30
+    gate_up[0, :3] = torch.tensor([0.0, -100.0, 100.0])[: min(3, width)]
+    gate, up = gate_up.split(width, dim=-1)
+    want = F.silu(gate) * up
+    got = ops.silu_mul(gate_up, width)
+    assert got.shape == (rows, width)
+    assert torch.allclose(got, want, rtol=2e-6, atol=1e-30)
 
 
 @pytest.mark.usefixtures("threads")

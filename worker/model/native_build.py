@@ -85,7 +85,9 @@ class NativeLibrary:
         """Where this source built by ``compiler`` for this machine is cached."""
         key = hashlib.sha256()
         flags = " ".join((*self.flags, "|", *LINK_FLAGS))
-        for part in (self.source.read_bytes(), flags.encode(), compiler.encode()):
+        # the headers the sources include count as source
+        headers = b"".join(path.read_bytes() for path in sorted(CSRC.glob("*.h")))
+        for part in (self.source.read_bytes(), headers, flags.encode(), compiler.encode()):
             key.update(part)
             key.update(b"\0")
         key.update(f"{platform.machine()}\0{_cpu_features()}".encode())

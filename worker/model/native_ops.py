@@ -48,6 +48,9 @@ class RowOps:
         self._add_rms_norm = library.add_rms_norm_f32
         self._add_rms_norm.restype = None
         self._add_rms_norm.argtypes = [_P, _P, _P, _P, _I64, _I64, ctypes.c_float, ctypes.c_int]
+        self._silu_mul = library.silu_mul_f32
+        self._silu_mul.restype = None
+        self._silu_mul.argtypes = [_P, _P, _I64, _P, _I64, _I64, ctypes.c_int]
         self._argmax = library.argmax_rows_f32
         self._argmax.restype = None
         self._argmax.argtypes = [_P, _I64, _I64, _I64, _P, ctypes.c_int]
@@ -115,6 +118,25 @@ class RowOps:
             head_dim,
             torch.get_num_threads(),
         )
+
+    def silu_mul(self, gate_up: torch.Tensor, width: int) -> torch.Tensor:
+        """SwiGLU's ``silu(gate) * up`` in one pass, ``gate, up = gate_up.split(width, -1)``
+        (within a few units in the last place of torch's). gate_up: [rows, 2 * width] float32
+        contiguous. Returns [rows, width]."""
+        rows = gate_up.shape[0]
+        assert self.takes(gate_up) and gate_up.dim() == 2 and gate_up.shape[1] == 2 * width
+        out = torch.empty(rows, width, dtype=gate_up.dtype)
+        pointer = gate_up.data_ptr()
+        self._silu_mul(
+            pointer,
+            pointer + width * gate_up.element_size(),
+            2 * width,
+            out.data_ptr(),
+            rows,
+            width,
+            torch.get_num_threads(),
+        )
+        return out
 
     def argmax(self, x: torch.Tensor) -> list[int]:
         """Each row's first maximum, NaN counting as the greatest: ``x.max(dim=-1).indices``

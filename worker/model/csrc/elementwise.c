@@ -1,14 +1,16 @@
 /* Row-wise operations of a Llama layer on CPU, one pass over memory each where torch runs
  * several ops (each with its own temporary): RMSNorm (with the residual sum before it), rotary
- * embeddings, and the argmax of greedy sampling. float32.
+ * embeddings, SwiGLU's silu(gate) * up, and the argmax of greedy sampling. float32.
  * worker.model.native_ops builds and calls this.
  *
  * Built WITHOUT -ffast-math and with -ffp-contract=off: every product and sum is rounded as in
- * the torch code it replaces (rope bit for bit; RMSNorm up to the order of its sum of squares),
- * so the engine keeps transformers' greedy tokens.
+ * the torch code it replaces (rope bit for bit; RMSNorm up to the order of its sum of squares;
+ * SwiGLU up to its exponential's last place), so the engine keeps transformers' greedy tokens.
  */
 #include <math.h>
 #include <stdint.h>
+
+#include "vector_math.h"
 
 /* o = weight * (x * (1 / sqrt(mean(x^2) + eps))), one row */
 static void norm_row(const float *xr, const float *weight, float *o, int64_t hidden, float eps)
@@ -76,16 +78,6 @@ void rope_f32(float *x, int64_t token_stride, const float *cos_t, const float *s
     }
 }
 
-/* GCC/Clang generic vectors of 16 floats and of 16 int32 (unaligned) */
-typedef float vf16 __attribute__((vector_size(64), aligned(4)));
-typedef int32_t vi16 __attribute__((vector_size(64), aligned(4)));
-
-static inline vi16 pick_i(vi16 mask, vi16 a, vi16 b) { return (a & mask) | (b & ~mask); }
-static inline vf16 pick_f(vi16 mask, vf16 a, vf16 b)
-{
-    return (vf16)pick_i(mask, (vi16)a, (vi16)b);
-}
-
 /* index of row r's first maximum, NaN counting as the greatest (torch.max(dim=-1)); rows
  * stride apart, 0 < cols < 2^31 */
 static int64_t argmax_row(const float *x, int64_t cols)
@@ -94,14 +86,14 @@ static int64_t argmax_row(const float *x, int64_t cols)
     float top = x[0];
     if (cols >= 32) {
         /* two sets of 16 lanes, each lane the first maximum of its own columns so far */
-        const vi16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-        vf16 b0 = *(const vf16 *)x, b1 = *(const vf16 *)(x + 16);
-        vi16 i0 = lane, i1 = lane + 16, nan = (b0 != b0) | (b1 != b1);
+        const vi lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        vf b0 = *(const vf *)x, b1 = *(const vf *)(x + 16);
+        vi i0 = lane, i1 = lane + 16, nan = (b0 != b0) | (b1 != b1);
         for (j = 32; j + 32 <= cols; j += 32) {
-            const vf16 v0 = *(const vf16 *)(x + j), v1 = *(const vf16 *)(x + j + 16);
-            const vi16 g0 = v0 > b0, g1 = v1 > b1;
-            b0 = pick_f(g0, v0, b0);
-            b1 = pick_f(g1, v1, b1);
+            const vf v0 = *(const vf *)(x + j), v1 = *(const vf *)(x + j + 16);
+            const vi g0 = v0 > b0, g1 = v1 > b1;
+            b0 = pick(g0, v0, b0);
+            b1 = pick(g1, v1, b1);
             i0 = pick_i(g0, lane + (int32_t)j, i0);
             i1 = pick_i(g1, lane + (int32_t)(j + 16), i1);
             nan |= (v0 != v0) | (v1 != v1);
@@ -144,4 +136,30 @@ void argmax_rows_f32(const float *x, int64_t stride, int64_t rows, int64_t cols,
 #pragma omp parallel for num_threads(num_threads) if (rows >= 4)
     for (int64_t r = 0; r < rows; r++)
         out[r] = argmax_row(x + r * stride, cols);
+}
+
+/* SwiGLU's product: out[r][j] = silu(gate[r][j]) * up[r][j] with silu(x) = x * sigmoid(x);
+ * gate and up rows x_stride apart (the halves of the fused gate_up projection), out contiguous
+ * [rows, width]. sigmoid through e = e^-|x|, which never overflows: 1 / (1 + e) for x >= 0,
+ * e / (1 + e) below. Within a few units in the last place of torch's x / (1 + e^-x). */
+void silu_mul_f32(const float *gate, const float *up, int64_t x_stride, float *out, int64_t rows,
+                  int64_t width, int num_threads)
+{
+#pragma omp parallel for num_threads(num_threads) if (rows * width >= 65536)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *g = gate + r * x_stride, *u = up + r * x_stride;
+        float *o = out + r * width;
+        int64_t j = 0;
+        for (; j + W <= width; j += W) {
+            const vf x = load(g + j);
+            const vi negative = x < 0.f;
+            const vf e = exp_nonpositive(pick(negative, x, -x));
+            const vf sigmoid = pick(negative, e, splat(1.f)) / (1.f + e);
+            store(o + j, x * sigmoid * load(u + j));
+        }
+        for (; j < width; j++) {
+            const float e = expf(-fabsf(g[j]));
+            o[j] = g[j] * ((g[j] < 0.f ? e : 1.f) / (1.f + e)) * u[j];
+        }
+    }
 }

@@ -30,11 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* GCC/Clang generic vectors of 16 floats (one AVX-512 register; two AVX2 or four NEON ones) */
-typedef float vf __attribute__((vector_size(64), aligned(4)));
-typedef int32_t vi __attribute__((vector_size(64), aligned(4)));
+#include "vector_math.h"
+
 enum {
-    W = 16,        /* floats per vector */
     ROWS = 2 * W,  /* query rows per tile */
     KEYS = 64,     /* keys per softmax update */
     KEY_STEP = 8,  /* keys per score micro-kernel call (accumulators in registers) */
@@ -43,36 +41,6 @@ enum {
 /* a masked score, and the running max before any key: exp(MASKED - START) == 0 and
  * exp(START - START) == 1 keep a row that has seen no key yet at zero weight */
 static const float START = -1e30f, MASKED = -2e30f;
-
-static inline vf load(const float *p) { return *(const vf *)p; }
-static inline void store(float *p, vf v) { *(vf *)p = v; }
-static inline vf splat(float x) { return (vf){0} + x; }
-/* lanes of a where mask is set (all ones), of b elsewhere */
-static inline vf pick(vi mask, vf a, vf b) { return (vf)(((vi)a & mask) | ((vi)b & ~mask)); }
-static inline vf vmax(vf a, vf b) { return pick(a > b, a, b); }
-/* e^x for x <= 0 (scores less their running max): e^x = 2^n e^r with n = round(x / ln 2) and
- * |r| <= ln(2) / 2, e^r by its Taylor series to r^7 (relative error below 1e-8); 0 below -87,
- * where float's normal range ends */
-static inline vf vexp(vf x)
-{
-    const vi under = x < -87.f;
-    x = pick(under, splat(-87.f), x);
-    /* round half away from zero (x <= 0: truncate x / ln 2 - 0.5 toward zero) */
-    const vi n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, vi);
-    const vf f = __builtin_convertvector(n, vf);
-    /* ln 2 in two parts: r exact to float rounding even for n near -126 */
-    const vf r = (x - f * 0.693145751953125f) - f * 1.42860682030941723e-6f;
-    vf p = splat(1.f / 5040);
-    p = p * r + 1.f / 720;
-    p = p * r + 1.f / 120;
-    p = p * r + 1.f / 24;
-    p = p * r + 1.f / 6;
-    p = p * r + 0.5f;
-    p = p * r + 1.f;
-    p = p * r + 1.f;
-    const vf scale = (vf)((n + 127) << 23);
-    return pick(under, splat(0.f), p * scale);
-}
 
 struct job {
     int64_t seq, kv_head, tile, cost;
@@ -231,11 +199,11 @@ static void tile(const float *q, int64_t q_stride, const float *k_cache, const f
             float *mh = m + half * W, *lh = l + half * W;
             const vf before = load(mh);
             const vf now = vmax(before, top);
-            const vf alpha = vexp(before - now);
+            const vf alpha = exp_nonpositive(before - now);
             vf sum = {0};
             for (int j = 0; j < count; j++) {
                 float *sj = st + j * ROWS + half * W;
-                const vf e = vexp(load(sj) - now);
+                const vf e = exp_nonpositive(load(sj) - now);
                 store(sj, e);
                 sum += e;
             }
