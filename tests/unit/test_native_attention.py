@@ -46,30 +46,45 @@ def kernel() -> native_attention.DecodeKernel:
     return built
 
 
-def _case(
-    name: str, gen: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
-    """Caches with shuffled blocks and a NaN null block, block tables (out-of-window blocks
-    freed to the null block, padding to it too), and queries as a view of a wider projection."""
-    num_heads, num_kv_heads, head_dim, window, lens = CASES[name]
-    num_blocks = sum(-(-n // BLOCK_SIZE) for n in lens)
+def paged_caches(
+    num_kv_heads: int,
+    head_dim: int,
+    seqs: list[tuple[int, int]],
+    window: int | None,
+    gen: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """k and v caches with shuffled blocks and a NaN null block, and int32 block tables for
+    ``seqs`` (new tokens, cached after the step): the blocks BlockManager frees (wholly before
+    the first new token's window) and the padding point at the null block."""
+    num_blocks = sum(-(-n // BLOCK_SIZE) for _, n in seqs)
     null = num_blocks
     shape = (num_blocks + 1, BLOCK_SIZE, num_kv_heads, head_dim)
     k_cache, v_cache = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
     free = torch.randperm(num_blocks, generator=gen).tolist()
-    max_blocks = max(-(-n // BLOCK_SIZE) for n in lens)
+    max_blocks = max(-(-n // BLOCK_SIZE) for _, n in seqs)
     tables = []
-    for n in lens:
+    for new, n in seqs:
         table = [free.pop() for _ in range(-(-n // BLOCK_SIZE))]
-        # what BlockManager frees once a decode's window has passed a block
-        num_freed = 0 if window is None else max(n - window, 0) // BLOCK_SIZE
+        first_visible = 0 if window is None else max(n - new - window + 1, 0)
+        num_freed = first_visible // BLOCK_SIZE
         tables.append([null] * num_freed + table[num_freed:] + [null] * (max_blocks - len(table)))
     # the null block: never to be read (NaN would leak through p @ v)
     k_cache[null], v_cache[null] = float("nan"), float("nan")
+    return k_cache, v_cache, torch.tensor(tables, dtype=torch.int32)
+
+
+def _case(
+    name: str, gen: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, list[int]]:
+    """Paged caches (one new token per sequence) and queries as a view of a wider projection."""
+    num_heads, num_kv_heads, head_dim, window, lens = CASES[name]
+    k_cache, v_cache, tables = paged_caches(
+        num_kv_heads, head_dim, [(1, n) for n in lens], window, gen
+    )
     # q: [n, Hq, D], a view of [n, (Hq + Hkv), D] as the fused projection gives
     fused = torch.randn(len(lens), num_heads + num_kv_heads, head_dim, generator=gen)
     q = fused[:, :num_heads]
-    return q, k_cache, v_cache, torch.tensor(tables, dtype=torch.int32), torch.tensor(lens), lens
+    return q, k_cache, v_cache, tables, torch.tensor(lens), lens
 
 
 def _reference(

@@ -11,12 +11,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.unit.test_native_attention import BLOCK_SIZE, paged_caches
+
 # one and two intra-op threads (the kernels split their work on torch's OpenMP threads)
 from tests.unit.test_native_ops import threads  # noqa: F401
 from worker.model import native_attention
 from worker.model.attention import AttentionMetadata, attention_torch, paged_attention_ref
-
-BLOCK_SIZE = 16
 
 # name -> (num_heads, num_kv_heads, head_dim, window, [(new tokens, cached after the step)])
 CASES: dict[str, tuple[int, int, int, int | None, list[tuple[int, int]]]] = {
@@ -40,33 +40,18 @@ def kernel() -> native_attention.PrefillKernel:
 
 
 def _case(name: str, gen: torch.Generator) -> tuple[torch.Tensor, ...]:
-    """Caches with shuffled blocks and a NaN null block, block tables (blocks before every new
-    token's window freed to the null block, padding to it too), query offsets, and queries as a
-    view of a wider projection."""
+    """Paged caches (``paged_caches``), query offsets, and queries as a view of a wider
+    projection."""
     num_heads, num_kv_heads, head_dim, window, seqs = CASES[name]
-    lens = [n for _, n in seqs]
-    num_blocks = sum(-(-n // BLOCK_SIZE) for n in lens)
-    null = num_blocks
-    shape = (num_blocks + 1, BLOCK_SIZE, num_kv_heads, head_dim)
-    k_cache, v_cache = torch.randn(shape, generator=gen), torch.randn(shape, generator=gen)
-    free = torch.randperm(num_blocks, generator=gen).tolist()
-    max_blocks = max(-(-n // BLOCK_SIZE) for n in lens)
-    tables = []
-    for new, n in seqs:
-        table = [free.pop() for _ in range(-(-n // BLOCK_SIZE))]
-        # what BlockManager frees: blocks wholly before the first new token's window
-        first_visible = 0 if window is None else max(n - new - window + 1, 0)
-        num_freed = first_visible // BLOCK_SIZE
-        tables.append([null] * num_freed + table[num_freed:] + [null] * (max_blocks - len(table)))
-    k_cache[null], v_cache[null] = float("nan"), float("nan")
+    k_cache, v_cache, tables = paged_caches(num_kv_heads, head_dim, seqs, window, gen)
     starts = [0]
     for new, _ in seqs:
         starts.append(starts[-1] + new)
     # q: [tokens, Hq, D], a view of [tokens, Hq + 2 Hkv, D] as the fused projection gives
     fused = torch.randn(starts[-1], num_heads + 2 * num_kv_heads, head_dim, generator=gen)
     q = fused[:, :num_heads]
-    as_int = [torch.tensor(x, dtype=torch.int32) for x in (tables, starts, lens)]
-    return (q, k_cache, v_cache, *as_int)
+    as_int = [torch.tensor(x, dtype=torch.int32) for x in (starts, [n for _, n in seqs])]
+    return (q, k_cache, v_cache, tables, *as_int)
 
 
 @pytest.mark.usefixtures("threads")
