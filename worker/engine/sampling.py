@@ -23,7 +23,14 @@ import torch
 from worker.engine.outputs import SampleResult, TokenLogprobs
 from worker.engine.params import SamplingParams
 
-__all__ = ["SampleResult", "SamplingParams", "request_generator", "sample", "sample_batch"]
+__all__ = [
+    "SampleResult",
+    "SamplingParams",
+    "is_plain_greedy",
+    "request_generator",
+    "sample",
+    "sample_batch",
+]
 
 
 def request_generator(params: SamplingParams, device: torch.device) -> torch.Generator | None:
@@ -75,6 +82,12 @@ def _has_penalties(params: SamplingParams) -> bool:
         or params.presence_penalty != 0.0
         or params.frequency_penalty != 0.0
     )
+
+
+def is_plain_greedy(params: SamplingParams) -> bool:
+    """True if the row's token is the first maximum of its logits as they are: greedy, no
+    penalty or bias, no logprobs."""
+    return params.is_greedy and not _has_penalties(params) and params.logprobs is None
 
 
 def _draw(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
@@ -150,11 +163,7 @@ def sample_batch(
             if row is not None:
                 logits[i].masked_fill_(row, float("-inf"))
     results: list[SampleResult | None] = [None] * num_rows
-    plain_greedy = [
-        i
-        for i in range(num_rows)
-        if params[i].is_greedy and not _has_penalties(params[i]) and params[i].logprobs is None
-    ]
+    plain_greedy = [i for i in range(num_rows) if is_plain_greedy(params[i])]
     if plain_greedy:
         greedy = logits
         if len(plain_greedy) < num_rows:

@@ -27,10 +27,12 @@ from common.model_config import ModelConfig
 from worker.engine.block_manager import NULL_BLOCK
 from worker.engine.config import DEFAULT_CPU_KV_CACHE_BYTES, CacheSpec, EngineConfig
 from worker.engine.outputs import SampleResult
-from worker.engine.sampling import request_generator, sample_batch
+from worker.engine.sampling import is_plain_greedy, request_generator, sample_batch
 from worker.engine.scheduler import ScheduledSequence, SchedulerOutput
+from worker.engine.sequence import Sequence
 from worker.model import native_attention, native_ops
 from worker.model.attention import AttentionMetadata, Backend, KVCacheLayer
+from worker.model.greedy_head import GreedyHead
 from worker.model.host_memory import keep_freed_memory
 from worker.model.llama import LlamaModel
 from worker.model.packed_linear import pack_linears
@@ -150,6 +152,9 @@ class ModelRunner:
         if self.device.type == "cpu":
             keep_freed_memory()
         self._packed = False
+        # greedy rows' tokens from a bfloat16 screen of the LM head (worker.model.greedy_head),
+        # where the CPU has bfloat16 units; built with the reorder below
+        self.greedy_head: GreedyHead | None = None
         log.info(
             "KV cache: %d blocks of %d tokens (%d bytes), attention backend %s",
             num_blocks,
@@ -165,6 +170,10 @@ class ModelRunner:
         """Run one step; one result per scheduled sequence that samples, in schedule order."""
         results = self._execute(out)
         if not self._packed:
+            # the greedy screen keeps the head's plain weight: built before the reorder
+            weight = getattr(self.model.lm_head, "weight", None)
+            if self._row_ops is not None and isinstance(weight, torch.Tensor):
+                self.greedy_head = GreedyHead.build(weight)
             pack_linears(self.model)
             self._packed = True
         return results
@@ -192,7 +201,6 @@ class ModelRunner:
         with torch.inference_mode():
             # hidden: [num_tokens, hidden]; logits: [num_sampling, vocab]
             hidden = self.model(input_ids, positions, self.kv_caches, meta)
-            logits = self.model.compute_logits(hidden[rows])
             seqs = [s.seq for s in sampling]
             for seq in seqs:
                 if seq.request_id not in self._generators:
@@ -200,15 +208,49 @@ class ModelRunner:
             generators = [self._generators[seq.request_id] for seq in seqs]
             # structured outputs' masks, computed while the model ran (waits if they are not)
             banned = () if out.masks is None else out.masks.of([s.request_id for s in seqs])
-            return sample_batch(
+            return self._sample(hidden[rows], seqs, generators, banned)
+
+    def _sample(
+        self,
+        hidden: torch.Tensor,
+        seqs: list[Sequence],
+        generators: list[torch.Generator | None],
+        banned: torch.Tensor | list[torch.Tensor | None] | tuple[()],
+    ) -> list[SampleResult]:
+        """Each sequence's next token from its last hidden state (hidden: [len(seqs), hidden]):
+        plain greedy rows through the greedy screen where there is one, the rest (and the rows
+        it leaves undecided) from their full logits."""
+        params = [seq.params for seq in seqs]
+        results: list[SampleResult | None] = [None] * len(seqs)
+        if self.greedy_head is not None and not isinstance(banned, torch.Tensor):
+            screened = [
+                i
+                for i, p in enumerate(params)
+                if is_plain_greedy(p) and (not banned or banned[i] is None)
+            ]
+            if screened:
+                tokens = self.greedy_head.argmax(hidden[screened])
+                for i, token in zip(screened, tokens, strict=True):
+                    if token is not None:
+                        results[i] = SampleResult(token)
+        rest = [i for i, r in enumerate(results) if r is None]
+        if rest:
+            # logits: [len(rest), vocab]
+            logits = self.model.compute_logits(hidden if len(rest) == len(seqs) else hidden[rest])
+            sampled = sample_batch(
                 logits,
-                [seq.params for seq in seqs],
-                generators,
-                [seq.token_ids for seq in seqs],
-                [seq.num_prompt_tokens for seq in seqs],
-                banned,
+                [params[i] for i in rest],
+                [generators[i] for i in rest],
+                [seqs[i].token_ids for i in rest],
+                [seqs[i].num_prompt_tokens for i in rest],
+                banned
+                if isinstance(banned, torch.Tensor) or not banned
+                else [banned[i] for i in rest],
                 argmax=None if self._row_ops is None else self._row_ops.argmax,
             )
+            for i, result in zip(rest, sampled, strict=True):
+                results[i] = result
+        return [r for r in results if r is not None]
 
     def _prepare(
         self, ordered: list[ScheduledSequence], num_prefills: int

@@ -75,13 +75,16 @@ def load_engine(
     from worker.runtime.loading import load_model
 
     if accelerator == "cpu":
-        from worker.model import native_attention, native_ops
+        from worker.model import greedy_head, native_attention, native_ops
         from worker.model.native_build import prepare_in_background
 
         # the CPU kernels' first build on this machine (~0.2 s each) runs beside the weight
         # load instead of after it
         prepare_in_background(
-            native_attention.LIBRARY, native_attention.PREFILL_LIBRARY, native_ops.LIBRARY
+            native_attention.LIBRARY,
+            native_attention.PREFILL_LIBRARY,
+            native_ops.LIBRARY,
+            greedy_head.LIBRARY,
         )
     # a GPU worker loads straight into device memory; "cpu" workers stay on the host
     loaded = load_model(
