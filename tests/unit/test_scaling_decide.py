@@ -73,6 +73,38 @@ def test_panic_scales_up_and_never_down_while_it_lasts() -> None:
     assert (d5.desired, d5.reason) == (1, "scale_down")
 
 
+def test_once_no_work_is_present_the_windows_leave_the_workers_to_their_holds() -> None:
+    # panic for a burst whose work ended at once: its workers are held for their levels' holds
+    # (a boot from their need, at no caller's price), not for the rest of the panic window nor
+    # for the stable window's memory of the burst
+    d = run(state(ready=1, running=4, stable_concurrency=4, panic_concurrency=12), T0)
+    assert (d.desired, d.reason) == (3, "panic")
+    quiet = state(ready=3, stable_concurrency=4.0, panic_concurrency=12.0, last_arrival_at=T0)
+    d2 = run(dataclasses.replace(quiet, memory=d.memory), T0 + 20)
+    assert (d2.desired, d2.reason) == (3, "hold")
+    # a boot after their need, no fewer than 3 / 2 rounded down
+    d3 = run(dataclasses.replace(quiet, memory=d2.memory), T0 + 31)
+    assert (d3.desired, d3.reason) == (1, "scale_down")
+    # a job present again: the panic window still rules
+    busy = dataclasses.replace(quiet, running=1, memory=d3.memory)
+    assert run(busy, T0 + 33).reason == "panic"
+
+
+def test_no_ready_worker_is_released_while_another_boots() -> None:
+    # the same burst, its holds run out while two of its workers still boot: a scale-down
+    # would stop the idle ready worker first (`plans/scale.py`), and the next call would wait
+    # for a boot; the booting ones are released once ready
+    d = run(state(ready=1, running=4, stable_concurrency=4, panic_concurrency=12), T0)
+    booting = state(ready=1, booting_since=(T0, T0), last_arrival_at=T0, memory=d.memory)
+    d1 = run(booting, T0 + 31)
+    assert (d1.desired, d1.capacity, d1.reason) == (3, 3, "hold")
+    ready = dataclasses.replace(booting, ready=3, booting_since=(), memory=d1.memory)
+    assert run(ready, T0 + 33).desired == 1
+    # with no ready worker to lose, the booting ones go as before
+    lone = state(booting_since=(T0, T0), last_arrival_at=T0, memory=d.memory)
+    assert run(lone, T0 + 31).reason == "scale_down"
+
+
 def test_stable_window_adds_workers_above_the_first() -> None:
     d = run(state(ready=2, running=8, stable_concurrency=10, panic_concurrency=10), T0)
     assert (d.desired, d.reason) == (3, "stable_window")

@@ -10,7 +10,8 @@ The parts, each a worker count:
   (`backlog.py`: the booting workers serve part of it first, at the higher of the models'
   rate and the one read off the work present, `inflow.py`), which bounds KPA's parts too;
 - KPA: Knative-style stable (60 s) and panic (6 s) windows over concurrency; in panic the
-  count never goes down;
+  count never goes down while work is present (once none is, the levels' holds keep the
+  workers the windows asked for, each for its own price);
 - forecast (dense traffic): arrivals forecast over the boot horizon, turned into concurrency by
   Little's law and into workers at the demand quantile the cost rule picks (`policy.py`), and
   at least the workers whose spared queueing pays for them (`queueing.py`);
@@ -24,8 +25,8 @@ Each part counts only the work that cannot wait `queue_wait_s` for a worker alre
 (`policy.waits_allowed`). Workers above those the work needs are held once no longer needed,
 each level for its own learned hold (`levels.py`: priced by the queueing it spared over a
 boot from its need, `episode.py`, spanning the gaps its past shows when that costs less),
-then released at most half at a time (Knative's max scale-down rate); the reconciler drains
-what it releases.
+then released at most half at a time (Knative's max scale-down rate), and none while another
+boots (a scale-down stops the idle ready ones first); the reconciler drains what it releases.
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ REASONS = (
     "keepalive",  # the idle windows keep the worker
     "min_workers",
     "max_workers",
-    "hold",  # a worker no longer needed is kept for its level's hold (`levels.py`)
+    "hold",  # a worker no longer needed is kept for its level's hold, or while another boots
     "scale_down",  # fewer workers needed; drained, at most half per tick
     "idle",  # nothing to run, nothing expected: zero workers
     "crash_backoff",  # more workers wanted, but the last ones failed: waiting before a retry
@@ -202,9 +203,14 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     panic_until = mem.panic_until
     if panic_workers >= PANIC_THRESHOLD * max(state.ready, 1) and panic_workers > state.ready:
         panic_until = now + STABLE_WINDOW_S
-    if now < panic_until:
+    # The windows remember the work of the last minute; once none is present, the workers
+    # they asked for are those the levels' holds (below) price and keep. (Asked for by the
+    # windows, each level was needed until they forgot the burst, and its hold began only then:
+    # up to a minute of idle workers per burst beyond its price, and the levels whose past says
+    # release at once kept for that minute.)
+    if demand > 0 and now < panic_until:
         parts.append((capped(max(panic_workers, capacity)), "panic"))
-    else:
+    elif demand > 0:
         stable_workers = workers_for(state.stable_concurrency)
         if stable_workers >= 2:  # the last worker is the idle windows' (see module doc)
             parts.append((capped(stable_workers), "stable_window"))
@@ -298,7 +304,14 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     desired = min(max(held, needed), p.max_workers)
     if desired > needed:
         reason = "hold"
-    if desired < capacity:
+    if desired < capacity and booting and state.ready:
+        # None is released while a worker boots: a scale-down stops the idle ready workers
+        # first (`plans/scale.py`), so the next call would wait for the boot of the one kept.
+        # The booting ones go once ready, if the parts and holds still say so. (Released with
+        # a burst's holds while its workers booted, an 84 s boot lost the ready worker and the
+        # next burst came cold.)
+        desired, reason = capacity, "hold"
+    elif desired < capacity:
         desired = max(desired, math.floor(capacity / MAX_SCALE_DOWN_RATE))
         reason = "scale_down"
     if desired == 0:

@@ -140,10 +140,10 @@ def test_a_deployment_called_in_a_burst_keeps_the_workers_its_next_wake_wants(
     # that need, would have spared its 2 callers the boot they waited (`episode.py`): priced
     # at 2 callers, each is held for 2 + 2 × 30 s
     assert holds[0] == [2.0 + 2 * 30.0] * 5
-    # needed again 4 s later (the claims), when they spared nothing, and then not within the
-    # window: one such gap does not yet pay for releasing them at once (`levels.best_hold_s`);
-    # each is held for the ski-rental time of its mean price, one caller (2 + 30 s)
-    assert holds[-1] == [2.0 + 30.0] * 5
+    # not needed again once the work is done (the panic window asks for nothing with no work
+    # present), and then not within the window: one such gap does not yet pay for releasing
+    # them at once (`levels.best_hold_s`); each is held for the ski-rental time of its price
+    assert holds[-1] == [2.0 + 2 * 30.0] * 5
     kept = [(q, d) for q, d, reason in seen if reason == "keepalive"]
     assert {d for q, d in kept if q < upper - TICK_S} == {3}, seen
     assert {d for q, d in kept if upper + TICK_S < q < last - TICK_S} == {1}, seen
