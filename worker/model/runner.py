@@ -199,7 +199,7 @@ class ModelRunner:
             return []
         rows = torch.tensor([last_index[id(s.seq)] for s in sampling], device=self.device)
         with torch.inference_mode():
-            # hidden: [num_tokens, hidden]; logits: [num_sampling, vocab]
+            # hidden: [num_tokens, hidden]
             hidden = self.model(input_ids, positions, self.kv_caches, meta)
             seqs = [s.seq for s in sampling]
             for seq in seqs:
