@@ -23,6 +23,7 @@ from worker.engine.llm_engine import LLMEngine
 from worker.engine.params import SamplingParams
 from worker.model import greedy_head
 from worker.model.greedy_head import GreedyHead
+from worker.model.packed_linear import PackedLinear
 from worker.model.runner import ModelRunner
 
 pytestmark = pytest.mark.skipif(
@@ -40,8 +41,7 @@ def _float32_argmax(hidden: torch.Tensor, weight: torch.Tensor) -> list[int | No
     """The full head's first maximum as the runner computes it (oneDNN on the packed weight)
     and as torch's F.linear does; None where the two orders of summation disagree (a tie
     within float32 rounding: the screen must leave such a row undecided)."""
-    packed = torch.ops.mkldnn._reorder_linear_weight(weight, 32)
-    onednn = torch.ops.mkldnn._linear_pointwise(hidden, packed, None, "none", [], "")
+    onednn = PackedLinear(weight)(hidden)
     plain = F.linear(hidden, weight)
     first = onednn.max(dim=-1).indices.tolist()
     other = plain.max(dim=-1).indices.tolist()

@@ -41,6 +41,7 @@ import ctypes
 import torch
 
 from worker.model.native_build import EXACT_FLAGS, NativeLibrary
+from worker.model.packed_linear import PackedLinear
 
 LIBRARY = NativeLibrary("greedy_head", EXACT_FLAGS)
 
@@ -48,8 +49,6 @@ LIBRARY = NativeLibrary("greedy_head", EXACT_FLAGS)
 _U = 2.0**-8
 # candidates a row may have before it falls back (each costs one K-long dot product)
 MAX_CANDIDATES = 1024
-# oneDNN's reorder picks its blocked format for this many rows (a decode step's order)
-_ROWS_HINT = 32
 
 _P = ctypes.c_void_p
 _I64 = ctypes.c_int64
@@ -78,27 +77,32 @@ def hardware_bf16() -> bool:
     )
 
 
+class _Kernel:
+    """``greedy_screen`` of the loaded library, its argument types set once."""
+
+    def __init__(self, library: ctypes.CDLL) -> None:
+        self.screen_rows = library.greedy_screen
+        self.screen_rows.restype = None
+        self.screen_rows.argtypes = [_P, _I64, _P, _P, _I64, _I64, _I64]
+        self.screen_rows.argtypes += [_F, _F, _F, _F, _I64, _P, ctypes.c_int]
+
+
 class GreedyHead:
     """The screen over one LM head weight ([vocab, hidden] float32 on CPU)."""
 
-    def __init__(self, library: ctypes.CDLL, weight: torch.Tensor) -> None:
+    def __init__(self, kernel: _Kernel, weight: torch.Tensor) -> None:
         assert weight.device.type == "cpu" and weight.dtype == torch.float32 and weight.dim() == 2
         self.weight = weight.detach().contiguous()
         self.vocab, self.k = self.weight.shape
         self.screen, self.relative, self.margin = bounds(self.k)
-        self.packed = torch.ops.mkldnn._reorder_linear_weight(
-            self.weight.to(torch.bfloat16), _ROWS_HINT
-        )
+        self.approx_head = PackedLinear(self.weight.to(torch.bfloat16))
         # the largest row norm, in float64 (a few thousand rows at a time), rounded up a little
         w_norm_max = max(
             float(torch.linalg.vector_norm(rows.double(), dim=1).max())
             for rows in torch.split(self.weight, 4096)
         )
         self.w_norm_max = w_norm_max * (1 + 2.0**-20)
-        self._screen_rows = library.greedy_screen
-        self._screen_rows.restype = None
-        self._screen_rows.argtypes = [_P, _I64, _P, _P, _I64, _I64, _I64]
-        self._screen_rows.argtypes += [_F, _F, _F, _F, _I64, _P, ctypes.c_int]
+        self._screen_rows = kernel.screen_rows
 
     @classmethod
     def build(cls, weight: torch.Tensor) -> GreedyHead | None:
@@ -108,8 +112,8 @@ class GreedyHead:
             return None
         if not hardware_bf16():
             return None
-        library = LIBRARY.get()
-        return None if library is None else cls(library, weight)
+        kernel = LIBRARY.bind(_Kernel)
+        return None if kernel is None else cls(kernel, weight)
 
     def argmax(self, hidden: torch.Tensor) -> list[int | None]:
         """Each row's greedy token (the first maximum of ``hidden @ weight.T`` in float32), or
@@ -118,9 +122,7 @@ class GreedyHead:
         assert hidden.dim() == 2 and hidden.shape[1] == self.k and hidden.dtype == torch.float32
         hidden = hidden.contiguous()
         # approx: [rows, vocab] bfloat16
-        approx = torch.ops.mkldnn._linear_pointwise(
-            hidden.to(torch.bfloat16), self.packed, None, "none", [], ""
-        )
+        approx = self.approx_head(hidden.to(torch.bfloat16))
         assert approx.dtype == torch.bfloat16 and approx.stride(1) == 1
         out = torch.empty(rows, dtype=torch.int64)
         self._screen_rows(

@@ -31,18 +31,16 @@ _PACKABLE_DTYPES = (torch.float32, torch.bfloat16)
 
 
 class PackedLinear(nn.Module):
-    """``nn.Linear``'s forward on a oneDNN-packed weight (CPU)."""
+    """``nn.Linear``'s forward on a oneDNN-packed weight (CPU). weight: [out_features,
+    in_features] (``can_pack``); bias: [out_features] or None."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> None:
         super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
+        self.out_features, self.in_features = weight.shape
         # NOTE: a plain attribute, not a parameter or buffer: the opaque tensor has no storage
         # that state_dict(), .to() or copies could use
-        self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(
-            linear.weight.detach(), _ROWS_HINT
-        )
-        self.bias = linear.bias
+        self.packed_weight = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), _ROWS_HINT)
+        self.bias = bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # x: [..., in_features] -> [..., out_features]
@@ -75,5 +73,5 @@ def pack_linears(model: nn.Module) -> int:
     ]
     with torch.no_grad():
         for parent, name, child in targets:
-            setattr(parent, name, PackedLinear(child))
+            setattr(parent, name, PackedLinear(child.weight, child.bias))
     return len(targets)

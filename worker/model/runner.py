@@ -229,7 +229,8 @@ class ModelRunner:
                 if is_plain_greedy(p) and (not banned or banned[i] is None)
             ]
             if screened:
-                tokens = self.greedy_head.argmax(hidden[screened])
+                rows = hidden if len(screened) == len(seqs) else hidden[screened]
+                tokens = self.greedy_head.argmax(rows)
                 for i, token in zip(screened, tokens, strict=True):
                     if token is not None:
                         results[i] = SampleResult(token)

@@ -94,16 +94,16 @@ static int64_t screen_row(const uint16_t *approx, const float *h, const float *w
             low = pick(a < low, a, low);
             poison += a * 0.f;
         }
-        float m = hmax(top), n = -hmax(-low);
+        float most = hmax(top), least = -hmax(-low);
         for (; j < hi; j++) {
             const float a = widen1(approx[j]);
-            m = fmaxf(m, a);
-            n = fminf(n, a);
+            most = fmaxf(most, a);
+            least = fminf(least, a);
             poison[0] += a * 0.f;
         }
-        block_max[b] = m;
-        a_max = fmaxf(a_max, m);
-        a_big = fmaxf(a_big, fmaxf(fabsf(m), fabsf(n)));
+        block_max[b] = most;
+        a_max = fmaxf(a_max, most);
+        a_big = fmaxf(a_big, fmaxf(fabsf(most), fabsf(least)));
     }
     for (int l = 0; l < W; l++)
         if (poison[l] != poison[l])
