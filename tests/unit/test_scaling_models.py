@@ -17,6 +17,7 @@ from control_plane.domain.scaling.history import (
     MAX_GAPS,
     MAX_IDLE_GAPS,
     ArrivalHistory,
+    ArrivalStats,
     merged_gaps,
     stats_of,
 )
@@ -29,6 +30,8 @@ from control_plane.domain.scaling.idle import (
     wake_requests,
     wake_sizes,
 )
+from control_plane.domain.scaling.models import refit
+from control_plane.domain.scaling.policy import ScalingPolicy
 from control_plane.domain.scaling.service import (
     MAX_SAMPLES,
     MIN_SAMPLES,
@@ -342,3 +345,24 @@ def test_the_spread_gaps_count_what_a_dense_sample_of_them_counts() -> None:
         below = sample < x
         assert c == pytest.approx(weight[below].sum(), abs=1e-3)
         assert t == pytest.approx((weight * sample)[below].sum(), abs=1e-2)
+
+
+def test_a_batch_is_a_wake_and_a_stream_is_a_rate() -> None:
+    # The forecast is fitted for streams only: a batch of 200 calls every five minutes brings
+    # twenty per boot on average, all in one bucket, and leaves most boot-long windows empty.
+    batches = tuple(200.0 if i % 30 == 29 else 0.0 for i in range(120))
+    stats = ArrivalStats(T0, T0, batches, (), T0 - 1.0)
+    assert refit(stats, ScalingPolicy(), 30.0, 5.0).forecast is None
+    # a Poisson stream of 1.5 calls per boot keeps its forecast at every boot time
+    rng = random.Random(3)
+    for boot_s in (5.0, 30.0, 84.0):
+        dense = 0
+        for _ in range(20):
+            counts = tuple(poisson(rng, BUCKET_S / boot_s * 1.5) for _ in range(120))
+            fitted = refit(ArrivalStats(T0, T0, counts, (), T0 - 1.0), ScalingPolicy(), boot_s, 5.0)
+            dense += fitted.forecast is not None
+        assert dense >= 17, (boot_s, dense)
+    # the same calls spread out as a stream would be are a rate again
+    spread = tuple(20.0 / 3 if i % 3 == 0 else 0.0 for i in range(120))
+    stats = ArrivalStats(T0, T0, spread, (), T0 - 1.0)
+    assert refit(stats, ScalingPolicy(), 30.0, 5.0).forecast is not None

@@ -76,7 +76,26 @@ def recent_rate(counts: tuple[float, ...], boot_s: float) -> float | None:
 
 
 def _dense(stats: ArrivalStats, boot_s: float) -> bool:
-    """Did the last few minutes bring at least one arrival per boot? `decide` uses the forecast
-    only then; sparser deployments (most of a fleet) skip the fit, the refresher's main cost."""
+    """Did the last few minutes bring at least one arrival per boot, as a stream does? `decide`
+    uses the forecast only then; sparser deployments (most of a fleet) skip the fit, the
+    refresher's main cost.
+
+    Both the mean and the spread count: a Poisson stream of `DENSE_ARRIVALS` calls per boot
+    leaves a boot's worth of buckets without a call e^-DENSE_ARRIVALS of the time, so at least
+    1 − e^-DENSE_ARRIVALS of the boot-long windows of the last minutes hold one. A batch of
+    200 calls every five minutes brings 20 per boot on average and leaves nine windows in ten
+    empty: its calls are the idle windows' wakes, not a rate. (Fitted as a rate, the batch's
+    bucket lifted the level for the buckets after it, and the forecast booted workers for a
+    batch already served.)"""
     recent = stats.counts[-RECENT_BUCKETS:]
-    return bool(recent) and sum(recent) / (len(recent) * BUCKET_S) * boot_s >= DENSE_ARRIVALS
+    if not recent or sum(recent) / (len(recent) * BUCKET_S) * boot_s < DENSE_ARRIVALS:
+        return False
+    span = min(max(math.ceil(boot_s / BUCKET_S), 1), len(recent))
+    windows = len(recent) - span + 1  # boot-long windows, one ending at each bucket
+    last_seen, occupied = -span, 0
+    for i, count in enumerate(recent):
+        if count:
+            last_seen = i
+        if i >= span - 1 and i - last_seen < span:
+            occupied += 1
+    return occupied >= (1.0 - math.exp(-DENSE_ARRIVALS)) * windows
