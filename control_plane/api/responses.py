@@ -74,9 +74,10 @@ class ScalingStatus(BaseModel):
     )
     backlog_workers: int | None = Field(
         None,
-        description="while workers boot: how many more the jobs present and those arriving "
-        "over a boot need once a worker started now could be ready (those booting start their "
-        "slots when ready and turn them over every service_s); null: none booting",
+        description="how many more workers the jobs present and those arriving over a boot need "
+        "once a worker started now could be ready (those booting start their slots when ready "
+        "and turn them over every service_s), plus the levels kept from one need to the next; "
+        "applies while workers boot, or with a forecast or a pre-warm plan; null otherwise",
     )
     holds_s: list[float] = Field(
         default_factory=list,

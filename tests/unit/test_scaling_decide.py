@@ -10,13 +10,15 @@ import math
 import pytest
 
 from control_plane.domain.scaling import (
+    ArrivalHistory,
     ConcurrencyWindow,
     Memory,
     decide,
+    refit,
 )
 from control_plane.domain.scaling.backlog import backlog_workers
 from control_plane.domain.scaling.idle import PLAIN
-from control_plane.domain.scaling.levels import Levels
+from control_plane.domain.scaling.levels import NO_FIT, LevelFit, Levels
 from control_plane.domain.scaling.models import NONE, Models
 from control_plane.domain.scaling.policy import waits_allowed
 from tests.unit.scaling_states import (
@@ -25,6 +27,7 @@ from tests.unit.scaling_states import (
     T0,
     WAITING,
     forecast_state,
+    periodic_models,
     ramp_models,
     run,
     state,
@@ -183,9 +186,56 @@ def test_while_workers_boot_the_backlog_they_will_serve_starts_no_more() -> None
     # panic asks for the queue too (6 s mean of 10): bounded the same way
     panic = dataclasses.replace(calm, panic_concurrency=10.0, stable_concurrency=10.0)
     assert run(panic, T0).start == 0
-    # with nothing booting the rule does not apply: the workers there serve at their pace
+    # with nothing booting and neither a stream's rate nor a pre-warm plan, the queue is all
+    # there is: the demand part boots for it (the levels learn from the bursts those serve)
     ready = dataclasses.replace(calm, booting_since=(), ready=2, running=8)
-    assert run(ready, T0).backlog_workers is None
+    d = run(ready, T0)
+    assert (d.desired, d.start, d.backlog_workers) == (5, 3, None)  # ceil(18 / 4)
+
+
+def test_a_swing_the_ready_workers_absorb_within_a_boot_boots_none() -> None:
+    # a stream of 0.4 calls/s (forecast fitted): 2 ready workers, every slot busy, 2 queued.
+    # They start 2 × 4 slots × 30 s / 5 s = 48 jobs over a boot; 2 + 12 arrive: none needed then
+    history = ArrivalHistory()
+    for i in range(1800):
+        history.record(T0 - 1800 + i * 2.5)
+    stream = refit(history.stats(T0), POLICY, 30.0, SERVICE_S)
+    assert stream.forecast is not None
+    swing = state(ready=2, running=8, queued=2, last_arrival_at=T0, models=stream)
+    d = run(swing, T0)
+    assert (d.desired, d.start, d.backlog_workers) == (2, 0, 0)
+    # the same queue with no rate known boots a worker for it
+    assert run(dataclasses.replace(swing, models=NONE), T0).start == 1
+
+    # ... as does a third level that the past keeps from one need to the next (needed again
+    # 40-50 s after each need, within its 150 s hold, released 200 s ago): booted now, it is
+    # there for the next swing
+    def third(*gaps: float) -> Memory:
+        fit = LevelFit(gaps, 150.0, (2.0, 2.0, 2.0))
+        return Memory(Levels((T0 - 5, T0 - 5, T0 - 200), (NO_FIT, NO_FIT, fit), (None,) * 3))
+
+    d = run(dataclasses.replace(swing, memory=third(40.0, 50.0, 45.0)), T0)
+    assert (d.desired, d.start, d.backlog_workers) == (3, 1, 1)
+    # one needed again within its hold less often than not is not
+    d = run(dataclasses.replace(swing, memory=third(40.0, 400.0, math.inf)), T0)
+    assert (d.desired, d.start, d.backlog_workers) == (2, 0, 0)
+    # a faster stream would leave jobs waiting at the boot's end: the part's own count applies
+    fast = dataclasses.replace(swing, queued=40, panic_concurrency=48.0)
+    d = run(fast, T0)
+    assert d.backlog_workers is not None and d.start >= 1
+
+
+def test_a_batch_on_its_prewarmed_workers_boots_none_it_would_not_serve() -> None:
+    # a 5-minute cron job on its pre-warm plan: the batch's 10 calls on the 2 workers ready for
+    # it start within a service time, long before a worker started now could be ready
+    models, last = periodic_models(300, 3, 30, 30.0)
+    assert models.idle.prewarms
+    batch = state(ready=2, running=8, queued=2, last_arrival_at=last + 1, models=models)
+    d = run(batch, last + 1)
+    assert (d.start, d.backlog_workers) == (0, 0)
+    # off the plan (the idle windows not yet representative), the queue boots one as before
+    plain = dataclasses.replace(models, idle=PLAIN)
+    assert run(dataclasses.replace(batch, models=plain), last + 1).start == 1
 
 
 def test_the_windows_and_the_forecast_leave_out_what_may_wait() -> None:

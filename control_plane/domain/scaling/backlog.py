@@ -1,4 +1,4 @@
-"""How many more workers a backlog needs while workers are already booting for it.
+"""How many more workers a backlog needs, given the workers ready and booting for it.
 
 A worker started now serves nothing until it is ready, a boot from now. By then the workers
 already there will have started part of the backlog: each ready one turns its slots over every

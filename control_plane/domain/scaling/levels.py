@@ -172,6 +172,21 @@ def kept_through_pause(
     return kept
 
 
+def kept_for_next(levels: Levels, above: int, boot_s: float, policy: ScalingPolicy) -> int:
+    """How many levels above the `above` workers there are, in a row from the next one up, are
+    needed again within their hold more often than not (by their recent gaps between needs): a
+    worker booted for such a level when it is needed is, more likely than not, still kept when it
+    is needed next, whether or not it is ready in time for this need."""
+    kept = 0
+    for k in range(above, min(len(levels.fits), policy.max_workers) if above else 0):
+        fit = levels.fits[k]
+        hold = _hold_s(fit, policy, boot_s)
+        if 2 * sum(1 for g in fit.gaps if g <= hold) <= len(fit.gaps):
+            break
+        kept += 1
+    return kept
+
+
 def hold_levels_s(levels: Levels, boot_s: float, policy: ScalingPolicy) -> list[float]:
     """How long each level from 2 up that has been needed is held once no longer needed:
     [0] the second worker's hold, [1] the third's, ..."""
