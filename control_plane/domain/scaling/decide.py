@@ -182,8 +182,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # Elsewhere the work present is all there is to go by, as it is for the levels above the
     # ready workers that the past keeps from one need to the next (`levels.kept_for_next`): a
     # worker booted for them now stays for the next need, even where this one is served before
-    # it is ready. (Bounded by the backlog alone, bursts 20 s apart no longer booted the
-    # worker the next burst found ready, and waited for one fewer: p99 +1.2 s.)
+    # it is ready. (Bounded by the backlog alone, the worker booted for one burst was no
+    # longer started, and the burst 20 s later found one worker fewer: p99 +1.2 s.)
     more: int | None = None
     demand = state.queued + state.running
     inflow = observe(mem.inflow, now, demand, state.running, state.service_s)
