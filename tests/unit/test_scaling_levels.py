@@ -9,6 +9,7 @@ import pytest
 
 from control_plane.domain.scaling import ScalingPolicy
 from control_plane.domain.scaling.levels import (
+    EPISODES_KEPT,
     GAPS_KEPT,
     NO_FIT,
     NO_LEVELS,
@@ -168,7 +169,21 @@ def test_gaps_shorter_than_a_boot_are_not_kept_and_the_past_is_bounded() -> None
     for i in range(GAPS_KEPT + 5):
         levels, _ = step(levels, 3, T0 + 1000 + 100 * i, 12.0)
     assert len(levels.fits[2].gaps) == GAPS_KEPT
-    assert len(levels.fits[2].callers) == GAPS_KEPT
+    assert len(levels.fits[2].callers) == EPISODES_KEPT < GAPS_KEPT
+
+
+def test_a_kind_of_gap_not_among_the_last_few_is_still_spanned() -> None:
+    # a level needed (a 10 s burst of 3 workers' work) every 60 s, three times only after 250 s,
+    # then ten times every 60 s again: the 242 s gaps are not among its last eight, and its hold
+    # still spans them (the ski-rental time at its price, 2.27 callers, is 166 s)
+    levels, t = NO_LEVELS, T0
+    for gap in [60.0] * 3 + [250.0] * 3 + [60.0] * 10:
+        levels = tick(levels, t, t + 10, 3, 12.0)
+        levels = tick(levels, t + 10, t + gap, 2, 6.0)
+        t += gap
+    assert levels.fits[2].gaps[-8:] == (52.0,) * 8  # from its last need to the next
+    assert hold_s(POLICY, BOOT_S, SHORT_BURST_CALLERS) == pytest.approx(166, abs=1)
+    assert hold_levels_s(levels, BOOT_S, POLICY)[1] >= 242
 
 
 def test_best_hold_weighs_idle_seconds_against_cold_starts() -> None:

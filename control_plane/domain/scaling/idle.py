@@ -90,8 +90,9 @@ def wake_requests(counts: Sequence[float], boot_s: float) -> float:
     return sum(sizes) / len(sizes) if sizes else 1.0
 
 
-# The wakes kept to size the next one: as many as a level keeps gaps (`levels.GAPS_KEPT`), the
-# recent ones, so that the sizing follows a change of the bursts within a few of them.
+# The wakes kept to size the next one: as many as a level keeps episodes
+# (`levels.EPISODES_KEPT`), the recent ones, so that the sizing follows a change of the bursts
+# within a few of them.
 WAKES_KEPT = 8
 
 
