@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from dataclasses import dataclass
 
@@ -21,6 +22,12 @@ from control_plane.domain.scaling.policy import PANIC_WINDOW_S, STABLE_WINDOW_S
 BUCKET_S = 10.0
 # One hour of buckets: the forecaster needs a few minutes to settle, an hour to see a trend.
 MAX_BUCKETS = 360
+
+
+def boot_buckets(boot_s: float) -> int:
+    """The buckets a boot covers (at least one)."""
+    return max(math.ceil(boot_s / BUCKET_S), 1)
+
 
 # The last 256 gaps between arrivals feed the idle windows: enough for percentiles near the
 # tails (1 % is 2–3 gaps), few enough that a deployment whose pattern changes is followed

@@ -19,13 +19,12 @@ Fitting is vectorised over at most a few hundred candidates; it runs off the hot
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from control_plane.domain.scaling.history import BUCKET_S
+from control_plane.domain.scaling.history import boot_buckets
 
 # Below this many idle gaps (gaps a worker could sit idle through: longer than the service
 # time) the distribution says little about the next one: the plain window.
@@ -101,7 +100,7 @@ def wake_sizes(
 ) -> tuple[float, ...]:
     """The callers of each wake in the history (see `wake_requests`), oldest first; the `last`
     ones only (None: all)."""
-    span = max(math.ceil(boot_s / BUCKET_S), 1)  # buckets a boot covers
+    span = boot_buckets(boot_s)
     c = np.asarray(counts, dtype=np.float64)
     i = np.flatnonzero(c)
     if not i.size:

@@ -186,7 +186,7 @@ def kept_for_next(levels: Levels, above: int, boot_s: float, policy: ScalingPoli
     worker booted for such a level when it is needed is, more likely than not, still kept when it
     is needed next, whether or not it is ready in time for this need."""
     kept = 0
-    for k in range(above, min(len(levels.fits), policy.max_workers) if above else 0):
+    for k in range(above, min(len(levels.fits), policy.max_workers)):
         fit = levels.fits[k]
         hold = _hold_s(fit, policy, boot_s)
         if 2 * sum(1 for g in fit.gaps if g <= hold) <= len(fit.gaps):

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from control_plane.domain.scaling.forecast import Forecast, fit_forecast
-from control_plane.domain.scaling.history import BUCKET_S, ArrivalStats
+from control_plane.domain.scaling.history import BUCKET_S, ArrivalStats, boot_buckets
 from control_plane.domain.scaling.idle import (
     PLAIN,
     IdleWindows,
@@ -70,7 +70,7 @@ def recent_rate(counts: tuple[float, ...], boot_s: float) -> float | None:
     (a wake after a pause is not averaged with the pause)."""
     if not counts:
         return None
-    n = max(math.ceil(boot_s / BUCKET_S), 1)
+    n = boot_buckets(boot_s)
     last = counts[-n:]
     return max(counts[-1], sum(last) / len(last)) / BUCKET_S
 
@@ -90,7 +90,7 @@ def _dense(stats: ArrivalStats, boot_s: float) -> bool:
     recent = stats.counts[-RECENT_BUCKETS:]
     if not recent or sum(recent) / (len(recent) * BUCKET_S) * boot_s < DENSE_ARRIVALS:
         return False
-    span = min(max(math.ceil(boot_s / BUCKET_S), 1), len(recent))
+    span = min(boot_buckets(boot_s), len(recent))
     windows = len(recent) - span + 1  # boot-long windows, one ending at each bucket
     last_seen, occupied = -span, 0
     for i, count in enumerate(recent):
