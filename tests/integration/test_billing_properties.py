@@ -13,11 +13,11 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 
 from common.protocol import WorkerState
-from control_plane.db.models import BillingRecord, Deployment, Tenant
+from control_plane.db.models import BillingRecord, Deployment, Tenant, Worker
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.domain.engine_choice import Choice
 from control_plane.services import deployments
-from control_plane.services.workers import worker_records
+from control_plane.services.workers import billing, worker_records
 from control_plane.settings import Settings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -86,10 +86,10 @@ def test_segments_tile_the_life_whatever_the_delivery(
     if first:
         assert first[0][1] == T0, "billing starts when the worker started"
     with sessions() as s:
-        w = s.get(worker_records.Worker, wid)
-        assert w is not None
-        if w.state in ("stopped", "failed"):
-            assert first and first[-1][2] == w.stopped_at, "records end when the worker ended"
+        now_w = s.get(Worker, wid)
+        assert now_w is not None
+        if now_w.state in ("stopped", "failed"):
+            assert first and first[-1][2] == now_w.stopped_at, "records end when it ended"
         seconds = sum(
             r.seconds
             for r in s.scalars(select(BillingRecord).where(BillingRecord.worker_id == wid))
@@ -98,3 +98,41 @@ def test_segments_tile_the_life_whatever_the_delivery(
             span = (first[-1][2] - first[0][1]).total_seconds()
             assert abs(seconds - Decimal(str(span))) <= Decimal("0.001") * len(first)
     assert deliver(delivered) == first, "replaying every report changes nothing"
+
+
+def test_a_report_read_before_another_transition_commits_leaves_no_gap(database_url: str) -> None:
+    """The reconciler settles a busy worker idle while the worker's own report that it drains
+    is in flight: the report, whose session had read the worker busy, still bills the idle time
+    between the two (it once clashed with the busy segment and was dropped as a replay)."""
+    cfg = Settings(database_url=database_url)
+    sessions = make_sessionmaker(make_engine(database_url))
+    at = [T0 + timedelta(seconds=s) for s in range(20)]
+    with sessions() as s:
+        tenant = Tenant(id="ten_r", name="r", webhook_secret="whsec_AAAA", created_at=T0)
+        s.add(tenant)
+        s.flush()
+        dep = deployments.create(
+            s, tenant.id, {"name": "r", "model": "store://m/r/", "max_boot_s": 3600}, BUILTIN, T0
+        )
+        wid = worker_records.create(s, dep, "cpu", "test", T0).id
+        for state, t in ((WorkerState.LOADING, 1), (WorkerState.IDLE, 2), (WorkerState.BUSY, 3)):
+            worker_records.transition(s, cfg, wid, state, at[t], at[19])
+        s.commit()
+    with sessions() as report, sessions() as tick:
+        read = report.get(Worker, wid)  # held: the session reads it busy
+        assert read is not None and read.state == WorkerState.BUSY
+        worker_records.transition(tick, cfg, wid, WorkerState.IDLE, at[10], at[19])
+        tick.commit()
+        worker_records.transition(report, cfg, wid, WorkerState.DRAINING, at[12], at[19])
+        report.commit()
+    with sessions() as s:
+        records = [
+            (r.phase, r.start, r.end)
+            for r in s.scalars(
+                select(BillingRecord)
+                .where(BillingRecord.worker_id == wid)
+                .order_by(BillingRecord.start)
+            )
+        ]
+        assert records[-2:] == [("busy", at[3], at[10]), ("idle", at[10], at[12])]
+        assert billing.check(s, tenant.id, at[19]) == []

@@ -154,7 +154,7 @@ def transition(
 
     Idempotent: a repeated or out-of-date report changes nothing; an ended worker stays ended.
     """
-    w = session.get(Worker, worker_id)
+    w = _locked(session, worker_id)
     if w is None:
         raise NotFound(f"worker '{worker_id}' does not exist")
     if w.state in ENDED_STATES or w.state == state:
@@ -180,6 +180,19 @@ def transition(
         failed = functools.partial(families.worker_failed, w.accelerator, reason)
         on_commit.after_commit(session, failed)
     return w
+
+
+def _locked(session: Session, worker_id: str) -> Worker | None:
+    """The worker as it is under its row's lock (PostgreSQL: the row; SQLite: the one write
+    lock), held to the end of the transaction. Read without it, two transitions of one worker
+    (the reconciler settling it idle, its own report that it drains) both saw the same phase:
+    the later one's segment clashed with the earlier one's on (worker, start) and was dropped
+    as a replay, and the time between the two went unbilled."""
+    session.execute(
+        update(Worker).where(Worker.id == worker_id).values(state=Worker.state),
+        execution_options={"synchronize_session": False},
+    )
+    return session.get(Worker, worker_id, populate_existing=True)
 
 
 # A start-up phase completed when its worker went on to one of these (not failed or stopped).
