@@ -110,7 +110,8 @@ def targets_lines(verdicts: Sequence[Verdict], t_cold_s: float) -> list[str]:
             + (f"; missed on {', '.join(missed)}" if missed else "")
         )
     fam = family_missed(ours)
-    s = summarize([v for v in ours if not v.fleet]) if ours else None
+    members = [v for v in ours if not v.fleet]  # none where only the fleets were run
+    s = summarize(members) if members else None
     if s is not None:
         out.append(f"#   gpu_median: {s.gpu_median:.3f} (≤ 0.75): {'missed' if fam else 'met'}")
     return out
