@@ -66,7 +66,7 @@ def wake_callers(
     wakes = idle.wakes or (idle.wake_requests,)
     largest = max(wakes)
     callers: list[float] = []
-    # On every quiet tick of every deployment: plain loops, no generator (a third of a quiet
+    # On every quiet tick of every deployment: plain loops, no generator (a fifth of a quiet
     # decide() went here), and none past the largest wake's last worker (it serves nothing).
     for j in range(1, policy.max_workers):
         below = j * per_worker

@@ -149,12 +149,16 @@ def transition(
     now: datetime,
     reason: str | None = None,
     note: str | None = None,
+    *,
+    locked: bool = False,
 ) -> Worker:
     """Move a worker to `state` at time `at`, closing the previous phase as a billing record.
+    `locked`: the caller already holds the worker row's lock (`_locked`), as a claim and the
+    reconciler's settling do; its state is read again all the same.
 
     Idempotent: a repeated or out-of-date report changes nothing; an ended worker stays ended.
     """
-    w = _locked(session, worker_id)
+    w = _read(session, worker_id) if locked else _locked(session, worker_id)
     if w is None:
         raise NotFound(f"worker '{worker_id}' does not exist")
     if w.state in ENDED_STATES or w.state == state:
@@ -192,6 +196,11 @@ def _locked(session: Session, worker_id: str) -> Worker | None:
         update(Worker).where(Worker.id == worker_id).values(state=Worker.state),
         execution_options={"synchronize_session": False},
     )
+    return _read(session, worker_id)
+
+
+def _read(session: Session, worker_id: str) -> Worker | None:
+    """The worker as the database has it now, not as this session last saw it."""
     return session.get(Worker, worker_id, populate_existing=True)
 
 
@@ -240,7 +249,7 @@ def follow_jobs(session: Session, settings: Settings, worker_id: str, at: dateti
     # not make it idle between this read and the claim's commit.
     state = session.scalar(_STATE_FOR_CLAIM, {"worker_id": worker_id})
     if state == WorkerState.IDLE:
-        transition(session, settings, worker_id, WorkerState.BUSY, at, at)
+        transition(session, settings, worker_id, WorkerState.BUSY, at, at, locked=True)
 
 
 def settle_idle(session: Session, settings: Settings, now: datetime) -> list[str]:
@@ -278,7 +287,7 @@ def settle_idle(session: Session, settings: Settings, now: datetime) -> list[str
             )
         )
         at = min(max(last_end or now, w.state_since), now)
-        transition(session, settings, w.id, WorkerState.IDLE, at, now)
+        transition(session, settings, w.id, WorkerState.IDLE, at, now, locked=True)
         settled.append(w.id)
     return settled
 
