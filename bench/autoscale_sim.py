@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"# decide(): p99 {decide_ms:.2f} ms per tick for 1,000 deployments "
         f"({len(states)} ticks of the {record_for} ours run, each tick's states repeated to "
-        "1,000; fastest of 3 timings per tick)"
+        "1,000; each tick the fastest of 5 passes over them all)"
     )
     print(f"# total wall time {time.perf_counter() - started:.0f} s")
     floors = bound.cold_floor_shares(workloads, json_t_cold)
