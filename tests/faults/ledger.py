@@ -84,6 +84,10 @@ class Ledger:
             ).all()
         return [(w, state, pid) for w, state, pid in rows]
 
+    def has_worker(self, worker_id: str) -> bool:
+        with self._sessions() as s:
+            return s.get(Worker, worker_id) is not None
+
     def last_phase(self, worker_id: str) -> tuple[str, str | None, str | None]:
         """(state, reason, phase of its newest billing record or None) of one worker."""
         with self._sessions() as s:
