@@ -142,6 +142,15 @@ def test_keepalive_is_never_cold_once_a_dense_trace_has_its_worker() -> None:
     assert max(t for t, c in zip(kpa.arrival_s, kpa.cold, strict=True) if c) < 2 * t_cold
 
 
+def test_keepalive_keeps_its_worker_a_window_after_every_call_even_one_between_ticks() -> None:
+    # a call every 500 s served in half a second: never present at a tick once a worker is up,
+    # yet each one restarts the 600 s keep-alive, so only the first call finds no worker
+    w = one_deployment([1.0 + 500.0 * i for i in range(8)], service_s=0.5, duration_s=4000)
+    record = Sim(w, KeepAlive(600.0), 30.0, 8).run()
+    assert record.cold == [True] + [False] * 7
+    assert record.boots == 1
+
+
 def test_oracle_is_never_cold_and_cheapest() -> None:
     w = bursty(period_s=300, burst=60, duration_s=1800)
     oracle = Sim(w, Oracle(), 30.0, 8).run()
