@@ -6,7 +6,8 @@ the same 2 s tick and answers with the number of workers it wants for one deploy
 as ready (non-draining) + booting; the simulator starts or releases the difference.
 
 - ``KeepAlive``: reactive scale-up to ceil(demand / slots); a worker is released after
-  ``window_s`` of not being needed (the last one after ``window_s`` without work).
+  ``window_s`` of not being needed (the last one after ``window_s`` without work), each call
+  counting as a need on its arrival.
 - ``KPA``: Knative's KPA with its defaults (``config-autoscaler``).
 - ``KEDA``: KEDA's queue-length scaler feeding the HPA.
 - ``Histogram``: the hybrid histogram policy of "Serverless in the Wild" (ATC'20).
