@@ -92,11 +92,13 @@ class KeepAlive(Policy):
         # A keep-alive restarts its clock at each call, however short: sampled at the ticks
         # only, a call that came and went between two was never seen, and the worker it used
         # was released a window after the last call a tick saw.
-        needed = workers_for(dep.demand + 1, self.slots)
-        hold_levels(self._needed_at[dep.index], needed, now, self.window_s)
+        self._hold(dep, dep.demand + 1, now)
 
     def tick(self, dep: DeploymentRuntime, now: float) -> int | None:
-        needed = workers_for(dep.demand, self.slots)
+        return self._hold(dep, dep.demand, now)
+
+    def _hold(self, dep: DeploymentRuntime, demand: int, now: float) -> int:
+        needed = workers_for(demand, self.slots)
         return hold_levels(self._needed_at[dep.index], needed, now, self.window_s)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Any
 
 from common.messages import ASSIGNMENT_ENV, Assignment
 from common.protocol import deployment_queue
@@ -17,9 +16,7 @@ from control_plane.settings import Settings
 from tests.integration.api_helpers import WORKER_TOKEN, served
 
 
-def test_a_worker_without_a_row_exits_before_it_loads(
-    settings: Settings, redis_client: Any
-) -> None:
+def test_a_worker_without_a_row_exits_before_it_loads(settings: Settings) -> None:
     with served(create_app(settings)) as address:
         # its weights are nowhere: a worker that went on to load would fail there instead
         assignment = Assignment("dep_missing", 1, "file:///nowhere/", deployment_queue("x"), 2)
