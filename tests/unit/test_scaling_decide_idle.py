@@ -18,11 +18,11 @@ from control_plane.domain.scaling.decide import (
     MAX_TICK_S,
     keepalive_levels,
     wake_callers,
-    wake_levels,
 )
 from control_plane.domain.scaling.idle import IdleWindows
 from control_plane.domain.scaling.models import NONE, Models
 from control_plane.domain.scaling.policy import hold_s
+from control_plane.domain.scaling.wake import wake_levels, wake_workers
 from tests.unit.scaling_states import (
     POLICY,
     SERVICE_S,
@@ -269,3 +269,25 @@ def test_on_a_prewarm_plan_held_workers_wait_for_the_prewarm_unless_a_miss_costs
     boot_at = T0 + 30 + 500 - 30 - MAX_TICK_S
     warm = quiet(30, boot_at + 1)
     assert (warm.desired, warm.reason) == (4, "hold")
+
+
+def test_the_workers_kept_for_the_next_wake_are_counted_without_pricing_them_while_busy() -> None:
+    # `wake_workers` skips the levels' prices within a boot of the last work (each is kept at
+    # least that long): the count is the one the priced levels give, at every moment
+    rng = random.Random(7)
+    for _ in range(400):
+        policy = dataclasses.replace(
+            POLICY,
+            max_workers=rng.choice([0, 1, 3, 8, 40]),
+            target_concurrency=rng.choice([1, 4, 8]),
+            scaledown_window_s=rng.choice([10.0, 60.0, 600.0]),
+            cold_penalty_s=rng.choice([0.0, 60.0, 600.0]),
+        )
+        wakes = tuple(float(rng.randint(1, 400)) for _ in range(rng.randint(0, 6)))
+        idle = IdleWindows(None, 300.0, True, wake_requests=rng.uniform(1, 50), wakes=wakes)
+        boot_s, service_s = rng.choice([5.0, 30.0, 84.0]), rng.uniform(0.5, 20.0)
+        window_s = rng.choice([20.0, 300.0, 600.0])
+        for idle_for in (0.0, rng.uniform(0, boot_s), rng.uniform(0, window_s)):
+            levels = wake_levels(idle, policy, boot_s, service_s, window_s)
+            expected = sum(1 for w in levels if idle_for < w)
+            assert wake_workers(idle, policy, boot_s, service_s, window_s, idle_for) == expected

@@ -64,7 +64,7 @@ from control_plane.domain.scaling.wake import keepalive_levels as keepalive_leve
 from control_plane.domain.scaling.wake import (
     keepalive_window,
     prewarm_levels,
-    wake_levels,
+    wake_workers,
 )
 from control_plane.domain.scaling.wake import wake_callers as wake_callers
 
@@ -310,8 +310,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             # too: a wake is when they are needed (asked for only once the deployment was quiet,
             # they were released by the first tick of the next wake, whose calls had not yet
             # queued, and booted again for its queue).
-            windows = wake_levels(idle, p, boot_s, state.service_s, window)
-            parts.append((sum(1 for w in windows if idle_for < w), "keepalive"))
+            kept = wake_workers(idle, p, boot_s, state.service_s, window, idle_for)
+            parts.append((kept, "keepalive"))
     parts.append((p.min_workers, "min_workers"))
 
     needed, reason = max(parts, key=lambda part: part[0])

@@ -149,14 +149,16 @@ def update_levels(
         episodes[k] = episode
         if k < needed:
             needed_at[k] = now
-            continue
-        if last is None:
-            continue
-        if now - last >= cap:  # not needed again within the longest hold there is
+        elif last is not None and now - last >= cap:  # not needed again within any hold
             fits[k] = _with(fits[k], policy, boot_s, gap=NOT_AGAIN)
             needed_at[k] = None
-        elif now - last < _hold_s(fits[k], policy, boot_s):
+    # the highest level whose hold still runs, and all below it (a hold is computed for the
+    # levels above it only: on every tick of every deployment, most of them run)
+    for k in range(n - 1, max(needed, 1) - 1, -1):
+        last = needed_at[k]
+        if last is not None and now - last < _hold_s(fits[k], policy, boot_s):
             held = k + 1
+            break
     return Levels(tuple(needed_at), tuple(fits), tuple(episodes), now), held
 
 

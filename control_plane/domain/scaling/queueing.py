@@ -49,10 +49,10 @@ def workers_for_stream(
     slots = 0
     waits: list[float] = []  # mean wait per call with m, m + 1 workers
     while m <= max_workers:
-        while slots < (m + len(waits)) * target:
-            slots += 1
-            b = load * b / (slots + load * b)
-        c = slots
+        c = (m + len(waits)) * target
+        for k in range(slots + 1, c + 1):  # Erlang B's recursion, one slot at a time
+            b = load * b / (k + load * b)
+        slots = c
         erlang_c = c * b / (c - load * (1.0 - b))
         theta = (c - load) / max(service_s, 1e-3)
         waits.append(erlang_c * math.exp(-theta * wait_s) * (wait_s + 1.0 / theta))
