@@ -152,8 +152,8 @@ def update_levels(
         elif last is not None and now - last >= cap:  # not needed again within any hold
             fits[k] = _with(fits[k], policy, boot_s, gap=NOT_AGAIN)
             needed_at[k] = None
-    # the highest level whose hold still runs, and all below it (a hold is computed for the
-    # levels above it only: on every tick of every deployment, most of them run)
+    # the highest level whose hold still runs keeps the levels below it too: searched from the
+    # top down, a hold is computed only for the levels above it (every tick of every deployment)
     for k in range(n - 1, max(needed, 1) - 1, -1):
         last = needed_at[k]
         if last is not None and now - last < _hold_s(fits[k], policy, boot_s):

@@ -51,11 +51,7 @@ def wake_workers(
     shortest = min(boot_s, policy.scaledown_window_s, window_s)
     if idle_for < shortest and policy.cold_penalty_s >= 0.0:
         per_worker = _callers_per_worker(policy, boot_s, service_s)
-        largest = max(idle.wakes or (idle.wake_requests,))
-        reached = 1  # as `wake_callers` counts the workers a wake reaches past the first
-        while reached < policy.max_workers and largest > reached * per_worker:
-            reached += 1
-        return reached
+        return _workers_reached(max(idle.wakes or (idle.wake_requests,)), per_worker, policy)
     return sum(1 for w in wake_levels(idle, policy, boot_s, service_s, window_s) if idle_for < w)
 
 
@@ -91,10 +87,8 @@ def wake_callers(
     callers: list[float] = []
     # On every quiet tick of every deployment: plain loops, no generator (a fifth of a quiet
     # decide() went here), and none past the largest wake's last worker (it serves nothing).
-    for j in range(1, policy.max_workers):
+    for j in range(1, _workers_reached(largest, per_worker, policy)):
         below = j * per_worker
-        if largest <= below:
-            break
         served = 0.0
         for a in wakes:
             if a > below:
@@ -106,6 +100,15 @@ def wake_callers(
 def _callers_per_worker(policy: ScalingPolicy, boot_s: float, service_s: float) -> float:
     """The callers a worker ready at a wake serves over a boot (`wake_callers`)."""
     return max(policy.target_concurrency, 1) * (1.0 + boot_s / max(service_s, 1e-3))
+
+
+def _workers_reached(largest: float, per_worker: float, policy: ScalingPolicy) -> int:
+    """The workers a wake of `largest` callers reaches: the first, and each j-th after it
+    (up to `max_workers`) with callers left past the j × `per_worker` the ones below serve."""
+    reached = 1
+    while reached < policy.max_workers and largest > reached * per_worker:
+        reached += 1
+    return reached
 
 
 def keepalive_levels(
