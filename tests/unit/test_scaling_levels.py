@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 
 import pytest
 
@@ -200,6 +201,44 @@ def test_best_hold_weighs_idle_seconds_against_cold_starts() -> None:
     # never beyond the scale-down window: gaps beyond it are spared by no hold
     assert best_hold_s([700.0] * 4, 600, ten, 600) == 0.0
     assert math.isinf(NOT_AGAIN)
+
+
+def test_best_hold_is_the_cheapest_hold_over_the_gaps_by_their_plain_cost() -> None:
+    # The definition, a pass over the gaps per hold tried, against the sorted sweep: the same
+    # hold (whole-second gaps and prices, so every sum is exact and ties are real ties), or on
+    # fractional ones a hold of the same cost up to rounding.
+    def cost(hold: float, gaps: list[float], cold: float) -> float:
+        if hold == 0.0:
+            return cold + sum(cold for _ in gaps)
+        return sum(g if g <= hold else hold + cold for g in gaps)
+
+    rng = random.Random(5)
+    for case in range(3000):
+        whole = case % 2 == 0
+        n = rng.randint(0, 40)
+
+        # NOT_AGAIN now and then; whole seconds on a coarse grid, where holds of equal cost
+        # come up, or any fraction
+        gaps = [
+            NOT_AGAIN
+            if rng.random() < 0.15
+            else float(rng.randrange(40, 700, 20))
+            if whole
+            else rng.uniform(31, 900)
+            for _ in range(n)
+        ]
+        if n and rng.random() < 0.3:  # repeated gaps (a stream's period)
+            gaps += [gaps[0]] * rng.randint(1, 5)
+        cold = float(rng.randrange(40, 1500, 20)) if whole else rng.uniform(31, 1500)
+        floor = min(cold, 600.0)
+        tried = {floor, *(g for g in gaps if floor < g <= 600.0)}
+        costs = {0.0: cost(0.0, gaps, cold)} | {h: cost(h, gaps, cold) for h in tried}
+        expected = min(costs, key=lambda h: (costs[h], h == 0.0, h))
+        got = best_hold_s(gaps, floor, cold, 600.0)
+        if whole:
+            assert got == expected, (gaps, cold)
+        else:
+            assert got in costs and costs[got] == pytest.approx(costs[expected], rel=1e-12)
 
 
 def test_the_holds_as_the_api_shows_them() -> None:

@@ -160,6 +160,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     recent = now - models.fitted_at <= MAX_MODEL_AGE_S
     current = state.last_arrival_at is not None and models.fitted_at >= state.last_arrival_at
     fc = models.forecast if recent else None
+    fc_now = fc.rate(now) if fc is not None else None  # (mean, sd) of the arrival rate now
     idle = models.idle if recent or current else NONE.idle
 
     # Each part below asks for workers for the work present or expected, less what may wait
@@ -188,7 +189,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     demand = state.queued + state.running
     inflow = observe(mem.inflow, now, demand, state.running, state.service_s)
     if booting or (demand > 0 and (fc is not None or idle.prewarms)):
-        rate = fc.rate(now)[0] if fc is not None else models.recent_rate if recent else None
+        rate = fc_now[0] if fc_now is not None else models.recent_rate if recent else None
         if rate is not None:
             # a surge shows in the work present before it shows in the models' buckets
             rate = max(rate, inflow.rate)
@@ -235,29 +236,29 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
 
     # Dense traffic only: at least one arrival expected per boot. Sparser streams are the idle
     # windows' (a Gaussian filter over mostly-empty buckets says little about the next one).
-    if fc is not None and fc.rate(now)[0] * boot_s >= 1.0:
+    if fc is not None and fc_now is not None and fc_now[0] * boot_s >= 1.0:
         quantile = under_quantile(p, boot_s)
         z = _z(quantile)
-        price, cap = wait_price(p, boot_s), p.max_workers
+        # A linear trend peaks at one end of the horizon: now, or a boot from now.
+        (mean_now, sd_now), (mean_then, sd_then) = fc_now, fc.rate(now + boot_s)
+        high_now, high_then = mean_now + z * sd_now, mean_then + z * sd_then
+        # Little's law at the higher end; the rate's own uncertainty is added at the same
+        # quantile. Waiting absorbs the swings above the mean load, never the load itself: with
+        # fewer slots than that the queue grows for as long as the load lasts (a ramp).
+        concurrency = _poisson_quantile_of_max(
+            (high_now * state.service_s, high_then * state.service_s), quantile, z
+        )
+        load = max(mean_now, mean_then) * state.service_s
+        worst = math.ceil(max(concurrency - waits, load) / target)
+        # The swings of the stream at its sustained rate (the lower end of the horizon; a trend
+        # is the part above's) get workers for as long as the queueing the next one would spare
+        # costs more than it (`queueing.py`): they queue at the tail of the latency. (At the
+        # higher end, a burst's rate, extrapolated past its end by the trend, kept the burst's
+        # workers after it.)
+        price = wait_price(p, boot_s)
         wait_s = min(p.queue_wait_s, boot_s)  # as `policy.waits_allowed`
-        worst, stream = 0, p.max_workers
-        for t in (now, now + boot_s):  # a linear trend peaks at one end of the horizon
-            mean, sd = fc.rate(t)
-            # Little's law; the rate's own uncertainty is added at the same quantile
-            concurrency = _poisson_quantile((mean + z * sd) * state.service_s, quantile, z)
-            # Waiting absorbs the swings above the mean load, never the load itself: with fewer
-            # slots than that the queue grows for as long as the load lasts (a ramp of traffic).
-            load = mean * state.service_s
-            worst = max(worst, math.ceil(max(concurrency - waits, load) / target))
-            # The swings of the stream at its sustained rate (the lower end of the horizon; a
-            # trend is the part above's) get workers for as long as the queueing the next one
-            # would spare costs more than it (`queueing.py`): they queue at the tail of the
-            # latency. (At the higher end, a burst's rate, extrapolated past its end by the
-            # trend, kept the burst's workers after it.)
-            rate = max(mean + z * sd, 0.0)
-            stream = min(
-                stream, workers_for_stream(rate, state.service_s, target, price, cap, wait_s)
-            )
+        rate = max(min(high_now, high_then), 0.0)
+        stream = workers_for_stream(rate, state.service_s, target, price, p.max_workers, wait_s)
         parts.append((max(worst, stream), "forecast"))
 
     # The parts above size the workers for the work present or forecast; each worker above the
@@ -363,6 +364,15 @@ def _z(quantile: float) -> float:
     if z is None:
         z = _Z[quantile] = NormalDist().inv_cdf(quantile)
     return z
+
+
+def _poisson_quantile_of_max(means: tuple[float, float], quantile: float, z: float) -> int:
+    """`_poisson_quantile` of the larger mean: the larger quantile, as it grows with the mean
+    within each of its two methods (either side of POISSON_EXACT_MAX; both where they differ)."""
+    low, high = sorted(means)
+    if (low > POISSON_EXACT_MAX) == (high > POISSON_EXACT_MAX):
+        return _poisson_quantile(high, quantile, z)
+    return max(_poisson_quantile(low, quantile, z), _poisson_quantile(high, quantile, z))
 
 
 def _poisson_quantile(mean: float, quantile: float, z: float) -> int:

@@ -27,12 +27,13 @@ queueing for each of the level's slots.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class Episode:
-    """One level's episode, from its need until a replacement started then would be ready."""
+class Episode(NamedTuple):
+    """One level's episode, from its need until a replacement started then would be ready.
+    (A named tuple: each level with an episode builds the next every tick, and a tuple builds
+    in half the time of a frozen dataclass.)"""
 
     began_at: float  # when the level was needed again
     extra_without: float = 0.0  # x of the fluid queue with the workers below the level only
@@ -50,25 +51,25 @@ class Episode:
     ) -> Episode:
         """The episode after `dt` seconds in which `demand` jobs were present, `running` of
         them in a slot (this tick's counts stand for the time since the last)."""
-        without, waiting_without = _fluid(self.extra_without, dt, demand, running, service_s,
-                                          slots_below)  # fmt: skip
-        with_, waiting_with = _fluid(self.extra_with, dt, demand, running, service_s,
-                                     slots_below + slots)  # fmt: skip
+        # Both fluid queues in one pass, with conditionals for max/min: every level with an
+        # episode runs this every tick (a burst's twenty levels at once).
+        service_s = service_s if service_s > 1e-3 else 1e-3  # as `policy.waits_allowed`
+        floor = -demand  # x never takes away more jobs than are present
+        jobs = demand + self.extra_without
+        jobs = jobs if jobs > 0.0 else 0.0
+        waiting_without = jobs - slots_below if jobs > slots_below else 0.0
+        served = jobs if jobs < slots_below else slots_below
+        without = self.extra_without + dt * (running - served) / service_s
+        slots_with = slots_below + slots
+        jobs = demand + self.extra_with
+        jobs = jobs if jobs > 0.0 else 0.0
+        waiting_with = jobs - slots_with if jobs > slots_with else 0.0
+        served = jobs if jobs < slots_with else slots_with
+        with_ = self.extra_with + dt * (running - served) / service_s
         spared = self.spared_s + dt * (waiting_without - waiting_with)
-        return Episode(self.began_at, without, with_, spared)
-
-
-def _fluid(
-    extra: float,
-    dt: float,
-    demand: float,
-    running: float,
-    service_s: float,
-    slots: float,
-) -> tuple[float, float]:
-    """(x after `dt`, jobs waiting over `dt`) of the fluid queue with `slots` slots."""
-    service_s = max(service_s, 1e-3)  # as `policy.waits_allowed` counts a measured 0
-    jobs = max(demand + extra, 0.0)
-    waiting = max(jobs - slots, 0.0)
-    extra += dt * (running - min(jobs, slots)) / service_s
-    return max(extra, -demand), waiting
+        return Episode(
+            self.began_at,
+            without if without > floor else floor,
+            with_ if with_ > floor else floor,
+            spared,
+        )

@@ -43,9 +43,10 @@ the chance of a pause shorter than any seen, would cost that level more than the
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from control_plane.domain.scaling.episode import Episode
 from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s, hold_s
@@ -69,6 +70,10 @@ NOT_AGAIN = math.inf
 PRIOR_CALLERS = 1.0
 
 
+def _mean_callers(callers: tuple[float, ...]) -> float:
+    return sum(callers) / len(callers) if callers else PRIOR_CALLERS
+
+
 @dataclass(frozen=True, slots=True)
 class LevelFit:
     """One level's recent gaps between needs and its episodes' callers (oldest first), and the
@@ -77,12 +82,13 @@ class LevelFit:
     gaps: tuple[float, ...] = ()
     hold_s: float = 0.0  # the hold (≥ the ski-rental time) that would have cost least (0: none)
     callers: tuple[float, ...] = ()  # callers of its recent episodes (see the module doc)
+    # The callers a cold start of this level makes wait through a boot, on average over its
+    # recent episodes (PRIOR_CALLERS before the first). Kept, not derived on each read: every
+    # tick reads it for each level above the work (its hold).
+    cold_callers: float = field(init=False, default=PRIOR_CALLERS)
 
-    @property
-    def cold_callers(self) -> float:
-        """The callers a cold start of this level makes wait through a boot, on average over
-        its recent episodes (PRIOR_CALLERS before the first)."""
-        return sum(self.callers) / len(self.callers) if self.callers else PRIOR_CALLERS
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cold_callers", _mean_callers(self.callers))
 
 
 NO_FIT = LevelFit()
@@ -129,36 +135,43 @@ def update_levels(
     held = needed
     if n:  # the last worker is the idle windows' to keep: only its last need is kept
         needed_at[0] = now if needed else needed_at[0]
+    # Each level's own, in three passes (every tick of every deployment runs them: a level
+    # that has nothing to do costs a test or two).
+    # The episodes under way follow the tick; one that has lasted a boot prices its level: its
+    # callers are the queueing the level spared over the boot a replacement started at its
+    # need takes, in callers waiting a whole boot.
     for k in range(1, n):
-        last = needed_at[k]
         episode = episodes[k]
-        if episode is not None:
-            episode = episode.advance(dt, demand, running, service_s, k * target, target)
-            if now - episode.began_at >= boot_s:
-                # the episode's callers: the queueing the level spared over the boot a
-                # replacement started at its need takes, in callers waiting a whole boot
-                callers = episode.spared_s / max(boot_s, 1e-3)
-                fits[k] = _with(fits[k], policy, boot_s, callers=callers)
-                episode = None
-        if k < needed and episode is None and (last is None or now - last > boot_s):
-            # needed again: an episode begins. The jobs that made it needed came since the
-            # last update: they count for it, as every later update's do.
+        if episode is None:
+            continue
+        episode = episode.advance(dt, demand, running, service_s, k * target, target)
+        if now - episode.began_at >= boot_s:
+            callers = episode.spared_s / max(boot_s, 1e-3)
+            fits[k] = _with(fits[k], policy, boot_s, callers=callers)
+            episode = None
+        episodes[k] = episode
+    # The levels needed now. One needed again after more than a boot begins an episode: the
+    # jobs that made it needed came since the last update, and count for it, as every later
+    # update's do.
+    for k in range(1, needed):
+        last = needed_at[k]
+        if (last is None or now - last > boot_s) and episodes[k] is None:
             if last is not None:
                 fits[k] = _with(fits[k], policy, boot_s, gap=now - last)
-            episode = Episode(now).advance(dt, demand, running, service_s, k * target, target)
-        episodes[k] = episode
-        if k < needed:
-            needed_at[k] = now
-        elif last is not None and now - last >= cap:  # not needed again within any hold
-            fits[k] = _with(fits[k], policy, boot_s, gap=NOT_AGAIN)
-            needed_at[k] = None
-    # the highest level whose hold still runs keeps the levels below it too: searched from the
-    # top down, a hold is computed only for the levels above it (every tick of every deployment)
+            episodes[k] = Episode(now).advance(dt, demand, running, service_s, k * target, target)
+        needed_at[k] = now
+    # The levels above them: one not needed again within the window has a gap no hold spans;
+    # the highest level whose hold still runs keeps the levels below it too (searched from the
+    # top down, a hold is computed only for the levels above it).
     for k in range(n - 1, max(needed, 1) - 1, -1):
         last = needed_at[k]
-        if last is not None and now - last < _hold_s(fits[k], policy, boot_s):
+        if last is None:
+            continue
+        if now - last >= cap:
+            fits[k] = _with(fits[k], policy, boot_s, gap=NOT_AGAIN)
+            needed_at[k] = None
+        elif held == needed and now - last < _hold_s(fits[k], policy, boot_s):
             held = k + 1
-            break
     return Levels(tuple(needed_at), tuple(fits), tuple(episodes), now), held
 
 
@@ -225,11 +238,26 @@ def best_hold_s(gaps: Sequence[float], floor_s: float, cold_s: float, cap: float
     start of price C when C < (n + 1) × the window, i.e. a level that carried a burst's callers
     only after several bursts that did not need it again within the window; never without a
     past."""
-    costs = {0.0: cold_s + sum(cold_s for _ in gaps)}
-    for hold in {floor_s, *(g for g in gaps if floor_s < g <= cap)}:
-        costs[hold] = sum(g if g <= hold else hold + cold_s for g in gaps)
-    # ties: no hold at all last (the rule with a guarantee wins them), then the shorter hold
-    return min(costs, key=lambda h: (costs[h], h == 0.0, h))
+    ordered = sorted(gaps)
+    n = len(ordered)
+    # The holds tried in increasing order, each costed from the gaps it spans (their sum,
+    # carried from the last) and the count of those it does not: one sweep of the sorted gaps,
+    # not a pass per hold (a level refits at each of its needs, a burst's twenty in one tick).
+    spanned = bisect.bisect_right(ordered, floor_s)
+    spanned_s = sum(ordered[:spanned])
+    cost = spanned_s + (n - spanned) * (floor_s + cold_s)
+    never = (n + 1) * cold_s  # no hold at all
+    best, best_cost = floor_s, cost
+    if floor_s == 0.0:  # a floor of nothing (no price, no window): the same choice
+        never, best_cost = cost, math.inf
+    for k in range(spanned, bisect.bisect_right(ordered, cap)):
+        hold = ordered[k]
+        spanned_s += hold  # (of equal gaps, the last costs the hold: the others cost more)
+        cost = spanned_s + (n - k - 1) * (hold + cold_s)
+        if cost < best_cost:  # ties: the shorter hold
+            best, best_cost = hold, cost
+    # ties: a hold (the rule with a guarantee wins them)
+    return 0.0 if never < best_cost else best
 
 
 def _with(
@@ -242,7 +270,7 @@ def _with(
     """The fit with one more gap or one more episode's callers, and its hold refit."""
     gaps = fit.gaps if gap is None else (*fit.gaps, gap)[-GAPS_KEPT:]
     episodes = fit.callers if callers is None else (*fit.callers, callers)[-EPISODES_KEPT:]
-    price = LevelFit(gaps, 0.0, episodes).cold_callers
+    price = _mean_callers(episodes)
     cold_s = cold_cost_s(policy, boot_s, price)
     floor = hold_s(policy, boot_s, price)
     return LevelFit(gaps, best_hold_s(gaps, floor, cold_s, policy.scaledown_window_s), episodes)

@@ -51,7 +51,8 @@ def workers_for_stream(
     while m <= max_workers:
         c = (m + len(waits)) * target
         for k in range(slots + 1, c + 1):  # Erlang B's recursion, one slot at a time
-            b = load * b / (k + load * b)
+            offered = load * b
+            b = offered / (k + offered)
         slots = c
         erlang_c = c * b / (c - load * (1.0 - b))
         theta = (c - load) / max(service_s, 1e-3)
