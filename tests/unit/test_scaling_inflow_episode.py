@@ -4,10 +4,11 @@ spares while a replacement would boot (`scaling/episode.py`), on a fake clock.""
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
-from control_plane.domain.scaling.episode import Episode
+from control_plane.domain.scaling.episode import Episode, advance_levels
 from control_plane.domain.scaling.inflow import observe
 from control_plane.domain.scaling.policy import PANIC_WINDOW_S
 from control_plane.domain.scaling.queueing import workers_for_stream
@@ -73,6 +74,38 @@ def test_a_backlog_that_outlasts_the_boot_is_priced_by_the_queue_it_grows() -> N
     s = spared(demands, below=16.0, slots=8.0)
     piled = sum(8 + 8 / SERVICE_S * TICK_S * i for i in range(15)) * TICK_S
     assert s == pytest.approx(piled)
+
+
+def test_a_bursts_levels_advance_together_as_each_would_alone() -> None:
+    # Levels whose episodes began at the same need share a queue (one's with it is the next
+    # one's without it); others, begun at other needs or with a level between them without an
+    # episode, share nothing. Every episode ends where its own `advance` takes it.
+    rng = random.Random(9)
+    for _ in range(300):
+        target = rng.choice([1, 4, 8])
+        episodes: list[Episode | None] = [None]
+        x = 0.0
+        for _ in range(rng.randint(0, 20)):
+            if rng.random() < 0.2:
+                episodes.append(None)
+                continue
+            if rng.random() < 0.4:  # begun at another need: its own x
+                x = rng.uniform(-20, 20)
+            below, x = x, rng.uniform(-20, 20)
+            episodes.append(Episode(T0, below, x))
+        for _ in range(rng.randint(1, 15)):
+            demand = float(rng.randint(0, 200))
+            running = float(rng.randint(0, int(demand)))
+            service_s = rng.choice([0.0, SERVICE_S, rng.uniform(0.5, 30)])
+            alone = [
+                None
+                if e is None
+                else e.advance(TICK_S, demand, running, service_s, k * target, target)
+                for k, e in enumerate(episodes)
+            ]
+            together = advance_levels(episodes, TICK_S, demand, running, service_s, target)
+            assert together == alone
+            episodes = together
 
 
 def test_a_stream_gets_the_workers_whose_queueing_is_worth_their_cost() -> None:

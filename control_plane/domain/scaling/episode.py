@@ -27,6 +27,7 @@ queueing for each of the level's slots.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 
@@ -51,25 +52,60 @@ class Episode(NamedTuple):
     ) -> Episode:
         """The episode after `dt` seconds in which `demand` jobs were present, `running` of
         them in a slot (this tick's counts stand for the time since the last)."""
-        # Both fluid queues in one pass, with conditionals for max/min: every level with an
-        # episode runs this every tick (a burst's twenty levels at once).
-        service_s = service_s if service_s > 1e-3 else 1e-3  # as `policy.waits_allowed`
-        floor = -demand  # x never takes away more jobs than are present
-        jobs = demand + self.extra_without
-        jobs = jobs if jobs > 0.0 else 0.0
-        waiting_without = jobs - slots_below if jobs > slots_below else 0.0
-        served = jobs if jobs < slots_below else slots_below
-        without = self.extra_without + dt * (running - served) / service_s
-        slots_with = slots_below + slots
-        jobs = demand + self.extra_with
-        jobs = jobs if jobs > 0.0 else 0.0
-        waiting_with = jobs - slots_with if jobs > slots_with else 0.0
-        served = jobs if jobs < slots_with else slots_with
-        with_ = self.extra_with + dt * (running - served) / service_s
-        spared = self.spared_s + dt * (waiting_without - waiting_with)
-        return Episode(
-            self.began_at,
-            without if without > floor else floor,
-            with_ if with_ > floor else floor,
-            spared,
-        )
+        without = _fluid(self.extra_without, dt, demand, running, service_s, slots_below)
+        with_ = _fluid(self.extra_with, dt, demand, running, service_s, slots_below + slots)
+        return self._after(dt, without, with_)
+
+    def _after(
+        self, dt: float, without: tuple[float, float], with_: tuple[float, float]
+    ) -> Episode:
+        """The episode after `dt`, given both queues' (x after it, jobs waiting over it)."""
+        spared = self.spared_s + dt * (without[1] - with_[1])
+        return Episode(self.began_at, without[0], with_[0], spared)
+
+
+def advance_levels(
+    episodes: Sequence[Episode | None],
+    dt: float,
+    demand: float,
+    running: float,
+    service_s: float,
+    target: int,
+) -> list[Episode | None]:
+    """Each level's episode ([k]: the level with k levels of `target` slots below it; None: no
+    episode) advanced as `Episode.advance` does. A level's queue with it is the next level's
+    without it: where both follow the same x (their episodes began at the same need, as a
+    burst's levels do), it is computed once."""
+    out = list(episodes)
+    shared: tuple[float, tuple[float, float]] | None = None  # the last with-queue: x, after
+    for k, episode in enumerate(episodes):
+        if episode is None:
+            shared = None
+            continue
+        if shared is not None and shared[0] == episode.extra_without:
+            without = shared[1]
+        else:
+            without = _fluid(episode.extra_without, dt, demand, running, service_s, k * target)
+        with_ = _fluid(episode.extra_with, dt, demand, running, service_s, (k + 1) * target)
+        shared = (episode.extra_with, with_)
+        out[k] = episode._after(dt, without, with_)
+    return out
+
+
+def _fluid(
+    extra: float,
+    dt: float,
+    demand: float,
+    running: float,
+    service_s: float,
+    slots: float,
+) -> tuple[float, float]:
+    """(x after `dt`, jobs waiting over `dt`) of the fluid queue with `slots` slots.
+    (Conditionals for max and min: a burst's twenty levels run this twice each, every tick.)"""
+    service_s = service_s if service_s > 1e-3 else 1e-3  # as `policy.waits_allowed`
+    jobs = demand + extra
+    jobs = jobs if jobs > 0.0 else 0.0
+    waiting = jobs - slots if jobs > slots else 0.0
+    extra += dt * (running - (jobs if jobs < slots else slots)) / service_s
+    floor = -demand  # x never takes away more jobs than are present
+    return (extra if extra > floor else floor), waiting

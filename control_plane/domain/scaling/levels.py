@@ -48,7 +48,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from control_plane.domain.scaling.episode import Episode
+from control_plane.domain.scaling.episode import Episode, advance_levels
 from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s, hold_s
 
 # Episodes kept per level: the recent ones, so that a level's price follows a change of the
@@ -140,16 +140,12 @@ def update_levels(
     # The episodes under way follow the tick; one that has lasted a boot prices its level: its
     # callers are the queueing the level spared over the boot a replacement started at its
     # need takes, in callers waiting a whole boot.
-    for k in range(1, n):
-        episode = episodes[k]
-        if episode is None:
-            continue
-        episode = episode.advance(dt, demand, running, service_s, k * target, target)
-        if now - episode.began_at >= boot_s:
+    episodes = advance_levels(episodes, dt, demand, running, service_s, target)
+    for k, episode in enumerate(episodes):
+        if episode is not None and now - episode.began_at >= boot_s:
             callers = episode.spared_s / max(boot_s, 1e-3)
             fits[k] = _with(fits[k], policy, boot_s, callers=callers)
-            episode = None
-        episodes[k] = episode
+            episodes[k] = None
     # The levels needed now. One needed again after more than a boot begins an episode: the
     # jobs that made it needed came since the last update, and count for it, as every later
     # update's do.
