@@ -86,9 +86,12 @@ class LevelFit:
     # recent episodes (PRIOR_CALLERS before the first). Kept, not derived on each read: every
     # tick reads it for each level above the work (its hold).
     cold_callers: float = field(init=False, default=PRIOR_CALLERS)
+    # The gaps in increasing order: how many a hold spans is a search (`kept_for_next`).
+    ordered: tuple[float, ...] = field(init=False, default=(), repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cold_callers", _mean_callers(self.callers))
+        object.__setattr__(self, "ordered", tuple(sorted(self.gaps)))
 
 
 NO_FIT = LevelFit()
@@ -200,7 +203,7 @@ def kept_for_next(levels: Levels, above: int, boot_s: float, policy: ScalingPoli
     for k in range(above, min(len(levels.fits), policy.max_workers)):
         fit = levels.fits[k]
         hold = _hold_s(fit, policy, boot_s)
-        if 2 * sum(1 for g in fit.gaps if g <= hold) <= len(fit.gaps):
+        if 2 * bisect.bisect_right(fit.ordered, hold) <= len(fit.gaps):
             break
         kept += 1
     return kept
