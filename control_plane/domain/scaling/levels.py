@@ -143,12 +143,13 @@ def update_levels(
     # The episodes under way follow the tick; one that has lasted a boot prices its level: its
     # callers are the queueing the level spared over the boot a replacement started at its
     # need takes, in callers waiting a whole boot.
-    episodes = advance_levels(episodes, dt, demand, running, service_s, target)
-    for k, episode in enumerate(episodes):
-        if episode is not None and now - episode.began_at >= boot_s:
-            callers = episode.spared_s / max(boot_s, 1e-3)
-            fits[k] = _with(fits[k], policy, boot_s, callers=callers)
-            episodes[k] = None
+    if episodes.count(None) < n:  # (most ticks of most deployments have none)
+        episodes = advance_levels(episodes, dt, demand, running, service_s, target)
+        for k, episode in enumerate(episodes):
+            if episode is not None and now - episode.began_at >= boot_s:
+                callers = episode.spared_s / max(boot_s, 1e-3)
+                fits[k] = _with(fits[k], policy, boot_s, callers=callers)
+                episodes[k] = None
     # The levels needed now. One needed again after more than a boot begins an episode: the
     # jobs that made it needed came since the last update, and count for it, as every later
     # update's do.
