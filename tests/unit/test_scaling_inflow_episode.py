@@ -124,3 +124,18 @@ def test_a_stream_gets_the_workers_whose_queueing_is_worth_their_cost() -> None:
     assert workers_for_stream(0.0, 4.0, 8, 20.0, 100) == 0
     counts = [workers_for_stream(r / 4, 4.0, 8, 20.0, 1000) for r in range(1, 200)]
     assert counts == sorted(counts)
+
+
+def test_more_calls_never_get_fewer_workers() -> None:
+    # The forecast asks for the workers of the lower end of its horizon by asking at its lower
+    # rate (`decide`): that is the fewer workers only while more calls never get fewer.
+    rng = random.Random(4)
+    for _ in range(3000):
+        service_s = rng.choice([0.0, 0.5, SERVICE_S, rng.uniform(0.01, 60)])
+        target = rng.choice([1, 2, 8, 16])
+        price = rng.choice([2.0, 20.0, 600 / 84, rng.uniform(0.1, 200)])
+        wait_s = rng.choice([0.0, 1.0, rng.uniform(0, 5)])
+        low = rng.expovariate(1 / rng.choice([0.1, 1.0, 10.0, 50.0]))
+        high = low * (1 + rng.choice([1e-12, 1e-6, 1e-3, 0.05, 0.5]))
+        fewer = workers_for_stream(low, service_s, target, price, 10_000, wait_s)
+        assert fewer <= workers_for_stream(high, service_s, target, price, 10_000, wait_s)
