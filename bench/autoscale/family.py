@@ -9,11 +9,21 @@ Each member is one deployment drawn by a documented generator (`generators.py`) 
   × median gap 20 s / 3 min / 15 min (each gap clipped to 10 s .. 30 min);
 - `gap2to4` (3): bursts of 100-300 calls after quiet gaps uniform in 2-4 minutes;
 - `periodic` (12): period 1 / 5 / 15 / 30 min × batch 1 / 30 / 200, jitter 2 % or 15 %;
-- `diurnal` (5): a sinusoidal rate (a day compressed to 2 h) at a mean of 0.02 / 0.3 / 3
-  calls/s; a ramp up and down to 0.5 / 5 calls/s;
+- `diurnal` (6): a sinusoidal rate (a day compressed to 2 h) at a mean of 0.02 / 0.3 / 3
+  calls/s; a ramp up and down to 0.5 / 5 calls/s; a daily cycle with a 15-minute one on top;
 - `flash` (4): a background of 0.005 .. 1 calls/s with surges to 5 .. 20 calls/s decaying over
   minutes;
 - `mixture` (4): sums of the above;
+- `mmpp` (3): a rate that jumps among 0 and 1 or 2 calls/s, or 0.01 / 0.5 / 5, after dwells of
+  30 s, 2 min or 10 min on average (busy and quiet spells);
+- `sessions` (2) and `chains` (2): conversations of 3-30 turns a user's think time apart, and
+  agent runs of 5-50 calls one after the other, started as a Poisson stream;
+- `hawkes` (2): self-exciting streams (each call brings 0.7-0.9 more soon after it);
+- `step` (4): a rate that jumps up or down 16-60× halfway and stays; a stream with two
+  20-minute outages;
+- `trend` (3): bursts growing from 10 to 400 calls, or shrinking, over the span; batches whose
+  period drifts from 4 to 8 minutes;
+- `renewal` (2): calls apart by Pareto gaps (tail index 0.9 and 1.1), no burst structure;
 - `trace` (2): the two shared traces (`../shared/workloads/`), when present;
 
 and two multi-tenant fleets (`fleets()`): `synthetic` (`workloads.synthetic_workload`, 240
@@ -160,7 +170,55 @@ def member_specs() -> list[MemberSpec]:
             )
         )
     out += _mixtures()
+    out += _more_shapes()
     return out
+
+
+def _more_shapes() -> list[MemberSpec]:
+    """Shapes beyond bursts, batches and cycles: spells, conversations, agent runs,
+    self-excitation, steps, trends, drift and heavy-tailed renewals."""
+    span, long = 3 * HOUR_S, 4 * HOUR_S
+    shapes: list[tuple[str, str, float, Make, dict[str, object]]] = [
+        ("mmpp-0-1rps-30s", "mmpp", span, gen.markov_modulated,
+         {"rates": (0.0, 1.0), "dwell_s": 30.0}),
+        ("mmpp-0-2rps-2min", "mmpp", span, gen.markov_modulated,
+         {"rates": (0.0, 2.0), "dwell_s": 120.0}),
+        ("mmpp-0.01-0.5-5rps-10min", "mmpp", long, gen.markov_modulated,
+         {"rates": (0.01, 0.5, 5.0), "dwell_s": 600.0}),
+        ("sessions-0.003-think20s", "sessions", long, gen.sessions,
+         {"start_rate": 0.003, "turns": (5, 30), "think_s": 20.0}),
+        ("sessions-0.05-think60s", "sessions", span, gen.sessions,
+         {"start_rate": 0.05, "turns": (3, 15), "think_s": 60.0}),
+        ("chains-0.005-x10to50", "chains", long, gen.chains,
+         {"start_rate": 0.005, "length": (10, 50), "step_s": 6.0}),
+        ("chains-0.05-x5to20", "chains", span, gen.chains,
+         {"start_rate": 0.05, "length": (5, 20), "step_s": 6.0}),
+        ("hawkes-0.002-b0.9-30s", "hawkes", long, gen.self_exciting,
+         {"base_rate": 0.002, "branching": 0.9, "decay_s": 30.0}),
+        ("hawkes-0.02-b0.7-5s", "hawkes", span, gen.self_exciting,
+         {"base_rate": 0.02, "branching": 0.7, "decay_s": 5.0}),
+        ("step-0.05-to-3rps", "step", span, gen.step,
+         {"before": 0.05, "after": 3.0, "at_share": 0.5}),
+        ("step-3-to-0.05rps", "step", span, gen.step,
+         {"before": 3.0, "after": 0.05, "at_share": 0.5}),
+        ("step-0.5-to-8rps", "step", span, gen.step,
+         {"before": 0.5, "after": 8.0, "at_share": 0.5}),
+        ("outages-2rps-2x20min", "step", span, gen.with_outages,
+         {"rate": 2.0, "outages": 2, "outage_s": 1200.0}),
+        ("trend-bursts-10-to-400-2min", "trend", long, gen.trending_bursts,
+         {"size_from": 10, "size_to": 400, "median_gap_s": 120.0}),
+        ("trend-bursts-400-to-10-2min", "trend", long, gen.trending_bursts,
+         {"size_from": 400, "size_to": 10, "median_gap_s": 120.0}),
+        ("drift-periodic-4-to-8min-x50", "trend", long, gen.drifting_periodic,
+         {"period_from": 240.0, "period_to": 480.0, "batch": 50}),
+        ("renewal-pareto-20s-a1.1", "renewal", long, gen.renewal,
+         {"scale_s": 20.0, "alpha": 1.1}),
+        ("renewal-pareto-2s-a0.9", "renewal", long, gen.renewal,
+         {"scale_s": 2.0, "alpha": 0.9}),
+        ("two-cycles-1rps", "diurnal", long, gen.two_cycles,
+         {"mean_rate": 1.0, "period_s": 2 * HOUR_S, "inner_period_s": 900.0}),
+    ]  # fmt: skip
+    return [MemberSpec(n, g, d, functools.partial(f, **kw)) for n, g, d, f, kw in shapes]
 
 
 def _mixtures() -> list[MemberSpec]:

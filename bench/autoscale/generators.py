@@ -12,7 +12,16 @@ sorted times in [0, duration_s]. None knows anything about the autoscaler.
 - `periodic`: a batch every period (a cron job), each firing jittered by up to a share of it;
 - `diurnal`: a sinusoidal rate, and `ramp`: up, flat, down;
 - `flash_crowd`: a background rate with surges that jump to a peak and decay;
-- `superpose`: the union of several generators' streams (mixtures).
+- `superpose`: the union of several generators' streams (mixtures);
+- `markov_modulated`: a Poisson stream whose rate jumps among a few values after exponential
+  dwells (busy and quiet spells);
+- `sessions` and `chains`: conversations (a few turns apart by a user's think time) and agent
+  runs (a call after each call), each started as a Poisson stream;
+- `self_exciting`: a Hawkes process (every call may bring more soon after it);
+- `step`: a rate that changes once and stays; `with_outages`: a stream that stops and resumes;
+- `trending_bursts` and `drifting_periodic`: bursts whose size, or batches whose period, move
+  across the span; `renewal`: calls apart by heavy-tailed (Pareto) gaps, no bursts;
+  `two_cycles`: a daily cycle with a faster one on top.
 
 Example:
 
@@ -177,3 +186,158 @@ def flash_crowd(
 def superpose(streams: Iterable[Arrivals]) -> Arrivals:
     """The union of sorted streams, sorted."""
     return list(heapq.merge(*streams))
+
+
+def markov_modulated(
+    rng: random.Random, rates: tuple[float, ...], dwell_s: float, duration_s: float
+) -> Arrivals:
+    """A Poisson stream whose rate is one of `rates`, drawn afresh (uniformly) after each
+    exponential dwell of mean `dwell_s`."""
+    times: Arrivals = []
+    t = 0.0
+    while t < duration_s:
+        end = min(t + rng.expovariate(1 / dwell_s), duration_s)
+        times += poisson(rng, rng.choice(rates), end, start_s=t)
+        t = end
+    return times
+
+
+def _lognormal(rng: random.Random, median: float, sigma: float) -> float:
+    return median * math.exp(rng.gauss(0.0, sigma))
+
+
+def sessions(
+    rng: random.Random,
+    start_rate: float,
+    turns: tuple[int, int],
+    think_s: float,
+    duration_s: float,
+) -> Arrivals:
+    """Conversations starting as a Poisson stream at `start_rate`, each of a uniform number of
+    `turns`, one after the other by a think time log-normal around `think_s`."""
+    times: Arrivals = []
+    for t in poisson(rng, start_rate, duration_s):
+        for _ in range(rng.randint(*turns)):
+            times.append(t)
+            t += _lognormal(rng, think_s, 0.7)
+    return sorted(x for x in times if x <= duration_s)
+
+
+def chains(
+    rng: random.Random,
+    start_rate: float,
+    length: tuple[int, int],
+    step_s: float,
+    duration_s: float,
+) -> Arrivals:
+    """Agent runs starting as a Poisson stream at `start_rate`: each a chain of a uniform
+    number (`length`) of calls, each about `step_s` after the last (the call's own time)."""
+    times: Arrivals = []
+    for t in poisson(rng, start_rate, duration_s):
+        for _ in range(rng.randint(*length)):
+            times.append(t)
+            t += _lognormal(rng, step_s, 0.3)
+    return sorted(x for x in times if x <= duration_s)
+
+
+def self_exciting(
+    rng: random.Random, base_rate: float, branching: float, decay_s: float, duration_s: float
+) -> Arrivals:
+    """A Hawkes process, drawn as clusters: calls of their own at `base_rate`, and each call
+    brings a Poisson number (mean `branching` < 1) of calls after it, each an exponential delay
+    (mean `decay_s`) later."""
+    times = poisson(rng, base_rate, duration_s)
+    parents = list(times)
+    while parents:
+        t = parents.pop()
+        for _ in range(_poisson_count(rng, branching)):
+            child = t + rng.expovariate(1 / decay_s)
+            if child <= duration_s:
+                times.append(child)
+                parents.append(child)
+    return sorted(times)
+
+
+def _poisson_count(rng: random.Random, mean: float) -> int:
+    n, t = 0, rng.expovariate(1.0)
+    while t < mean:
+        n, t = n + 1, t + rng.expovariate(1.0)
+    return n
+
+
+def step(
+    rng: random.Random, before: float, after: float, at_share: float, duration_s: float
+) -> Arrivals:
+    """A Poisson stream at `before` calls/s until `at_share` of the span, at `after` from then."""
+    at = at_share * duration_s
+    return poisson(rng, before, at) + poisson(rng, after, duration_s, start_s=at)
+
+
+def with_outages(
+    rng: random.Random, rate: float, outages: int, outage_s: float, duration_s: float
+) -> Arrivals:
+    """A Poisson stream that stops for `outage_s` at `outages` evenly spread times (a client's
+    outage or a paused job) and resumes at full rate."""
+    cuts = [(k + 1) / (outages + 1) * duration_s for k in range(outages)]
+    return [
+        t for t in poisson(rng, rate, duration_s) if not any(c <= t < c + outage_s for c in cuts)
+    ]
+
+
+def trending_bursts(
+    rng: random.Random, size_from: float, size_to: float, median_gap_s: float, duration_s: float
+) -> Arrivals:
+    """On/off bursts (as `on_off`, log-normal gaps) whose size moves linearly from `size_from`
+    to `size_to` across the span."""
+    times: Arrivals = []
+    t = gap(rng, "lognormal", median_gap_s)
+    while t < duration_s:
+        size = size_from + (size_to - size_from) * t / duration_s
+        rate = math.exp(rng.uniform(math.log(BURST_RATE[0]), math.log(BURST_RATE[1])))
+        calls = burst(rng, t, burst_size(rng, size), rate)
+        times += calls
+        t = calls[-1] + gap(rng, "lognormal", median_gap_s)
+    return [x for x in times if x <= duration_s]
+
+
+def drifting_periodic(
+    rng: random.Random, period_from: float, period_to: float, batch: int, duration_s: float
+) -> Arrivals:
+    """A batch of `batch` calls (at BATCH_RATE) every period, the period moving linearly from
+    `period_from` to `period_to` across the span: no two gaps alike."""
+    times: Arrivals = []
+    at = rng.uniform(0.0, period_from)
+    while at < duration_s:
+        times += burst(rng, at, batch, BATCH_RATE)
+        at += period_from + (period_to - period_from) * at / duration_s
+    return sorted(x for x in times if x <= duration_s)
+
+
+def renewal(rng: random.Random, scale_s: float, alpha: float, duration_s: float) -> Arrivals:
+    """Calls apart by Pareto gaps (minimum `scale_s`, tail index `alpha`; below 1 the mean gap
+    is infinite): long quiet spells between runs of close calls, with no burst structure."""
+    times: Arrivals = []
+    t = 0.0
+    while True:
+        t += scale_s * (1.0 - rng.random()) ** (-1 / alpha)
+        if t > duration_s:
+            return times
+        times.append(t)
+
+
+def two_cycles(
+    rng: random.Random,
+    mean_rate: float,
+    period_s: float,
+    inner_period_s: float,
+    duration_s: float,
+) -> Arrivals:
+    """A daily cycle (±60 %, a day compressed to `period_s`) with a faster one on top (±35 %,
+    `inner_period_s`: the hourly rhythm of scheduled work)."""
+    phase = rng.uniform(0.0, 2 * math.pi)
+
+    def rate(t: float) -> float:
+        slow = 1 + 0.6 * math.sin(2 * math.pi * t / period_s + phase)
+        return mean_rate * slow * (1 + 0.35 * math.sin(2 * math.pi * t / inner_period_s))
+
+    return by_rate(rng, rate, mean_rate * 1.6 * 1.35, duration_s)

@@ -97,6 +97,74 @@ def test_superposed_streams_stay_sorted() -> None:
     assert mixed == sorted(mixed)
 
 
+def _per_bucket(times: list[float], bucket_s: float, duration_s: float) -> list[int]:
+    counts = [0] * math.ceil(duration_s / bucket_s)
+    for t in times:
+        counts[min(int(t // bucket_s), len(counts) - 1)] += 1
+    return counts
+
+
+def test_a_markov_modulated_stream_has_busy_and_quiet_spells_at_its_mean_rate() -> None:
+    times = gen.markov_modulated(random.Random(9), (0.0, 2.0), 120.0, 100_000.0)
+    assert times == sorted(times) and times[-1] <= 100_000.0
+    assert len(times) == pytest.approx(100_000.0, rel=0.15)  # half the time at 2 calls/s
+    minutes = _per_bucket(times, 60.0, 100_000.0)
+    assert sum(m == 0 for m in minutes) > 400 and sum(m > 90 for m in minutes) > 400
+
+
+def test_sessions_and_chains_are_runs_of_calls_started_as_a_stream() -> None:
+    rng = random.Random(10)
+    talk = gen.sessions(rng, 0.01, (5, 15), 20.0, 36_000.0)
+    assert talk == sorted(talk)
+    assert len(talk) == pytest.approx(0.01 * 36_000.0 * 10, rel=0.2)  # 10 turns on average
+    runs = gen.chains(rng, 0.001, (10, 50), 6.0, 72_000.0)
+    assert len(runs) == pytest.approx(0.001 * 72_000.0 * 30, rel=0.25)
+    # within a run the calls follow each other every ~6 s: most gaps are near it (runs that
+    # overlap, about one in six here, interleave)
+    near = sum(3.0 < b - a < 12.0 for a, b in itertools.pairwise(runs))
+    assert near > 0.75 * len(runs)
+
+
+def test_a_self_exciting_stream_brings_its_branching_factors_worth_of_calls() -> None:
+    times = gen.self_exciting(random.Random(11), 0.01, 0.8, 30.0, 100_000.0)
+    assert times == sorted(times)
+    assert len(times) == pytest.approx(0.01 * 100_000.0 / (1 - 0.8), rel=0.25)
+    assert interarrival_cv(times) > 1.5  # clustered, unlike a Poisson stream (CV 1)
+
+
+def test_a_step_an_outage_and_the_trends_move_as_described() -> None:
+    rng = random.Random(12)
+    stepped = gen.step(rng, 0.5, 4.0, 0.5, 7200.0)
+    before = sum(t < 3600.0 for t in stepped)
+    assert before == pytest.approx(1800, rel=0.1)
+    assert len(stepped) - before == pytest.approx(14_400, rel=0.05)
+    cut = gen.with_outages(rng, 2.0, 2, 600.0, 7200.0)
+    assert not [t for t in cut if 2400.0 <= t < 3000.0 or 4800.0 <= t < 5400.0]
+    assert len(cut) == pytest.approx(2.0 * 6000.0, rel=0.05)
+    growing = gen.trending_bursts(rng, 10, 400, 120.0, 14_400.0)
+    sizes = _bursts(growing, 10.0)
+    third = len(sizes) // 3
+    assert statistics.mean(sizes[-third:]) > 5 * statistics.mean(sizes[:third])
+    drifting = gen.drifting_periodic(rng, 240.0, 480.0, 50, 14_400.0)
+    starts = [drifting[0]] + [b for a, b in itertools.pairwise(drifting) if b - a > 60.0]
+    periods = [b - a for a, b in itertools.pairwise(starts)]
+    assert periods == sorted(periods) and periods[0] < 260.0 and periods[-1] > 400.0
+
+
+def test_renewals_and_two_cycles() -> None:
+    rng = random.Random(13)
+    sparse = gen.renewal(rng, 2.0, 0.9, 14_400.0)
+    gaps = [b - a for a, b in itertools.pairwise(sparse)]
+    assert min(gaps) >= 2.0 and max(gaps) > 100 * statistics.median(gaps)
+    cycles = gen.two_cycles(rng, 1.0, 7200.0, 900.0, 7200.0)
+    quarters = _per_bucket(cycles, 1800.0, 7200.0)
+    assert len(cycles) == pytest.approx(7200, rel=0.1)
+    assert max(quarters) > 2 * min(quarters)
+    # the inner cycle shows within the slow one: 15-minute halves differ
+    eighths = _per_bucket(cycles, 450.0, 7200.0)
+    assert max(abs(a - b) for a, b in itertools.pairwise(eighths)) > 100
+
+
 def _bursts(times: list[float], quiet_s: float) -> list[int]:
     sizes, n = [], 1
     for a, b in itertools.pairwise(times):
@@ -115,7 +183,8 @@ def test_the_family_has_sixty_members_of_every_generator_and_two_fleets() -> Non
     names = [s.name for s in specs]
     assert len(specs) >= 60 and len(set(names)) == len(names)
     assert {s.generator for s in specs} == {
-        "poisson", "on_off", "gap2to4", "periodic", "diurnal", "flash", "mixture"
+        "poisson", "on_off", "gap2to4", "periodic", "diurnal", "flash", "mixture",
+        "mmpp", "sessions", "chains", "hawkes", "step", "trend", "renewal",
     }  # fmt: skip
     on_off = [s for s in specs if s.generator == "on_off"]
     assert {n.split("-")[2] for n in (s.name for s in on_off)} == {
