@@ -15,8 +15,8 @@ sorted times in [0, duration_s]. None knows anything about the autoscaler.
 - `superpose`: the union of several generators' streams (mixtures);
 - `markov_modulated`: a Poisson stream whose rate jumps among a few values after exponential
   dwells (busy and quiet spells);
-- `sessions` and `chains`: conversations (a few turns apart by a user's think time) and agent
-  runs (a call after each call), each started as a Poisson stream;
+- `runs`: conversations (a few turns apart by a user's think time) and agent runs (a call
+  after each call), each started as a Poisson stream;
 - `self_exciting`: a Hawkes process (every call may bring more soon after it);
 - `step`: a rate that changes once and stays; `with_outages`: a stream that stops and resumes;
 - `trending_bursts` and `drifting_periodic`: bursts whose size, or batches whose period, move
@@ -206,37 +206,23 @@ def _lognormal(rng: random.Random, median: float, sigma: float) -> float:
     return median * math.exp(rng.gauss(0.0, sigma))
 
 
-def sessions(
-    rng: random.Random,
-    start_rate: float,
-    turns: tuple[int, int],
-    think_s: float,
-    duration_s: float,
-) -> Arrivals:
-    """Conversations starting as a Poisson stream at `start_rate`, each of a uniform number of
-    `turns`, one after the other by a think time log-normal around `think_s`."""
-    times: Arrivals = []
-    for t in poisson(rng, start_rate, duration_s):
-        for _ in range(rng.randint(*turns)):
-            times.append(t)
-            t += _lognormal(rng, think_s, 0.7)
-    return sorted(x for x in times if x <= duration_s)
-
-
-def chains(
+def runs(
     rng: random.Random,
     start_rate: float,
     length: tuple[int, int],
     step_s: float,
+    spread: float,
     duration_s: float,
 ) -> Arrivals:
-    """Agent runs starting as a Poisson stream at `start_rate`: each a chain of a uniform
-    number (`length`) of calls, each about `step_s` after the last (the call's own time)."""
+    """Runs of calls started as a Poisson stream at `start_rate`, each run of a uniform number
+    (`length`) of calls one after the other, `step_s` apart times a log-normal factor of sigma
+    `spread`: a conversation's turns a user's think time apart (spread widely), or an agent's
+    calls each as long after the last as a call takes (spread narrowly)."""
     times: Arrivals = []
     for t in poisson(rng, start_rate, duration_s):
         for _ in range(rng.randint(*length)):
             times.append(t)
-            t += _lognormal(rng, step_s, 0.3)
+            t += _lognormal(rng, step_s, spread)
     return sorted(x for x in times if x <= duration_s)
 
 

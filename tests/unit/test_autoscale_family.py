@@ -114,10 +114,10 @@ def test_a_markov_modulated_stream_has_busy_and_quiet_spells_at_its_mean_rate() 
 
 def test_sessions_and_chains_are_runs_of_calls_started_as_a_stream() -> None:
     rng = random.Random(10)
-    talk = gen.sessions(rng, 0.01, (5, 15), 20.0, 36_000.0)
+    talk = gen.runs(rng, 0.01, (5, 15), 20.0, 0.7, 36_000.0)
     assert talk == sorted(talk)
     assert len(talk) == pytest.approx(0.01 * 36_000.0 * 10, rel=0.2)  # 10 turns on average
-    runs = gen.chains(rng, 0.001, (10, 50), 6.0, 72_000.0)
+    runs = gen.runs(rng, 0.001, (10, 50), 6.0, 0.3, 72_000.0)
     assert len(runs) == pytest.approx(0.001 * 72_000.0 * 30, rel=0.25)
     # within a run the calls follow each other every ~6 s: most gaps are near it (runs that
     # overlap, about one in six here, interleave)
