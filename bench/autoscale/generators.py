@@ -95,6 +95,11 @@ def burst(rng: random.Random, start_s: float, size: int, rate: float) -> Arrival
     return times
 
 
+def burst_rate(rng: random.Random) -> float:
+    """A burst's rate (calls per second), log-uniform in BURST_RATE."""
+    return math.exp(rng.uniform(math.log(BURST_RATE[0]), math.log(BURST_RATE[1])))
+
+
 def burst_size(rng: random.Random, size: float) -> int:
     return max(round(size * math.exp(rng.gauss(0.0, BURST_SIZE_SIGMA))), 1)
 
@@ -113,7 +118,7 @@ def on_off(
     t = gap(rng, distribution, median_gap_s)
     while t < duration_s:
         n = rng.randint(*exact_size) if exact_size else burst_size(rng, size)
-        rate = math.exp(rng.uniform(math.log(BURST_RATE[0]), math.log(BURST_RATE[1])))
+        rate = burst_rate(rng)
         calls = burst(rng, t, n, rate)
         times += calls
         t = calls[-1] + gap(rng, distribution, median_gap_s)
@@ -279,7 +284,7 @@ def trending_bursts(
     t = gap(rng, "lognormal", median_gap_s)
     while t < duration_s:
         size = size_from + (size_to - size_from) * t / duration_s
-        rate = math.exp(rng.uniform(math.log(BURST_RATE[0]), math.log(BURST_RATE[1])))
+        rate = burst_rate(rng)
         calls = burst(rng, t, burst_size(rng, size), rate)
         times += calls
         t = calls[-1] + gap(rng, "lognormal", median_gap_s)
