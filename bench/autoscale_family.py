@@ -5,6 +5,9 @@
     .venv/bin/python -m bench.autoscale_family --seed 7              # a fresh draw of the family
     .venv/bin/python -m bench.autoscale_family --json                # one JSON line only
     .venv/bin/python -m bench.autoscale_family --plot-member gap2to4-0 --t-cold 30
+    # a change to the policy, judged on the whole family against the run saved before it:
+    .venv/bin/python -m bench.autoscale_family --save before.json          # (on the old code)
+    .venv/bin/python -m bench.autoscale_family --reuse before.json --only ours --compare before.json
 
 Every member of `bench/autoscale/family.py` (generated single deployments, the shared traces,
 two fleets of 240 deployments) runs under `ours` (the platform's `decide()`, driven as the
@@ -13,7 +16,8 @@ keep-alive 1/5/10/30 min, Knative KPA with 60/180/600 s stable windows, the hybr
 policy of "Serverless in the Wild", KEDA's queue-length scaler) and the oracle, at each T_cold.
 Printed per T_cold: every policy's median and worst case over the members and over the fleets,
 ours per generator and per member (with the floors and the targets it missed), and the
-targets' tally; then the decide() timing at 1,000 deployments. The process lowers its own
+targets' tally (with `--compare`, beside an earlier run's ours: the family's numbers and every
+member that moved); then the decide() timing at 1,000 deployments. The process lowers its own
 priority (`--nice`) and uses every core (`--jobs`).
 """
 
@@ -136,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     ours_knob = (args.cold_penalty,) if args.cold_penalty is not None else ()
     rerun = set(args.only.split(",")) if args.only else set(labels)
     reused = _load(args.reuse, args.seed, quick) if args.reuse else {}
+    earlier = _load(args.compare, args.seed, quick) if args.compare else {}
     record_for = next((n for n in ("fleet-mix", "synthetic") if n in names), names[0])
     record_t = PLOT_T_COLD_S if PLOT_T_COLD_S in t_colds else t_colds[0]
     tasks = [
@@ -205,6 +210,18 @@ def main(argv: list[str] | None = None) -> int:
                 log(line)
         for line in family_report.targets_lines(verdicts, t):
             log(line)
+        if earlier:
+            before: list[judge.Verdict] = []
+            for n in names:
+                if (n, "ours", t) not in earlier:
+                    continue
+                runs = {label: results[(n, label, t)] for label in labels}
+                runs["ours"] = earlier[(n, "ours", t)]
+                floor = cold_floor(workloads[n], t) / max(workloads[n].num_requests, 1)
+                before += judge.judge(runs, n, _generator(n), floor, n in FLEETS)
+            log("")
+            for line in family_report.compare_lines(before, verdicts, t):
+                log(line)
 
     decide_ms = time_decide(states)
     log(f"\n# decide(): p99 {decide_ms:.2f} ms per tick for 1,000 deployments ({len(states)} "
@@ -289,8 +306,15 @@ def _parser() -> argparse.ArgumentParser:
         "--queue-wait-s", type=float, help="ours: the deployment's queue_wait_s (default: its)"
     )
     p.add_argument("--save", type=Path, help="write every run's numbers here (JSON)")
-    p.add_argument("--reuse", type=Path, help="take runs from a --save file (same seed)")
+    p.add_argument(
+        "--reuse", type=Path, help="take runs from a --save file (same seed); the others run afresh"
+    )
     p.add_argument("--only", help="with --reuse: the labels to run again (e.g. ours)")
+    p.add_argument(
+        "--compare",
+        type=Path,
+        help="a --save file (same seed): its ours beside this run's, judged by the same baselines",
+    )
     return p
 
 

@@ -117,6 +117,49 @@ def targets_lines(verdicts: Sequence[Verdict], t_cold_s: float) -> list[str]:
     return out
 
 
+def compare_lines(before: Sequence[Verdict], now: Sequence[Verdict], t_cold_s: float) -> list[str]:
+    """Ours in an earlier run (`before`, judged against this run's baselines) beside ours now,
+    on the members both have: the family's numbers, then each member whose targets moved, or
+    whose GPU-seconds moved by more than half a percent of keep-alive's or whose p99 by more
+    than 50 ms."""
+    old = {v.member: v for v in before if v.label == "ours"}
+    new = {v.member: v for v in now if v.label == "ours" and v.member in old}
+    out = [
+        f"### ours before and now, T_cold = {t_cold_s:g} s ({len(new)} members)",
+        "",
+        "| run | GPU-s × ka-10min median | worst p99 − ka-10min s | p99 met | undominated | "
+        "all targets met on |",
+        "|:--|--:|--:|--:|--:|--:|",
+    ]
+    for name, vs in (("before", [old[m] for m in new]), ("now", list(new.values()))):
+        if not vs:
+            continue
+        s = summarize([v for v in vs if not v.fleet] or vs)
+        p99_met = sum(1 for v in vs if "p99" not in v.missed)
+        undominated = sum(1 for v in vs if not v.dominated_by)
+        met = sum(1 for v in vs if not v.missed)
+        out.append(
+            f"| {name} | {_f(s.gpu_median, 3)} | {_worst(s.p99_worst, 2)} | {p99_met} | "
+            f"{undominated} | {met} |"
+        )
+    out += [
+        "",
+        "| member | GPU-s × ka-10min | p99 − ka-10min s | cold − ka-10min pp | boots | missed |",
+        "|:--|--:|--:|--:|--:|:--|",
+    ]
+    for m, v in new.items():
+        b = old[m]
+        moved = b.missed != v.missed or abs(v.gpu_ratio - b.gpu_ratio) > 0.005
+        if not (moved or abs(v.p99_delta_s - b.p99_delta_s) > 0.05):
+            continue
+        out.append(
+            f"| {m} | {_f(b.gpu_ratio, 3)} → {_f(v.gpu_ratio, 3)} | {b.p99_delta_s:+.2f} → "
+            f"{v.p99_delta_s:+.2f} | {_pp(b.cold_delta)} → {_pp(v.cold_delta)} | {b.boots} → "
+            f"{v.boots} | {', '.join(b.missed) or '-'} → {', '.join(v.missed) or '-'} |"
+        )
+    return [*out, ""]
+
+
 def summary_json(
     by_t: dict[float, list[Verdict]], seed: int, decide_ms: float, members: int
 ) -> dict[str, Any]:

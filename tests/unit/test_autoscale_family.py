@@ -9,11 +9,12 @@ import math
 import random
 import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from bench import autoscale_family
-from bench.autoscale import family, judge
+from bench.autoscale import family, family_report, judge
 from bench.autoscale import generators as gen
 from bench.autoscale.bound import cold_floor
 from bench.autoscale.experiment import POLICIES, RunSpec, Settings, run_one
@@ -267,6 +268,27 @@ def test_the_summary_reports_the_median_and_the_worst_member() -> None:
     assert judge.family_missed(ours) == ["gpu_median"]
 
 
+def test_a_comparison_shows_the_family_before_and_now_and_the_members_that_moved() -> None:
+    def ours(gpu: dict[str, float]) -> list[judge.Verdict]:
+        return [
+            v
+            for m, g in gpu.items()
+            for v in judge.judge(runs(ours=(g, 1.0, 0.01)), m, "poisson", 0.0, fleet=False)
+        ]
+
+    before = ours({"a": 700.0, "b": 800.0, "c": 900.0})
+    now = ours({"a": 700.0, "b": 800.0, "c": 1100.0, "d": 500.0})  # d: not in the earlier run
+    lines = family_report.compare_lines(before, now, 30.0)
+    assert lines[0] == "### ours before and now, T_cold = 30 s (3 members)"
+    assert lines[4].startswith("| before | 0.800 |") and lines[5].startswith("| now | 0.800 |")
+    # c costs more than keep-alive 10 min now, which dominates it there
+    assert lines[4].endswith("| 3 | 3 | 3 |") and lines[5].endswith("| 3 | 2 | 2 |")
+    moved = [line for line in lines[9:] if line]
+    assert moved == [
+        "| c | 0.900 → 1.100 | +0.00 → +0.00 | +0.00 → +0.00 | 1 → 1 | - → undominated, gpu |"
+    ]
+
+
 # the runner ----------------------------------------------------------------------------------
 
 
@@ -283,6 +305,22 @@ def test_the_quick_run_prints_a_json_line_with_every_policy(
     assert set(policies) == {c.label for c in judge.CONFIGS}
     assert policies["keepalive-10min"]["gpu_vs_keepalive10_median"] == 1.0
     assert summary["decide_p99_ms_1000_deployments"] > 0
+
+
+def test_a_run_compared_with_its_own_save_shows_nothing_moved(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    saved = tmp_path / "before.json"
+    argv = ["--quick", "--jobs", "1", "--nice", "0", "--members", "poisson", "--no-fleets"]
+    assert autoscale_family.main([*argv, "--json", "--save", str(saved)]) == 0
+    capsys.readouterr()
+    again = ["--reuse", str(saved), "--only", "ours", "--compare", str(saved)]
+    assert autoscale_family.main([*argv, *again]) == 0
+    out = capsys.readouterr().out
+    table = out[out.index("### ours before and now, T_cold = 30 s (1 members)") :].splitlines()
+    before, now = table[4].split("|")[2:], table[5].split("|")[2:]
+    assert before == now  # the same seed, the same policy: the same numbers
+    assert table[9] == ""  # and no member moved
 
 
 # the regime the family was built for --------------------------------------------------------
