@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         for n in names:
             w = workloads[n]
             runs = {label: results[(n, label, t)] for label in labels}
-            floor = cold_floor(w, t) / max(w.num_requests, 1)
+            floor = _floor_share(w, t)
             verdicts += judge.judge(runs, n, _generator(n), floor, n in FLEETS)
         by_t[t] = verdicts
         share = {n: family.wake_floor(workloads[n], t, family.LONGEST_KEEPALIVE_S)
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 runs = {label: results[(n, label, t)] for label in labels}
                 runs["ours"] = earlier[(n, "ours", t)]
-                floor = cold_floor(workloads[n], t) / max(workloads[n].num_requests, 1)
+                floor = _floor_share(workloads[n], t)
                 before += judge.judge(runs, n, _generator(n), floor, n in FLEETS)
             log("")
             for line in family_report.compare_lines(before, verdicts, t):
@@ -242,11 +242,16 @@ def _plots(
         specs = [RunSpec(name, p.name, k, t) for p in POLICIES.values() for k in p.sweep]
         with ProcessPoolExecutor(args.jobs) as pool:
             outs = list(pool.map(run_one, specs, [w] * len(specs), [settings] * len(specs)))
-        floor = {name: cold_floor(w, t) / max(w.num_requests, 1)}
+        floor = {name: _floor_share(w, t)}
         path = args.plot_dir / f"{name}.png"
         plot_pareto({name: [o.result for o in outs]}, t, path, f"seed {args.seed}", floor)
         if not args.json:
             print(f"# Pareto plot: {path}")
+
+
+def _floor_share(w: Workload, t_cold_s: float) -> float:
+    """The share of the calls within T_cold of their deployment's first call (`cold_floor`)."""
+    return cold_floor(w, t_cold_s) / max(w.num_requests, 1)
 
 
 def _cost(w: Workload, label: str) -> float:
