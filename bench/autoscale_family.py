@@ -176,12 +176,7 @@ def main(argv: list[str] | None = None) -> int:
 
     by_t: dict[float, list[judge.Verdict]] = {}
     for t in t_colds:
-        verdicts: list[judge.Verdict] = []
-        for n in names:
-            w = workloads[n]
-            runs = {label: results[(n, label, t)] for label in labels}
-            floor = _floor_share(w, t)
-            verdicts += judge.judge(runs, n, _generator(n), floor, n in FLEETS)
+        verdicts = _judged(results, workloads, names, labels, t)
         by_t[t] = verdicts
         share = {n: family.wake_floor(workloads[n], t, family.LONGEST_KEEPALIVE_S)
                  / max(workloads[n].num_requests, 1) for n in names}  # fmt: skip
@@ -211,14 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in family_report.targets_lines(verdicts, t):
             log(line)
         if earlier:
-            before: list[judge.Verdict] = []
-            for n in names:
-                if (n, "ours", t) not in earlier:
-                    continue
-                runs = {label: results[(n, label, t)] for label in labels}
-                runs["ours"] = earlier[(n, "ours", t)]
-                floor = _floor_share(workloads[n], t)
-                before += judge.judge(runs, n, _generator(n), floor, n in FLEETS)
+            # the earlier run's ours among this run's baselines, on the members it has
+            compared = [n for n in names if (n, "ours", t) in earlier]
+            mixed = {**results, **{k: r for k, r in earlier.items() if k[1] == "ours"}}
+            before = _judged(mixed, workloads, compared, labels, t)
             log("")
             for line in family_report.compare_lines(before, verdicts, t):
                 log(line)
@@ -247,6 +238,21 @@ def _plots(
         plot_pareto({name: [o.result for o in outs]}, t, path, f"seed {args.seed}", floor)
         if not args.json:
             print(f"# Pareto plot: {path}")
+
+
+def _judged(
+    results: dict[tuple[str, str, float], RunResult],
+    workloads: dict[str, Workload],
+    names: list[str],
+    labels: list[str],
+    t: float,
+) -> list[judge.Verdict]:
+    """Every configuration on each of `names` at T_cold `t`, judged (`judge.judge`)."""
+    out: list[judge.Verdict] = []
+    for n in names:
+        runs = {label: results[(n, label, t)] for label in labels}
+        out += judge.judge(runs, n, _generator(n), _floor_share(workloads[n], t), n in FLEETS)
+    return out
 
 
 def _floor_share(w: Workload, t_cold_s: float) -> float:

@@ -134,13 +134,12 @@ def compare_lines(before: Sequence[Verdict], now: Sequence[Verdict], t_cold_s: f
     for name, vs in (("before", [old[m] for m in new]), ("now", list(new.values()))):
         if not vs:
             continue
-        s = summarize([v for v in vs if not v.fleet] or vs)
+        s = summarize(vs)
+        gpu_median = summarize([v for v in vs if not v.fleet] or vs).gpu_median  # as the family's
         p99_met = sum(1 for v in vs if "p99" not in v.missed)
-        undominated = sum(1 for v in vs if not v.dominated_by)
-        met = sum(1 for v in vs if not v.missed)
         out.append(
-            f"| {name} | {_f(s.gpu_median, 3)} | {_worst(s.p99_worst, 2)} | {p99_met} | "
-            f"{undominated} | {met} |"
+            f"| {name} | {_f(gpu_median, 3)} | {_worst(s.p99_worst, 2)} | {p99_met} | "
+            f"{s.members - s.dominated} | {s.met} |"
         )
     out += [
         "",
