@@ -281,6 +281,36 @@ def test_every_worker_a_woken_stream_starts_serves_a_call_that_waited_for_it(
     assert all(served_waiting.get(i, 0) > 0 for i in wave), served_waiting
 
 
+def test_a_stream_woken_from_zero_keeps_only_the_workers_it_needs_once_its_backlog_is_served() -> (
+    None
+):
+    """4 calls a second, 4.4 s each (18 in service: 3 workers of 8 slots), woken from zero with
+    30 s boots: ~120 calls queue through the first boot and the wave booted for them serves
+    them. Held, the workers below would have let no such backlog build, so the levels it
+    asked for are priced by what they spare a stream that was warm (`levels.py`), and released
+    soon after it is served. (Priced by the backlog observed, all 12 were kept to the end.)"""
+    rng = random.Random(3)
+    times, t = [], 5.0  # (after the first tick: the queue is seen to begin)
+    while t < 600.0:
+        times.append(t)
+        t += rng.expovariate(4.0)
+    w = one_deployment(times, service_s=4.4, duration_s=600.0)
+    policy = Ours()
+    capacity: dict[float, int] = {}
+    tick = policy.tick
+
+    def recording(dep: DeploymentRuntime, now: float) -> int | None:
+        asked = tick(dep, now)
+        capacity[now] = dep.capacity
+        return asked
+
+    policy.tick = recording  # type: ignore[method-assign]
+    Sim(w, policy, 30.0, 8).run()
+    assert max(capacity.values()) >= 10  # the wave the first backlog asked for
+    after = [c for at, c in capacity.items() if 240.0 <= at <= 600.0]
+    assert max(after) <= 6, sorted(set(after))
+
+
 # traces --------------------------------------------------------------------------------------
 
 

@@ -58,6 +58,18 @@ def test_boot_overrun_is_not_capacity_and_gets_a_replacement() -> None:
     assert (d.desired, d.capacity, d.start) == (1, 0, 1)
 
 
+def test_the_memory_keeps_when_the_queue_was_last_empty() -> None:
+    # how long the jobs queued now have been building: what a level priced at its need
+    # would have found served by the workers below it, had they been held (`levels.py`)
+    d = run(state(ready=1, running=2, last_arrival_at=T0), T0)
+    assert d.memory.unqueued_at == T0
+    queued = state(queued=9, ready=1, running=4, last_arrival_at=T0 + 4, memory=d.memory)
+    d = run(queued, T0 + 4)
+    assert d.memory.unqueued_at == T0
+    d = run(dataclasses.replace(queued, memory=d.memory), T0 + 6)
+    assert d.memory.unqueued_at == T0
+
+
 def test_panic_scales_up_and_never_down_while_it_lasts() -> None:
     d = run(state(ready=1, running=4, stable_concurrency=4, panic_concurrency=12), T0)
     assert (d.desired, d.reason) == (3, "panic")

@@ -111,6 +111,36 @@ def test_a_level_a_stream_touches_for_a_moment_costs_a_fraction_of_a_caller() ->
     assert hold_levels_s(levels, BOOT_S, POLICY)[1] == pytest.approx(BOOT_S + 4.0)
 
 
+def backlog_need(ready: int, queued_s: float) -> float:
+    """The callers of the third worker's episode when it is needed with 12 jobs queued (none
+    running, `ready` workers there) that have built for `queued_s`; then its work as
+    `burst`'s: 12 jobs in a slot for 10 s, 6 until a boot after the need."""
+    levels, _ = update_levels(
+        NO_LEVELS, 3, T0, BOOT_S, POLICY, demand=12.0, running=0.0, service_s=SERVICE_S,
+        ready=ready, queued_s=queued_s,
+    )  # fmt: skip
+    levels = tick(levels, T0, T0 + 10.0, 3, 12.0)
+    levels = tick(levels, T0 + 10.0, T0 + BOOT_S, 2, 6.0)
+    (callers,) = levels.fits[2].callers
+    return callers
+
+
+def test_a_level_is_not_priced_by_a_queue_its_workers_below_would_have_served() -> None:
+    # The queue of 12 built for 20 s with no worker ready. Held, the third worker and the two
+    # below it would have been ready all along: the two below alone end 8 jobs every 10 s, 12
+    # over those 20 s (less half a job a slot: the lag of a slot's first job), the whole queue,
+    # so neither queue compared holds the 12 at the need,
+    # and the arrivals since (1.2 a second while 12 jobs run) never fill the two workers' 8
+    # slots before the work falls to 6: the third spares nothing.
+    assert backlog_need(ready=0, queued_s=20.0) == 0.0 < backlog_need(ready=0, queued_s=0.0)
+    # the two below were ready and the queue built anyway: the queue is what the level spares
+    assert backlog_need(ready=2, queued_s=20.0) == pytest.approx(backlog_need(0, 0.0))
+    # one of the two below was missing for 10 s: its 4 slots would have ended 2 jobs
+    assert backlog_need(ready=1, queued_s=10.0) < backlog_need(ready=1, queued_s=0.0)
+    # ... for 5 s, half a service time: each slot would still be at its first job
+    assert backlog_need(ready=1, queued_s=5.0) == backlog_need(ready=1, queued_s=0.0)
+
+
 def test_a_level_needed_again_at_each_swing_is_held_through_the_swings() -> None:
     # priced at 68 caller-seconds a swing at first (a 166 s ski-rental time; the later swings
     # also count the tick before their need: 94.4), needed again 200 s after each: spanning

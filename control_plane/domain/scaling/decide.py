@@ -81,6 +81,7 @@ class Memory:
     panic_until: float = 0.0  # panic mode lasts a stable window after it was last triggered
     busy_at: float | None = None  # last time work was present (queued or running)
     inflow: Inflow | None = None  # the arrivals read off the work present (`inflow.py`)
+    unqueued_at: float | None = None  # the last tick no job was queued at (None: none seen)
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +274,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         demand=demand,
         running=state.running,
         service_s=state.service_s,
+        ready=state.ready,
+        queued_s=0.0 if mem.unqueued_at is None else now - mem.unqueued_at,
     )
 
     # The idle windows' parts below keep or pre-warm the workers of the next wake, counted
@@ -319,7 +322,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     if needed > p.max_workers:
         needed, reason = p.max_workers, "max_workers"
 
-    memory = Memory(held_levels, panic_until, busy_at, inflow)
+    unqueued_at = now if state.queued == 0 else mem.unqueued_at
+    memory = Memory(held_levels, panic_until, busy_at, inflow, unqueued_at)
     desired = min(max(held, needed), p.max_workers)
     if desired > needed:
         reason = "hold"

@@ -48,6 +48,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from control_plane.domain.scaling.backlog import FRESH_SLOT_LAG
 from control_plane.domain.scaling.episode import Episode, advance_levels
 from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s, hold_s
 
@@ -121,11 +122,14 @@ def update_levels(
     demand: float = 0.0,
     running: float = 0.0,
     service_s: float = 1.0,
+    ready: int = 0,
+    queued_s: float = 0.0,
 ) -> tuple[Levels, int]:
     """The levels after a tick where `needed` workers are asked for with `demand` jobs present
-    (queued + running; `running` of them in a slot, each for `service_s` on average), and how
-    many workers to keep: the `needed`, or more up to the highest level from 2 up whose hold
-    has not run out."""
+    (queued + running; `running` of them in a slot, each for `service_s` on average), `ready`
+    workers serving and jobs queued for the last `queued_s` seconds, and how many workers to
+    keep: the `needed`, or more up to the highest level from 2 up whose hold has not run
+    out."""
     cap = policy.scaledown_window_s
     target = max(policy.target_concurrency, 1)
     n = max(len(levels.needed_at), needed)
@@ -158,7 +162,8 @@ def update_levels(
         if (last is None or now - last > boot_s) and episodes[k] is None:
             if last is not None:
                 fits[k] = _with(fits[k], policy, boot_s, gap=now - last)
-            episodes[k] = Episode(now).advance(dt, demand, running, service_s, k * target, target)
+            episode = _begun(now, k, target, ready, demand - running, service_s, queued_s)
+            episodes[k] = episode.advance(dt, demand, running, service_s, k * target, target)
         needed_at[k] = now
     # The levels above them: one not needed again within the window has a gap no hold spans;
     # the highest level whose hold still runs keeps the levels below it too (searched from the
@@ -173,6 +178,35 @@ def update_levels(
         elif held == needed and now - last < _hold_s(fits[k], policy, boot_s):
             held = k + 1
     return Levels(tuple(needed_at), tuple(fits), tuple(episodes), now), held
+
+
+def _begun(
+    now: float, k: int, target: int, ready: int, queued: float, service_s: float, queued_s: float
+) -> Episode:
+    """The episode of the level with `k` levels below it, needed at `now` with `ready` workers
+    serving and `queued` jobs waiting, queued for `queued_s` seconds.
+
+    Its fluid queues compare the level held with it not held: with k workers, or k + 1, ready
+    since before the need. Where fewer were ready, the queue observed grew for want of workers
+    that neither queue lacks: over the `queued_s` the queue has been building, each slot
+    missing from the observed ones would have ended a job every service time (less the lag of
+    its first job). Those jobs are not in the queues compared (their x starts below 0).
+    (Started from the queue observed, the levels that a stream woken from zero asked for while
+    its first workers booted were priced by the backlog that the boot built, one that the
+    workers below them, held, would never have let build. Each was then held for up to the
+    window beside the few workers the stream needed: a 4 calls/s stream kept 18 workers for 7
+    minutes where it needed 4.)"""
+    if queued <= 0 or queued_s <= 0:
+        return Episode(now)
+    # a slot free when the queue began has ended, on average, half a job fewer than its time
+    # over a service time (`backlog.FRESH_SLOT_LAG`): a burst that queued for a tick or two
+    # would have found the missing slots still at their first jobs
+    per_slot = max(queued_s / max(service_s, 1e-3) - FRESH_SLOT_LAG, 0.0)
+
+    def served(levels: int) -> float:
+        return min(max(levels - ready, 0) * target * per_slot, queued)
+
+    return Episode(now, -served(k), -served(k + 1))
 
 
 def kept_through_pause(
