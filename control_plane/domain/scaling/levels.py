@@ -12,9 +12,10 @@ that rule from its own past:
   boots. Each time the level is needed again after more than a boot (an episode), the
   queueing it spares over the first boot from the need (`episode.py`: the caller-seconds the
   jobs would wait without it, less those they would wait with it, each followed as a fluid
-  queue beside the observed demand), in units of a caller's wait through a whole boot (the
-  wait `cold_penalty_s` prices; a caller waiting a tenth of a boot costs a tenth of it), is
-  the episode's callers. A level that carries a backlog through a boot costs many; one that a
+  queue beside the observed demand, with the workers below it ready from before the need, as
+  they would be had it been held: `_begun`), in units of a caller's wait through a whole boot
+  (the wait `cold_penalty_s` prices; a caller waiting a tenth of a boot costs a tenth of it),
+  is the episode's callers. A level that carries a backlog through a boot costs many; one that a
   stream touches for a moment, a fraction of one. (Counted only as the callers still waiting
   a boot after the need, a batch that the few workers kept for its wake served in 25 s of
   queueing cost nothing, and its workers were released between batches a minute apart.)
