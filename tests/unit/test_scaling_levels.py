@@ -129,9 +129,9 @@ def test_a_level_is_not_priced_by_a_queue_its_workers_below_would_have_served() 
     # The queue of 12 built for 20 s with no worker ready. Held, the third worker and the two
     # below it would have been ready all along: the two below alone end 8 jobs every 10 s, 12
     # over those 20 s (less half a job a slot: the lag of a slot's first job), the whole queue,
-    # so neither queue compared holds the 12 at the need,
-    # and the arrivals since (1.2 a second while 12 jobs run) never fill the two workers' 8
-    # slots before the work falls to 6: the third spares nothing.
+    # so neither queue compared holds the 12 at the need, and the arrivals since (1.2 a second
+    # while 12 jobs run) never fill the two workers' 8 slots before the work falls to 6: the
+    # third spares nothing.
     assert backlog_need(ready=0, queued_s=20.0) == 0.0 < backlog_need(ready=0, queued_s=0.0)
     # the two below were ready and the queue built anyway: the queue is what the level spares
     assert backlog_need(ready=2, queued_s=20.0) == pytest.approx(backlog_need(0, 0.0))

@@ -25,6 +25,11 @@ from control_plane.domain.scaling.policy import ScalingPolicy, waits_allowed
 FRESH_SLOT_LAG = 0.5
 
 
+def fresh_slot_ends(seconds: float, service_s: float) -> float:
+    """Jobs a slot free at the start has ended, on average, `seconds` later (FRESH_SLOT_LAG)."""
+    return max(seconds / max(service_s, 1e-3) - FRESH_SLOT_LAG, 0.0)
+
+
 def backlog_workers(
     policy: ScalingPolicy,
     *,
@@ -46,7 +51,7 @@ def backlog_workers(
     then = now + boot_s
     starts = max(target * ready - running, 0) + target * ready * boot_s / service_s
     for r in ready_at:  # each booting worker started before now: ready by `then`
-        turns = max((then - max(r, now)) / service_s - FRESH_SLOT_LAG, 0.0)
+        turns = fresh_slot_ends(then - max(r, now), service_s)
         starts += target * (1.0 + turns)
     waiting = queued + rate * boot_s - starts
     may_wait = waits_allowed(policy, ready + len(ready_at), boot_s, service_s)

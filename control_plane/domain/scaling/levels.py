@@ -49,7 +49,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from control_plane.domain.scaling.backlog import FRESH_SLOT_LAG
+from control_plane.domain.scaling.backlog import fresh_slot_ends
 from control_plane.domain.scaling.episode import Episode, advance_levels
 from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s, hold_s
 
@@ -199,10 +199,9 @@ def _begun(
     minutes where it needed 4.)"""
     if queued <= 0 or queued_s <= 0:
         return Episode(now)
-    # a slot free when the queue began has ended, on average, half a job fewer than its time
-    # over a service time (`backlog.FRESH_SLOT_LAG`): a burst that queued for a tick or two
-    # would have found the missing slots still at their first jobs
-    per_slot = max(queued_s / max(service_s, 1e-3) - FRESH_SLOT_LAG, 0.0)
+    # a slot free when the queue began has ended half a job fewer than its time over a service
+    # time: a burst that queued for a tick or two found the missing slots at their first jobs
+    per_slot = fresh_slot_ends(queued_s, service_s)
 
     def served(levels: int) -> float:
         return min(max(levels - ready, 0) * target * per_slot, queued)
