@@ -307,7 +307,7 @@ def test_a_pause_keeps_the_held_workers_whose_miss_costs_more_than_it_spares() -
     assert held == 3
     # the second worker spared 9.6 callers, the third half a caller: 606 and 60 worker-seconds
     fits = (levels.fits[0], LevelFit(callers=(9.6,)), LevelFit(callers=(0.5,)))
-    levels = dataclasses.replace(levels, fits=fits)
+    levels = levels._replace(fits=fits)
     assert cold_cost_s(POLICY, BOOT_S, 9.6) == pytest.approx(606.0)
     assert cold_cost_s(POLICY, BOOT_S, 0.5) == pytest.approx(60.0)
     assert kept_through_pause(levels, now, BOOT_S, POLICY, 50.0, 1.0) == 3

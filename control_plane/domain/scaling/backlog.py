@@ -26,8 +26,10 @@ FRESH_SLOT_LAG = 0.5
 
 
 def fresh_slot_ends(seconds: float, service_s: float) -> float:
-    """Jobs a slot free at the start has ended, on average, `seconds` later (FRESH_SLOT_LAG)."""
-    return max(seconds / max(service_s, 1e-3) - FRESH_SLOT_LAG, 0.0)
+    """Jobs a slot free at the start has ended, on average, `seconds` later (FRESH_SLOT_LAG).
+    (Conditionals for max: a burst's booting workers each run this every tick.)"""
+    ends = seconds / (service_s if service_s > 1e-3 else 1e-3) - FRESH_SLOT_LAG
+    return ends if ends > 0.0 else 0.0
 
 
 def backlog_workers(
@@ -51,7 +53,7 @@ def backlog_workers(
     then = now + boot_s
     starts = max(target * ready - running, 0) + target * ready * boot_s / service_s
     for r in ready_at:  # each booting worker started before now: ready by `then`
-        turns = fresh_slot_ends(then - max(r, now), service_s)
+        turns = fresh_slot_ends(then - (r if r > now else now), service_s)
         starts += target * (1.0 + turns)
     waiting = queued + rate * boot_s - starts
     may_wait = waits_allowed(policy, ready + len(ready_at), boot_s, service_s)

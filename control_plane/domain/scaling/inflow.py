@@ -17,13 +17,12 @@ noise does not start a worker, and a surge counts within a few ticks.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from control_plane.domain.scaling.policy import PANIC_WINDOW_S
 
 
-@dataclass(frozen=True, slots=True)
-class Inflow:
+class Inflow(NamedTuple):
     """What one tick hands the next to measure the arrivals between them."""
 
     at: float  # when it was measured

@@ -48,6 +48,7 @@ import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from control_plane.domain.scaling.backlog import fresh_slot_ends
 from control_plane.domain.scaling.episode import Episode, advance_levels
@@ -99,8 +100,7 @@ class LevelFit:
 NO_FIT = LevelFit()
 
 
-@dataclass(frozen=True, slots=True)
-class Levels:
+class Levels(NamedTuple):
     """What the levels carry from one tick to the next (`decide.Memory.levels`)."""
 
     needed_at: tuple[float | None, ...] = ()  # [k - 1]: when k workers were last needed
@@ -255,8 +255,13 @@ def _hold_s(fit: LevelFit, policy: ScalingPolicy, boot_s: float) -> float:
     # changed since, may have moved the ski-rental time or the window past it.
     if fit.hold_s == 0.0 and fit.gaps:  # released at once: its past says so (`best_hold_s`)
         return 0.0
-    floor = hold_s(policy, boot_s, fit.cold_callers)
-    return min(max(fit.hold_s, floor), policy.scaledown_window_s)
+    # No shorter than the ski-rental time at the level's price (`policy.hold_s`), no longer than
+    # the window. Spelled out in conditionals: every tick reads it for the levels above the
+    # work, a burst's twenty.
+    hold = cold_cost_s(policy, boot_s, fit.cold_callers)
+    hold = fit.hold_s if fit.hold_s > hold else hold
+    window = policy.scaledown_window_s
+    return hold if hold < window else window
 
 
 def best_hold_s(gaps: Sequence[float], floor_s: float, cold_s: float, cap: float) -> float:
