@@ -18,7 +18,7 @@ from control_plane.domain.scaling import (
 )
 from control_plane.domain.scaling.backlog import backlog_workers
 from control_plane.domain.scaling.idle import PLAIN
-from control_plane.domain.scaling.levels import NO_FIT, LevelFit, Levels
+from control_plane.domain.scaling.levels import NO_FIT, Levels, level_fit
 from control_plane.domain.scaling.models import NONE, Models
 from control_plane.domain.scaling.policy import waits_allowed
 from tests.unit.scaling_states import (
@@ -223,7 +223,7 @@ def test_a_swing_the_ready_workers_absorb_within_a_boot_boots_none() -> None:
     # 40-50 s after each need, within its 150 s hold, released 200 s ago): booted now, it is
     # there for the next swing
     def third(*gaps: float) -> Memory:
-        fit = LevelFit(gaps, 150.0, (2.0, 2.0, 2.0))
+        fit = level_fit(gaps, 150.0, (2.0, 2.0, 2.0))
         return Memory(Levels((T0 - 5, T0 - 5, T0 - 200), (NO_FIT, NO_FIT, fit), (None,) * 3))
 
     d = run(dataclasses.replace(swing, memory=third(40.0, 50.0, 45.0)), T0)

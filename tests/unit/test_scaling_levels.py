@@ -16,11 +16,11 @@ from control_plane.domain.scaling.levels import (
     NO_LEVELS,
     NOT_AGAIN,
     PRIOR_CALLERS,
-    LevelFit,
     Levels,
     best_hold_s,
     hold_levels_s,
     kept_through_pause,
+    level_fit,
     update_levels,
 )
 from control_plane.domain.scaling.policy import cold_cost_s, hold_s
@@ -186,7 +186,7 @@ def test_a_level_whose_past_says_it_is_not_needed_again_is_released_at_once() ->
     assert best_hold_s([NOT_AGAIN] * 2, 600, cold, 600) == 0.0  # 3 × 630 < 2 × (600 + 630)
     # ... but not while it keeps being needed again within the window
     assert best_hold_s([300.0, 300.0, NOT_AGAIN], 600, cold, 600) == 600
-    fit = LevelFit((NOT_AGAIN,) * 2, 0.0, (10.0,))
+    fit = level_fit((NOT_AGAIN,) * 2, 0.0, (10.0,))
     assert hold_levels_s(Levels((None,) * 3, (NO_FIT, NO_FIT, fit)), BOOT_S, POLICY) == [
         ONE, 0.0
     ]  # fmt: skip
@@ -287,7 +287,7 @@ def test_the_holds_as_the_api_shows_them() -> None:
 
 
 def test_a_hold_fitted_before_follows_the_prices_and_window_of_now() -> None:
-    fit = LevelFit((120.0,) * 4, 120.0, (0.0,))
+    fit = level_fit((120.0,) * 4, 120.0, (0.0,))
     levels = Levels((None,) * 3, (NO_FIT, NO_FIT, fit))
     assert hold_levels_s(levels, BOOT_S, POLICY)[1] == 120.0
     # boots measured longer since: the ski-rental time (200 s, no caller) is above the hold
@@ -306,7 +306,7 @@ def test_a_pause_keeps_the_held_workers_whose_miss_costs_more_than_it_spares() -
     levels, held = step(levels, 0, now, 0.0)
     assert held == 3
     # the second worker spared 9.6 callers, the third half a caller: 606 and 60 worker-seconds
-    fits = (levels.fits[0], LevelFit(callers=(9.6,)), LevelFit(callers=(0.5,)))
+    fits = (levels.fits[0], level_fit(callers=(9.6,)), level_fit(callers=(0.5,)))
     levels = levels._replace(fits=fits)
     assert cold_cost_s(POLICY, BOOT_S, 9.6) == pytest.approx(606.0)
     assert cold_cost_s(POLICY, BOOT_S, 0.5) == pytest.approx(60.0)
