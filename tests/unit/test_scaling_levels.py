@@ -297,6 +297,50 @@ def test_a_hold_fitted_before_follows_the_prices_and_window_of_now() -> None:
     assert hold_levels_s(levels, BOOT_S, shorter)[1] == 100.0
 
 
+def test_a_hold_lies_between_the_ski_rental_time_at_its_price_and_the_window() -> None:
+    # `_hold_s` spells out policy.hold_s in conditionals (every tick reads it for each level
+    # above the work): the same hold as the rule, for any fit, boot and policy
+    rng = random.Random(11)
+    for _ in range(2000):
+        callers = tuple(rng.choice([0.0, rng.uniform(0, 30)]) for _ in range(rng.randint(0, 8)))
+        gaps = tuple(rng.choice([NOT_AGAIN, rng.uniform(5, 900)]) for _ in range(rng.randint(0, 5)))
+        fitted = rng.choice([0.0, rng.uniform(0, 900)])
+        policy = dataclasses.replace(
+            POLICY,
+            scaledown_window_s=rng.choice([0.0, rng.uniform(1, 1200)]),
+            cold_penalty_s=rng.choice([0.0, rng.uniform(0, 1200)]),
+        )
+        boot_s = rng.uniform(1, 120)
+        fit = level_fit(gaps, fitted, callers)
+        levels = Levels((None,) * 2, (NO_FIT, fit))
+        rule = min(max(fitted, hold_s(policy, boot_s, fit.cold_callers)), policy.scaledown_window_s)
+        expected = 0.0 if fitted == 0.0 and gaps else rule
+        assert hold_levels_s(levels, boot_s, policy) == [expected]
+
+
+def test_a_levels_fit_keeps_its_gaps_in_order_its_mean_price_and_its_best_hold() -> None:
+    # each refit sorts the gaps once and reuses them where only a price came: the fits a
+    # random stream of needs leaves are those built afresh from their gaps and callers
+    rng = random.Random(12)
+    levels, now = NO_LEVELS, T0
+    for _ in range(3000):
+        now += rng.choice([2.0, 2.0, 2.0, rng.uniform(2, 900)])
+        needed = rng.choice([0, 1, 2, rng.randint(3, 8)])
+        levels, _ = step(levels, needed, now, rng.uniform(0, 80))
+    refit = 0
+    for fit in levels.fits[1:]:
+        assert fit.ordered == tuple(sorted(fit.gaps))
+        price = sum(fit.callers) / len(fit.callers) if fit.callers else PRIOR_CALLERS
+        assert fit.cold_callers == price
+        if fit.gaps or fit.callers:
+            refit += 1
+            floor = hold_s(POLICY, BOOT_S, price)
+            cold = cold_cost_s(POLICY, BOOT_S, price)
+            expected = best_hold_s(fit.gaps, floor, cold, POLICY.scaledown_window_s)
+            assert fit.hold_s == expected
+    assert refit >= 5
+
+
 def test_a_pause_keeps_the_held_workers_whose_miss_costs_more_than_it_spares() -> None:
     """On a pre-warm plan the holds pause from the end of the work to the pre-warm: a level is
     kept through the pause only if its cold start, at the chance of a call before the pre-warm
