@@ -37,7 +37,6 @@ import dataclasses
 import math
 import operator
 from dataclasses import dataclass
-from statistics import NormalDist
 from typing import NamedTuple
 
 from control_plane.domain.scaling.backlog import backlog_workers
@@ -61,7 +60,11 @@ from control_plane.domain.scaling.policy import (
     waits_allowed,
 )
 from control_plane.domain.scaling.policy import MAX_TICK_S as MAX_TICK_S  # (re-exported)
-from control_plane.domain.scaling.queueing import workers_for_stream
+from control_plane.domain.scaling.queueing import (
+    normal_z,
+    poisson_quantile_of_max,
+    workers_for_stream,
+)
 from control_plane.domain.scaling.wake import keepalive_levels as keepalive_levels
 from control_plane.domain.scaling.wake import (
     keepalive_window,
@@ -69,10 +72,6 @@ from control_plane.domain.scaling.wake import (
     wake_workers,
 )
 from control_plane.domain.scaling.wake import wake_callers as wake_callers
-
-# Above this mean concurrency the Poisson quantile is taken from its normal approximation
-# (error well under one job), which keeps decide() a few microseconds at any load.
-POISSON_EXACT_MAX = 50.0
 
 
 class Memory(NamedTuple):
@@ -144,7 +143,6 @@ REASONS = (
     "crash_loop",  # more workers wanted, but they keep failing: waiting jobs fail
 )
 
-_Z: dict[float, float] = {}
 _workers = operator.itemgetter(0)  # of a part: (workers, reason)
 
 
@@ -248,14 +246,14 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # windows' (a Gaussian filter over mostly-empty buckets says little about the next one).
     if fc is not None and fc_now is not None and fc_now[0] * boot_s >= 1.0:
         quantile = under_quantile(p, boot_s)
-        z = _z(quantile)
+        z = normal_z(quantile)
         # A linear trend peaks at one end of the horizon: now, or a boot from now.
         (mean_now, sd_now), (mean_then, sd_then) = fc_now, fc.rate(now + boot_s)
         high_now, high_then = mean_now + z * sd_now, mean_then + z * sd_then
         # Little's law at the higher end; the rate's own uncertainty is added at the same
         # quantile. Waiting absorbs the swings above the mean load, never the load itself: with
         # fewer slots than that the queue grows for as long as the load lasts (a ramp).
-        concurrency = _poisson_quantile_of_max(
+        concurrency = poisson_quantile_of_max(
             (high_now * state.service_s, high_then * state.service_s), quantile, z
         )
         load = max(mean_now, mean_then) * state.service_s
@@ -370,34 +368,3 @@ def gate(
     return dataclasses.replace(
         d, desired=d.capacity, reason=reason, fail_waiting=give_up and work_present
     )
-
-
-def _z(quantile: float) -> float:
-    z = _Z.get(quantile)
-    if z is None:
-        z = _Z[quantile] = NormalDist().inv_cdf(quantile)
-    return z
-
-
-def _poisson_quantile_of_max(means: tuple[float, float], quantile: float, z: float) -> int:
-    """`_poisson_quantile` of the larger mean: the larger quantile, as it grows with the mean
-    within each of its two methods (either side of POISSON_EXACT_MAX; both where they differ)."""
-    low, high = sorted(means)
-    if (low > POISSON_EXACT_MAX) == (high > POISSON_EXACT_MAX):
-        return _poisson_quantile(high, quantile, z)
-    return max(_poisson_quantile(low, quantile, z), _poisson_quantile(high, quantile, z))
-
-
-def _poisson_quantile(mean: float, quantile: float, z: float) -> int:
-    """Smallest k with P(Poisson(mean) ≤ k) ≥ quantile: concurrent jobs of a Poisson stream."""
-    if mean <= 0:
-        return 0
-    if mean > POISSON_EXACT_MAX:
-        return math.ceil(mean + z * math.sqrt(mean))
-    term = math.exp(-mean)
-    cdf, k = term, 0
-    while cdf < quantile:
-        k += 1
-        term *= mean / k
-        cdf += term
-    return k

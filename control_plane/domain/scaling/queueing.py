@@ -16,12 +16,20 @@ that waits longer counts its whole wait: C × exp(−θq) × (q + 1/θ) caller-s
 the allowance. Service times of LLM calls vary less than exponential ones, so the model
 overstates the queue a little: a worker too many now and then, rather than a swing that
 queues at the tail of the latency.
+
+The jobs such a stream holds at once are Poisson too (M/G/∞): `poisson_quantile_of_max` is
+how many the forecast part provisions for, at the quantile the cost rule picks
+(`policy.under_quantile`), over the two ends of the boot horizon.
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
+# Above this mean concurrency the Poisson quantile is taken from its normal approximation
+# (error well under one job), which keeps decide() a few microseconds at any load.
+POISSON_EXACT_MAX = 50.0
 # Erlang B is computed by its recursion over the slots, one step per slot: past this many
 # slots (a stream of thousands of concurrent calls) the square-root staffing rule takes over,
 # whose queueing is negligible at the price of a few workers more.
@@ -63,3 +71,38 @@ def workers_for_stream(
             m += 1
             waits = waits[1:]
     return max_workers
+
+
+_Z: dict[float, float] = {}
+
+
+def normal_z(quantile: float) -> float:
+    """The standard normal's `quantile` (cached: decide() asks for a few values only)."""
+    z = _Z.get(quantile)
+    if z is None:
+        z = _Z[quantile] = NormalDist().inv_cdf(quantile)
+    return z
+
+
+def poisson_quantile_of_max(means: tuple[float, float], quantile: float, z: float) -> int:
+    """`_poisson_quantile` of the larger mean: the larger quantile, as it grows with the mean
+    within each of its two methods (either side of POISSON_EXACT_MAX; both where they differ)."""
+    low, high = sorted(means)
+    if (low > POISSON_EXACT_MAX) == (high > POISSON_EXACT_MAX):
+        return _poisson_quantile(high, quantile, z)
+    return max(_poisson_quantile(low, quantile, z), _poisson_quantile(high, quantile, z))
+
+
+def _poisson_quantile(mean: float, quantile: float, z: float) -> int:
+    """Smallest k with P(Poisson(mean) ≤ k) ≥ quantile: concurrent jobs of a Poisson stream."""
+    if mean <= 0:
+        return 0
+    if mean > POISSON_EXACT_MAX:
+        return math.ceil(mean + z * math.sqrt(mean))
+    term = math.exp(-mean)
+    cdf, k = term, 0
+    while cdf < quantile:
+        k += 1
+        term *= mean / k
+        cdf += term
+    return k
