@@ -64,6 +64,10 @@ class Episode(NamedTuple):
         return Episode(self.began_at, without[0], with_[0], spared)
 
 
+# Builds an Episode from its fields without the named tuple's keyword-handling constructor.
+_EPISODE = tuple.__new__
+
+
 def advance_levels(
     episodes: Sequence[Episode | None],
     dt: float,
@@ -109,10 +113,6 @@ def advance_levels(
         spared_s += dt * (without_waiting - waiting)
         out[k] = _EPISODE(Episode, (began_at, without_after, x_after, spared_s))
     return out
-
-
-# Builds an Episode from its fields without the named tuple's keyword-handling constructor.
-_EPISODE = tuple.__new__
 
 
 def _fluid(

@@ -78,9 +78,9 @@ def _mean_callers(callers: tuple[float, ...]) -> float:
 
 class LevelFit(NamedTuple):
     """One level's recent gaps between needs and its episodes' callers (oldest first), and the
-    hold they ask for; built by `level_fit`, which derives the last two fields. (A named tuple:
-    a burst's levels end their episodes at the same tick, twenty refits at once, and a tuple
-    builds in half the time of a frozen dataclass.)"""
+    hold they ask for; built by `level_fit` (a refit: `_with`), which derive the last two
+    fields. (A named tuple: a burst's levels end their episodes at the same tick, twenty refits
+    at once, and a tuple builds in half the time of a frozen dataclass.)"""
 
     gaps: tuple[float, ...]
     hold_s: float  # the hold (≥ the ski-rental time) that would have cost least (0: none)
@@ -94,14 +94,10 @@ class LevelFit(NamedTuple):
 
 
 def level_fit(
-    gaps: tuple[float, ...] = (),
-    hold_s: float = 0.0,
-    callers: tuple[float, ...] = (),
-    ordered: tuple[float, ...] | None = None,
+    gaps: tuple[float, ...] = (), hold_s: float = 0.0, callers: tuple[float, ...] = ()
 ) -> LevelFit:
-    """The fit of those gaps, hold and callers; `ordered`: the gaps sorted, where known."""
-    ordered = tuple(sorted(gaps)) if ordered is None else ordered
-    return LevelFit(gaps, hold_s, callers, _mean_callers(callers), ordered)
+    """The fit of those gaps, hold and callers."""
+    return LevelFit(gaps, hold_s, callers, _mean_callers(callers), tuple(sorted(gaps)))
 
 
 NO_FIT = level_fit()
@@ -328,4 +324,4 @@ def _with(
     cold_s = cold_cost_s(policy, boot_s, price)
     floor = hold_s(policy, boot_s, price)
     hold = _best_hold_s(ordered, floor, cold_s, policy.scaledown_window_s)
-    return level_fit(gaps, hold, episodes, ordered)
+    return LevelFit(gaps, hold, episodes, price, ordered)
