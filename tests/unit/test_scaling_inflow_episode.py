@@ -103,7 +103,7 @@ def test_a_bursts_levels_advance_together_as_each_would_alone() -> None:
                 else e.advance(TICK_S, demand, running, service_s, k * target, target)
                 for k, e in enumerate(episodes)
             ]
-            together = advance_levels(episodes, TICK_S, demand, running, service_s, target)
+            together, _ = advance_levels(episodes, TICK_S, demand, running, service_s, target)
             assert together == alone
             episodes = together
 

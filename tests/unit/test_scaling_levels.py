@@ -319,14 +319,20 @@ def test_a_hold_lies_between_the_ski_rental_time_at_its_price_and_the_window() -
 
 
 def test_a_levels_fit_keeps_its_gaps_in_order_its_mean_price_and_its_best_hold() -> None:
-    # each refit sorts the gaps once and reuses them where only a price came: the fits a
-    # random stream of needs leaves are those built afresh from their gaps and callers
+    # each refit puts the new gap in its place among the sorted ones (the oldest leaving once
+    # GAPS_KEPT are kept) and reuses them where only a price came: the fits a random stream of
+    # needs leaves, at every tick, are those built afresh from their gaps and callers
     rng = random.Random(12)
     levels, now = NO_LEVELS, T0
+    trimmed = False
     for _ in range(3000):
         now += rng.choice([2.0, 2.0, 2.0, rng.uniform(2, 900)])
         needed = rng.choice([0, 1, 2, rng.randint(3, 8)])
         levels, _ = step(levels, needed, now, rng.uniform(0, 80))
+        for fit in levels.fits:
+            assert fit.ordered == tuple(sorted(fit.gaps))
+            trimmed = trimmed or len(fit.gaps) == GAPS_KEPT
+    assert trimmed  # the oldest gap left some level's sample
     refit = 0
     for fit in levels.fits[1:]:
         assert fit.ordered == tuple(sorted(fit.gaps))

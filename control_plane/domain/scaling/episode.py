@@ -27,6 +27,7 @@ queueing for each of the level's slots.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -75,16 +76,21 @@ def advance_levels(
     running: float,
     service_s: float,
     target: int,
-) -> list[Episode | None]:
+    *,
+    now: float = -math.inf,
+    boot_s: float = math.inf,
+) -> tuple[list[Episode | None], list[tuple[int, Episode]]]:
     """Each level's episode ([k]: the level with k levels of `target` slots below it; None: no
-    episode) advanced as `Episode.advance` does. A level's queue with it is the next level's
-    without it: where both follow the same x (their episodes began at the same need, as a
-    burst's levels do), it is computed once.
+    episode) advanced as `Episode.advance` does, and the levels whose episode has lasted
+    `boot_s` by `now`, with their episodes (none by default). A level's queue with it is the
+    next level's without it: where both follow the same x (their episodes began at the same
+    need, as a burst's levels do), it is computed once.
 
     Every tick of a deployment with episodes runs this over its levels (a burst's twenty),
     so `_fluid` and `Episode._after` are spelled out here, in locals (a third faster than
     calling them; `test_scaling_inflow_episode.py` checks that both ways agree)."""
     out = list(episodes)
+    lasted: list[tuple[int, Episode]] = []
     service_s = service_s if service_s > 1e-3 else 1e-3  # as `_fluid`
     floor = -demand
     shared_x: float | None = None  # the last with-queue's x before the tick (None: none)
@@ -111,8 +117,10 @@ def advance_levels(
         x_after = x if x > floor else floor
         shared_x = x_with
         spared_s += dt * (without_waiting - waiting)
-        out[k] = _EPISODE(Episode, (began_at, without_after, x_after, spared_s))
-    return out
+        out[k] = episode = _EPISODE(Episode, (began_at, without_after, x_after, spared_s))
+        if now - began_at >= boot_s:
+            lasted.append((k, episode))
+    return out, lasted
 
 
 def _fluid(

@@ -38,7 +38,9 @@ class Forecast:
 
     def rate(self, t: float) -> tuple[float, float]:
         """(mean, standard deviation) of the arrival rate per second at time `t`."""
-        h = max(0.0, (t - self.end_at) / BUCKET_S)
+        # (conditionals for max: every tick of a dense deployment reads the rate twice)
+        h = (t - self.end_at) / BUCKET_S
+        h = 0.0 if h <= 0.0 else h
         mean = self.level + h * self.slope
         var = (
             self.p00
@@ -47,7 +49,9 @@ class Forecast:
             + h * self.q_level
             + h * (h + 1) * (2 * h + 1) / 6 * self.q_slope
         )
-        return max(mean, 0.0) / BUCKET_S, math.sqrt(max(var, 0.0)) / BUCKET_S
+        mean = 0.0 if mean < 0.0 else mean
+        var = 0.0 if var < 0.0 else var
+        return mean / BUCKET_S, math.sqrt(var) / BUCKET_S
 
 
 def fit_forecast(counts: Sequence[float], end_at: float) -> Forecast | None:

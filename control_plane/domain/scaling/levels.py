@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 from control_plane.domain.scaling.backlog import fresh_slot_ends
 from control_plane.domain.scaling.episode import Episode, advance_levels
-from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s, hold_s
+from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s
 
 # Episodes kept per level: the recent ones, so that a level's price follows a change of the
 # stream within a few swings, and no one episode decides alone once a few are in (each weighs
@@ -152,23 +152,31 @@ def update_levels(
     # callers are the queueing the level spared over the boot a replacement started at its
     # need takes, in callers waiting a whole boot.
     if episodes.count(None) < n:  # (most ticks of most deployments have none)
-        episodes = advance_levels(episodes, dt, demand, running, service_s, target)
-        for k, episode in enumerate(episodes):
-            if episode is not None and now - episode.began_at >= boot_s:
-                callers = episode.spared_s / max(boot_s, 1e-3)
-                fits[k] = _with(fits[k], policy, boot_s, callers=callers)
-                episodes[k] = None
+        episodes, lasted = advance_levels(
+            episodes, dt, demand, running, service_s, target, now=now, boot_s=boot_s
+        )
+        for k, episode in lasted:
+            callers = episode.spared_s / max(boot_s, 1e-3)
+            fits[k] = _with(fits[k], policy, boot_s, callers=callers)
+            episodes[k] = None
     # The levels needed now. One needed again after more than a boot begins an episode: the
     # jobs that made it needed came since the last update, and count for it, as every later
-    # update's do.
+    # update's do (the episodes begun, a burst's twenty at once, follow it together).
+    begun: list[Episode | None] | None = None
     for k in range(1, needed):
         last = needed_at[k]
         if (last is None or now - last > boot_s) and episodes[k] is None:
             if last is not None:
                 fits[k] = _with(fits[k], policy, boot_s, gap=now - last)
-            episode = _begun(now, k, target, ready, demand - running, service_s, queued_s)
-            episodes[k] = episode.advance(dt, demand, running, service_s, k * target, target)
+            if begun is None:
+                begun = [None] * n
+            begun[k] = _begun(now, k, target, ready, demand - running, service_s, queued_s)
         needed_at[k] = now
+    if begun is not None:
+        begun = advance_levels(begun, dt, demand, running, service_s, target)[0]
+        for k in range(1, needed):
+            if begun[k] is not None:
+                episodes[k] = begun[k]
     # The levels above them: one not needed again within the window has a gap no hold spans;
     # the highest level whose hold still runs keeps the levels below it too (searched from the
     # top down, a hold is computed only for the levels above it).
@@ -318,10 +326,19 @@ def _with(
         gaps, ordered = fit.gaps, fit.ordered
     else:
         gaps = (*fit.gaps, gap)[-GAPS_KEPT:]
-        ordered = tuple(sorted(gaps))
-    episodes = fit.callers if callers is None else (*fit.callers, callers)[-EPISODES_KEPT:]
-    price = _mean_callers(episodes)
+        # the sorted gaps less the one that left (the oldest), with the new one in its place
+        in_order = list(fit.ordered)
+        if len(gaps) == len(fit.gaps):
+            in_order.remove(fit.gaps[0])
+        bisect.insort(in_order, gap)
+        ordered = tuple(in_order)
+    if callers is None:
+        episodes, price = fit.callers, fit.cold_callers
+    else:
+        episodes = (*fit.callers, callers)[-EPISODES_KEPT:]
+        price = _mean_callers(episodes)
     cold_s = cold_cost_s(policy, boot_s, price)
-    floor = hold_s(policy, boot_s, price)
-    hold = _best_hold_s(ordered, floor, cold_s, policy.scaledown_window_s)
+    window = policy.scaledown_window_s
+    floor = cold_s if cold_s < window else window  # `policy.hold_s`
+    hold = _best_hold_s(ordered, floor, cold_s, window)
     return LevelFit(gaps, hold, episodes, price, ordered)

@@ -53,24 +53,37 @@ def workers_for_stream(
     m = max(math.floor(load / target) + 1, 1)  # the fewest that can keep up
     if m * target > MAX_EXACT_SLOTS:
         return min(math.ceil((load + 3.0 * math.sqrt(load)) / target), max_workers)
+    if m > max_workers:
+        return max_workers
+    service_s = max(service_s, 1e-3)
+
+    def mean_wait(slots: int, b: float) -> float:
+        """Mean wait past `wait_s` per call with `slots` slots, Erlang B at them being `b`."""
+        erlang_c = slots * b / (slots - load * (1.0 - b))
+        theta = (slots - load) / service_s
+        return erlang_c * math.exp(-theta * wait_s) * (wait_s + 1.0 / theta)
+
+    # Erlang B's recursion, one slot at a time, up to the m workers' slots; then a worker's
+    # slots more at a time while the next worker pays for itself (the recursion runs once over
+    # the slots: a busy stream's hundred steps are the bulk of this function's time)
     b = 1.0  # Erlang B with 0 slots
-    slots = 0
-    waits: list[float] = []  # mean wait per call with m, m + 1 workers
-    while m <= max_workers:
-        c = (m + len(waits)) * target
-        for k in range(slots + 1, c + 1):  # Erlang B's recursion, one slot at a time
+    slots = m * target
+    for k in range(1, slots + 1):
+        offered = load * b
+        b = offered / (k + offered)
+    wait = mean_wait(slots, b)
+    while True:
+        for k in range(slots + 1, slots + target + 1):
             offered = load * b
             b = offered / (k + offered)
-        slots = c
-        erlang_c = c * b / (c - load * (1.0 - b))
-        theta = (c - load) / max(service_s, 1e-3)
-        waits.append(erlang_c * math.exp(-theta * wait_s) * (wait_s + 1.0 / theta))
-        if len(waits) == 2:
-            if rate * (waits[0] - waits[1]) * wait_price <= 1.0:
-                return m
-            m += 1
-            waits = waits[1:]
-    return max_workers
+        slots += target
+        wait_more = mean_wait(slots, b)  # with one worker more
+        if rate * (wait - wait_more) * wait_price <= 1.0:
+            return m
+        m += 1
+        if m > max_workers:
+            return max_workers
+        wait = wait_more
 
 
 _Z: dict[float, float] = {}
@@ -87,7 +100,7 @@ def normal_z(quantile: float) -> float:
 def poisson_quantile_of_max(means: tuple[float, float], quantile: float, z: float) -> int:
     """`_poisson_quantile` of the larger mean: the larger quantile, as it grows with the mean
     within each of its two methods (either side of POISSON_EXACT_MAX; both where they differ)."""
-    low, high = sorted(means)
+    low, high = means if means[0] <= means[1] else (means[1], means[0])
     if (low > POISSON_EXACT_MAX) == (high > POISSON_EXACT_MAX):
         return _poisson_quantile(high, quantile, z)
     return max(_poisson_quantile(low, quantile, z), _poisson_quantile(high, quantile, z))
