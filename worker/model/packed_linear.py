@@ -11,7 +11,8 @@ packed weight, so no memory is spent twice. The packed weight is an opaque oneDN
 is not in ``state_dict()`` and cannot be trained; a head tied to the embeddings gets its own
 packed copy (the embedding lookup still needs the plain one).
 
-On CUDA, or where oneDNN is not built in, nothing changes (``F.linear``).
+On CUDA, where oneDNN is not built in, or for bf16 weights on a CPU without oneDNN's bf16
+path, nothing changes (``F.linear``).
 
 Example:
 
@@ -54,12 +55,22 @@ class PackedLinear(nn.Module):
 
 
 def can_pack(weight: torch.Tensor) -> bool:
-    """True if ``weight`` would be reordered: on CPU, fp32 or bf16, with oneDNN built in."""
+    """True if ``weight`` would be reordered: on CPU, fp32 or bf16, with oneDNN built in, and
+    for bf16 a CPU whose oneDNN bf16 path runs (``onednn_bf16``)."""
     return (
         weight.device.type == "cpu"
         and weight.dtype in _PACKABLE_DTYPES
         and torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+        and (weight.dtype != torch.bfloat16 or onednn_bf16())
     )
+
+
+def onednn_bf16() -> bool:
+    """True where oneDNN runs bf16 GEMMs on this CPU. Its bf16 reorder needs AVX-512 (BW, VL,
+    DQ) or AVX-NE-CONVERT and raises elsewhere, so a bf16 model on such a CPU keeps
+    ``F.linear``."""
+    supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    return bool(supported is not None and supported())
 
 
 def pack_linears(model: nn.Module) -> int:
