@@ -51,7 +51,7 @@ from typing import NamedTuple
 
 from control_plane.domain.scaling.backlog import fresh_slot_ends
 from control_plane.domain.scaling.episode import Episode, advance_levels
-from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s
+from control_plane.domain.scaling.policy import ScalingPolicy, cold_cost_s, hold_s
 
 # Episodes kept per level: the recent ones, so that a level's price follows a change of the
 # stream within a few swings, and no one episode decides alone once a few are in (each weighs
@@ -338,7 +338,6 @@ def _with(
         episodes = (*fit.callers, callers)[-EPISODES_KEPT:]
         price = _mean_callers(episodes)
     cold_s = cold_cost_s(policy, boot_s, price)
-    window = policy.scaledown_window_s
-    floor = cold_s if cold_s < window else window  # `policy.hold_s`
-    hold = _best_hold_s(ordered, floor, cold_s, window)
+    floor = hold_s(policy, boot_s, price)
+    hold = _best_hold_s(ordered, floor, cold_s, policy.scaledown_window_s)
     return LevelFit(gaps, hold, episodes, price, ordered)
