@@ -48,13 +48,17 @@ def backlog_workers(
     workers there (`policy.waits_allowed`), when a worker started now is ready: the jobs queued
     now and those arriving over the boot at `rate` (per second), less the jobs that the ready
     workers and the booting ones (ready at `ready_at`) start by then."""
-    target = max(policy.target_concurrency, 1)
-    service_s = max(service_s, 1e-3)  # as `waits_allowed` counts a measured 0
+    # (conditionals for max: decide() runs this on every tick of a busy deployment)
+    target = policy.target_concurrency
+    target = 1 if target < 1 else target
+    service_s = 1e-3 if service_s < 1e-3 else service_s  # as `waits_allowed` counts a measured 0
     then = now + boot_s
-    starts = max(target * ready - running, 0) + target * ready * boot_s / service_s
+    free = target * ready - running
+    starts = (0 if free < 0 else free) + target * ready * boot_s / service_s
     for r in ready_at:  # each booting worker started before now: ready by `then`
         turns = fresh_slot_ends(then - (r if r > now else now), service_s)
         starts += target * (1.0 + turns)
     waiting = queued + rate * boot_s - starts
     may_wait = waits_allowed(policy, ready + len(ready_at), boot_s, service_s)
-    return max(math.ceil((waiting - may_wait) / target), 0)
+    more = math.ceil((waiting - may_wait) / target)
+    return 0 if more < 0 else more

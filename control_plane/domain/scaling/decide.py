@@ -33,9 +33,8 @@ boots (a scale-down stops the idle ready ones first); the reconciler drains what
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import operator
+import sys
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -107,8 +106,11 @@ class DeploymentState:
     give_up: bool = False  # the crash-loop gate: starting more workers will not help
 
 
-@dataclass(frozen=True, slots=True)
-class ScaleDecision:
+class ScaleDecision(NamedTuple):
+    """What `decide` asks of the reconciler for one deployment this tick. (A named tuple, as
+    `Memory` is, read by field name like a dataclass: every tick of every deployment builds
+    one, in a quarter of the time a frozen dataclass takes.)"""
+
     desired: int  # workers the deployment should have, counting those still booting
     capacity: int  # workers that count now: ready + booting within max_boot_s
     needed: int  # what this tick's signals ask for, before holding and rate limits
@@ -143,8 +145,6 @@ REASONS = (
     "crash_loop",  # more workers wanted, but they keep failing: waiting jobs fail
 )
 
-_workers = operator.itemgetter(0)  # of a part: (workers, reason)
-
 
 def counts_as_capacity(booting_since: float, now: float, policy: ScalingPolicy) -> bool:
     """A booting worker counts until `max_boot_s`; past it a replacement is started (and the
@@ -158,7 +158,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     target = max(p.target_concurrency, 1)
     # (`counts_as_capacity`, spelled out: a burst's booting workers are each tested every tick)
     max_boot_s = p.max_boot_s
-    counted = [s for s in state.booting_since if now - s <= max_boot_s]
+    since = state.booting_since
+    counted = [s for s in since if now - s <= max_boot_s] if since else []  # (most have none)
     booting = len(counted)
     capacity = state.ready + booting
     mem = state.memory
@@ -175,9 +176,6 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # for the ready workers (`queue_wait_s`): a short spike queues briefly instead of booting a
     # worker that would be held long after it.
     waits = waits_allowed(p, state.ready, boot_s, state.service_s)
-
-    def workers_for(concurrency: float) -> int:
-        return math.ceil(max(concurrency - waits, 0.0) / target)
 
     # A worker started now helps only with the jobs that the workers there (ready, or booting)
     # will not have started by the time it is ready (`backlog.py`): the parts driven by the
@@ -215,18 +213,21 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             if not booting:
                 more += kept_for_next(mem.levels, capacity + more, boot_s, p)
 
-    def capped(workers: int) -> int:
-        return workers if more is None else min(workers, capacity + more)
-
-    parts: list[tuple[int, str]] = []
+    # (the parts driven by the work present are capped at it; inline: every tick runs them)
+    limit = sys.maxsize if more is None else capacity + more
+    # The parts' largest so far, and its reason (of equal parts, the first: a running maximum,
+    # not a list and max(): every tick of every deployment runs them).
     # Running jobs hold their slots: only queued ones can wait, and they wait for a worker that
     # stays (a job queued on an idle worker, not claimed yet, keeps it).
-    at_once = max(demand - waits, state.running, min(demand, 1))
-    parts.append(
-        (capped(math.ceil(at_once / target)), "scale_from_zero" if capacity == 0 else "demand")
-    )
+    # (the max of the three, spelled out in conditionals: every tick runs it)
+    at_once = demand - waits
+    at_once = state.running if state.running > at_once else at_once
+    one = 1 if demand > 1 else demand  # (at least one job, where any)
+    at_once = one if one > at_once else at_once
+    needed = min(math.ceil(at_once / target), limit)
+    reason = "scale_from_zero" if capacity == 0 else "demand"
 
-    panic_workers = workers_for(state.panic_concurrency)
+    panic_workers = math.ceil(max(state.panic_concurrency - waits, 0.0) / target)
     panic_until = mem.panic_until
     if panic_workers >= PANIC_THRESHOLD * max(state.ready, 1) and panic_workers > state.ready:
         panic_until = now + STABLE_WINDOW_S
@@ -236,11 +237,15 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # up to a minute of idle workers per burst beyond its price, and the levels whose past says
     # release at once kept for that minute.)
     if demand > 0 and now < panic_until:
-        parts.append((capped(max(panic_workers, capacity)), "panic"))
+        part = min(max(panic_workers, capacity), limit)
+        if part > needed:
+            needed, reason = part, "panic"
     elif demand > 0:
-        stable_workers = workers_for(state.stable_concurrency)
+        stable_workers = math.ceil(max(state.stable_concurrency - waits, 0.0) / target)
         if stable_workers >= 2:  # the last worker is the idle windows' (see module doc)
-            parts.append((capped(stable_workers), "stable_window"))
+            part = min(stable_workers, limit)
+            if part > needed:
+                needed, reason = part, "stable_window"
 
     # Dense traffic only: at least one arrival expected per boot. Sparser streams are the idle
     # windows' (a Gaussian filter over mostly-empty buckets says little about the next one).
@@ -267,11 +272,13 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         wait_s = min(p.queue_wait_s, boot_s)  # as `policy.waits_allowed`
         rate = max(min(high_now, high_then), 0.0)
         stream = workers_for_stream(rate, state.service_s, target, price, p.max_workers, wait_s)
-        parts.append((max(worst, stream), "forecast"))
+        part = max(worst, stream)
+        if part > needed:
+            needed, reason = part, "forecast"
 
     # The parts above size the workers for the work present or forecast; each worker above the
     # last is held once no longer needed by them, for its level's hold (`levels.py`).
-    work_needed = min(max(parts, key=_workers)[0], p.max_workers)
+    work_needed = min(needed, p.max_workers)
     held_levels, held = update_levels(
         mem.levels,
         work_needed,
@@ -294,7 +301,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # find its keep-alive spent when it finishes.
     busy_at = now if demand > 0 else mem.busy_at
     arrived = math.inf if state.last_arrival_at is None else now - state.last_arrival_at
-    idle_for = arrived if busy_at is None else min(arrived, now - busy_at)
+    idle_for = arrived if busy_at is None or arrived <= now - busy_at else now - busy_at
     next_prewarm_at = None
     if idle.prewarms:
         assert idle.prewarm_s is not None
@@ -313,7 +320,9 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
                 pause_s = boot_at - (busy_at - state.last_arrival_at)
                 held = kept_through_pause(held_levels, now, boot_s, p, pause_s, idle.shorter_chance)
         if boot_at <= arrived and idle_for < idle.keepalive_s:
-            parts.append((len(prewarm_levels(idle, p, boot_s, state.service_s)), "prewarm"))
+            part = len(prewarm_levels(idle, p, boot_s, state.service_s))
+            if part > needed:
+                needed, reason = part, "prewarm"
     else:
         window = keepalive_window(idle, p)
         if idle_for < window:
@@ -322,16 +331,17 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             # they were released by the first tick of the next wake, whose calls had not yet
             # queued, and booted again for its queue).
             kept = wake_workers(idle, p, boot_s, state.service_s, window, idle_for)
-            parts.append((kept, "keepalive"))
-    parts.append((p.min_workers, "min_workers"))
-
-    needed, reason = max(parts, key=_workers)
+            if kept > needed:
+                needed, reason = kept, "keepalive"
+    if p.min_workers > needed:
+        needed, reason = p.min_workers, "min_workers"
     if needed > p.max_workers:
         needed, reason = p.max_workers, "max_workers"
 
     unqueued_at = now if state.queued == 0 else mem.unqueued_at
     memory = Memory(held_levels, panic_until, busy_at, inflow, unqueued_at)
-    desired = min(max(held, needed), p.max_workers)
+    desired = held if held > needed else needed
+    desired = p.max_workers if p.max_workers < desired else desired
     if desired > needed:
         reason = "hold"
     if desired < capacity and booting and state.ready:
@@ -350,6 +360,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     decision = ScaleDecision(
         desired, capacity, needed, reason, next_prewarm_at, False, memory, more
     )
+    if desired <= capacity or (state.start_allowed and not state.give_up):
+        return decision  # (`gate`'s own test, first: it lets most decisions through)
     return gate(
         decision, start_allowed=state.start_allowed, give_up=state.give_up, work_present=demand > 0
     )
@@ -365,6 +377,4 @@ def gate(
     if d.desired <= d.capacity or (start_allowed and not give_up):
         return d
     reason = "crash_loop" if give_up else "crash_backoff"
-    return dataclasses.replace(
-        d, desired=d.capacity, reason=reason, fail_waiting=give_up and work_present
-    )
+    return d._replace(desired=d.capacity, reason=reason, fail_waiting=give_up and work_present)

@@ -40,7 +40,9 @@ def observe(prev: Inflow | None, now: float, demand: int, running: int, service_
     # the jobs that ended over the tick: those in a slot at the last tick end one per service
     # time each; those started since have barely begun (counted as ending at that rate too, a
     # wave of workers becoming ready read as a surge, and started more workers for it)
-    ended = dt * prev.running / max(service_s, 1e-3)
-    seen = max(demand - prev.demand + ended, 0.0) / dt
+    # (conditionals for max: every tick of every deployment runs this)
+    ended = dt * prev.running / (1e-3 if service_s < 1e-3 else service_s)
+    seen = demand - prev.demand + ended
+    seen = (0.0 if seen < 0.0 else seen) / dt
     weight = 1.0 - math.exp(-dt / PANIC_WINDOW_S)
     return Inflow(now, demand, running, prev.rate + weight * (seen - prev.rate))

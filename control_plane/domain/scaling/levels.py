@@ -137,12 +137,18 @@ def update_levels(
     cap = policy.scaledown_window_s
     target = max(policy.target_concurrency, 1)
     n = max(len(levels.needed_at), needed)
-    needed_at = list(levels.needed_at) + [None] * (n - len(levels.needed_at))
-    fits = list(levels.fits) + [NO_FIT] * (n - len(levels.fits))
-    episodes = list(levels.episodes) + [None] * (n - len(levels.episodes))
+    needed_at, fits = list(levels.needed_at), list(levels.fits)
+    episodes = list(levels.episodes)
+    if len(needed_at) < n or len(fits) < n or len(episodes) < n:  # (a level needed first)
+        needed_at += [None] * (n - len(needed_at))
+        fits += [NO_FIT] * (n - len(fits))
+        episodes += [None] * (n - len(episodes))
     # the time since the last update, which this tick's counts stand for (a stalled loop's
-    # long pause counts as a boot at most: an episode never spans more)
-    dt = 0.0 if levels.ticked_at is None else min(max(now - levels.ticked_at, 0.0), boot_s)
+    # long pause counts as a boot at most: an episode never spans more; conditionals for max
+    # and min)
+    dt = 0.0 if levels.ticked_at is None else now - levels.ticked_at
+    dt = 0.0 if dt < 0.0 else dt
+    dt = boot_s if boot_s < dt else dt
     held = needed
     if n:  # the last worker is the idle windows' to keep: only its last need is kept
         needed_at[0] = now if needed else needed_at[0]
@@ -180,15 +186,25 @@ def update_levels(
     # The levels above them: one not needed again within the window has a gap no hold spans;
     # the highest level whose hold still runs keeps the levels below it too (searched from the
     # top down, a hold is computed only for the levels above it).
+    penalty = policy.cold_penalty_s
     for k in range(n - 1, max(needed, 1) - 1, -1):
         last = needed_at[k]
         if last is None:
             continue
-        if now - last >= cap:
+        idle = now - last
+        if idle >= cap:
             fits[k] = _with(fits[k], policy, boot_s, gap=NOT_AGAIN)
             needed_at[k] = None
-        elif held == needed and now - last < _hold_s(fits[k], policy, boot_s):
-            held = k + 1
+        elif held == needed:
+            # `_hold_s`, spelled out (a burst's levels whose holds have run out each test it on
+            # every tick until the window forgets them); within the window, which caps it
+            fit = fits[k]
+            hold = fit.hold_s
+            if hold != 0.0 or not fit.gaps:  # (else released at once)
+                floor = boot_s + penalty * fit.cold_callers  # `policy.cold_cost_s`
+                hold = hold if hold > floor else floor
+            if idle < hold:
+                held = k + 1
     return Levels(tuple(needed_at), tuple(fits), tuple(episodes), now), held
 
 

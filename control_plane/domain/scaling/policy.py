@@ -78,9 +78,13 @@ def waits_allowed(policy: ScalingPolicy, ready: int, boot_s: float, service_s: f
     """Jobs the `ready` workers start within `queue_wait_s`, at the rate their slots free up
     (target / service_s each): so many may wait for them instead of for a new worker. Never
     longer than a boot: past that, a worker started now would serve a job sooner."""
-    wait_s = min(policy.queue_wait_s, boot_s)
+    # (conditionals for min and max: decide() runs this twice a tick)
+    wait_s = policy.queue_wait_s
+    wait_s = boot_s if boot_s < wait_s else wait_s
+    target = policy.target_concurrency
+    target = 1 if target < 1 else target
     # a measured mean of 0 (jobs that end at once) counts as 1 ms: finite, and still many jobs
-    return wait_s * ready * max(policy.target_concurrency, 1) / max(service_s, 1e-3)
+    return wait_s * ready * target / (1e-3 if service_s < 1e-3 else service_s)
 
 
 def under_quantile(policy: ScalingPolicy, boot_s: float) -> float:
