@@ -11,7 +11,7 @@ import pytest
 from control_plane.domain.scaling.episode import Episode, advance_levels
 from control_plane.domain.scaling.inflow import observe
 from control_plane.domain.scaling.policy import PANIC_WINDOW_S
-from control_plane.domain.scaling.queueing import workers_for_stream
+from control_plane.domain.scaling.queueing import MAX_EXACT_SLOTS, workers_for_stream
 
 T0 = 1_000_000.0
 SERVICE_S = 4.0
@@ -124,6 +124,53 @@ def test_a_stream_gets_the_workers_whose_queueing_is_worth_their_cost() -> None:
     assert workers_for_stream(0.0, 4.0, 8, 20.0, 100) == 0
     counts = [workers_for_stream(r / 4, 4.0, 8, 20.0, 1000) for r in range(1, 200)]
     assert counts == sorted(counts)
+
+
+def _plain_workers_for_stream(
+    rate: float, service_s: float, target: int, price: float, max_workers: int, wait_s: float
+) -> int:
+    """`workers_for_stream` as its docstring says, computed the plain way: Erlang B from no
+    slots for every count of workers tried."""
+    load = rate * service_s
+    if load <= 0.0:
+        return 0
+    m = max(math.floor(load / target) + 1, 1)
+    if m * target > MAX_EXACT_SLOTS:
+        return min(math.ceil((load + 3.0 * math.sqrt(load)) / target), max_workers)
+    if m > max_workers:
+        return max_workers
+    service_s = max(service_s, 1e-3)
+
+    def wait(workers: int) -> float:
+        slots, b = workers * target, 1.0
+        for k in range(1, slots + 1):
+            b = load * b / (k + load * b)
+        theta = (slots - load) / service_s
+        erlang_c = slots * b / (slots - load * (1.0 - b))
+        return erlang_c * math.exp(-theta * wait_s) * (wait_s + 1.0 / theta)
+
+    while m < max_workers and rate * (wait(m) - wait(m + 1)) * price > 1.0:
+        m += 1
+    return m
+
+
+def test_a_streams_workers_match_the_plain_computation() -> None:
+    # The recursion runs once over the slots, over floats, past MAX_EXACT_SLOTS as ints: the
+    # same counts as recomputing Erlang B for every count tried, at any load and any width.
+    rng = random.Random(11)
+    cases = [
+        (rng.expovariate(1 / rng.choice([0.5, 5.0, 50.0])), rng.uniform(0.01, 30), t, p, 10_000)
+        for t in (1, 4, 8)
+        for p in (2.0, 20.0, 200.0)
+        for _ in range(40)
+    ]
+    # streams whose first count is just under MAX_EXACT_SLOTS and whose next workers pass it
+    cases += [(r, 1.0, 1, 10_000.0, 10_000) for r in (4_000.0, 4_090.0, 4_095.0, 4_096.0)]
+    cases += [(4_000.0, 1.0, 8, 10_000.0, 10_000), (30.0, 4.0, 8, 20.0, 3)]
+    for rate, service_s, target, price, max_workers in cases:
+        for wait_s in (0.0, 1.0):
+            args = (rate, service_s, target, price, max_workers, wait_s)
+            assert workers_for_stream(*args) == _plain_workers_for_stream(*args), args
 
 
 def test_more_calls_never_get_fewer_workers() -> None:
