@@ -87,6 +87,10 @@ class Memory(NamedTuple):
 
 NO_MEMORY = Memory()
 
+# Builds a named tuple from its fields without its generated constructor (a Python frame of
+# its own): every tick of every deployment builds a Memory and a ScaleDecision.
+_BUILD = tuple.__new__
+
 
 @dataclass(frozen=True, slots=True)
 class DeploymentState:
@@ -339,7 +343,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         needed, reason = p.max_workers, "max_workers"
 
     unqueued_at = now if state.queued == 0 else mem.unqueued_at
-    memory = Memory(held_levels, panic_until, busy_at, inflow, unqueued_at)
+    memory = _BUILD(Memory, (held_levels, panic_until, busy_at, inflow, unqueued_at))
     desired = held if held > needed else needed
     desired = p.max_workers if p.max_workers < desired else desired
     if desired > needed:
@@ -357,9 +361,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     if desired == 0:
         reason = "idle"
 
-    decision = ScaleDecision(
-        desired, capacity, needed, reason, next_prewarm_at, False, memory, more
-    )
+    fields = (desired, capacity, needed, reason, next_prewarm_at, False, memory, more)
+    decision = _BUILD(ScaleDecision, fields)
     if desired <= capacity or (state.start_allowed and not state.give_up):
         return decision  # (`gate`'s own test, first: it lets most decisions through)
     return gate(

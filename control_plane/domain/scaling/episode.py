@@ -28,9 +28,8 @@ queueing for each of the level's slots.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
-from itertools import compress
-from typing import NamedTuple, cast
+from collections.abc import Sequence
+from typing import NamedTuple
 
 
 class Episode(NamedTuple):
@@ -96,12 +95,12 @@ def advance_levels(
     floor = -demand
     shared_x: float | None = None  # the last with-queue's x before the tick (None: none)
     x_after = waiting = 0.0  # ... and its x after it and jobs waiting over it
-    below = -2  # ... and its level
-    # (the levels with an episode only, picked in C: a burst's levels above the work have none)
-    live = cast("Iterator[tuple[int, Episode]]", compress(enumerate(episodes), episodes))
-    for k, episode in live:
+    for k, episode in enumerate(episodes):
+        if episode is None:
+            shared_x = None
+            continue
         began_at, x_without, x_with, spared_s = episode
-        if x_without == shared_x and k == below + 1:
+        if x_without == shared_x:
             without_after, without_waiting = x_after, waiting
         else:
             slots = k * target
@@ -116,7 +115,7 @@ def advance_levels(
         waiting = jobs - slots if jobs > slots else 0.0
         x = x_with + dt * (running - (jobs if jobs < slots else slots)) / service_s
         x_after = x if x > floor else floor
-        shared_x, below = x_with, k
+        shared_x = x_with
         spared_s += dt * (without_waiting - waiting)
         out[k] = episode = _EPISODE(Episode, (began_at, without_after, x_after, spared_s))
         if now - began_at >= boot_s:

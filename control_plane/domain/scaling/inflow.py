@@ -45,4 +45,5 @@ def observe(prev: Inflow | None, now: float, demand: int, running: int, service_
     seen = demand - prev.demand + ended
     seen = (0.0 if seen < 0.0 else seen) / dt
     weight = 1.0 - math.exp(-dt / PANIC_WINDOW_S)
-    return Inflow(now, demand, running, prev.rate + weight * (seen - prev.rate))
+    # (built from its fields without the named tuple's own constructor: every tick runs this)
+    return tuple.__new__(Inflow, (now, demand, running, prev.rate + weight * (seen - prev.rate)))

@@ -115,6 +115,10 @@ class Levels(NamedTuple):
 
 NO_LEVELS = Levels()
 
+# Builds a named tuple from its fields without its generated constructor (a Python frame of
+# its own): every tick of every deployment builds its Levels.
+_BUILD = tuple.__new__
+
 
 def update_levels(
     levels: Levels,
@@ -186,26 +190,16 @@ def update_levels(
     # The levels above them: one not needed again within the window has a gap no hold spans;
     # the highest level whose hold still runs keeps the levels below it too (searched from the
     # top down, a hold is computed only for the levels above it).
-    penalty = policy.cold_penalty_s
     for k in range(n - 1, max(needed, 1) - 1, -1):
         last = needed_at[k]
         if last is None:
             continue
-        idle = now - last
-        if idle >= cap:
+        if now - last >= cap:
             fits[k] = _with(fits[k], policy, boot_s, gap=NOT_AGAIN)
             needed_at[k] = None
-        elif held == needed:
-            # `_hold_s`, spelled out (a burst's levels whose holds have run out each test it on
-            # every tick until the window forgets them); within the window, which caps it
-            fit = fits[k]
-            hold = fit.hold_s
-            if hold != 0.0 or not fit.gaps:  # (else released at once)
-                floor = boot_s + penalty * fit.cold_callers  # `policy.cold_cost_s`
-                hold = hold if hold > floor else floor
-            if idle < hold:
-                held = k + 1
-    return Levels(tuple(needed_at), tuple(fits), tuple(episodes), now), held
+        elif held == needed and now - last < _hold_s(fits[k], policy, boot_s):
+            held = k + 1
+    return _BUILD(Levels, (tuple(needed_at), tuple(fits), tuple(episodes), now)), held
 
 
 def _begun(
