@@ -217,13 +217,11 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             if not booting:
                 more += kept_for_next(mem.levels, capacity + more, boot_s, p)
 
-    # (the parts driven by the work present are capped at it; inline: every tick runs them)
-    limit = sys.maxsize if more is None else capacity + more
-    # The parts' largest so far, and its reason (of equal parts, the first: a running maximum,
-    # not a list and max(): every tick of every deployment runs them).
+    limit = sys.maxsize if more is None else capacity + more  # (caps the parts driven by it)
+    # The parts' largest so far and its reason, a running maximum (of equal parts, the first).
     # Running jobs hold their slots: only queued ones can wait, and they wait for a worker that
-    # stays (a job queued on an idle worker, not claimed yet, keeps it).
-    # (the max of the three, spelled out in conditionals: every tick runs it)
+    # stays (a job queued on an idle worker, not claimed yet, keeps it). (The max of the three
+    # spelled out in conditionals, as in the hottest lines here: every tick runs them.)
     at_once = demand - waits
     at_once = state.running if state.running > at_once else at_once
     one = 1 if demand > 1 else demand  # (at least one job, where any)
