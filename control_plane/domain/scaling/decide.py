@@ -361,8 +361,6 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
 
     fields = (desired, capacity, needed, reason, next_prewarm_at, False, memory, more)
     decision = _BUILD(ScaleDecision, fields)
-    if desired <= capacity or (state.start_allowed and not state.give_up):
-        return decision  # (`gate`'s own test, first: it lets most decisions through)
     return gate(
         decision, start_allowed=state.start_allowed, give_up=state.give_up, work_present=demand > 0
     )
