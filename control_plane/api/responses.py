@@ -41,6 +41,11 @@ class ScalingIdleWindows(BaseModel):
 class ScalingForecast(BaseModel):
     rate_per_s: float = Field(description="arrivals per second forecast now")
     rate_sd_per_s: float = Field(description="its standard deviation")
+    steady: bool = Field(
+        default=False,
+        description="a Poisson stream at a rate that all but stays put: the workers its swings "
+        "alone needed go once the need is a boot old (docs/autoscaling.md)",
+    )
 
 
 class ScalingPlacement(BaseModel):

@@ -181,7 +181,11 @@ def document(state: DeploymentState, d: ScaleDecision, now: datetime) -> dict[st
     forecast = None
     if models.forecast is not None:
         mean, sd = models.forecast.rate(now.timestamp())
-        forecast = {"rate_per_s": round(mean, 6), "rate_sd_per_s": round(sd, 6)}
+        forecast = {
+            "rate_per_s": round(mean, 6),
+            "rate_sd_per_s": round(sd, 6),
+            "steady": models.forecast.steady,
+        }
     levels = keepalive_levels(idle, policy, boot_s, state.service_s)
     return {
         "desired": d.desired,

@@ -26,9 +26,11 @@ The parts, each a worker count:
 Each part counts only the work that cannot wait `queue_wait_s` for a worker already ready
 (`policy.waits_allowed`). Workers above those the work needs are held once no longer needed,
 each level for its own learned hold (`levels.py`: priced by the queueing it spared over a
-boot from its need, `episode.py`, spanning the gaps its past shows when that costs less),
-then released at most half at a time (Knative's max scale-down rate), and none while another
-boots (a scale-down stops the idle ready ones first); the reconciler drains what it releases.
+boot from its need, `episode.py`, spanning the gaps its past shows when that costs less;
+on a steady stream, whose swings the forecast part prices, released once a swing's need has
+passed, `levels.swings_released`), then released at most half at a time (Knative's max
+scale-down rate), and none while another boots (a scale-down stops the idle ready ones
+first); the reconciler drains what it releases.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from control_plane.domain.scaling.levels import (
     Levels,
     kept_for_next,
     kept_through_pause,
+    swings_released,
     update_levels,
 )
 from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE, Models
@@ -196,6 +199,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # it is ready. (Bounded by the backlog alone, the worker booted for one burst was no
     # longer started, and the burst 20 s later found one worker fewer: p99 +1.2 s.)
     more: int | None = None
+    steady = False  # the forecast part sized the workers for a steady stream
     demand = state.queued + state.running
     inflow = observe(mem.inflow, now, demand, state.running, state.service_s)
     if booting or (demand > 0 and (fc is not None or idle.prewarms)):
@@ -275,6 +279,7 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         rate = max(min(high_now, high_then), 0.0)
         stream = workers_for_stream(rate, state.service_s, target, price, p.max_workers, wait_s)
         part = max(worst, stream)
+        steady = fc.steady
         if part > needed:
             needed, reason = part, "forecast"
 
@@ -293,6 +298,11 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         ready=state.ready,
         queued_s=0.0 if mem.unqueued_at is None else now - mem.unqueued_at,
     )
+    if steady and held > work_needed:
+        # The stream's swings are the forecast part's to price (`levels.swings_released`).
+        held_levels, held = swings_released(
+            held_levels, held, work_needed, now, boot_s, p.scaledown_window_s
+        )
 
     # The idle windows' parts below keep or pre-warm the workers of the next wake, counted
     # from the last work: the levels' holds do not start again after them. (Counted as needed,

@@ -11,6 +11,7 @@ a steady stream gets a stiff level, a ramping one a fast-moving level and slope.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ LEVEL_NOISE_GRID = (1e-3, 1e-2, 1e-1, 1.0)
 SLOPE_NOISE_GRID = (0.0, 1e-4, 1e-2)
 # Fewer buckets than this (two minutes) and the filter has not settled: no forecast.
 MIN_BUCKETS = 12
+# The one-sided 99 % point of the standard normal: the dispersion test's (`Forecast.steady`).
+DISPERSION_Z = 2.326
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +38,14 @@ class Forecast:
     p11: float  # (slope, slope)
     q_level: float  # process noise of the level per bucket
     q_slope: float  # process noise of the slope per bucket
+    # A Poisson stream at a rate that all but stays put: the likelihood picked the stiffest
+    # level, and the counts scatter around it no more than Poisson counts do (their squared
+    # innovations, each over the variance the filter predicted, average 1 for such a stream;
+    # the test allows the 99 % point of that average's spread, 2/n per bucket on n buckets).
+    # A batch every minute is stiff too (its level does not move), but its counts scatter
+    # far more: not steady. A steady stream's swings are what Erlang's model describes
+    # (`queueing.py`); `steady` is judged on some history at least (`fit_forecast`).
+    steady: bool = False
 
     def rate(self, t: float) -> tuple[float, float]:
         """(mean, standard deviation) of the arrival rate per second at time `t`."""
@@ -54,28 +65,35 @@ class Forecast:
         return mean / BUCKET_S, math.sqrt(var) / BUCKET_S
 
 
-def fit_forecast(counts: Sequence[float], end_at: float) -> Forecast | None:
+def fit_forecast(
+    counts: Sequence[float], end_at: float, steady_buckets: int = MIN_BUCKETS
+) -> Forecast | None:
     """Fit on arrivals per complete bucket (oldest first) ending at `end_at`; None when there is
-    too little history or no traffic at all."""
+    too little history or no traffic at all. `steady` is judged on `steady_buckets` at least."""
     if len(counts) < MIN_BUCKETS or not any(counts):
         return None
     scale = max(sum(counts) / len(counts), 1.0)
-    best: tuple[float, Forecast] | None = None
+    best: tuple[float, float, float, Forecast] | None = None
     for ql in LEVEL_NOISE_GRID:
         for qs in SLOPE_NOISE_GRID:
-            loglik, fc = _filter(counts, end_at, ql * scale, qs * scale)
+            loglik, dispersion, fc = _filter(counts, end_at, ql * scale, qs * scale)
             if best is None or loglik > best[0]:
-                best = (loglik, fc)
+                best = (loglik, ql, dispersion, fc)
     assert best is not None
-    return best[1]
+    _, ql, dispersion, fc = best
+    n = len(counts) - 1  # the innovations
+    steady = ql == LEVEL_NOISE_GRID[0] and dispersion <= 1.0 + DISPERSION_Z * math.sqrt(2.0 / n)
+    steady = steady and len(counts) >= steady_buckets
+    return dataclasses.replace(fc, steady=True) if steady else fc
 
 
 def _filter(
     counts: Sequence[float], end_at: float, q_level: float, q_slope: float
-) -> tuple[float, Forecast]:
+) -> tuple[float, float, Forecast]:
+    """(log-likelihood, mean squared innovation over its predicted variance, the fit)."""
     level, slope = float(counts[0]), 0.0
     p00, p01, p11 = max(level, 1.0), 0.0, 1.0
-    loglik = 0.0
+    loglik = squares = 0.0
     for y in counts[1:]:
         # predict: level += slope; covariance through F = [[1, 1], [0, 1]] plus process noise
         level, slope = level + slope, slope
@@ -85,7 +103,10 @@ def _filter(
         s = p00 + r
         k0, k1 = p00 / s, p01 / s
         innovation = y - level
-        loglik -= 0.5 * (math.log(2 * math.pi * s) + innovation * innovation / s)
+        normalised = innovation * innovation / s
+        squares += normalised
+        loglik -= 0.5 * (math.log(2 * math.pi * s) + normalised)
         level, slope = level + k0 * innovation, slope + k1 * innovation
         p00, p01, p11 = (1 - k0) * p00, (1 - k0) * p01, p11 - k1 * p01
-    return loglik, Forecast(end_at, level, slope, p00, p01, p11, q_level, q_slope)
+    fc = Forecast(end_at, level, slope, p00, p01, p11, q_level, q_slope)
+    return loglik, squares / (len(counts) - 1), fc

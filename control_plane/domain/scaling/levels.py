@@ -36,6 +36,9 @@ own past says it is not needed again within the window, weighed against the chan
 next need comes sooner than any seen (`best_hold_s`): a burst's workers are released once the
 bursts have shown that the next one comes after the window, instead of being held for it.
 
+On a steady stream (the forecast's `steady`), the levels that its swings alone needed are
+the forecast part's to price: released once their need is a boot old (`swings_released`).
+
 Where the idle windows have found a pre-warm plan (the next call is not expected before the
 pre-warm is ready), a held worker idles from the end of the work to the pre-warm's boot for
 nothing the plan expects: the holds pause there (`kept_through_pause`) unless a call sooner, at
@@ -200,6 +203,37 @@ def update_levels(
         elif held == needed and now - last < _hold_s(fits[k], policy, boot_s):
             held = k + 1
     return _BUILD(Levels, (tuple(needed_at), tuple(fits), tuple(episodes), now)), held
+
+
+def swings_released(
+    levels: Levels, held: int, needed: int, now: float, boot_s: float, window: float
+) -> tuple[Levels, int]:
+    """On a steady stream (`forecast.Forecast.steady`), the levels above the `needed` workers
+    that its swings alone needed, released: the levels, with their holds ended, and the
+    workers kept of the `held`.
+
+    The forecast part has weighed those swings already (`queueing.py`: a worker for them as
+    long as the queueing it spares pays for it) and asked for no worker more: holding one
+    after a swing spends the worker-seconds that part found not worth it. A level's hold is
+    the rule for needs that no model foresees; on a stream that model describes, it is kept
+    only where the level's own past says more than the model: needed again within the
+    window (its gaps, as the held levels are priced, `best_hold_s`), or within a boot of its
+    last need (a release then saves less than the boot that a need again costs). (Held for
+    their price, the second worker that one swing of a 0.2 calls/s stream needed was kept three
+    minutes, and a keep-alive of one minute cost less at the same latency.)"""
+    keep = held
+    while keep > needed and keep > 1:
+        last, fit = levels.needed_at[keep - 1], levels.fits[keep - 1]
+        if last is not None and now - last < boot_s:
+            break
+        if fit.ordered and fit.ordered[0] < window:
+            break
+        keep -= 1
+    if keep == held:
+        return levels, held
+    needed_at = list(levels.needed_at)
+    needed_at[keep:held] = [None] * (held - keep)
+    return levels._replace(needed_at=tuple(needed_at)), keep
 
 
 def _begun(
