@@ -43,8 +43,9 @@ class ScalingForecast(BaseModel):
     rate_sd_per_s: float = Field(description="its standard deviation")
     steady: bool = Field(
         default=False,
-        description="a Poisson stream at a rate that all but stays put: the workers its swings "
-        "alone needed go once the need is a boot old (docs/autoscaling.md)",
+        description="a Poisson stream at a rate that all but stays put, over at least the "
+        "scale-down window: the workers its swings alone needed go once the need is a boot "
+        "old, unless needed again within the window (docs/autoscaling.md)",
     )
 
 

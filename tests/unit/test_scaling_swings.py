@@ -1,7 +1,7 @@
 """A steady stream's swings: the forecast tells a Poisson stream at a steady rate from one
 whose counts scatter more (`Forecast.steady`), and on such a stream the levels that its swings
-alone needed are released once their need has passed (`levels.swings_released`), in `decide`
-too."""
+alone needed are released once their need has passed (`levels.kept_on_steady_stream`), in
+`decide` too."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from control_plane.domain.scaling.levels import (
     NO_LEVELS,
     NOT_AGAIN,
     Levels,
+    kept_on_steady_stream,
     level_fit,
-    swings_released,
 )
 from control_plane.domain.scaling.models import Models, steady_buckets
 from tests.unit.scaling_states import POLICY, SERVICE_S, T0, run, state
-from tests.unit.test_scaling_levels import BOOT_S, SHORT_BURST_CALLERS, TICK_S, burst, step, tick
+from tests.unit.test_scaling_levels import BOOT_S, SHORT_BURST_CALLERS, TICK_S, burst, step
 from tests.unit.test_scaling_models import poisson
 
 
@@ -73,35 +73,33 @@ def test_on_a_steady_stream_a_level_its_swings_alone_needed_is_released_after_a_
     assert held == 3  # each held for its price
     # the third's need is past by a boot; the second's is not: a release within a boot of its
     # need saves less than a need again would cost
-    released, kept = swings_released(levels, held, 1, now, BOOT_S, window)
-    assert kept == 2 and released.needed_at[2] is None
-    assert released.needed_at[:2] == levels.needed_at[:2] and released.fits == levels.fits
+    assert kept_on_steady_stream(levels, held, 1, now, BOOT_S, window) == 2
     later = T0 + 2 * BOOT_S + TICK_S
-    levels, held = step(released, 1, later, 4.0)
-    assert held == 2
-    released, kept = swings_released(levels, held, 1, later, BOOT_S, window)
-    assert kept == 1 and released.needed_at[1:] == (None, None)
-    # their holds ended: the next tick holds none
-    assert step(released, 1, later + TICK_S, 4.0)[1] == 1
+    levels, held = step(levels, 1, later, 4.0)
+    assert held == 3
+    assert kept_on_steady_stream(levels, held, 1, later, BOOT_S, window) == 1
     # never below the work's own need
-    assert swings_released(levels, held, 2, later, BOOT_S, window) == (levels, 2)
+    assert kept_on_steady_stream(levels, held, 2, later, BOOT_S, window) == 2
 
 
 def test_on_a_steady_stream_a_level_needed_again_within_the_window_keeps_its_hold() -> None:
     window = POLICY.scaledown_window_s
     levels = NO_LEVELS
-    for at in (T0, T0 + 200.0):  # the third worker needed again 200 s later: a gap
-        levels, _ = step(levels, 3, at, 12.0)
-        levels = tick(levels, at, at + BOOT_S + TICK_S, 1, 4.0)
-    assert levels.fits[2].gaps == (200.0,) and levels.fits[1].gaps == (200.0,)
-    now = T0 + 200.0 + BOOT_S + TICK_S
-    levels, held = step(levels, 1, now, 4.0)
-    assert held == 3
-    assert swings_released(levels, held, 1, now, BOOT_S, window) == (levels, 3)
+    held = now = 0.0
+    for at in (T0, T0 + 200.0):  # the same swing (`burst`), again 200 s later
+        levels, ended = burst(levels, at, 10.0)
+        now = ended + 2 * BOOT_S
+        levels, held = step(levels, 1, now, 4.0)
+        assert held == 3
+        # released after the first swing; its next need counts the gap all the same
+        kept = kept_on_steady_stream(levels, held, 1, now, BOOT_S, window)
+        assert kept == (1 if at == T0 else 3)
+    # the third worker last needed 10 s into the swing, the second until a boot after it
+    assert levels.fits[2].gaps == (190.0,) and levels.fits[1].gaps == (170.0,)
     # a gap past the window says nothing of a need within it
     fits = (NO_FIT, level_fit((NOT_AGAIN,)), level_fit((NOT_AGAIN,)))
     far = levels._replace(fits=fits)
-    assert swings_released(far, held, 1, now, BOOT_S, window)[1] == 1
+    assert kept_on_steady_stream(far, held, 1, now, BOOT_S, window) == 1
 
 
 def test_on_a_steady_stream_the_workers_a_swing_needed_go_once_it_has_passed() -> None:
@@ -114,10 +112,10 @@ def test_on_a_steady_stream_the_workers_a_swing_needed_go_once_it_has_passed() -
     after = state(ready=3, running=2, last_arrival_at=T0, models=stream, memory=swung)
     d = run(after, T0)
     # the forecast part sized the stream's swings: the workers above it go (at most half a
-    # tick), and their holds end
+    # tick); the levels remember the need (its gap counts at the next)
     assert d.needed < 3 and d.reason == "scale_down"
     assert d.desired == max(d.needed, 1)
-    assert d.memory.levels.needed_at[d.needed :] == (None,) * (3 - d.needed)
+    assert d.memory.levels.needed_at[1:] == (T0 - 40, T0 - 40)
     # the same swing on a stream whose counts scatter more than Poisson ones: held
     bursty = dataclasses.replace(stream.forecast, steady=False)
     d = run(dataclasses.replace(after, models=dataclasses.replace(stream, forecast=bursty)), T0)

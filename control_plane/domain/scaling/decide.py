@@ -28,7 +28,7 @@ Each part counts only the work that cannot wait `queue_wait_s` for a worker alre
 each level for its own learned hold (`levels.py`: priced by the queueing it spared over a
 boot from its need, `episode.py`, spanning the gaps its past shows when that costs less;
 on a steady stream, whose swings the forecast part prices, released once a swing's need has
-passed, `levels.swings_released`), then released at most half at a time (Knative's max
+passed, `levels.kept_on_steady_stream`), then released at most half at a time (Knative's max
 scale-down rate), and none while another boots (a scale-down stops the idle ready ones
 first); the reconciler drains what it releases.
 """
@@ -46,8 +46,8 @@ from control_plane.domain.scaling.levels import (
     NO_LEVELS,
     Levels,
     kept_for_next,
+    kept_on_steady_stream,
     kept_through_pause,
-    swings_released,
     update_levels,
 )
 from control_plane.domain.scaling.models import MAX_MODEL_AGE_S, NONE, Models
@@ -299,8 +299,8 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         queued_s=0.0 if mem.unqueued_at is None else now - mem.unqueued_at,
     )
     if steady and held > work_needed:
-        # The stream's swings are the forecast part's to price (`levels.swings_released`).
-        held_levels, held = swings_released(
+        # The stream's swings are the forecast part's to price (`levels.kept_on_steady_stream`).
+        held = kept_on_steady_stream(
             held_levels, held, work_needed, now, boot_s, p.scaledown_window_s
         )
 

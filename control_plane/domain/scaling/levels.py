@@ -37,7 +37,8 @@ next need comes sooner than any seen (`best_hold_s`): a burst's workers are rele
 bursts have shown that the next one comes after the window, instead of being held for it.
 
 On a steady stream (the forecast's `steady`), the levels that its swings alone needed are
-the forecast part's to price: released once their need is a boot old (`swings_released`).
+the forecast part's to price: released once their need is a boot old
+(`kept_on_steady_stream`).
 
 Where the idle windows have found a pre-warm plan (the next call is not expected before the
 pre-warm is ready), a held worker idles from the end of the work to the pre-warm's boot for
@@ -205,12 +206,11 @@ def update_levels(
     return _BUILD(Levels, (tuple(needed_at), tuple(fits), tuple(episodes), now)), held
 
 
-def swings_released(
+def kept_on_steady_stream(
     levels: Levels, held: int, needed: int, now: float, boot_s: float, window: float
-) -> tuple[Levels, int]:
-    """On a steady stream (`forecast.Forecast.steady`), the levels above the `needed` workers
-    that its swings alone needed, released: the levels, with their holds ended, and the
-    workers kept of the `held`.
+) -> int:
+    """Of the `held` workers, how many are kept on a steady stream (`forecast.Forecast.steady`):
+    the levels above the `needed` workers that its swings alone needed go.
 
     The forecast part has weighed those swings already (`queueing.py`: a worker for them as
     long as the queueing it spares pays for it) and asked for no worker more: holding one
@@ -218,9 +218,13 @@ def swings_released(
     the rule for needs that no model foresees; on a stream that model describes, it is kept
     only where the level's own past says more than the model: needed again within the
     window (its gaps, as the held levels are priced, `best_hold_s`), or within a boot of its
-    last need (a release then saves less than the boot that a need again costs). (Held for
-    their price, the second worker that one swing of a 0.2 calls/s stream needed was kept three
-    minutes, and a keep-alive of one minute cost less at the same latency.)"""
+    last need (a release then saves less than the boot that a need again costs). The levels
+    themselves are left as they are: the next need of one released here counts its gap, and
+    a level needed again and again within the window keeps its hold. (Forgotten on release,
+    the second worker of a 1 call/s stream was needed at swing after swing and never held:
+    its callers' p99 +2.5 s. Held for their price, the second worker that one swing of a 0.2
+    calls/s stream needed was kept three minutes, and a keep-alive of one minute cost less at
+    the same latency.)"""
     keep = held
     while keep > needed and keep > 1:
         last, fit = levels.needed_at[keep - 1], levels.fits[keep - 1]
@@ -229,11 +233,7 @@ def swings_released(
         if fit.ordered and fit.ordered[0] < window:
             break
         keep -= 1
-    if keep == held:
-        return levels, held
-    needed_at = list(levels.needed_at)
-    needed_at[keep:held] = [None] * (held - keep)
-    return levels._replace(needed_at=tuple(needed_at)), keep
+    return keep
 
 
 def _begun(
