@@ -298,11 +298,6 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
         ready=state.ready,
         queued_s=0.0 if mem.unqueued_at is None else now - mem.unqueued_at,
     )
-    if steady and held > work_needed:
-        # The stream's swings are the forecast part's to price (`levels.kept_on_steady_stream`).
-        held = kept_on_steady_stream(
-            held_levels, held, work_needed, now, boot_s, p.scaledown_window_s
-        )
 
     # The idle windows' parts below keep or pre-warm the workers of the next wake, counted
     # from the last work: the levels' holds do not start again after them. (Counted as needed,
@@ -345,6 +340,12 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
             kept = wake_workers(idle, p, boot_s, state.service_s, window, idle_for)
             if kept > needed:
                 needed, reason = kept, "keepalive"
+    if steady and held > work_needed:
+        # The stream's swings are the forecast part's to price (`levels.kept_on_steady_stream`),
+        # whichever way the levels' holds were counted above (a pause's too).
+        held = kept_on_steady_stream(
+            held_levels, held, work_needed, now, boot_s, p.scaledown_window_s
+        )
     if p.min_workers > needed:
         needed, reason = p.min_workers, "min_workers"
     if needed > p.max_workers:
