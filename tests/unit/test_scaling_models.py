@@ -38,6 +38,7 @@ from control_plane.domain.scaling.service import (
     SERVICE_WINDOW_S,
     mean_service_s,
 )
+from tests.unit.scaling_level_steps import poisson
 
 T0 = 1_000_000.0
 
@@ -71,14 +72,6 @@ def test_stats_of_fills_empty_buckets_with_zero() -> None:
 def test_no_forecast_without_history_or_traffic() -> None:
     assert fit_forecast([3.0] * (MIN_BUCKETS - 1), T0) is None
     assert fit_forecast([0.0] * 100, T0) is None
-
-
-def poisson(rng: random.Random, mean: float) -> float:
-    # counts of a Poisson process over one bucket
-    n, t = 0, rng.expovariate(mean)
-    while t < 1.0:
-        n, t = n + 1, t + rng.expovariate(mean)
-    return float(n)
 
 
 def test_forecast_follows_a_step_and_a_ramp() -> None:

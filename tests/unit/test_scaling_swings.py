@@ -24,9 +24,8 @@ from control_plane.domain.scaling.levels import (
     level_fit,
 )
 from control_plane.domain.scaling.models import Models, steady_buckets
+from tests.unit.scaling_level_steps import BOOT_S, SHORT_BURST_CALLERS, TICK_S, burst, poisson, step
 from tests.unit.scaling_states import POLICY, SERVICE_S, T0, run, state
-from tests.unit.test_scaling_levels import BOOT_S, SHORT_BURST_CALLERS, TICK_S, burst, step
-from tests.unit.test_scaling_models import poisson
 
 
 def poisson_stream(seed: int, rate: float) -> Models:
