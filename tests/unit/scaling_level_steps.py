@@ -5,14 +5,10 @@ from __future__ import annotations
 
 import random
 
-from control_plane.domain.scaling import ScalingPolicy
 from control_plane.domain.scaling.levels import Levels, update_levels
 from control_plane.domain.scaling.policy import hold_s
+from tests.unit.scaling_states import POLICY
 
-T0 = 1_000_000.0
-POLICY = ScalingPolicy(
-    min_workers=0, max_workers=8, target_concurrency=4, scaledown_window_s=600, queue_wait_s=0
-)
 BOOT_S = 30.0
 TICK_S = 2.0
 SERVICE_S = 10.0  # what a job holds its slot

@@ -26,16 +26,15 @@ from control_plane.domain.scaling.policy import cold_cost_s, hold_s
 from tests.unit.scaling_level_steps import (
     BOOT_S,
     ONE,
-    POLICY,
     SERVICE_S,
     SHORT_BURST_CALLERS,
-    T0,
     TICK_S,
     burst,
     held_after,
     step,
     tick,
 )
+from tests.unit.scaling_states import POLICY, T0
 
 
 def test_before_its_first_episode_is_measured_a_level_costs_one_caller() -> None:

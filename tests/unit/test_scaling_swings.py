@@ -84,7 +84,7 @@ def test_on_a_steady_stream_a_level_its_swings_alone_needed_is_released_after_a_
 def test_on_a_steady_stream_a_level_needed_again_within_the_window_keeps_its_hold() -> None:
     window = POLICY.scaledown_window_s
     levels = NO_LEVELS
-    held = now = 0.0
+    held, now = 0, 0.0
     for at in (T0, T0 + 200.0):  # the same swing (`burst`), again 200 s later
         levels, ended = burst(levels, at, 10.0)
         now = ended + 2 * BOOT_S
