@@ -18,7 +18,6 @@ from fastapi.testclient import TestClient
 
 from common.protocol import deployment_queue
 from control_plane.api.app import create_app
-from control_plane.db.migrate import upgrade
 from control_plane.db.session import make_engine, make_sessionmaker
 from control_plane.reconcile.driver import REDISPATCH_EVERY, Reconciler
 from control_plane.reconcile.env import Env
@@ -36,11 +35,9 @@ def server(tmp_path: Path) -> Iterator[KillableRedis]:
 
 
 @pytest.fixture
-def settings(tmp_path: Path, server: KillableRedis) -> Settings:
-    database_url = f"sqlite:///{tmp_path / 'platform.db'}"
-    upgrade(database_url)
+def settings(sqlite_database_url: str, server: KillableRedis) -> Settings:
     return Settings(
-        database_url=database_url,
+        database_url=sqlite_database_url,
         redis_url=server.url,
         worker_token=WORKER_TOKEN,
         validate_models=False,  # the deployed model does not exist; no worker loads it

@@ -7,14 +7,12 @@ and can be deleted."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from control_plane.db.migrate import upgrade
 from control_plane.services.storage import files, store_paths
 from control_plane.settings import Settings
 from tests.conftest import S3Server
@@ -25,11 +23,9 @@ MULTIPART = 6 * 1024 * 1024  # over one part of 5 MiB: an S3 multipart upload
 
 
 @pytest.fixture
-def database_url(tmp_path: Path) -> str:
+def database_url(sqlite_database_url: str) -> str:
     """SQLite only: what the store holds does not depend on the SQL database."""
-    url = f"sqlite:///{tmp_path / 'test.db'}"
-    upgrade(url)
-    return url
+    return sqlite_database_url
 
 
 @pytest.fixture
