@@ -79,27 +79,27 @@ def start_postgres(
 MIGRATED = "migrated"
 
 
-def _admin_dsn(server_url: str) -> str:
-    return server_url.replace("postgresql+psycopg://", "postgresql://") + "/postgres"
+def _admin(server_url: str, statement: str) -> None:
+    """Runs `statement` on the server's maintenance database, outside a transaction (as
+    CREATE and DROP DATABASE must)."""
+    import psycopg
+
+    dsn = server_url.replace("postgresql+psycopg://", "postgresql://") + "/postgres"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(statement)
 
 
 def create_database(server_url: str, name: str, template: str | None = None) -> None:
     """Creates the database `name` on the server, empty or a copy of `template` (which no
     connection may use meanwhile)."""
-    import psycopg
-
     copy = f' TEMPLATE "{template}"' if template else ""
-    with psycopg.connect(_admin_dsn(server_url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"{copy}')
+    _admin(server_url, f'CREATE DATABASE "{name}"{copy}')
 
 
 def fresh_database(server_url: str, template: str | None = None) -> Iterator[str]:
     """A new database on the server, empty or a copy of `template`; dropped afterwards
     (connections and all)."""
-    import psycopg
-
     name = "t_" + uuid.uuid4().hex[:12]
     create_database(server_url, name, template)
     yield f"{server_url}/{name}"
-    with psycopg.connect(_admin_dsn(server_url), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    _admin(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
