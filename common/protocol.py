@@ -232,6 +232,17 @@ def last_arrival_key(deployment_id: str) -> str:
     return f"{KEY_PREFIX}:deployment:{deployment_id}:arrivals:last"
 
 
+def in_flight_key(deployment_id: str) -> str:
+    """Integer: the deployment's jobs in flight (queued + running) as admissions and ends move
+    them, set to the database's count by each reconciler tick."""
+    return f"{KEY_PREFIX}:deployment:{deployment_id}:arrivals:in_flight"
+
+
+def peak_in_flight_key(deployment_id: str) -> str:
+    """Integer: the most jobs in flight at any admission since the reconciler's last tick."""
+    return f"{KEY_PREFIX}:deployment:{deployment_id}:arrivals:peak"
+
+
 def scale_decision_key(deployment_id: str) -> str:
     """JSON of the autoscaler's latest decision for one deployment (with a TTL)."""
     return f"{KEY_PREFIX}:deployment:{deployment_id}:scaling"

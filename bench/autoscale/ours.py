@@ -3,9 +3,10 @@ reconciler drives it.
 
 Every tick, per deployment: record queued + running into the deployment's
 ``ConcurrencyWindow``, build a ``DeploymentState`` from what the simulator observes (booting
-workers by start time, measured boot and service means, the last refit models, the previous
-decision's memory), call ``decide(state, now)`` and hand back its desired count (the simulator
-starts ``decision.start`` workers or drains the surplus). Arrivals go into the deployment's
+workers by start time, measured boot and service means, the most requests present at an
+arrival since the last tick, the last refit models, the previous decision's memory), call
+``decide(state, now)`` and hand back its desired count (the simulator starts
+``decision.start`` workers or drains the surplus). Arrivals go into the deployment's
 ``ArrivalHistory`` as they arrive; ``refit`` runs off the decision path as its own event.
 
 The domain is called through the ``scaling`` package at call time (``scaling.decide``), so a
@@ -44,6 +45,8 @@ class _Scaling:
     models: Models = NONE
     memory: Memory = field(default_factory=Memory)
     arrived: bool = False  # arrivals since the last refit
+    # the most requests present at an arrival since the last tick (the live `arrivals` peak)
+    peak: int = 0
 
 
 # The deployment's scale-down window here: keep-alive 10 min's, the baseline it is judged by.
@@ -106,6 +109,8 @@ class Ours(Policy):
         s = self._deps[dep.index]
         s.history.record(now)
         s.arrived = True
+        # (the simulator counts the request in its queue after this call)
+        s.peak = max(s.peak, dep.demand + 1)
 
     def refit(self, now: float) -> None:
         expires = MAX_MODEL_AGE_S - self.refit_s  # refit before the next event would be too late
@@ -144,7 +149,9 @@ class Ours(Policy):
             service_s=_service_s(dep, now),
             models=s.models,
             memory=s.memory,
+            peak_demand=max(s.peak, dep.demand),
         )
+        s.peak = 0  # as each live tick sets it to the work present
         decision = scaling.decide(state, now)
         self.decide_calls += 1
         s.memory = decision.memory

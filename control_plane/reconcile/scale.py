@@ -1,8 +1,8 @@
 """The scaling reconciler, each tick, for every live deployment at once:
 
-    read     work and workers from SQL, the last arrivals from Redis (one round trip), and the
-             models and measured times the refresher thread keeps (`refresh.py`): nothing is
-             fitted here
+    read     work and workers from SQL, the last arrivals and the peaks of the work in flight
+             between ticks from Redis (a round trip each), and the models and measured times
+             the refresher thread keeps (`refresh.py`): nothing is fitted here
     decide   the pure `domain.scaling.decide()`, once per deployment
     read     the crash-loop gate's input (the version's recent boots) and the model's location
              (for placement), only for the deployments whose decision starts workers
@@ -122,6 +122,7 @@ def scale_all(
     load = job_queries.load_by_deployment(session)
     live = deployments.list_live(session)
     last_arrivals = _last_arrivals(env.redis, demand, [d.id for d in live])
+    peaks = _peaks(env.redis, {d.id: sum(load.get(d.id, (0, 0, None))[:2]) for d in live})
     # Read for every deployment at once (set-based: a tick's queries do not grow with them).
     workers_of: dict[str, list[Worker]] = {}
     for w in worker_records.live(session):
@@ -137,7 +138,9 @@ def scale_all(
         window.record(t, queued + running)
         last_arrival_at = last_arrivals.get(dep.id)
         state = _state(dep, queued, running, fleet, window, measured(dep.id), demand, t)
-        state = dataclasses.replace(state, last_arrival_at=last_arrival_at)
+        state = dataclasses.replace(
+            state, last_arrival_at=last_arrival_at, peak_demand=peaks.get(dep.id, 0)
+        )
         decided.append(_Decided(dep, {w.id: w for w in rows}, fleet, state, decide(state, t)))
     free = (
         warm_pool.read_free(session, env.redis) if any(d.decision.start for d in decided) else None
@@ -273,6 +276,16 @@ def _last_arrivals(r: redis.Redis, demand: Demand, ids: list[str]) -> dict[str, 
     except redis.RedisError as exc:
         log.warning("last arrivals unreadable (Redis: %s); using the previous ones", exc)
     return {i: demand.last_arrival_at.get(i) for i in ids}
+
+
+def _peaks(r: redis.Redis, in_flight: dict[str, int]) -> dict[str, int]:
+    """The most jobs each deployment had in flight at an admission since the last tick (the
+    work present alone while Redis does not answer: the levels then follow the ticks' counts)."""
+    try:
+        return arrivals.take_peaks(r, in_flight)
+    except redis.RedisError as exc:
+        log.warning("peaks in flight unreadable (Redis: %s); using the work present", exc)
+        return {}
 
 
 def _log_change(demand: Demand, dep: Deployment, d: ScaleDecision) -> None:

@@ -120,6 +120,33 @@ def test_no_ready_worker_is_released_while_another_boots() -> None:
     assert run(lone, T0 + 31).reason == "scale_down"
 
 
+def _quiet_ticks(memory: Memory, peak: int, until: float) -> list[tuple[int, str]]:
+    """Ticks every 2 s after T0 with 3 workers ready and no work present at any tick, and
+    `peak` jobs present at an arrival between each two (served before the next tick)."""
+    out, t = [], T0
+    while t < until:
+        t += 2.0
+        s = state(ready=3, last_arrival_at=t - 1.0, peak_demand=peak, memory=memory)
+        d = run(s, t)
+        out.append((d.desired, d.reason))
+        memory = d.memory
+    return out
+
+
+def test_work_that_fills_the_workers_between_ticks_renews_their_levels() -> None:
+    d = run(state(ready=3, running=12), T0)
+    assert (d.desired, d.reason) == (3, "demand")
+    # bursts of 12 jobs served between the ticks: the three workers stay, as a keep-alive
+    # whose clock restarts at every call keeps them
+    assert set(_quiet_ticks(d.memory, 12, T0 + 120)) == {(3, "hold")}
+    # seen at the ticks alone, the same quiet goes down once the levels' holds run out
+    assert (1, "scale_down") in _quiet_ticks(d.memory, 0, T0 + 120)
+    # a peak of 6 jobs fills two workers: the third is released
+    assert (2, "scale_down") in _quiet_ticks(d.memory, 6, T0 + 120)
+    # a peak beyond the workers present starts none (the parts driven by the work do)
+    assert max(n for n, _ in _quiet_ticks(d.memory, 40, T0 + 120)) == 3
+
+
 def test_stable_window_adds_workers_above_the_first() -> None:
     d = run(state(ready=2, running=8, stable_concurrency=10, panic_concurrency=10), T0)
     assert (d.desired, d.reason) == (3, "stable_window")

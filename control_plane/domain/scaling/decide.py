@@ -24,13 +24,14 @@ The parts, each a worker count:
   pause from the end of the work until the pre-warm boots, for each level whose miss, at the
   chance of a pause shorter than any seen, costs less than the idle time paused.
 Each part counts only the work that cannot wait `queue_wait_s` for a worker already ready
-(`policy.waits_allowed`). Workers above those the work needs are held once no longer needed,
-each level for its own learned hold (`levels.py`: priced by the queueing it spared over a
-boot from its need, `episode.py`, spanning the gaps its past shows when that costs less;
-on a steady stream, whose swings the forecast part prices, released once a swing's need has
-passed, `levels.kept_on_steady_stream`), then released at most half at a time (Knative's max
-scale-down rate), and none while another boots (a scale-down stops the idle ready ones
-first); the reconciler drains what it releases.
+(`policy.waits_allowed`). Workers above those the work needs are held once no longer needed
+(also needed: the workers present that the work in flight filled at an arrival between two
+ticks, `DeploymentState.peak_demand`), each level for its own learned hold (`levels.py`:
+priced by the queueing it spared over a boot from its need, `episode.py`, spanning the gaps
+its past shows when that costs less; on a steady stream, whose swings the forecast part
+prices, released once a swing's need has passed, `levels.kept_on_steady_stream`), then
+released at most half at a time (Knative's max scale-down rate), and none while another boots
+(a scale-down stops the idle ready ones first); the reconciler drains what it releases.
 """
 
 from __future__ import annotations
@@ -111,6 +112,7 @@ class DeploymentState:
     memory: Memory = NO_MEMORY
     start_allowed: bool = True  # the crash-loop gate: False while backing off
     give_up: bool = False  # the crash-loop gate: starting more workers will not help
+    peak_demand: int = 0  # the most queued + running at an arrival since the last tick (0: none)
 
 
 class ScaleDecision(NamedTuple):
@@ -286,9 +288,16 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # The parts above size the workers for the work present or forecast; each worker above the
     # last is held once no longer needed by them, for its level's hold (`levels.py`).
     work_needed = min(needed, p.max_workers)
+    # A level is needed again whenever work fills it, also between ticks (as a keep-alive's
+    # clock restarts at every call); only the workers present: a peak that the workers there
+    # served asks for none more. (Renewed at the ticks alone, a worker that short bursts kept
+    # busy between ticks looked unneeded at each tick, and was released while they still came.)
+    peak = state.peak_demand if state.peak_demand > demand else demand
+    filled = min(math.ceil(peak / target), p.max_workers, capacity)
+    level_need = filled if filled > work_needed else work_needed
     held_levels, held = update_levels(
         mem.levels,
-        work_needed,
+        level_need,
         now,
         boot_s,
         p,

@@ -13,8 +13,10 @@ For each job it
        of it: DESIGN §5);
     3. hands a sync job's end to its caller if it waits in this process (`local_ends.py`),
        then sets the cancel flag of a job a worker may still hold, publishes the terminal event
-       of its status, and enqueues `job.completed` with a message id that is the same for every
-       path (`webhooks.message_id`), so a repeated announcement is one message to the receiver;
+       of its status, counts it out of its deployment's jobs in flight (the autoscaler's,
+       `arrivals.py`), and enqueues `job.completed` with a message id that is the same for
+       every path (`webhooks.message_id`), so a repeated announcement is one message to the
+       receiver;
     4. wakes the batch lines that got a slot, and the loop when a batch has no line left
        (the loop's pump completes it);
     5. then logs and counts it (`metrics.families.job_ended`): a sync caller waits for step 3
@@ -44,6 +46,7 @@ from control_plane.metrics import families
 from control_plane.services.jobs import batch_slots, claims, events, job_store
 from control_plane.services.jobs.job_queries import states_sql
 from control_plane.services.jobs.outbox import Outbox
+from control_plane.services.scaling import arrivals
 from control_plane.services.webhooks import signing
 from control_plane.tasks_api import enqueue_webhook
 
@@ -254,6 +257,8 @@ def _announce(outbox: Outbox, ended: list[tuple[Job, bool]]) -> None:
                 pipe.set(job_cancel_key(job.id), "1", ex=CANCEL_FLAG_TTL_S)
             # a sync job's caller waits for its end alone (`events.wait_end`)
             events.end_to(pipe, job.id, event, public, waited_on=job.kind == JobKind.SYNC)
+            if was_running or job.dispatched_at is not None:  # counted in flight at admission
+                arrivals.ended_to(pipe, job.deployment_id)
         pipe.execute()
     except Exception:
         log.exception("could not publish the end of %d jobs (%s, ...)", len(ended), ended[0][0].id)

@@ -5,12 +5,22 @@
                    deployment with no worker also nudges the reconciler (`wait_for_work`)
     read           the history as `domain.scaling.history.ArrivalStats` (the refresher thread)
     last_arrivals  the latest arrival of many deployments in one round trip (every tick)
+    take_peaks     the most jobs in flight at any admission since the last tick, and a fresh
+                   count from the database's (every tick, one round trip)
 
 Per deployment, four keys (`common/protocol.py`), the same bins as the simulator's
 `ArrivalHistory`: arrivals per `BUCKET_S` bucket (at most `MAX_BUCKETS` fields), the last
 `MAX_GAPS` gaps between arrivals, the last `MAX_IDLE_GAPS` of those at least `IDLE_GAP_S`
 long, and the time of the latest arrival. Memory is bounded whatever the
 traffic; every write renews a TTL, so a deleted (or long silent) deployment's keys expire.
+
+Two more keys follow the work between the reconciler's ticks, which see only the work present
+at each tick: the jobs in flight, counted up at each admission and down at each end
+(`finish.py`), and their peak at an admission since the last tick. A burst that comes and is
+served between two ticks shows there (keep-alive's clock restarts at every call; the
+autoscaler's levels are renewed by that peak: `decide`). Each tick sets the count to the
+database's, so an end or admission that Redis missed (a restart, a failed round trip) is
+wrong until the next tick at most.
 
 Times come from the caller's clock (the API's `AppContext.clock`, the reconciler's `now`), never
 from Redis or `time.time()`, so tests that move the clock move arrivals with it.
@@ -38,7 +48,9 @@ from common.protocol import (
     arrival_buckets_key,
     arrival_gaps_key,
     arrival_idle_gaps_key,
+    in_flight_key,
     last_arrival_key,
+    peak_in_flight_key,
     scale_decision_key,
 )
 from control_plane.domain.scaling.history import (
@@ -58,7 +70,8 @@ log = logging.getLogger(__name__)
 ARRIVALS_TTL_S = 7 * 24 * 3600
 
 # KEYS: buckets (hash), gaps (list), last arrival (string), idle gaps (list), the deployment's
-# latest scaling decision (read), the reconciler's nudge (a list of at most one entry).
+# latest scaling decision (read), the reconciler's nudge (a list of at most one entry), the jobs
+# in flight and their peak since the last tick (integers).
 # ARGV: now (seconds since the epoch), arrivals at that time, BUCKET_S, MAX_BUCKETS, MAX_GAPS,
 # TTL, IDLE_GAP_S, MAX_IDLE_GAPS. The gap to the previous arrival is pushed (to the idle gaps
 # too when it is one), then one 0 per further arrival at `now` (as `ArrivalHistory.record`
@@ -91,6 +104,12 @@ for _ = 2, math.min(n, max_gaps + 1) do redis.call('RPUSH', KEYS[2], '0') end
 redis.call('LTRIM', KEYS[2], -max_gaps, -1)
 if (not last) or tonumber(last) < now then redis.call('SET', KEYS[3], ARGV[1]) end
 for i = 1, 4 do redis.call('EXPIRE', KEYS[i], ARGV[6]) end
+local in_flight = redis.call('INCRBY', KEYS[7], n)
+if in_flight > (tonumber(redis.call('GET', KEYS[8])) or 0) then
+  redis.call('SET', KEYS[8], in_flight)
+end
+redis.call('EXPIRE', KEYS[7], ARGV[6])
+redis.call('EXPIRE', KEYS[8], ARGV[6])
 -- a call to a deployment with no worker (per its latest decision) wakes the reconciler now
 local decision = redis.call('GET', KEYS[5])
 local workers = 0
@@ -138,6 +157,14 @@ def recorded(result: Any, r: redis.Redis, deployment_id: str, at: datetime) -> b
     return True
 
 
+def ended_to(pipe: Pipeline, deployment_id: str) -> None:
+    """One job of the deployment that was in flight ended, queued on `pipe` (the end's
+    announcement: one round trip for both)."""
+    key = in_flight_key(deployment_id)
+    pipe.decr(key)
+    pipe.expire(key, ARRIVALS_TTL_S)
+
+
 def _keys(deployment_id: str) -> list[str]:
     return [
         arrival_buckets_key(deployment_id),
@@ -146,6 +173,8 @@ def _keys(deployment_id: str) -> list[str]:
         arrival_idle_gaps_key(deployment_id),
         scale_decision_key(deployment_id),
         RECONCILER_NUDGE_KEY,
+        in_flight_key(deployment_id),
+        peak_in_flight_key(deployment_id),
     ]
 
 
@@ -226,3 +255,38 @@ def last_arrivals(r: redis.Redis, deployment_ids: Sequence[str]) -> dict[str, fl
     return {
         i: float(v) if v is not None else None for i, v in zip(deployment_ids, values, strict=True)
     }
+
+
+# KEYS: the jobs in flight, their peak since the last tick. ARGV: the database's count now, TTL.
+# Returns the peak (nil: no admission since) and starts the next: the count set to the
+# database's, no peak yet.
+_TAKE_PEAK_LUA = """
+local peak = redis.call('GET', KEYS[2])
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
+redis.call('DEL', KEYS[2])
+return peak
+"""
+
+
+def take_peaks(r: redis.Redis, in_flight: dict[str, int]) -> dict[str, int]:
+    """deployment id → the most jobs it had in flight at an admission since the last call, or
+    its count in `in_flight` (the database's now) where that is more; each deployment's count
+    is then set to it, and its peak starts again. One round trip for them all (two after a
+    Redis restart: the script is loaded); raises on a Redis failure."""
+    if not in_flight:
+        return {}
+    script = _take_peak_script(r)
+    pipe = r.pipeline(transaction=False)
+    for dep_id, count in in_flight.items():
+        keys = [in_flight_key(dep_id), peak_in_flight_key(dep_id)]
+        script(keys=keys, args=[count, ARRIVALS_TTL_S], client=pipe)
+    peaks = pipe.execute()
+    return {
+        dep_id: max(count, int(peak) if peak is not None else 0)
+        for (dep_id, count), peak in zip(in_flight.items(), peaks, strict=True)
+    }
+
+
+@functools.cache
+def _take_peak_script(r: redis.Redis) -> Script:
+    return r.register_script(_TAKE_PEAK_LUA)

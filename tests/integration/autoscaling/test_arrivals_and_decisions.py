@@ -21,9 +21,13 @@ from common.protocol import (
     arrival_buckets_key,
     arrival_gaps_key,
     arrival_idle_gaps_key,
+    in_flight_key,
     last_arrival_key,
+    peak_in_flight_key,
 )
 from control_plane.db.models import Job
+from control_plane.domain.scaling.decide import DeploymentState, ScaleDecision
+from control_plane.domain.scaling.decide import decide as scaling_decide
 from control_plane.domain.scaling.history import (
     BUCKET_S,
     MAX_BUCKETS,
@@ -32,6 +36,7 @@ from control_plane.domain.scaling.history import (
     ArrivalHistory,
 )
 from control_plane.domain.scaling.policy import DEFAULT_BOOT_S
+from control_plane.reconcile import scale
 from control_plane.services.jobs import dispatch
 from control_plane.services.scaling import arrivals, scale_decisions
 from sdk.cli._common import CliState
@@ -170,6 +175,48 @@ def test_a_redis_outage_does_not_fail_admission(
     monkeypatch.undo()
     stats = arrivals.read(fleet.redis, deployment_id(fleet), fleet.clock())
     assert stats.last_arrival_at is None, "the arrival was lost, the job was not"
+
+
+def test_the_work_in_flight_between_ticks_reaches_the_decision_as_its_peak(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Admissions count a deployment's jobs in flight up, ends down; each tick hands the most
+    there were at an admission since the last tick to `decide` and starts again from the
+    database's count."""
+    deploy(fleet.client, fleet.key)
+    dep_id = deployment_id(fleet)
+    peaks: list[int] = []
+
+    def decide(state: DeploymentState, now: float) -> ScaleDecision:
+        peaks.append(state.peak_demand)
+        return scaling_decide(state, now)
+
+    monkeypatch.setattr(scale, "decide", decide)
+
+    def counted() -> tuple[int | None, int | None]:
+        values = fleet.redis.mget([in_flight_key(dep_id), peak_in_flight_key(dep_id)])
+        return (None if values[0] is None else int(values[0]),
+                None if values[1] is None else int(values[1]))  # fmt: skip
+
+    fleet.tick(1)
+    assert peaks[-1] == 0, "nothing in flight"
+    jobs = [fleet.submit() for _ in range(3)]
+    assert counted() == (3, 3)
+    for job_id in jobs[:2]:
+        r = fleet.client.post(f"/v1/jobs/{job_id}/cancel", headers=h(fleet.key))
+        assert r.status_code == 200, r.text
+    assert counted() == (1, 3), "two ended: one in flight, the peak stays"
+    fleet.tick(1)
+    assert peaks[-1] == 3, "the peak between the ticks, not the one job present"
+    assert counted() == (1, None), "the database's count; no peak yet"
+    fleet.submit()
+    assert counted() == (2, 2)
+    fleet.tick(1)
+    assert peaks[-1] == 2
+    fleet.redis.set(in_flight_key(dep_id), 40)  # an end that Redis missed
+    fleet.tick(1)
+    assert peaks[-1] == 2, "no admission since: the work present"
+    assert counted() == (2, None), "set right by the tick"
 
 
 # --- what the decision looks like from outside ----------------------------------------------
