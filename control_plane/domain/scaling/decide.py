@@ -289,12 +289,13 @@ def decide(state: DeploymentState, now: float) -> ScaleDecision:
     # last is held once no longer needed by them, for its level's hold (`levels.py`).
     work_needed = min(needed, p.max_workers)
     # A level is needed again whenever work fills it, also between ticks (as a keep-alive's
-    # clock restarts at every call); only the workers present: a peak that the workers there
-    # served asks for none more. (Renewed at the ticks alone, a worker that short bursts kept
-    # busy between ticks looked unneeded at each tick, and was released while they still came.)
+    # clock restarts at every call); only the workers present. (Renewed at the ticks alone, a
+    # worker that short bursts kept busy between ticks was released while they still came.)
     peak = state.peak_demand if state.peak_demand > demand else demand
-    filled = min(math.ceil(peak / target), p.max_workers, capacity)
-    level_need = filled if filled > work_needed else work_needed
+    level_need = work_needed
+    if peak > work_needed * target:  # (in conditionals: most ticks' work fills no more)
+        filled = min(-(-peak // target), capacity, p.max_workers)
+        level_need = filled if filled > work_needed else work_needed
     held_levels, held = update_levels(
         mem.levels,
         level_need,
