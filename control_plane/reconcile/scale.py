@@ -1,8 +1,8 @@
 """The scaling reconciler, each tick, for every live deployment at once:
 
-    read     work and workers from SQL, the last arrivals and the peaks of the work in flight
-             between ticks from Redis (a round trip each), and the models and measured times
-             the refresher thread keeps (`refresh.py`): nothing is fitted here
+    read     work and workers from SQL, the last arrivals (one round trip) and the peaks of
+             the work in flight between ticks (two) from Redis, and the models and measured
+             times the refresher thread keeps (`refresh.py`): nothing is fitted here
     decide   the pure `domain.scaling.decide()`, once per deployment
     read     the crash-loop gate's input (the version's recent boots) and the model's location
              (for placement), only for the deployments whose decision starts workers

@@ -6,7 +6,7 @@
     read           the history as `domain.scaling.history.ArrivalStats` (the refresher thread)
     last_arrivals  the latest arrival of many deployments in one round trip (every tick)
     take_peaks     the most jobs in flight at any admission since the last tick, and a fresh
-                   count from the database's (every tick, one round trip)
+                   count from the database's (every tick, two round trips)
 
 Per deployment, four keys (`common/protocol.py`), the same bins as the simulator's
 `ArrivalHistory`: arrivals per `BUCKET_S` bucket (at most `MAX_BUCKETS` fields), the last
@@ -271,8 +271,8 @@ return peak
 def take_peaks(r: redis.Redis, in_flight: dict[str, int]) -> dict[str, int]:
     """deployment id → the most jobs it had in flight at an admission since the last call, or
     its count in `in_flight` (the database's now) where that is more; each deployment's count
-    is then set to it, and its peak starts again. One round trip for them all (two after a
-    Redis restart: the script is loaded); raises on a Redis failure."""
+    is then set to it, and its peak starts again. Two round trips for them all (the pipeline
+    first makes sure that Redis has the script); raises on a Redis failure."""
     if not in_flight:
         return {}
     script = _take_peak_script(r)
