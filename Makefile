@@ -3,9 +3,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 # torch is pinned in pyproject.toml; the local CPU wheel is picked up by pip's find-links.
-# --no-compile: byte-compiling every installed module (torch's thousands) is most of an
-# install's CPU time; Python compiles and caches the modules a run imports on first use.
-PIP_FLAGS := -q --disable-pip-version-check --no-compile
+# Installed modules are byte-compiled at install: a run under PYTHONDONTWRITEBYTECODE would
+# otherwise compile torch's modules again in every process it starts.
+PIP_FLAGS := -q --disable-pip-version-check
 PIP := $(PY) -m pip install $(PIP_FLAGS)
 
 .PHONY: demo test faults faults-long-form lint typecheck clean vllm-venv

@@ -17,16 +17,7 @@ def test_base_install_is_sdk_and_cli_only(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = venv / "bin" / "python"
     subprocess.run(
-        [
-            str(py),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--disable-pip-version-check",
-            "--no-compile",
-            str(ROOT),
-        ],
+        [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(ROOT)],
         check=True,
         capture_output=True,
         timeout=600,
