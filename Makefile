@@ -25,9 +25,13 @@ demo: .stamp-demo
 	$(PY) infra/demo.py
 
 # The two virtualenvs are independent: built side by side, they take the time of one.
+# The suite runs on TEST_PROCESSES pytest processes, a test module whole on one of them (its
+# module's servers started once); most tests wait on servers or other processes much of the
+# time, so two of them on two cores take about 0.7 of the time of one.
+TEST_PROCESSES ?= 2
 test:
 	$(MAKE) -j2 .stamp-test .stamp-vllm
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_PROCESSES) --dist loadfile
 
 # The fault suite's long form (the short one runs inside `make test`); override any size:
 # make faults FAULTS_JOBS=200 FAULTS_WORKER_KILLS=5

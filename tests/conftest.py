@@ -28,6 +28,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords and not has_cuda:
             item.add_marker(skip_gpu)
+    # The vLLM modules first (minutes each): `make test` hands whole modules to its processes
+    # in this order, each taking the next as it is done, and these last would run on alone.
+    items.sort(key=lambda item: not item.nodeid.startswith("tests/vllm/"))
 
 
 @pytest.fixture(scope="session")

@@ -61,7 +61,7 @@ def env(
         "PLATFORM_METRICS_PORT": str(metrics_port := free_port()),
     }
     log = d / "celery.log"
-    worker = start_celery_worker(child_env, log)
+    worker = start_celery_worker(child_env, log, settings)
     receiver = Receiver()
     aws = pytest.MonkeyPatch()
     for k, v in s3_server.env().items():

@@ -15,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from fastapi.testclient import TestClient
 from standardwebhooks import Webhook
 
+from common.protocol import UNACKED_KEY
 from control_plane.providers.local import die_with_parent
+from control_plane.services.jobs.dispatch import make_celery
 from control_plane.settings import Settings
+from control_plane.tasks_api import CONTROL_QUEUE, DELIVER_WEBHOOK_TASK
 from tests.helpers import wait_for
 from tests.integration.api_helpers import WORKER, h
 from tests.integration.webhooks.receiver import Received, Receiver
@@ -59,11 +63,13 @@ class Env:
         return self.log.read_text()[-3000:]
 
 
-def start_celery_worker(child_env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+def start_celery_worker(
+    child_env: dict[str, str], log: Path, settings: Settings
+) -> subprocess.Popen[bytes]:
     """The control plane's Celery worker as the platform runs it (`-P threads`), its output in
-    `log`; it dies with this process."""
+    `log`; it dies with this process. Back once it consumes its queue (`settings`' broker)."""
     with log.open("wb") as out:
-        return subprocess.Popen(
+        worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "control_plane.tasks", "worker",
              "-Q", "platform.control", "-P", "threads", "-c", "2", "-l", "INFO",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
@@ -75,6 +81,37 @@ def start_celery_worker(child_env: dict[str, str], log: Path) -> subprocess.Pope
             start_new_session=True,
             preexec_fn=die_with_parent,
         )  # fmt: skip
+    try:
+        _wait_until_consuming(worker, log, settings)
+    except BaseException:
+        stop_celery_worker(worker)
+        raise
+    return worker
+
+
+def _wait_until_consuming(worker: subprocess.Popen[bytes], log: Path, settings: Settings) -> None:
+    """Until the worker has taken a task off its queue and finished it: a delivery of a job
+    that does not exist, which does nothing. Its start takes seconds, more on a loaded machine,
+    and a test with a timeline of its own (the output follower's) assumes it runs."""
+    r = redis.Redis.from_url(settings.redis_url)
+    app = make_celery(settings)
+    try:
+        app.send_task(
+            DELIVER_WEBHOOK_TASK,
+            kwargs={"event_type": "job.completed", "msg_id": "msg_ready", "attempt": 1,
+                    "job_id": "job_that_does_not_exist"},
+            queue=CONTROL_QUEUE,
+        )  # fmt: skip
+
+        def consumed() -> bool:
+            if worker.poll() is not None:
+                pytest.fail(f"celery worker exited ({worker.returncode}):\n{log.read_text()}")
+            return r.llen(CONTROL_QUEUE) == 0 and r.hlen(UNACKED_KEY) == 0
+
+        wait_for(consumed, 60, every_s=0.1, what="the Celery worker's first task")
+    finally:
+        app.close()
+        r.close()
 
 
 def stop_celery_worker(worker: subprocess.Popen[bytes]) -> None:

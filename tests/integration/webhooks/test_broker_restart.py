@@ -67,7 +67,7 @@ def own_env(tmp_path_factory: pytest.TempPathFactory, broker: KillableRedis) -> 
         "PLATFORM_WEBHOOK_TIMEOUT_S": "3",
     }
     log = d / "celery.log"
-    worker = start_celery_worker(child_env, log)
+    worker = start_celery_worker(child_env, log, settings)
     receiver = Receiver()
     try:
         with TestClient(create_app(settings)) as client:
