@@ -27,7 +27,8 @@ demo: .stamp-demo
 # The two virtualenvs are independent: built side by side, they take the time of one.
 # The suite runs on TEST_PROCESSES pytest processes, a test module whole on one of them (its
 # module's servers started once); most tests wait on servers or other processes much of the
-# time, so two of them on two cores take about 0.7 of the time of one.
+# time, so two of them on two cores take about 0.7 of the time of one (0: the suite in make's
+# own pytest process).
 TEST_PROCESSES ?= 2
 test:
 	$(MAKE) -j2 .stamp-test .stamp-vllm
