@@ -65,8 +65,10 @@ def test_output_events_are_throttled_and_carry_the_text_so_far(
     assert len({x.headers["webhook-id"] for x in outputs}) == len(outputs)
     assert all("".join(pieces).startswith(t) for t in texts)
     assert texts == sorted(texts, key=len) and texts[-1] == "".join(pieces)
+    # Sent an interval apart at least; received with each delivery's own delay, so one gap may
+    # shrink by what the delivery before it was late (0.23 s on a loaded machine), never all.
     gaps = [b.at - a.at for a, b in itertools.pairwise(outputs)]
-    assert all(g >= OUTPUT_INTERVAL_S * 0.7 for g in gaps), gaps
+    assert sum(gaps) >= len(gaps) * OUTPUT_INTERVAL_S * 0.7, gaps
     assert got[-1].json()["data"]["output"]["text"] == "".join(pieces)
     r.close()
 
