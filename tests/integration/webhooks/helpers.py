@@ -45,22 +45,37 @@ class Env:
     metrics_port: int | None = None  # its own /metrics (PLATFORM_METRICS_PORT); None: none
 
     def wait(self, what: str, check: Callable[[], Any]) -> Any:
-        """`check()` once it is truthy; fails at once if the Celery worker exited, and with the
-        tail of its log either way."""
-
-        def checked() -> Any:
-            value = check()
-            if not value and self.worker.poll() is not None:
-                pytest.fail(f"celery worker exited ({self.worker.returncode}):\n{self.tail()}")
-            return value
-
-        try:
-            return wait_for(checked, WAIT_S, what=what)
-        except AssertionError as e:
-            pytest.fail(f"{e}; worker log:\n{self.tail()}")
+        """`check()` once it is truthy (`wait_on_worker`)."""
+        return wait_on_worker(self.worker, self.log, what, check, WAIT_S)
 
     def tail(self) -> str:
-        return self.log.read_text()[-3000:]
+        return _tail(self.log)
+
+
+def wait_on_worker(
+    worker: subprocess.Popen[bytes],
+    log: Path,
+    what: str,
+    check: Callable[[], Any],
+    timeout_s: float,
+) -> Any:
+    """`check()` once it is truthy; fails at once if the Celery worker exited, and with the
+    tail of its log either way."""
+
+    def checked() -> Any:
+        value = check()
+        if not value and worker.poll() is not None:
+            pytest.fail(f"celery worker exited ({worker.returncode}):\n{_tail(log)}")
+        return value
+
+    try:
+        return wait_for(checked, timeout_s, what=what)
+    except AssertionError as e:
+        pytest.fail(f"{e}; worker log:\n{_tail(log)}")
+
+
+def _tail(log: Path) -> str:
+    return log.read_text()[-3000:]
 
 
 def start_celery_worker(
@@ -71,7 +86,7 @@ def start_celery_worker(
     with log.open("wb") as out:
         worker = subprocess.Popen(
             [sys.executable, "-m", "celery", "-A", "control_plane.tasks", "worker",
-             "-Q", "platform.control", "-P", "threads", "-c", "2", "-l", "INFO",
+             "-Q", CONTROL_QUEUE, "-P", "threads", "-c", "2", "-l", "INFO",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -102,13 +117,13 @@ def _wait_until_consuming(worker: subprocess.Popen[bytes], log: Path, settings: 
                     "job_id": "job_that_does_not_exist"},
             queue=CONTROL_QUEUE,
         )  # fmt: skip
-
-        def consumed() -> bool:
-            if worker.poll() is not None:
-                pytest.fail(f"celery worker exited ({worker.returncode}):\n{log.read_text()}")
-            return r.llen(CONTROL_QUEUE) == 0 and r.hlen(UNACKED_KEY) == 0
-
-        wait_for(consumed, 60, every_s=0.1, what="the Celery worker's first task")
+        wait_on_worker(
+            worker,
+            log,
+            "the Celery worker's first task",
+            lambda: r.llen(CONTROL_QUEUE) == 0 and r.hlen(UNACKED_KEY) == 0,
+            60,
+        )
     finally:
         app.close()
         r.close()
