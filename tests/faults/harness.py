@@ -14,6 +14,7 @@ fault injectors, and the record of one run for the summary.
     Injector                  base of a scenario's fault: an SDK client of the platform and the
                               probes' outcomes, closed with it
     upload_model()            a model put in the platform's store (a store:// URI to deploy)
+    log_after(), wait_for_log()  a process's log written after an offset; waiting for a line
     run_scenario()            the shape every scenario shares: deploy, warm, submit while
                               injecting faults spread over the run, then the checker
     FaultRun, RUNS            one scenario's numbers; conftest prints RUNS at the end
@@ -235,6 +236,22 @@ def probe(client: Client, deployment: str, fault: str) -> str:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def log_after(path: Path, offset: int) -> str:
+    """What was written to the log `path` past `offset` bytes."""
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read().decode(errors="replace")
+
+
+def wait_for_log(path: Path, offset: int, needle: str, timeout_s: float) -> str:
+    """Until `needle` is in the log `path` past `offset`: what was written there by then."""
+    deadline = time.monotonic() + timeout_s
+    while needle not in (written := log_after(path, offset)):
+        assert time.monotonic() < deadline, f"no {needle!r} in {path.name} in {timeout_s:.0f}s"
+        time.sleep(0.1)
+    return written
 
 
 @dataclass(slots=True)

@@ -34,10 +34,12 @@ from tests.faults.harness import (
     SIZES,
     FaultRun,
     Injector,
+    log_after,
     probe,
     run_scenario,
     scenario_marks,
     utcnow,
+    wait_for_log,
 )
 from tests.faults.invariants import assert_holds
 from tests.faults.ledger import Ledger
@@ -83,6 +85,8 @@ class LeaderFault(Injector):
         kind = ("pause", "kill")[len(self.failovers) % 2]
         name, pid = self.leader()
         before, _ = self.token()
+        log = self.state_dir / "logs" / f"{name}.log"
+        size = log.stat().st_size
         fault_at, started = utcnow(), time.monotonic()
         os.kill(pid, signal.SIGSTOP if kind == "pause" else signal.SIGKILL)
         deadline = started + 60
@@ -91,26 +95,17 @@ class LeaderFault(Injector):
             time.sleep(0.1)
         self.failovers.append((kind, time.monotonic() - started))
         if kind == "pause":
-            self._resume(name, pid)
+            self._resume(log, size, pid)
+        else:  # the next fault's standby: running again, as the bound supposes
+            wait_for_log(log, size, f"reconciler {name} running", timeout_s=60)
         self.probes.append(probe(self.client, deployment, kind))
         return fault_at
 
-    def _resume(self, name: str, pid: int) -> None:
-        log = self.state_dir / "logs" / f"{name}.log"
-        size = log.stat().st_size
+    def _resume(self, log: Path, size: int, pid: int) -> None:
         os.kill(pid, signal.SIGCONT)
-        deadline = time.monotonic() + 20
-        while "stopped leading" not in _read_from(log, size):
-            assert time.monotonic() < deadline, "the resumed leader never stepped down"
-            time.sleep(0.2)
+        wait_for_log(log, size, "stopped leading", timeout_s=20)
         time.sleep(1.0)  # what it does next, too
-        self.resumed_logs.append(_read_from(log, size))
-
-
-def _read_from(path: Path, offset: int) -> str:
-    with path.open("rb") as f:
-        f.seek(offset)
-        return f.read().decode(errors="replace")
+        self.resumed_logs.append(log_after(log, size))
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ on cp1, as the chart's hook runs it.
 
 A model is uploaded through cp1 and deployed; async jobs with webhooks go through both API
 hosts in turn while the leading reconciler is SIGKILLed, FAILOVERS times (then started again,
-as the pod's restart would). After each kill the other replica must take the Lease and a new
-fencing token within 15 s, and a sync call through one API host and a stream through the other
-must be answered. Every admitted job ends exactly once, billing tiles each worker's life (no
-gap, no duplicate) and every webhook is signed and sent once: tests/faults/invariants/. No
-worker gets a second pod.
+as the pod's restart would, and running before the next kill). After each kill the other
+replica must take the Lease and a new fencing token within 15 s, and a sync call through one
+API host and a stream through the other must be answered. Every admitted job ends exactly
+once, billing tiles each worker's life (no gap, no duplicate) and every webhook is signed and
+sent once: tests/faults/invariants/. No worker gets a second pod.
 
 Sizes: FAULTS_JOBS (24), FAULTS_MAX_TOKENS (100), FAULTS_FAILOVERS (2), as tests/faults.
 """
@@ -59,6 +59,7 @@ from tests.faults.harness import (
     submit_long_job,
     upload_model,
     utcnow,
+    wait_for_log,
 )
 from tests.faults.invariants import assert_holds
 from tests.faults.ledger import Ledger
@@ -294,7 +295,11 @@ class LeaderKill:
             time.sleep(0.1)
         self.failovers.append((leader.replica, str(self.holder()), time.monotonic() - started))
         print(f"failover {self.failovers[-1]}, {self.in_flight[-1]} jobs in flight at the kill")
+        log = leader.procs["reconciler"].log_path
+        size = log.stat().st_size
         leader.start("reconciler")
+        # the next kill's standby: running again (a pod's restart), as the bound supposes
+        wait_for_log(log, size, f"reconciler {leader.replica} running", timeout_s=60)
         self.calls += self._through_both(deployment, len(self.failovers))
         return fault_at
 
