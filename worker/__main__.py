@@ -47,10 +47,6 @@ def main(argv: list[str] | None = None) -> int:
     logs.set_process_fields(
         worker_id=args.worker_id, deployment_id=assignment.deployment_id if assignment else None
     )
-    if settings.worker_threads > 0:
-        import torch
-
-        torch.set_num_threads(settings.worker_threads)
     pool_engine = args.engine or "builtin"
     return WorkerRuntime(settings, args.worker_id, args.accelerator, assignment, pool_engine).run()
 

@@ -1,16 +1,18 @@
 """A warm-pool worker prepares one engine and serves only deployments on it (real Redis; the
 control plane faked, the engine's preparation recorded instead of importing vLLM):
 `python -m worker --pool --engine vllm` prepares vLLM while it waits, takes an assignment on
-vLLM, and fails, saying why, on one for another engine."""
+vLLM, and fails, saying why, on one for another engine. Any worker beats before that
+preparation (its imports take seconds) and has it set torch's threads."""
 
 from __future__ import annotations
 
+import json
 from typing import Any, ClassVar
 
 import pytest
 
 from common.messages import Assignment
-from common.protocol import worker_assignment_key
+from common.protocol import worker_assignment_key, worker_heartbeat_key
 from tests.unit.test_engine_worker_runtime import FakeControl
 from worker import __main__ as worker_main
 from worker.runtime import engine_setup, lifecycle, warm_pool
@@ -32,14 +34,17 @@ class ReasonsControl(FakeControl):
         self.reasons.append(reason)
 
 
-@pytest.fixture
-def prepared(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, bool, str]]:
-    """Each `prepare_runtime(accelerator, collect, engine)` call, recorded (no imports); the
-    worker's signal handlers left to pytest."""
-    calls: list[tuple[str, bool, str]] = []
+Prepared = list[tuple[str, bool, str, int]]
 
-    def prepare(accelerator: str, collect: bool, engine: str = "builtin") -> None:
-        calls.append((accelerator, collect, engine))
+
+@pytest.fixture
+def prepared(monkeypatch: pytest.MonkeyPatch) -> Prepared:
+    """Each `prepare_runtime(accelerator, collect, engine, threads)` call, recorded (no
+    imports); the worker's signal handlers left to pytest."""
+    calls: Prepared = []
+
+    def prepare(accelerator: str, collect: bool, engine: str = "builtin", threads: int = 0) -> None:
+        calls.append((accelerator, collect, engine, threads))
 
     monkeypatch.setattr(engine_setup, "prepare_runtime", prepare)
     monkeypatch.setattr(lifecycle, "on_signals", lambda action: lambda: None)
@@ -53,7 +58,7 @@ def pool_worker(redis_url: str, worker_id: str, engine: str) -> WorkerRuntime:
 
 
 def test_a_vllm_pool_worker_prepares_vllm_and_takes_a_vllm_assignment(
-    redis_url: str, redis_client: Any, prepared: list[tuple[str, bool, str]]
+    redis_url: str, redis_client: Any, prepared: Prepared
 ) -> None:
     rt = pool_worker(redis_url, "wrk_pv", "vllm")
     sent = Assignment("dep_v", 3, "file:///m", "q", 1, engine="vllm")
@@ -61,7 +66,7 @@ def test_a_vllm_pool_worker_prepares_vllm_and_takes_a_vllm_assignment(
     got = rt._wait_in_pool()
     assert got == sent
     # vLLM's imports paid in the pool (collecting their garbage: nobody waits yet)
-    assert prepared == [("cpu", True, "vllm")]
+    assert prepared == [("cpu", True, "vllm", 1)]  # PLATFORM_WORKER_THREADS' default
     assert rt.control.states == ["idle"]  # type: ignore[attr-defined]
 
 
@@ -69,7 +74,7 @@ def test_a_vllm_pool_worker_prepares_vllm_and_takes_a_vllm_assignment(
 def test_a_pool_worker_fails_on_an_assignment_for_another_engine(
     redis_url: str,
     redis_client: Any,
-    prepared: list[tuple[str, bool, str]],
+    prepared: Prepared,
     pool_engine: str,
     sent_engine: str,
 ) -> None:
@@ -77,13 +82,33 @@ def test_a_pool_worker_fails_on_an_assignment_for_another_engine(
     sent = Assignment("dep_x", 1, "file:///m", "q", 1, engine=sent_engine)
     redis_client.rpush(worker_assignment_key("wrk_px"), sent.to_json())
     assert rt.run() == 1
-    assert prepared == [("cpu", True, pool_engine)]
+    assert prepared == [("cpu", True, pool_engine, 1)]
     control: ReasonsControl = rt.control  # type: ignore[assignment]
     assert control.states == ["idle", "failed"]
     reason = control.reasons[-1]
     assert reason is not None and reason.startswith("EngineMismatch: deployment dep_x")
     assert f"on engine {sent_engine!r}" in reason and f"prepared engine {pool_engine!r}" in reason
     assert rt.assignment is None  # it never took the deployment on
+
+
+def test_a_worker_beats_before_it_prepares_its_runtime(
+    redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    beats: list[bytes | None] = []  # the heartbeat in Redis as the preparation begins
+
+    def prepare(accelerator: str, collect: bool, engine: str = "builtin", threads: int = 0) -> None:
+        beats.append(redis_client.get(worker_heartbeat_key("wrk_early")))
+        raise RuntimeError(f"stopped here ({threads} threads)")
+
+    monkeypatch.setattr(engine_setup, "prepare_runtime", prepare)
+    monkeypatch.setattr(lifecycle, "on_signals", lambda action: lambda: None)
+    settings = WorkerSettings(redis_url=redis_url, worker_threads=3)
+    rt = WorkerRuntime(settings, "wrk_early", "cpu", Assignment("dep_e", 1, "file:///m", "q", 1))
+    rt.control = rt.jobs.control = ReasonsControl()  # type: ignore[assignment]
+    assert rt.run() == 1
+    assert beats[0] is not None, "no heartbeat before the runtime's imports"
+    assert json.loads(beats[0])["state"] == "booting"
+    assert rt.control.reasons[-1] == "RuntimeError: stopped here (3 threads)"  # type: ignore[attr-defined]
 
 
 def test_check_engine_names_both_engines() -> None:

@@ -33,12 +33,18 @@ class Served:
     tier_fill: TierFill | None
 
 
-def prepare_runtime(accelerator: str, collect: bool, engine: str = "builtin") -> None:
+def prepare_runtime(
+    accelerator: str, collect: bool, engine: str = "builtin", threads: int = 0
+) -> None:
     """What a cold start pays before it can load anything: importing torch, the model, engine
     and loader code (vLLM's, for a vLLM worker), and (on a GPU) creating the device context;
-    `collect`: the imports' garbage too (~0.1 s), when nobody waits."""
+    `collect`: the imports' garbage too (~0.1 s), when nobody waits; `threads`: torch's
+    intra-op threads (0: its default)."""
     import tokenizers  # noqa: F401
     import torch
+
+    if threads > 0:
+        torch.set_num_threads(threads)
 
     import loader
     import worker.engine.llm_engine

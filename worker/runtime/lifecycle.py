@@ -222,6 +222,10 @@ class WorkerRuntime:
         self._done = threading.Event()
         s = self.settings
         self.metrics_target = self.metrics.serve(s.worker_metrics_host, s.worker_metrics_port)
+        # A sign of life before the boot's imports (torch's take seconds, many times that on a
+        # host where several workers start at once): the control plane loses a worker that has
+        # not beaten within its grace.
+        self._beat()
         threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True).start()
         try:
             if self.assignment is None:
@@ -232,7 +236,10 @@ class WorkerRuntime:
             else:
                 # part of the boot: the load is urgent
                 engine_setup.prepare_runtime(
-                    self.accelerator, collect=False, engine=self.assignment.engine
+                    self.accelerator,
+                    collect=False,
+                    engine=self.assignment.engine,
+                    threads=s.worker_threads,
                 )
             self._serve(self.assignment)
             return 0
@@ -256,7 +263,12 @@ class WorkerRuntime:
         """Warm-pool worker: get ready for any deployment on its engine, say so, then wait
         for one."""
         t0 = time.monotonic()
-        engine_setup.prepare_runtime(self.accelerator, collect=True, engine=self.pool_engine)
+        engine_setup.prepare_runtime(
+            self.accelerator,
+            collect=True,
+            engine=self.pool_engine,
+            threads=self.settings.worker_threads,
+        )
         ready_s = round(time.monotonic() - t0, 3)
         log.info(
             "in the warm pool, engine %s (runtime ready in %.2fs)",
