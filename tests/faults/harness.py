@@ -45,6 +45,7 @@ from tests.faults.invariants import (
 )
 from tests.faults.ledger import Ledger
 from tests.faults.receiver import Plan, WebhookReceiver
+from tests.helpers import wait_for
 
 # Prompts of the jobs (never logged; the outputs are not read at all).
 PROMPTS = ("The weather", "A good soup", "Once upon a time", "The river")
@@ -247,11 +248,12 @@ def log_after(path: Path, offset: int) -> str:
 
 def wait_for_log(path: Path, offset: int, needle: str, timeout_s: float) -> str:
     """Until `needle` is in the log `path` past `offset`: what was written there by then."""
-    deadline = time.monotonic() + timeout_s
-    while needle not in (written := log_after(path, offset)):
-        assert time.monotonic() < deadline, f"no {needle!r} in {path.name} in {timeout_s:.0f}s"
-        time.sleep(0.1)
-    return written
+
+    def written() -> str | None:
+        text = log_after(path, offset)
+        return text if needle in text else None
+
+    return wait_for(written, timeout_s, every_s=0.1, what=f"{needle!r} in {path.name}")
 
 
 @dataclass(slots=True)
