@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import redis
 from sqlalchemy import select, text
@@ -53,17 +53,32 @@ WAKEUP_GRACE_S = 10.0
 # still do not list this long after a beat that followed the commit was never received (five
 # heartbeats: a worker whose threads are starved for a few seconds is not robbed of a job).
 HANDOFF_GRACE_S = 5 * HEARTBEAT_INTERVAL_S
+# A worker's last reports are in flight as it reports its end: its jobs still running this
+# long after it stopped or failed (and not requeued by the tick that found it dead) have none
+# coming. The same five heartbeats.
+ORPHAN_GRACE_S = HANDOFF_GRACE_S
 _IN_CHUNK = 500  # ids per IN (...) query
 
 
 def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) -> None:
     """Running jobs of dead workers go back to the queue as a new attempt, or fail once they
-    lost MAX_ATTEMPTS workers. The lost attempt ends where its worker's life ended."""
-    lost = []
+    lost MAX_ATTEMPTS workers. The lost attempt ends where its worker's life ended.
+
+    `dead`: the workers this tick found dead. Also, on every tick, any running job of a worker
+    that stopped or failed more than ORPHAN_GRACE_S ago: the tick that ended the worker
+    commits that before this step's transaction, and a replica that died or was deposed in
+    between (a failover) never requeued its jobs; a claim can commit after its worker was
+    failed; a worker that stops with a job still running (its drain's limit) reports nothing
+    more. (Only the dead of the tick were requeued: such a job stayed `running` until its
+    execution limit, and then timed out.)"""
+    lost: dict[str, tuple[str, int, datetime]] = {}
     for job in job_queries.running_on(session, dead):
         w = session.get(Worker, job.worker_id) if job.worker_id else None
-        lost.append((job.id, job.attempt, (w.stopped_at if w is not None else None) or now))
-    _apply(session, env, plan_take_back(lost, WORKER_LOST), now)
+        lost[job.id] = (job.id, job.attempt, (w.stopped_at if w is not None else None) or now)
+    ended_before = now - timedelta(seconds=ORPHAN_GRACE_S)
+    for job_id, attempt, ended_at in job_queries.running_on_ended(session, ended_before):
+        lost.setdefault(job_id, (job_id, attempt, ended_at))
+    _apply(session, env, plan_take_back(list(lost.values()), WORKER_LOST), now)
 
 
 def _apply(session: Session, env: Env, actions: Sequence[Action], now: datetime) -> None:

@@ -13,7 +13,9 @@ from fastapi.testclient import TestClient
 
 from common.protocol import deployment_queue, worker_heartbeat_key
 from control_plane.db.models import Deployment, Job, Worker
+from control_plane.reconcile import workers
 from control_plane.reconcile.driver import Reconciler
+from control_plane.reconcile.jobs import ORPHAN_GRACE_S
 from control_plane.services.jobs.dispatch import UNACKED_INDEX_KEY, UNACKED_KEY, queue_depth
 from tests.integration.api_helpers import WORKER, deploy, h
 from tests.integration.conftest import provider
@@ -83,20 +85,49 @@ def test_ttl_expires_jobs_that_never_started(
     )
 
 
-def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
-    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
-) -> None:
-    jid, wid = job_and_heartbeating_worker(client, keys, loop, redis_client)
-    t = now().timestamp()
-    for i, state in enumerate(["loading", "warming", "idle", "busy"]):
+def report_states(client: TestClient, wid: str, states: list[str], at: float) -> None:
+    """The worker reports these states in turn, a tenth of a second apart from `at`."""
+    for i, state in enumerate(states):
         r = client.post(
             f"/internal/workers/{wid}/state",
-            json={"state": state, "at": t + i * 0.1},
+            json={"state": state, "at": at + i * 0.1},
             headers=WORKER,
         )
         assert r.status_code == 200
+
+
+def job_running_on_worker(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> tuple[str, str]:
+    """`job_and_heartbeating_worker`, the worker serving and the job claimed by it (attempt 1)."""
+    jid, wid = job_and_heartbeating_worker(client, keys, loop, redis_client)
+    report_states(client, wid, ["loading", "warming", "idle", "busy"], now().timestamp())
     claim = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": wid}, headers=WORKER)
     assert claim.json()["attempt"] == 1
+    return jid, wid
+
+
+def assert_requeued_as_lost(client: TestClient, loop: Reconciler, jid: str, wid: str) -> None:
+    """The job waits again (worker_lost), woken; its lost attempt can no longer report, and the
+    next claim is attempt 2."""
+    job = job_row(loop, jid)
+    assert job.status in ("queued", "starting") and job.status_reason in (
+        "worker_lost",
+        "no_capacity",
+    )
+    assert queue_depth(loop.env.celery, deployment_queue(job.deployment_id)) >= 1
+    stale = {"worker_id": wid, "attempt": 1, "status": "succeeded", "output": {"text": "x"}}
+    assert (
+        client.post(f"/internal/jobs/{jid}/complete", json=stale, headers=WORKER).status_code == 409
+    )
+    again = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w2"}, headers=WORKER)
+    assert again.json()["attempt"] == 2
+
+
+def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> None:
+    jid, wid = job_running_on_worker(client, keys, loop, redis_client)
     loop.tick(now() + timedelta(seconds=5))
     assert provider(loop).killed == [], "a heartbeating worker is left alone"
     redis_client.delete(worker_heartbeat_key(wid))
@@ -105,19 +136,68 @@ def test_lost_heartbeat_fails_the_worker_and_requeues_its_job(
     with loop.sessions() as s:
         w = s.get(Worker, wid)
         assert w is not None and (w.state, w.reason) == ("failed", "heartbeat_lost")
-    job = job_row(loop, jid)
-    assert job.status in ("queued", "starting") and job.status_reason in (
-        "worker_lost",
-        "no_capacity",
-    )
-    assert queue_depth(loop.env.celery, deployment_queue(job.deployment_id)) >= 1
-    # The dead attempt can no longer report; a new claim is attempt 2.
-    stale = {"worker_id": wid, "attempt": 1, "status": "succeeded", "output": {"text": "x"}}
-    assert (
-        client.post(f"/internal/jobs/{jid}/complete", json=stale, headers=WORKER).status_code == 409
-    )
-    again = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w2"}, headers=WORKER)
-    assert again.json()["attempt"] == 2
+    assert_requeued_as_lost(client, loop, jid, wid)
+
+
+def test_a_job_of_a_worker_failed_by_a_tick_that_ended_before_requeueing_is_requeued_later(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> None:
+    """A replica killed or deposed between a tick's transactions (a failover) leaves the worker
+    failed and its job running: the next tick, of any replica, takes the job back."""
+    jid, wid = job_running_on_worker(client, keys, loop, redis_client)
+    redis_client.delete(worker_heartbeat_key(wid))
+    lost_at = now() + timedelta(seconds=60)
+    with loop.sessions() as session:  # the tick's first step alone, committed
+        assert workers.check_liveness(session, loop.env, lost_at) == [wid]
+    assert job_row(loop, jid).status == "running"
+    # (its life ended at its last heartbeat, longer ago than the grace for its last reports)
+    loop.tick(lost_at + timedelta(seconds=2))
+    assert_requeued_as_lost(client, loop, jid, wid)
+
+
+def test_a_job_claimed_after_its_worker_failed_is_requeued(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> None:
+    """The claim of a worker's last request commits after the tick that failed the worker and
+    requeued what it held then."""
+    jid, wid = job_and_heartbeating_worker(client, keys, loop, redis_client)
+    report_states(client, wid, ["loading", "warming", "idle"], now().timestamp())
+    redis_client.delete(worker_heartbeat_key(wid))
+    lost_at = now() + timedelta(seconds=60)
+    loop.tick(lost_at)
+    assert provider(loop).killed == [wid]
+    claim = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": wid}, headers=WORKER)
+    assert claim.json()["attempt"] == 1
+    loop.tick(lost_at + timedelta(seconds=ORPHAN_GRACE_S + 1))
+    assert_requeued_as_lost(client, loop, jid, wid)
+
+
+def test_a_job_a_stopped_worker_never_reported_is_requeued_after_the_grace(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> None:
+    """A worker whose drain ended at its limit with a job still running reports `stopped`, and
+    then nothing more: its process is not this replica's to reap (started by another)."""
+    jid, wid = job_running_on_worker(client, keys, loop, redis_client)
+    stopped_at = now().timestamp() + 1
+    report_states(client, wid, ["draining", "stopped"], stopped_at)
+    loop.tick(datetime.fromtimestamp(stopped_at + 1, UTC))
+    assert job_row(loop, jid).status == "running", "its report may still be on its way"
+    loop.tick(datetime.fromtimestamp(stopped_at + ORPHAN_GRACE_S + 1, UTC))
+    assert_requeued_as_lost(client, loop, jid, wid)
+
+
+def test_a_report_that_lands_within_the_grace_after_its_worker_stopped_counts(
+    client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
+) -> None:
+    jid, wid = job_running_on_worker(client, keys, loop, redis_client)
+    stopped_at = now().timestamp() + 1
+    report_states(client, wid, ["draining", "stopped"], stopped_at)
+    loop.tick(datetime.fromtimestamp(stopped_at + 1, UTC))
+    done = {"worker_id": wid, "attempt": 1, "status": "succeeded", "output": {"text": "x"}}
+    r = client.post(f"/internal/jobs/{jid}/complete", json=done, headers=WORKER)
+    assert r.status_code == 200
+    loop.tick(datetime.fromtimestamp(stopped_at + ORPHAN_GRACE_S + 1, UTC))
+    assert job_row(loop, jid).status == "succeeded"
 
 
 # A worker's broker side, in its own process so that it can die holding a delivery unacked.

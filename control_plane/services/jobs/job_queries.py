@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, text
+from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.orm import Session
 
-from common.protocol import PRIORITY_OF_KIND
-from control_plane.db.models import Deployment, Job
+from common.protocol import PRIORITY_OF_KIND, WorkerState
+from control_plane.db.models import Deployment, Job, Worker
 from control_plane.domain.scaling.service import MAX_SAMPLES, MIN_SAMPLES, SERVICE_WINDOW_S
 from control_plane.domain.states import ACTIVE, PENDING, JobStatus
 
@@ -110,6 +110,26 @@ def running_on(session: Session, worker_ids: list[str]) -> list[Job]:
             select(Job).where(Job.worker_id.in_(worker_ids), Job.status == JobStatus.RUNNING)
         )
     )
+
+
+def running_on_ended(session: Session, ended_before: datetime) -> list[tuple[str, int, datetime]]:
+    """(job id, attempt, when its worker ended) of the running jobs whose worker stopped or
+    failed before `ended_before`: jobs nothing will report any more."""
+    rows = session.execute(_RUNNING_ON_ENDED, {"b_before": ended_before}).all()
+    return [(job_id, attempt, stopped_at or since) for job_id, attempt, stopped_at, since in rows]
+
+
+# Driven by the running jobs (the partial index of running jobs: `status = 'running'` as a
+# literal), not by the ended workers, whose rows pile up for as long as the history is kept.
+_RUNNING_ON_ENDED = (
+    select(Job.id, Job.attempt, Worker.stopped_at, Worker.state_since)
+    .join(Worker, Worker.id == Job.worker_id)
+    .where(
+        text("jobs.status = 'running'"),
+        Worker.state.in_([WorkerState.STOPPED.value, WorkerState.FAILED.value]),
+        Worker.state_since < bindparam("b_before"),
+    )
+)
 
 
 def queue_position(session: Session, job: Job) -> int | None:
