@@ -155,21 +155,29 @@ def test_a_job_of_a_worker_failed_by_a_tick_that_ended_before_requeueing_is_requ
     assert_requeued_as_lost(client, loop, jid, wid)
 
 
-def test_a_job_claimed_after_its_worker_failed_is_requeued(
+def test_the_late_claim_of_a_worker_that_was_failed_is_refused(
     client: TestClient, keys: dict[str, str], loop: Reconciler, redis_client: Any
 ) -> None:
-    """The claim of a worker's last request commits after the tick that failed the worker and
-    requeued what it held then."""
+    """A worker the reconciler failed (and killed) whose last claim arrives after that holds
+    no job: the job waits for another worker, its attempts untouched."""
     jid, wid = job_and_heartbeating_worker(client, keys, loop, redis_client)
     report_states(client, wid, ["loading", "warming", "idle"], now().timestamp())
     redis_client.delete(worker_heartbeat_key(wid))
-    lost_at = now() + timedelta(seconds=60)
-    loop.tick(lost_at)
+    loop.tick(now() + timedelta(seconds=60))
     assert provider(loop).killed == [wid]
     claim = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": wid}, headers=WORKER)
-    assert claim.json()["attempt"] == 1
-    loop.tick(lost_at + timedelta(seconds=ORPHAN_GRACE_S + 1))
-    assert_requeued_as_lost(client, loop, jid, wid)
+    assert claim.status_code == 409
+    many = client.post(
+        "/internal/jobs/claim", json={"worker_id": wid, "job_ids": [jid]}, headers=WORKER
+    )
+    assert many.json()["claims"] == [{"job_id": jid, "claimed": False}]
+    job = job_row(loop, jid)
+    assert (job.status, job.attempt, job.worker_id) == ("starting", 0, None)
+    with loop.sessions() as session:
+        worker = session.get(Worker, wid)
+        assert worker is not None and worker.state == "failed", "not made busy again"
+    again = client.post(f"/internal/jobs/{jid}/claim", json={"worker_id": "w2"}, headers=WORKER)
+    assert again.json()["attempt"] == 1
 
 
 def test_a_job_a_stopped_worker_never_reported_is_requeued_after_the_grace(

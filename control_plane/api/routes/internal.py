@@ -90,8 +90,15 @@ def _claim(
         job = claims.claim(session, job_id, worker_id, at)
         if job is not None:
             taken.append((job, again))
-    if any(not again for _, again in taken):
-        worker_records.follow_jobs(session, ctx.settings, worker_id, at)  # busy, if it was idle
+    # The worker made busy, if it was idle; its claims refused if it has ended: a worker the
+    # reconciler failed (and killed) whose last claim arrives late would hold a job it never
+    # runs, until the reconciler took it back at the cost of an attempt
+    # (`reconcile/jobs.requeue_orphans`).
+    new_jobs = any(not again for _, again in taken)
+    if new_jobs and not worker_records.follow_jobs(session, ctx.settings, worker_id, at):
+        session.rollback()
+        log.info("claims of ended worker %s refused", worker_id, extra={"worker_id": worker_id})
+        return [None] * len(job_ids)
     if expired:
         finish.finish(session, ctx.outbox, expired, at)  # commits the claims with them
     else:

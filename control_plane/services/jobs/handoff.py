@@ -115,7 +115,9 @@ def give(
     )
     if taken is None:
         return None
-    worker_records.follow_jobs(session, settings, worker_id, now)  # busy, if it was idle
+    # busy, if it was idle (`pick` read it live in this transaction; one failed since has the
+    # job taken back by the reconciler, `reconcile/jobs.requeue_orphans`)
+    worker_records.follow_jobs(session, settings, worker_id, now)
     return HandOff(taken, worker_id, message(taken, dep))
 
 

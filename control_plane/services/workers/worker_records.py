@@ -236,8 +236,10 @@ _STATE_FOR_CLAIM = (
 )
 
 
-def follow_jobs(session: Session, settings: Settings, worker_id: str, at: datetime) -> None:
+def follow_jobs(session: Session, settings: Settings, worker_id: str, at: datetime) -> bool:
     """A claim makes an idle worker busy, in the claim's own transaction (not committed here).
+    False when the worker has ended (stopped, or failed by the reconciler, which killed it):
+    the caller refuses its claim.
 
     Busy and idle follow the jobs a worker runs, decided here from the database (the worker
     reports neither: two requests fewer per job). Only this half is on a job's path: the other
@@ -250,6 +252,7 @@ def follow_jobs(session: Session, settings: Settings, worker_id: str, at: dateti
     state = session.scalar(_STATE_FOR_CLAIM, {"worker_id": worker_id})
     if state == WorkerState.IDLE:
         transition(session, settings, worker_id, WorkerState.BUSY, at, at, locked=True)
+    return state not in ENDED_STATES
 
 
 def settle_idle(session: Session, settings: Settings, now: datetime) -> list[str]:
