@@ -67,10 +67,11 @@ def requeue_orphans(session: Session, env: Env, dead: list[str], now: datetime) 
     `dead`: the workers this tick found dead. Also, on every tick, any running job of a worker
     that stopped or failed more than ORPHAN_GRACE_S ago: the tick that ended the worker
     commits that before this step's transaction, and a replica that died or was deposed in
-    between (a failover) never requeued its jobs; a claim can commit after its worker was
-    failed; a worker that stops with a job still running (its drain's limit) reports nothing
-    more. (Only the dead of the tick were requeued: such a job stayed `running` until its
-    execution limit, and then timed out.)"""
+    between (a failover) never requeued its jobs; an admission's hand-off can commit after its
+    worker was failed (a worker's own claim is refused then: `api/routes/internal.py`); a
+    worker that stops with a job still running (its drain's limit) reports nothing more.
+    (Only the dead of the tick were requeued: such a job stayed `running` until its execution
+    limit, and then timed out.)"""
     lost: dict[str, tuple[str, int, datetime]] = {}
     for job in job_queries.running_on(session, dead):
         w = session.get(Worker, job.worker_id) if job.worker_id else None
