@@ -12,10 +12,11 @@ from datetime import datetime, timedelta
 from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.orm import Session
 
-from common.protocol import PRIORITY_OF_KIND, WorkerState
+from common.protocol import PRIORITY_OF_KIND
 from control_plane.db.models import Deployment, Job, Worker
 from control_plane.domain.scaling.service import MAX_SAMPLES, MIN_SAMPLES, SERVICE_WINDOW_S
 from control_plane.domain.states import ACTIVE, PENDING, JobStatus
+from control_plane.services.workers.worker_records import ENDED_STATES
 
 _PENDING = [s.value for s in PENDING]
 _ACTIVE = [s.value for s in ACTIVE]
@@ -126,7 +127,7 @@ _RUNNING_ON_ENDED = (
     .join(Worker, Worker.id == Job.worker_id)
     .where(
         text("jobs.status = 'running'"),
-        Worker.state.in_([WorkerState.STOPPED.value, WorkerState.FAILED.value]),
+        Worker.state.in_(sorted(s.value for s in ENDED_STATES)),
         Worker.state_since < bindparam("b_before"),
     )
 )
