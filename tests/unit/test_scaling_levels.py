@@ -123,10 +123,29 @@ def test_a_level_needed_again_at_each_swing_is_held_through_the_swings() -> None
 def test_gaps_too_long_to_span_are_not_held_for() -> None:
     cold = cold_cost_s(POLICY, BOOT_S)
     gap = ONE + cold + 10  # spanning costs more than releasing and booting again
-    # holding for the ski-rental time spares nothing: every gap outlasts it
-    assert best_hold_s([gap] * 3, ONE, cold, 600) == 0.0
+    # every gap outlasts the ski-rental time, but not the window: the level keeps that time
+    # (a need within the window has been seen, so the next may come sooner), nothing longer
+    assert best_hold_s([gap] * 3, ONE, cold, 600) == ONE
     # one gap within it and the hold spares a cold start: kept for the ski-rental time
     assert best_hold_s([gap, 60.0, 60.0], ONE, cold, 600) == ONE
+    # gaps beyond the window only: released at once
+    assert best_hold_s([NOT_AGAIN] * 3, ONE, cold, 600) == 0.0
+
+
+def test_a_level_needed_again_within_the_window_is_never_released_at_once() -> None:
+    # A level of 200-call bursts priced at 0.41 callers, a caller's wait through a boot priced
+    # at the window (a cold start of 276 s), needed again 248 s after one need and not within
+    # the window after two: releasing it at once costs least over those gaps (4 × 276 against
+    # 248 + 2 × 552), but one need in three came within the window, and the next may too. It
+    # keeps its ski-rental time.
+    policy = dataclasses.replace(POLICY, cold_penalty_s=600.0)
+    cold = cold_cost_s(policy, BOOT_S, 0.41)
+    floor = hold_s(policy, BOOT_S, 0.41)
+    assert floor == cold == pytest.approx(276.0)
+    assert 4 * cold < 248.0 + 2 * (floor + cold)
+    assert best_hold_s([248.0, NOT_AGAIN, NOT_AGAIN], floor, cold, 600) == floor
+    # once every gap it has outlasted the window, no hold
+    assert best_hold_s([NOT_AGAIN] * 3, floor, cold, 600) == 0.0
 
 
 def test_a_level_not_needed_again_within_the_window_counts_a_gap_no_hold_spans() -> None:
@@ -183,9 +202,10 @@ def test_best_hold_weighs_idle_seconds_against_cold_starts() -> None:
     cold = cold_cost_s(POLICY, BOOT_S)
     assert best_hold_s([], ONE, cold, 600) == ONE  # no past: the ski-rental time
     # two gaps of 150 s and one the window never saw end: spanning 150 s costs 150 + 150 +
-    # (150 + 90) = 540 against (90 + 90) × 3 = 540 for the ski-rental time, and no hold at all
-    # 4 × 90 = 360: the past says the level is needed again after more than its price
-    assert best_hold_s([150.0, 150.0, NOT_AGAIN], ONE, cold, 600) == 0.0
+    # (150 + 90) = 540 against (90 + 90) × 3 = 540 for the ski-rental time (ties: the shorter
+    # hold); no hold at all, 4 × 90 = 360, is not tried: the level was needed again within the
+    # window
+    assert best_hold_s([150.0, 150.0, NOT_AGAIN], ONE, cold, 600) == ONE
     # a cold start of ten callers: spanning the gaps is cheapest
     ten = cold_cost_s(POLICY, BOOT_S, 10.0)
     assert best_hold_s([150.0, 150.0, NOT_AGAIN], 600, ten, 600) == 600
@@ -224,7 +244,9 @@ def test_best_hold_is_the_cheapest_hold_over_the_gaps_by_their_plain_cost() -> N
         cold = float(rng.randrange(40, 1500, 20)) if whole else rng.uniform(31, 1500)
         floor = min(cold, 600.0)
         tried = {floor, *(g for g in gaps if floor < g <= 600.0)}
-        costs = {0.0: cost(0.0, gaps, cold)} | {h: cost(h, gaps, cold) for h in tried}
+        costs = {h: cost(h, gaps, cold) for h in tried}
+        if gaps and min(gaps) > 600.0:  # no hold at all: only past gaps beyond the window
+            costs[0.0] = cost(0.0, gaps, cold)
         expected = min(costs, key=lambda h: (costs[h], h == 0.0, h))
         got = best_hold_s(gaps, floor, cold, 600.0)
         if whole:

@@ -32,9 +32,11 @@ The learned hold only lengthens the ski-rental time, with one exception: a hold 
 the price of a cold start has no bound on its cost against hindsight (a need that comes just
 after it costs a cold start where keeping would have cost next to nothing), one longer than it
 at most 1 + hold / price times hindsight's. The exception is no hold at all, for a level whose
-own past says it is not needed again within the window, weighed against the chance that the
-next need comes sooner than any seen (`best_hold_s`): a burst's workers are released once the
-bursts have shown that the next one comes after the window, instead of being held for it.
+own past says it is not needed again within the window (every one of its gaps outlasted it),
+weighed against the chance that the next need comes sooner than any seen (`best_hold_s`): a
+burst's workers are released once the bursts have shown that the next one comes after the
+window, instead of being held for it. A level needed again within the window even once keeps
+its ski-rental time: where bursts come at gaps of both kinds, the next may need it soon.
 
 On a steady stream (the forecast's `steady`), the levels that its swings alone needed are
 the forecast part's to price: released once their need is a boot old
@@ -325,13 +327,18 @@ def best_hold_s(gaps: Sequence[float], floor_s: float, cold_s: float, cap: float
     floor (the ski-rental time) and each gap between it and `cap` (the cost bends only there),
     and no hold at all. Ties go to a hold, the shorter one.
 
-    No hold at all is the one choice below the floor, and it is weighed against one gap more
-    than were seen, which it meets cold: the next need may come before any seen did (of n + 1
+    No hold at all is the one choice below the floor, the one without the ski-rental rule's
+    bound against hindsight: it is tried only on a past where every gap outlasted the window
+    (the level was never needed again within it), and weighed against one gap more than were
+    seen, which it meets cold: the next need may come before any seen did (of n + 1
     exchangeable gaps, the next is the shortest one time in n + 1). So a level is released at
     once only when its own past pays for that risk: n gaps beyond the window against a cold
-    start of price C when C < (n + 1) × the window, i.e. a level that carried a burst's callers
-    only after several bursts that did not need it again within the window; never without a
-    past."""
+    start of price C when C < n × min(C, the window), i.e. a level that carried a burst's
+    callers only after several bursts that did not need it again within the window; never
+    without a past, nor with a gap the window spans. (Released at once wherever that cost
+    least, a level of 200-call bursts priced at 0.41 callers, with gaps of 248 s and twice
+    beyond the window, was gone when the next burst, 409 calls, needed it again within its
+    ski-rental time: 234 of the burst's callers waited over 3 s, 122 with it held.)"""
     return _best_hold_s(sorted(gaps), floor_s, cold_s, cap)
 
 
@@ -344,7 +351,8 @@ def _best_hold_s(ordered: Sequence[float], floor_s: float, cold_s: float, cap: f
     spanned = bisect.bisect_right(ordered, floor_s)
     spanned_s = sum(ordered[:spanned])
     cost = spanned_s + (n - spanned) * (floor_s + cold_s)
-    never = (n + 1) * cold_s  # no hold at all
+    # no hold at all: only where every gap outlasted the window (`best_hold_s`)
+    never = (n + 1) * cold_s if n and ordered[0] > cap else math.inf
     best, best_cost = floor_s, cost
     if floor_s == 0.0:  # a floor of nothing (no price, no window): the same choice
         never, best_cost = cost, math.inf
