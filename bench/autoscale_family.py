@@ -8,6 +8,9 @@
     # a change to the policy, judged on the whole family against the run saved before it:
     .venv/bin/python -m bench.autoscale_family --save before.json          # (on the old code)
     .venv/bin/python -m bench.autoscale_family --reuse before.json --only ours --compare before.json
+    # beyond the family: workers of one slot, calls ten times longer
+    .venv/bin/python -m bench.autoscale_family --slots 1
+    .venv/bin/python -m bench.autoscale_family --service-x 10
 
 Every member of `bench/autoscale/family.py` (generated single deployments, the shared traces,
 two fleets of 240 deployments) runs under `ours` (the platform's `decide()`, driven as the
@@ -126,8 +129,18 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     t_colds = [float(x) for x in args.t_cold.split(",")] if args.t_cold else (
         [30.0] if quick else [5.0, 30.0, 84.0])  # fmt: skip
-    service = ServiceModel()
+    if not args.service_x > 0:
+        raise SystemExit("--service-x must be above 0")
+    base = ServiceModel()
+    # every call's service time × service_x: the engine's rates divided by it
+    service = dataclasses.replace(
+        base,
+        prefill_tok_s=base.prefill_tok_s / args.service_x,
+        decode_s_per_token=base.decode_s_per_token * args.service_x,
+    )
     settings = Settings(seed=args.seed, slots=args.slots, service=service)
+    # what a save's runs were drawn with: runs of another setup are not mixed with this one's
+    setup = {"seed": args.seed, "quick": quick, "slots": args.slots, "service_x": args.service_x}
     if args.queue_wait_s is not None:
         settings = dataclasses.replace(settings, queue_wait_s=args.queue_wait_s)
     source = Source(args.seed, service, quick)
@@ -139,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     labels = [c.label for c in judge.CONFIGS]
     ours_knob = (args.cold_penalty,) if args.cold_penalty is not None else ()
     rerun = set(args.only.split(",")) if args.only else set(labels)
-    reused = _load(args.reuse, args.seed, quick) if args.reuse else {}
-    earlier = _load(args.compare, args.seed, quick) if args.compare else {}
+    reused = _load(args.reuse, setup) if args.reuse else {}
+    earlier = _load(args.compare, setup) if args.compare else {}
     record_for = next((n for n in ("fleet-mix", "synthetic") if n in names), names[0])
     record_t = PLOT_T_COLD_S if PLOT_T_COLD_S in t_colds else t_colds[0]
     tasks = [
@@ -172,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.progress:
                 print(f"# done {name} {label} T_cold={t:g}: {result.wall_s:.1f} s", file=sys.stderr)
     if args.save:
-        _save(args.save, args.seed, quick, results)
+        _save(args.save, setup, results)
 
     by_t: dict[float, list[judge.Verdict]] = {}
     for t in t_colds:
@@ -266,19 +279,25 @@ def _cost(w: Workload, label: str) -> float:
 
 
 def _save(
-    path: Path, seed: int, quick: bool, results: dict[tuple[str, str, float], RunResult]
+    path: Path, setup: dict[str, object], results: dict[tuple[str, str, float], RunResult]
 ) -> None:
     rows = [
         {"member": n, "label": label, **dataclasses.asdict(r)}
         for (n, label, t), r in results.items()
     ]
-    path.write_text(json.dumps({"seed": seed, "quick": quick, "results": rows}))
+    path.write_text(json.dumps({**setup, "results": rows}))
 
 
-def _load(path: Path, seed: int, quick: bool) -> dict[tuple[str, str, float], RunResult]:
+# a save from before the setup was recorded in full was drawn with these
+SETUP_DEFAULTS = {"slots": 8, "service_x": 1.0}
+
+
+def _load(path: Path, setup: dict[str, object]) -> dict[tuple[str, str, float], RunResult]:
     data = json.loads(path.read_text())
-    if data["seed"] != seed or data["quick"] != quick:
-        raise SystemExit(f"{path}: saved with seed {data['seed']}, quick {data['quick']}")
+    saved = {k: data.get(k, SETUP_DEFAULTS.get(k)) for k in setup}
+    if saved != setup:
+        got, want = (", ".join(f"{k} {v}" for k, v in d.items()) for d in (saved, setup))
+        raise SystemExit(f"{path}: saved with {got}; this run has {want}")
     out = {}
     for row in data["results"]:
         key = (row.pop("member"), row.pop("label"), row["t_cold_s"])
@@ -298,6 +317,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--members", help="comma-separated member or generator names (default all)")
     p.add_argument("--no-fleets", action="store_true", help="leave the two fleets out")
     p.add_argument("--slots", type=int, default=8, help="request slots per worker")
+    p.add_argument(
+        "--service-x",
+        type=float,
+        default=1.0,
+        help="every call's service time × this (longer or shorter calls than the CPU engine's)",
+    )
     p.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="processes")
     p.add_argument("--nice", type=int, default=10, help="lower this process's priority by this")
     p.add_argument("--json", action="store_true", help="print only the final JSON line")

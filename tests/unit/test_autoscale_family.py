@@ -323,6 +323,18 @@ def test_a_run_compared_with_its_own_save_shows_nothing_moved(
     assert table[9] == ""  # and no member moved
 
 
+def test_runs_drawn_with_another_setup_are_not_reused(tmp_path: Path) -> None:
+    saved = tmp_path / "before.json"
+    argv = ["--quick", "--jobs", "1", "--nice", "0", "--members", "poisson", "--no-fleets"]
+    assert autoscale_family.main([*argv, "--json", "--save", str(saved), "--t-cold", "5"]) == 0
+    assert json.loads(saved.read_text())["service_x"] == 1.0
+    for other in (["--slots", "4"], ["--service-x", "10"], ["--seed", "1"]):
+        with pytest.raises(SystemExit, match="saved with seed 0, quick True, slots 8"):
+            autoscale_family.main([*argv, "--t-cold", "5", *other, "--reuse", str(saved)])
+    with pytest.raises(SystemExit, match="--service-x must be above 0"):
+        autoscale_family.main([*argv, "--service-x", "0"])
+
+
 # the regime the family was built for --------------------------------------------------------
 
 
