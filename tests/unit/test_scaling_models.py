@@ -86,6 +86,38 @@ def test_forecast_follows_a_step_and_a_ramp() -> None:
     fc = fit_forecast(ramp, T0)
     assert fc is not None and fc.slope > 0.5
     assert fc.rate(T0 + 60)[0] > fc.rate(T0)[0] > 5.0
+    # ... and so for calls longer than a bucket too
+    for counts in (steady, ramp):
+        assert fit_forecast(counts, T0, service_s=40.0) == fit_forecast(counts, T0)
+
+
+def test_for_calls_longer_than_a_bucket_the_rate_is_not_the_last_batchs() -> None:
+    # a batch of 30 calls (at 50 calls/s) every minute, each moved by up to ±9 s: 0.5 calls/s
+    rng = random.Random(3)
+    counts = [0.0] * 150
+    for k in range(25):
+        t = 30.0 + 60 * k + rng.uniform(-9.0, 9.0)
+        for _ in range(30):
+            counts[int(t // BUCKET_S)] += 1
+            t += rng.expovariate(50.0)
+    # the fits right after each bucket that held most of a batch
+    ends = [i + 1 for i in range(30, 150) if counts[i] >= 15]
+    followed = 0
+    for end in ends:
+        history = counts[max(0, end - 120) : end]
+        short, long = (fit_forecast(history, T0, service_s=s) for s in (4.5, 40.0))
+        assert short is not None and long is not None
+        # calls of a bucket or shorter: as before, as the bucket's counts say
+        assert fit_forecast(history, T0) == short == fit_forecast(history, T0, service_s=10.0)
+        followed += short.rate(T0)[0] > 2.0
+        # 40 s calls are concurrent with those of four buckets: the rate across them (0.5
+        # calls/s, 0.75 over the last 40 s), less than half the batch's bucket's
+        mean, sd = long.rate(T0)
+        assert mean < 1.2 and sd < 0.7
+        if end >= 90:  # with a quarter of an hour of history
+            assert 0.5 < mean < 0.8 and sd < 0.35
+        assert not long.steady  # its counts scatter far more than Poisson ones
+    assert len(ends) > 15 and followed  # (the short fits followed a batch's bucket at times)
 
 
 def test_idle_windows_need_enough_gaps() -> None:

@@ -12,6 +12,7 @@ a steady stream gets a stiff level, a ramping one a fast-moving level and slope.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -66,17 +67,37 @@ class Forecast:
 
 
 def fit_forecast(
-    counts: Sequence[float], end_at: float, steady_buckets: int = MIN_BUCKETS
+    counts: Sequence[float],
+    end_at: float,
+    steady_buckets: int = MIN_BUCKETS,
+    service_s: float = 0.0,
 ) -> Forecast | None:
     """Fit on arrivals per complete bucket (oldest first) ending at `end_at`; None when there is
-    too little history or no traffic at all. `steady` is judged on `steady_buckets` at least."""
+    too little history or no traffic at all. `steady` is judged on `steady_buckets` at least.
+    `service_s`: how long a call holds its slot (the time scale the rate is used at)."""
     if len(counts) < MIN_BUCKETS or not any(counts):
         return None
-    scale = max(sum(counts) / len(counts), 1.0)
+    mean = sum(counts) / len(counts)
+    scale = max(mean, 1.0)
+    # The decision multiplies the rate by a service time (Little's law). Calls shorter than a
+    # bucket are concurrent with the calls of their own bucket: the level that follows the
+    # last bucket says what the next calls find (a burst's rate while it lasts). Calls that
+    # last several buckets are concurrent with the calls of all of them: the rate that counts
+    # is the level across them. Counts that scatter from one bucket to the next more than
+    # Poisson counts do (squared differences averaging twice the mean; a trend adds its slope
+    # squared, small beside it) are then observed with that much more noise, and the level
+    # does not follow them: after a batch of 30 calls every minute, the level that followed
+    # its bucket (2.6 calls/s) times 40 s calls asked for 17 workers where the batch kept 4-5
+    # busy, 2.7x keep-alive's worker-seconds.
+    spread = 1.0
+    if service_s > BUCKET_S:
+        diffs = [(b - a) * (b - a) for a, b in itertools.pairwise(counts)]
+        spread = sum(diffs) / len(diffs) / (2.0 * max(mean, 1e-9))
+        spread = spread if spread > 1.0 else 1.0
     best: tuple[float, float, float, Forecast] | None = None
     for ql in LEVEL_NOISE_GRID:
         for qs in SLOPE_NOISE_GRID:
-            loglik, dispersion, fc = _filter(counts, end_at, ql * scale, qs * scale)
+            loglik, dispersion, fc = _filter(counts, end_at, ql * scale, qs * scale, spread)
             if best is None or loglik > best[0]:
                 best = (loglik, ql, dispersion, fc)
     assert best is not None
@@ -88,9 +109,10 @@ def fit_forecast(
 
 
 def _filter(
-    counts: Sequence[float], end_at: float, q_level: float, q_slope: float
+    counts: Sequence[float], end_at: float, q_level: float, q_slope: float, spread: float = 1.0
 ) -> tuple[float, float, Forecast]:
-    """(log-likelihood, mean squared innovation over its predicted variance, the fit)."""
+    """(log-likelihood, mean squared innovation over the variance a Poisson count would have
+    been predicted with, the fit), the observation noise `spread` × the level."""
     level, slope = float(counts[0]), 0.0
     p00, p01, p11 = max(level, 1.0), 0.0, 1.0
     loglik = squares = 0.0
@@ -100,11 +122,11 @@ def _filter(
         p00, p01, p11 = p00 + 2 * p01 + p11 + q_level, p01 + p11, p11 + q_slope
         # update with a Poisson-noise observation of the level
         r = max(level, 1.0)
-        s = p00 + r
+        s = p00 + r * spread
         k0, k1 = p00 / s, p01 / s
         innovation = y - level
         normalised = innovation * innovation / s
-        squares += normalised
+        squares += innovation * innovation / (p00 + r)
         loglik -= 0.5 * (math.log(2 * math.pi * s) + normalised)
         level, slope = level + k0 * innovation, slope + k1 * innovation
         p00, p01, p11 = (1 - k0) * p00, (1 - k0) * p01, p11 - k1 * p01

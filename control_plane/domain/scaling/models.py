@@ -49,7 +49,7 @@ def refit(stats: ArrivalStats, policy: ScalingPolicy, boot_s: float, service_s: 
     dense = _dense(stats, boot_s)
     return Models(
         fitted_at=stats.at,
-        forecast=fit_forecast(stats.counts, stats.buckets_end_at, steady_buckets(policy))
+        forecast=fit_forecast(stats.counts, stats.buckets_end_at, steady_buckets(policy), service_s)
         if dense
         else None,
         idle=dataclasses.replace(
